@@ -1,0 +1,41 @@
+# The two commands of the README: `make reproduce` (the main job) and `make test` (every test).
+# Both create or reuse the virtual environment in .venv and install what they need into it.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat settings.ini setup.py pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: reproduce test check-sync readme bench clean-venv
+
+$(STAMP): settings.ini setup.py pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	rm -f $(VENV)/.installed-* && touch $@
+
+reproduce: $(STAMP)
+	$(BIN)/python -m embryo.cli reproduce
+
+test: $(STAMP) check-sync
+	$(BIN)/python -m pytest tests
+
+# The notebooks are the source: the exported package and the cleaned notebooks must already be what nbdev makes of them.
+check-sync: $(STAMP)
+	@before=$$(find nbs embryo -type f -not -path '*/__pycache__/*' | sort | xargs sha256sum); \
+	$(BIN)/nbdev_export && $(BIN)/nbdev_clean; \
+	after=$$(find nbs embryo -type f -not -path '*/__pycache__/*' | sort | xargs sha256sum); \
+	if [ "$$before" != "$$after" ]; then \
+	  echo "nbdev_export or nbdev_clean changed these files: run both and commit the result"; \
+	  diff <(echo "$$before") <(echo "$$after"); exit 1; fi; \
+	echo "notebooks clean, package in sync with nbs/"
+
+readme: $(STAMP)
+	$(BIN)/jupyter nbconvert --to markdown --stdout nbs/index.ipynb > README.md.tmp && mv README.md.tmp README.md
+
+bench: $(STAMP)
+	$(BIN)/python bench/model_speed.py
+
+clean-venv:
+	rm -rf $(VENV)
