@@ -36,6 +36,7 @@ readme: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/model_speed.py
+	$(BIN)/python bench/pretrain_speed.py
 
 clean-venv:
 	rm -rf $(VENV)
