@@ -32,17 +32,18 @@ def cmd_reproduce(args):
     "Regenerate every figure and table this version can produce: parameter tables, the `tiny` run, then its analyses."
     from embryo.pretrain import pretrain_from_args, plot_pretraining, list_steps
     from embryo.results import done_steps
-    from embryo import reconstruction
+    from embryo import reconstruction, knowledge
     args.figures = args.figures or Path("figures")
     run = args.run_dir or Path("runs") / args.preset
     cmd_params(args)
     pretrain_from_args(args)
     for p in plot_pretraining(run, args.figures): print(f"wrote {p}")
-    todo = [s for s in list_steps(run) if s not in done_steps(run, "reconstruction")]
-    for s in todo:
-        print(f"reconstruction: step {s} ({todo.index(s) + 1}/{len(todo)})", flush=True)
-        reconstruction.evaluate_step(run, s)
-    for p in reconstruction.plot_reconstruction(run, args.figures): print(f"wrote {p}")
+    for name, module in (("reconstruction", reconstruction), ("knowledge", knowledge)):
+        todo = [s for s in list_steps(run) if s not in done_steps(run, name)]
+        for i, s in enumerate(todo):
+            print(f"{name}: step {s} ({i + 1}/{len(todo)})", flush=True)
+            module.evaluate_step(run, s)
+        for p in module.redraw(run, args.figures): print(f"wrote {p}")
 
 def parser() -> argparse.ArgumentParser:
     "The `embryo` argument parser, one subparser per subcommand."

@@ -32,10 +32,10 @@ from .config import atomic_write
 __all__ = ['SOURCES', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'SPECIALS', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID',
            'MASK_ID', 'NGRAM_P', 'DATASET_FORMAT', 'Source', 'FetchError', 'data_dir', 'sha256_file', 'download',
            'split_sentences', 'heldout_brown_files', 'detokenize', 'read_brown', 'wiki_to_paragraphs', 'read_wikipedia',
-           'read_ptb', 'read_lines_as_documents', 'write_corpus', 'corpus_is_complete', 'fetch', 'CorpusError',
-           'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer', 'truncate_pair',
-           'create_examples', 'albert_max_predictions', 'word_spans', 'choose_ngrams', 'mask_tokens', 'dataset_key',
-           'build_dataset', 'example_rng', 'collate']
+           'read_ptb', 'read_lines_as_documents', 'write_corpus', 'source_records', 'manifest_is_complete',
+           'corpus_is_complete', 'fetch', 'CorpusError', 'read_corpus', 'preprocess_text', 'train_tokenizer',
+           'Tokenizer', 'load_tokenizer', 'truncate_pair', 'create_examples', 'albert_max_predictions', 'word_spans',
+           'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset', 'example_rng', 'collate']
 
 # %% ../nbs/02_data.ipynb #66110312
 @dataclass(frozen=True)
@@ -245,7 +245,7 @@ def read_lines_as_documents(text: str) -> list[list[str]]:
     return [s for s in (split_sentences(l) for l in text.splitlines()) if s]
 
 # %% ../nbs/02_data.ipynb #d5f3bdef
-CORPUS_FORMAT = 1  # bump when the corpus text changes, so caches rebuild
+CORPUS_FORMAT = 2  # bump when the corpus text changes, so caches rebuild
 
 def write_corpus(documents: Iterable[Sequence[str]], path, lowercase=True) -> dict:
     "Write documents (lists of sentences) to `path` atomically, one sentence a line, blank line between documents."
@@ -286,22 +286,26 @@ def _build_mini(root: Path, out: Path, verbose: bool) -> dict:
     stats["heldout_brown"] = dict(files=len(HELDOUT_BROWN), sentences=len(held),
                                   words=sum(len(s) for f in HELDOUT_BROWN for s in files[f]))
     manifest = dict(name="embryo-mini", format=CORPUS_FORMAT,
-                    sources={k: dict(client=s.client, name=s.name, version=s.version, file=s.file, sha256=s.sha256)
-                             for k, s in SOURCES.items()},
+                    sources=source_records(SOURCES),
                     files={f: sha256_file(out / f) for f in ("train.txt", "heldout_brown.jsonl")},
                     heldout_brown=list(HELDOUT_BROWN), stats=stats, build_seconds=round(time.time() - t0, 1))
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
 
-def _expected_sources(): return {k: dict(client=s.client, name=s.name, version=s.version, file=s.file, sha256=s.sha256)
-                                 for k, s in SOURCES.items()}
+def source_records(sources: dict) -> dict:
+    "The pinned identity of every package in `sources`, as a manifest records it."
+    return {k: dict(client=s.client, name=s.name, version=s.version, file=s.file, sha256=s.sha256) for k, s in sources.items()}
+
+def manifest_is_complete(folder, fmt: int, sources: dict) -> bool:
+    "Whether `folder` holds a finished build of format `fmt` from `sources` whose files match their manifest checksums."
+    try: m = json.loads((Path(folder) / "manifest.json").read_text())
+    except (OSError, ValueError): return False
+    return (m.get("format") == fmt and m.get("sources") == source_records(sources)
+            and all((Path(folder) / f).is_file() and sha256_file(Path(folder) / f) == h for f, h in m["files"].items()))
 
 def corpus_is_complete(folder) -> bool:
     "Whether `folder` holds a finished `embryo-mini` of this version whose files match their manifest checksums."
-    try: m = json.loads((Path(folder) / "manifest.json").read_text())
-    except (OSError, ValueError): return False
-    return (m.get("format") == CORPUS_FORMAT and m.get("sources") == _expected_sources()
-            and all((Path(folder) / f).exists() and sha256_file(Path(folder) / f) == h for f, h in m["files"].items()))
+    return manifest_is_complete(folder, CORPUS_FORMAT, SOURCES)
 
 def fetch(name: str = "embryo-mini", # the built-in corpus (only `embryo-mini` for now)
           root=None, # the data dir; default `$EMBRYO_DATA` or `~/.cache/embryo`

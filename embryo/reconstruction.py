@@ -25,7 +25,7 @@ __all__ = ['POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS', 'PENN_CLA
            'GROUP_SETS', 'brown_base_tag', 'brown_class', 'penn_class', 'Sentence', 'read_conll2012_pos',
            'tagged_sentences', 'sentence_text', 'align', 'token_counts', 'token_ranks', 'freq_bin', 'Item',
            'select_words', 'accuracy_rows', 'evaluate_model', 'evaluate_step', 'curves', 'half_steps', 'learning_order',
-           'plot_reconstruction']
+           'redraw']
 
 # %% ../nbs/04_reconstruction.ipynb #ca174f21
 POS_CLASSES = ("conjunction", "determiner", "preposition", "adjective", "adverb", "verb", "noun", "proper_noun")
@@ -346,7 +346,7 @@ def _plot_set(run_dir, fig_id: str):
     fig.tight_layout()
     return fig
 
-def plot_reconstruction(run_dir, out_dir=None) -> list[Path]:
+def redraw(run_dir, out_dir=None) -> list[Path]:
     "Redraw Figs. 1, 7 and 8 and the learning-order table from every step in the run's database."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -7,7 +7,7 @@ import pytest
 
 from embryo import data as D
 from embryo.pretrain import CheckpointNotFound, fixture_run, list_steps
-from embryo.reconstruction import (POS_CLASSES, VERB_FORMS, align, brown_class, evaluate_step, plot_reconstruction,
+from embryo.reconstruction import (POS_CLASSES, VERB_FORMS, align, brown_class, evaluate_step, redraw,
                                    sentence_text, tagged_sentences)
 from embryo.results import read_results
 
@@ -76,7 +76,7 @@ def test_missing_step_lists_the_steps(run):
 
 def test_figures_from_several_steps(run, tmp_path):
     for s in list_steps(run)[:3]: evaluate_step(run, s, max_words=20)
-    paths = plot_reconstruction(run, tmp_path)
+    paths = redraw(run, tmp_path)
     assert {p.name for p in paths} >= {"fig1_reconstruction_by_pos.svg", "fig7_verb_forms.png", "fig8_frequency.png"}
     md = (tmp_path / "table_fig1_learning_order.md").read_text()
     assert "function words" in md or "not enough classes" in md
