@@ -32,13 +32,13 @@ from .results import write_results, read_results, read_samples
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'METRICS', 'TABLE8', 'RELATION_LABELS', 'FIG6_RELATIONS', 'KNOWLEDGE_SOURCES', 'BUILTIN_RELATIONS',
-           'LANGUAGE_NAMES', 'WORDNET_DIR', 'FACTS_NAME', 'FACTS_FORMAT', 'relation_colour', 'Relation', 'FactsError',
-           'UnknownRelation', 'select_relations', 'load_lama', 'country_facts', 'city_facts', 'wordnet_facts',
-           'clean_facts', 'write_lama', 'facts_are_complete', 'build_facts', 'fetch_facts', 'load_facts', 'render',
-           'cloze_ids', 'single_token_id', 'Query', 'answer_sets', 'build_queries', 'relation_table', 'top1',
-           'precision_at_1', 'common_vocabulary', 'mask_logits', 'predict', 'model_sentences', 'ConstantModel',
-           'evaluate_step', 'knowledge_results', 'fig6_relations', 'plot_fig6', 'plot_fig14', 'table9', 'verdict',
-           'redraw']
+           'LANGUAGE_NAMES', 'WORDNET_DIR', 'FACTS_NAME', 'FACTS_FORMAT', 'REPORT', 'relation_colour', 'Relation',
+           'FactsError', 'UnknownRelation', 'select_relations', 'load_lama', 'country_facts', 'city_facts',
+           'wordnet_facts', 'clean_facts', 'write_lama', 'facts_are_complete', 'build_facts', 'fetch_facts',
+           'load_facts', 'render', 'cloze_ids', 'single_token_id', 'Query', 'answer_sets', 'build_queries',
+           'relation_table', 'top1', 'precision_at_1', 'common_vocabulary', 'mask_logits', 'predict', 'model_sentences',
+           'ConstantModel', 'evaluate_step', 'knowledge_results', 'fig6_relations', 'plot_fig6', 'plot_fig14', 'table9',
+           'verdict', 'redraw']
 
 # %% ../nbs/06_knowledge.ipynb #bba2ed36
 ANALYSIS = "knowledge"  # the `analysis` name of this notebook's rows in the results database
@@ -621,3 +621,17 @@ def verdict(run_dir) -> str:
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "Fig. 6, Fig. 14 and Table 9 of the run from every step in its database."
     return plot_fig6(run_dir, out_dir) + plot_fig14(run_dir, out_dir) + table9(run_dir, out_dir)
+
+# %% ../nbs/06_knowledge.ipynb #38fa7b86
+REPORT = [
+    dict(file="fig6_world_knowledge", paper="Embryology Fig. 6",
+         caption="P@1 of the cloze queries per relation over steps (the paper's relations that the facts have).",
+         finding="World knowledge rises and falls during pretraining: it is not monotonic, and the last checkpoint "
+                 "is not always the most knowledgeable."),
+    dict(file="fig14_world_knowledge_all", paper="Embryology Fig. 14",
+         caption="P@1 of every relation over steps, full and common vocabulary.",
+         finding="Relations are learned at different times; many fluctuate."),
+    dict(file="table9_knowledge_examples", paper="Embryology Table 9",
+         caption="The sentences the model writes for tracked cloze queries at each step.",
+         finding="Early checkpoints fill every blank with frequent tokens; the answers become entities later."),
+]

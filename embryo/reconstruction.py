@@ -21,13 +21,14 @@ from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure,
 from .results import write_results, read_results, markdown_table
 
 # %% auto #0
-__all__ = ['POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS', 'PENN_CLASS', 'PENN_FORM', 'BROWN_CLASS', 'BROWN_FORM',
-           'GROUP_SETS', 'brown_base_tag', 'brown_class', 'penn_class', 'Sentence', 'read_conll2012_pos',
-           'tagged_sentences', 'sentence_text', 'align', 'token_counts', 'token_ranks', 'freq_bin', 'Item',
-           'select_words', 'accuracy_rows', 'evaluate_model', 'evaluate_step', 'curves', 'half_steps', 'learning_order',
-           'redraw']
+__all__ = ['ANALYSIS', 'POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS', 'PENN_CLASS', 'PENN_FORM', 'BROWN_CLASS',
+           'BROWN_FORM', 'GROUP_SETS', 'REPORT', 'brown_base_tag', 'brown_class', 'penn_class', 'Sentence',
+           'read_conll2012_pos', 'tagged_sentences', 'sentence_text', 'align', 'token_counts', 'token_ranks',
+           'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'evaluate_model', 'evaluate_step', 'curves',
+           'half_steps', 'learning_order', 'redraw', 'verdict']
 
 # %% ../nbs/04_reconstruction.ipynb #ca174f21
+ANALYSIS = "reconstruction"  # the `analysis` name of this notebook's rows in the results database
 POS_CLASSES = ("conjunction", "determiner", "preposition", "adjective", "adverb", "verb", "noun", "proper_noun")
 FUNCTION_WORDS = ("conjunction", "determiner", "preposition")
 VERB_FORMS = ("base", "past", "gerund", "past_participle", "3rd_singular")
@@ -278,7 +279,7 @@ def evaluate_step(run_dir, step: int, device: str = "cpu", max_words: int = 300,
     sentences = sentences if sentences is not None else tagged_sentences()
     ranks = token_ranks(token_counts(run_dir, tok), tok.special_ids)
     rows = evaluate_model(load_checkpoint(run_dir, step, device), tok, sentences, ranks, max_words, device)
-    write_results(run_dir, "reconstruction", step, rows)
+    write_results(run_dir, ANALYSIS, step, rows)
     return pd.DataFrame(rows)
 
 # %% ../nbs/04_reconstruction.ipynb #c8461a87
@@ -287,7 +288,7 @@ GROUP_SETS = {"fig1": ("pos", POS_CLASSES, "part of speech"), "fig7": ("verb", V
 
 def curves(run_dir, task: str, kind: str) -> pd.DataFrame:
     "Accuracy over steps (rows) per group of `kind` (columns: 'pos', 'verb' or 'freq') for `task`."
-    df = read_results(run_dir, "reconstruction", task=task)
+    df = read_results(run_dir, ANALYSIS, task=task)
     df = df[df.metric.str.startswith(kind + "/")]
     if df.empty: return pd.DataFrame()
     t = df.pivot_table(index="step", columns="metric", values="value")
@@ -360,3 +361,24 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
                               "# Fig. 1: first step at half of the final accuracy, per part of speech\n\n"
                               + markdown_table(table) + "\n" + verdict + "\n"))
     return paths
+
+# %% ../nbs/04_reconstruction.ipynb #ba1f4017
+REPORT = [
+    dict(file="fig1_reconstruction_by_pos", paper="Embryology Fig. 1",
+         caption="Token reconstruction (a) and mask prediction (b) accuracy per part of speech over steps.",
+         finding="Function words (determiners, prepositions, conjunctions) are learned first, content words (verbs, "
+                 "adjectives, nouns, proper nouns) later; mask prediction follows the same order, later and lower."),
+    dict(file="table_fig1_learning_order", paper="Embryology Fig. 1 (table)",
+         caption="Per part of speech, the first step whose accuracy reaches half of its last-step value.",
+         finding="Function words reach half of their final accuracy before content words."),
+    dict(file="fig7_verb_forms", paper="Embryology Fig. 7",
+         caption="Reconstruction and mask prediction per verb form over steps.",
+         finding="Verb forms are learned at different times; the forms are not learned together."),
+    dict(file="fig8_frequency", paper="Embryology Fig. 8",
+         caption="Reconstruction and mask prediction per token-frequency rank bin over steps.",
+         finding="Frequent tokens are reconstructed and predicted earlier than rare ones."),
+]
+
+def verdict(run_dir) -> str:
+    "The measured verdict on 'function words are learned before content words' for this run."
+    return learning_order(run_dir)[1]

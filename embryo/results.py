@@ -5,6 +5,7 @@
 # %% ../nbs/03a_results.ipynb #8274005c
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ import pandas as pd
 
 # %% auto #0
 __all__ = ['DB_NAME', 'COLUMNS', 'SCHEMA', 'db_path', 'connect', 'write_results', 'read_results', 'read_samples', 'done_steps',
-           'markdown_table']
+           'log_job', 'read_log', 'merge_results', 'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
 DB_NAME = "results.sqlite"
@@ -28,12 +29,15 @@ CREATE TABLE IF NOT EXISTS results (
 CREATE TABLE IF NOT EXISTS samples (
     analysis TEXT NOT NULL, step INTEGER NOT NULL, task TEXT NOT NULL, item TEXT NOT NULL, text TEXT NOT NULL,
     created_at REAL NOT NULL, PRIMARY KEY (analysis, step, task, item));
+CREATE TABLE IF NOT EXISTS sweep_log (
+    analysis TEXT NOT NULL, step INTEGER NOT NULL, status TEXT NOT NULL, seconds REAL, error TEXT, notebook TEXT,
+    mode TEXT, created_at REAL NOT NULL, PRIMARY KEY (analysis, step));
 """
 
 def db_path(run_dir) -> Path:
-    "The results database of a run (a `.sqlite` file given directly is used as is)."
+    "The results database of a run: `$EMBRYO_RESULTS` (a shard's own file) or results.sqlite; a `.sqlite` path as is."
     p = Path(run_dir)
-    return p if p.suffix == ".sqlite" else p / DB_NAME
+    return p if p.suffix == ".sqlite" else p / (os.environ.get("EMBRYO_RESULTS") or DB_NAME)
 
 @contextmanager
 def connect(run_dir, timeout: float = 60.0):
@@ -107,6 +111,53 @@ def done_steps(run_dir, analysis: str) -> list[int]:
     if not db_path(run_dir).exists(): return []
     with connect(run_dir) as con:
         return [r[0] for r in con.execute("SELECT DISTINCT step FROM results WHERE analysis=? ORDER BY step", (analysis,))]
+
+# %% ../nbs/03a_results.ipynb #0037fa71
+def log_job(run_dir, analysis: str, step: int, status: str, seconds: float | None = None, error: str | None = None,
+            notebook: str | None = None, mode: str | None = None):
+    "Record the latest attempt of (analysis, step) in the run's `sweep_log`."
+    with connect(run_dir) as con:
+        con.execute("INSERT OR REPLACE INTO sweep_log VALUES (?,?,?,?,?,?,?,?)",
+                    (analysis, int(step), status, seconds, error, notebook, mode, time.time()))
+
+def read_log(run_dir) -> pd.DataFrame:
+    "The sweep log of the run (latest attempt per analysis and step)."
+    if not db_path(run_dir).exists(): return pd.DataFrame(columns=["analysis", "step", "status", "seconds", "error", "notebook", "mode", "created_at"])
+    with connect(run_dir) as con:
+        return pd.read_sql_query("SELECT * FROM sweep_log ORDER BY analysis, step", con)
+
+# %% ../nbs/03a_results.ipynb #b3e64fa2
+def _groups(con, table: str, key: str = "analysis, step, task") -> dict:
+    return {tuple(r[:-1]): r[-1] for r in con.execute(f"SELECT {key}, MAX(created_at) FROM {table} GROUP BY {key}")}
+
+def merge_results(run_dir, sources: Iterable) -> dict:
+    "Copy the results, samples and sweep log of each source database (or run folder) into `run_dir`'s main database."
+    target = Path(run_dir) if Path(run_dir).suffix == ".sqlite" else Path(run_dir) / DB_NAME
+    counts = dict(results=0, samples=0, sweep_log=0)
+    for src in sources:
+        src = Path(src) if Path(src).suffix == ".sqlite" else Path(src) / DB_NAME
+        if not src.is_file(): raise FileNotFoundError(f"no results database at {src}")
+        if src.resolve() == target.resolve(): continue
+        with connect(target) as con:
+            con.execute("ATTACH DATABASE ? AS src", (str(src),))
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("results", "samples"):
+                    mine, theirs = _groups(con, table), _groups(con, f"src.{table}")
+                    for g, t in theirs.items():
+                        if g in mine and mine[g] >= t: continue
+                        con.execute(f"DELETE FROM {table} WHERE analysis=? AND step=? AND task=?", g)
+                        counts[table] += con.execute(f"INSERT INTO {table} SELECT * FROM src.{table} "
+                                                     "WHERE analysis=? AND step=? AND task=?", g).rowcount
+                counts["sweep_log"] += con.execute(
+                    "INSERT INTO sweep_log SELECT * FROM src.sweep_log WHERE true ON CONFLICT(analysis, step) DO UPDATE "
+                    "SET status=excluded.status, seconds=excluded.seconds, error=excluded.error, notebook=excluded.notebook, "
+                    "mode=excluded.mode, created_at=excluded.created_at WHERE excluded.created_at > sweep_log.created_at").rowcount
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK"); raise
+            con.execute("DETACH DATABASE src")
+    return counts
 
 # %% ../nbs/03a_results.ipynb #a8e87e8b
 def markdown_table(df: pd.DataFrame, digits: int = 3, index: bool = True) -> str:
