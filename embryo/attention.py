@@ -293,18 +293,23 @@ def verdict(run_dir, task: str = "brown") -> str:
     "One sentence on the order in which this run's layers develop the diagonal pattern, computed from the database."
     t = emergence_table(run_dir, task)
     steps = sorted(head_metrics(run_dir, task).step.unique())
-    best = ", ".join(f"layer {l}: {v:.2f}" for l, v in t["diagonal, last step"].items())
+    u = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
+    best = ", ".join(f"layer {l}: {v:.3f}" for l, v in t["diagonal, last step"].items())
+    special = ", ".join(f"layer {l}: {v:.2f}" for l, v in
+                        (t["[CLS] mass, mean over heads, last step"] + t["[SEP] mass, mean over heads, last step"]).items())
+    T = (3 + np.sqrt(9 - 8 * u)) / (2 * u)  # the input length, from the chance level (3T - 2) / T^2
+    context = (f"diagonal mass of each layer's most diagonal head at step {steps[-1]}: {best}, against {u:.3f} for an "
+               f"even spread; attention on [CLS] and [SEP] together, mean over heads: {special}, against {2 / T:.2f}")
     if len(steps) < 2:
-        return (f"Only step {steps[0]} is evaluated (diagonal mass of each layer's most diagonal head: {best}); "
-                "evaluate more steps to see when the diagonal pattern emerges.")
+        return f"Only step {steps[0]} is evaluated ({context}); evaluate more steps to see when the diagonal pattern emerges."
     em = t["emergence step"].to_dict()
     when = ", ".join(f"layer {l} at step {v:.0f}" if not np.isnan(v) else f"layer {l} never" for l, v in em.items())
     ok = order_reproduced(em, len(t))
     s = (f"Between steps {steps[0]} and {steps[-1]} the most diagonal head of each layer reaches half of its rise in "
-         f"attention on positions i-1, i, i+1 ({when}; mass at step {steps[-1]}: {best})")
-    if ok is None: return s + ": no layer develops the diagonal pattern, so the paper's order cannot be tested on this run."
+         f"attention on positions i-1, i, i+1 as follows: {when} ({context})")
+    if ok is None: return s + "; no layer develops the diagonal pattern, so the paper's order cannot be tested on this run."
     ls = paper_layers(len(t))
-    return (s + f": the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last; here layers "
+    return (s + f"; the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last; here layers "
             f"{', '.join(map(str, ls))}) is {'reproduced' if ok else 'not reproduced'} on this run.")
 
 REPORT = [
