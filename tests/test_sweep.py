@@ -1,0 +1,168 @@
+"""The sweep (notebook 10) and the `embryo` command (notebook 11): papermill and in-process give the same numbers,
+done pairs are skipped, a crash is resumed, failures are logged, parallel writers lose nothing, shards merge."""
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from embryo.results import read_log, read_results, write_results
+from embryo.sweep import SweepError, as_run, hub_run, sweep, write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = {"reconstruction": dict(max_words=15), "knowledge": dict(max_facts=15)}
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("results.sqlite*", "notebooks", "figures"))
+    return dst
+
+
+def values(run, analysis):
+    df = read_results(run, analysis)
+    return df.sort_values(["step", "task", "layer", "metric"])[["step", "task", "layer", "metric", "value", "n"]].reset_index(drop=True)
+
+
+def test_papermill_and_inprocess_give_the_same_numbers(fixture_copy, tmp_path):
+    a, b = copy_run(fixture_copy, tmp_path / "a"), copy_run(fixture_copy, tmp_path / "b")
+    ta = sweep(a, ["knowledge", "reconstruction"], steps=[8, 30], workers=2, mode="papermill", options=QUICK, progress=False)
+    tb = sweep(b, ["knowledge", "reconstruction"], steps=[8, 30], mode="inprocess", options=QUICK, progress=False)
+    assert (ta == "done").all().all() and (tb == "done").all().all()
+    for analysis in ("knowledge", "reconstruction"):
+        pd.testing.assert_frame_equal(values(a, analysis), values(b, analysis))
+        assert len(values(a, analysis))
+    for s in (8, 30):  # the executed notebooks are kept, one per (analysis, step)
+        assert (a / "notebooks" / "knowledge" / f"step_{s:07d}.ipynb").is_file()
+    assert not list((a / "notebooks").rglob(".*.ipynb")), "temporary notebooks left behind"
+    assert (a / "figures" / "fig6_world_knowledge.png").exists()  # redrawn once at the end
+    log = read_log(a)
+    assert set(log.status) == {"done"} and set(log["mode"]) == {"papermill"} and len(log) == 4
+
+
+def test_failure_is_logged_and_the_rest_goes_on(fixture_copy, tmp_path):
+    run = copy_run(fixture_copy, tmp_path / "r")
+    # knowledge fails on an unknown relation; reconstruction runs anyway
+    t = sweep(run, ["knowledge", "reconstruction"], steps=[4], mode="papermill",
+              options={"knowledge": dict(relations=["P999"]), "reconstruction": dict(max_words=10)}, progress=False)
+    assert t.loc["knowledge", 4] == "failed" and t.loc["reconstruction", 4] == "done"
+    log = read_log(run).set_index(["analysis", "step"])
+    assert "UnknownRelation" in log.loc[("knowledge", 4), "error"] and "P999" in log.loc[("knowledge", 4), "error"]
+    nb = Path(log.loc[("knowledge", 4), "notebook"])
+    assert nb.is_file() and "P999" in nb.read_text()  # the failed notebook is kept with its traceback
+
+
+def test_bad_requests_name_the_problem(fixture_copy):
+    from embryo.pretrain import CheckpointNotFound
+    with pytest.raises(SweepError, match="unknown analysis 'glu'; the analyses are"):
+        sweep(fixture_copy, ["glu"], progress=False)
+    with pytest.raises(CheckpointNotFound, match="has no checkpoint for step 7; it has 0, 1, 2, 4, 8"):
+        sweep(fixture_copy, ["knowledge"], steps=[7], progress=False)
+    with pytest.raises(SweepError, match="0 <= i < n"):
+        sweep(fixture_copy, ["knowledge"], shard="2/2", progress=False)
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "embryo.cli", *args], capture_output=True, text=True, cwd=ROOT, **kw)
+
+
+def test_interrupted_sweep_resumes_with_what_is_left(fixture_copy, tmp_path):
+    run = copy_run(fixture_copy, tmp_path / "r")
+    args = ["sweep", "--run", str(run), "--analyses", "knowledge", "--mode", "inprocess", "--option", "knowledge.max_facts=15"]
+    p = subprocess.Popen([sys.executable, "-m", "embryo.cli", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None:  # wait for the first finished step, then kill the sweep
+        if (run / "results.sqlite").exists() and len(read_log(run)) >= 1: break
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL); p.wait()
+    first = set(read_log(run).step)
+    assert 1 <= len(first) < 8, "the sweep should have been killed part way"
+    r = _cli(*args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("skipped") == len(first) and r.stdout.count("done") == 8 - len(first), r.stdout
+    assert sorted(read_results(run, "knowledge").step.unique()) == [0, 1, 2, 4, 8, 16, 20, 30]
+    r = _cli(*args)  # nothing left: everything skipped
+    assert r.stdout.count("skipped") == 8 and "done" not in r.stdout
+
+
+def test_cli_exit_status_reports_failures(fixture_copy, tmp_path):
+    run = copy_run(fixture_copy, tmp_path / "r")
+    r = _cli("sweep", "--run", str(run), "--analyses", "knowledge", "--steps", "0", "--mode", "inprocess",
+             "--option", "knowledge.relations=[\"P999\"]")
+    assert r.returncode == 1 and "knowledge step 0: UnknownRelation" in r.stdout, r.stdout + r.stderr
+
+
+def _writer(args):
+    db, worker, batches = args
+    for b in range(batches):
+        # each worker rewrites its own step and, in turn with all others, the shared step 0
+        write_results(db, "stress", 1 + worker, [dict(task="t", metric=f"m{k}", value=b, n=k) for k in range(20)])
+        write_results(db, "stress", 0, [dict(task=f"w{worker}", metric=f"m{k}", value=b) for k in range(20)])
+    return worker
+
+
+def test_eight_parallel_writers_lose_and_duplicate_nothing(tmp_path):
+    db = tmp_path / "results.sqlite"
+    with mp.get_context("spawn").Pool(8) as pool:
+        assert sorted(pool.map(_writer, [(db, w, 15) for w in range(8)])) == list(range(8))
+    df = read_results(db, "stress")
+    assert len(df) == 8 * 20 + 8 * 20  # each worker's step, and each worker's task at step 0
+    assert not df.duplicated(["step", "task", "layer", "metric"]).any()
+    assert set(df.value) == {14.0}  # every group holds its last write
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_shards_write_their_own_files_and_merge_without_loss(fixture_copy, tmp_path):
+    run = copy_run(fixture_copy, tmp_path / "r")
+    for i in range(3):
+        r = _cli("sweep", "--run", str(run), "--analyses", "knowledge", "--shard", f"{i}/3", "--mode", "inprocess",
+                 "--option", "knowledge.max_facts=10")
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert not (run / "results.sqlite").exists()
+    shards = sorted(run.glob("results.shard-*-of-3.sqlite"))
+    assert len(shards) == 3
+    per_shard = [set(read_results(s, "knowledge").step) for s in shards]
+    assert set().union(*per_shard) == {0, 1, 2, 4, 8, 16, 20, 30} and sum(map(len, per_shard)) == 8
+    n = sum(len(read_results(s, "knowledge")) for s in shards)
+    r = _cli("merge", "--run", str(run))
+    assert r.returncode == 0, r.stderr
+    assert len(read_results(run, "knowledge")) == n and len(read_log(run)) == 8
+    _cli("merge", "--run", str(run))  # merging again adds nothing
+    assert len(read_results(run, "knowledge")) == n
+
+
+def test_a_folder_of_hf_checkpoints_is_swept_as_a_run(fixture_copy, tmp_path):
+    for s in (0, 30):
+        shutil.copytree(fixture_copy / "checkpoints" / f"step_{s:07d}", tmp_path / "release" / f"step{s}")
+    shutil.copyfile(fixture_copy / "spiece.model", tmp_path / "release" / "step30" / "spiece.model")
+    run = as_run(tmp_path / "release", tmp_path / "runs" / "release")
+    t = sweep(run, ["knowledge"], mode="inprocess", options=QUICK, progress=False)
+    assert t.loc["knowledge"].tolist() == ["done", "done"]
+
+
+def test_hub_checkpoints_offline_give_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SweepError, match="could not download albert/albert-base-v2@step1000 .* needs the internet"):
+        hub_run("albert/albert-base-v2", ["step1000"], tmp_path / "hub")
+
+
+def test_report_shows_figures_with_paper_numbers_and_verdicts(tmp_path):
+    from embryo.pretrain import fixture_run
+    run = copy_run(fixture_run(), tmp_path / "r")  # with its logs, for Fig. 2a
+    sweep(run, ["knowledge", "reconstruction"], steps=[0, 30], mode="inprocess", options=QUICK, progress=False)
+    r = _cli("report", "--run", str(run), "--figures", str(tmp_path / "fig"))
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "fig" / "index.html").read_text()
+    for needle in ("Embryology Fig. 1", "Embryology Fig. 6", "Embryology Table 9", "Embryology Fig. 2a",
+                   "fig1_reconstruction_by_pos.png", "On this run."):
+        assert needle in page, needle
+    for img in ("fig1_reconstruction_by_pos.png", "fig6_world_knowledge.png", "fig2a_pretraining_loss.png"):
+        assert (tmp_path / "fig" / img).exists()
