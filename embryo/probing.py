@@ -349,10 +349,11 @@ def span_means(model, tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple
                 if ts is None: continue
                 rows.append(r); starts.append(ts[0] + 1); ends.append(ts[1] + 1); where.append(k)  # +1: [CLS]
         h = _hidden_states(model, ids.to(device), att.to(device)).cpu()  # (L+1, B, T, H)
-        cs = torch.cat([torch.zeros_like(h[:, :, :1]), h.cumsum(2)], 2)  # prefix sums: a span mean is two lookups
-        r_, s_, e_ = torch.tensor(rows), torch.tensor(starts), torch.tensor(ends)
-        m = (cs[:, r_, e_] - cs[:, r_, s_]) / (e_ - s_).float()[None, :, None]  # (L+1, n, H)
         if out is None: out = np.zeros((len(spans), h.shape[0], h.shape[-1]), dtype=np.float16)
+        if not rows: continue
+        cs = torch.cat([torch.zeros_like(h[:, :, :1]), h.cumsum(2)], 2)  # prefix sums: a span mean is two lookups
+        r_, s_, e_ = (torch.tensor(x, dtype=torch.long) for x in (rows, starts, ends))
+        m = (cs[:, r_, e_] - cs[:, r_, s_]) / (e_ - s_).float()[None, :, None]  # (L+1, n, H)
         out[where] = m.transpose(0, 1).numpy().astype(np.float16); kept[where] = True
     if out is None: out = np.zeros((len(spans), 1, 1), dtype=np.float16)
     return out, kept
@@ -369,13 +370,14 @@ def cache_file(run_dir, step: int) -> Path:
     "Where the span vectors of a checkpoint are cached."
     return Path(run_dir) / "cache" / "probing" / f"step_{int(step):07d}.npz"
 
-def _load_cache(f: Path, wid: str) -> tuple[dict, np.ndarray | None]:
-    if not f.exists(): return {}, None
+def _load_cache(f: Path, wid: str) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
+    "(key -> row, span vectors, kept flags) of a cache file made from the same weights; empty otherwise."
+    if not f.exists(): return {}, None, None
     try:
         z = np.load(f, allow_pickle=False)
-        if str(z["weights_id"]) != wid: return {}, None
-        return {k: i for i, k in enumerate(z["keys"].tolist())}, z["feats"]
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile): return {}, None  # a damaged cache is rebuilt
+        if str(z["weights_id"]) != wid: return {}, None, None
+        return {k: i for i, k in enumerate(z["keys"].tolist())}, z["feats"], z["kept"]
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile): return {}, None, None  # a damaged cache is rebuilt
 
 def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run_dir=None, step=None,
                   batch_tokens: int = 8192) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -393,26 +395,25 @@ def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run_dir
         b = [span_id(t.texts[x], s, e) if s >= 0 else -1 for x, (s, e) in zip(t.text_ids, t.spans[:, 2:])]
         ref[name] = (np.array(a, dtype=np.int64), np.array(b, dtype=np.int64))
     keys = [k for *_, k in spans]
-    cached, cfeats, wid, f = {}, None, None, None
+    cached, cfeats, ckept, wid, f = {}, None, None, None, None
     if run_dir is not None:
         wid, f = _weights_id(run_dir, step, tok), cache_file(run_dir, step)
-        cached, cfeats = _load_cache(f, wid)
+        cached, cfeats, ckept = _load_cache(f, wid)
     todo = [i for i, k in enumerate(keys) if k not in cached]
-    new, kept_new = span_means(model, tok, texts, [spans[i][:3] for i in todo], device, batch_tokens,
-                               getattr(getattr(model, "config", None), "max_position_embeddings", 512)) if todo else (None, None)
-    L1H = (cfeats.shape[1:] if cfeats is not None and len(cfeats) else None) or (new.shape[1:] if new is not None else (1, 1))
-    feats = np.zeros((len(spans), *L1H), dtype=np.float16); kept = np.zeros(len(spans), dtype=bool)
+    max_len = getattr(getattr(model, "config", None), "max_position_embeddings", 512)
+    new, kept_new = span_means(model, tok, texts, [spans[i][:3] for i in todo], device, batch_tokens, max_len) if todo else (None, None)
+    shape = cfeats.shape[1:] if cfeats is not None and len(cfeats) else new.shape[1:] if new is not None else (1, 1)
+    feats = np.zeros((len(spans), *shape), dtype=np.float16); kept = np.zeros(len(spans), dtype=bool)
     for i, k in enumerate(keys):
-        if k in cached: feats[i] = cfeats[cached[k]]; kept[i] = True
+        if k in cached: feats[i] = cfeats[cached[k]]; kept[i] = ckept[cached[k]]
     if todo:
         feats[todo] = new; kept[todo] = kept_new
-        if run_dir is not None:  # merge with what was cached (other spans of earlier calls), written atomically
-            allk = dict(cached); rows = [cfeats] if cfeats is not None and len(cfeats) else []
-            add = [i for i in todo if kept[i] and keys[i] not in allk]
-            for j, i in enumerate(add): allk[keys[i]] = len(allk)
-            rows.append(feats[add])
+        if run_dir is not None:  # add the new spans (kept or not: a span that does not align never will) to the cache
+            allk = list(cached) + [keys[i] for i in todo]
             buf = io.BytesIO()
-            np.savez(buf, feats=np.concatenate(rows), keys=np.array(list(allk)), weights_id=np.array(wid))
+            np.savez(buf, feats=np.concatenate([cfeats, feats[todo]]) if cfeats is not None else feats[todo],
+                     kept=np.concatenate([ckept, kept[todo]]) if ckept is not None else kept[todo],
+                     keys=np.array(allk), weights_id=np.array(wid))
             atomic_write(f, buf.getvalue())
     out = {}
     for name, (a, b) in ref.items():

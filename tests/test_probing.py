@@ -1,0 +1,187 @@
+"""Edge probing (nbs/07_probing.ipynb): the CoNLL-2012 reader on our own and on real OntoNotes files, the tasks, the
+features and their cache, the probes and control tasks, evaluate_step on the fixture run, the figures."""
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import papermill as pm
+import pytest
+
+from embryo import data as D
+from embryo import probing as PR
+from embryo.pretrain import CheckpointNotFound, list_steps, load_checkpoint
+from embryo.results import read_results
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "probing" / "conll-2012"
+SMALL = dict(max_sentences=200, max_train=300, max_dev=60, max_test=100)  # small caps: the tests check plumbing, not scores
+
+
+# --- the CoNLL-2012 reader ---------------------------------------------------------------------------------------------
+
+def test_reader_on_our_files_in_the_release_layout():
+    sents = PR.read_conll2012(DATA)
+    assert [s.words for s in sents] == [["It", "rained", "."], ["Paris", "is", "big", "."],
+                                        ["Ann", "said", "she", "left", "Boston", "."], ["The", "dog", "barked", "."]]
+    ann = sents[2]
+    assert ann.constituents == [(0, 6, "TOP"), (0, 6, "S"), (0, 1, "NP"), (1, 5, "VP"), (2, 5, "SBAR"), (2, 5, "S"),
+                                (2, 3, "NP"), (3, 5, "VP"), (4, 5, "NP")]
+    assert ann.srl == [(1, [(0, 1, "ARG0"), (2, 5, "ARG1")]), (3, [(2, 3, "ARG0"), (4, 5, "ARG1")])]
+    assert ann.mentions == [(0, 1, 1), (2, 3, 1), (4, 5, 2)] and ann.entities == [(0, 1, "PERSON"), (4, 5, "GPE")]
+    assert sents[0].srl == [(1, [])] and sents[0].mentions == []
+    tasks = PR.ontonotes_tasks(DATA)
+    pos = tasks["pos"]
+    assert {s: int((pos.splits == s).sum()) for s in PR.SPLITS} == {"train": 10, "dev": 3, "test": 4}  # by folder name
+    assert sorted(tasks["srl"].labels) == sorted(["ARG0", "ARG1", "ARG0", "ARG1", "ARG0", "ARG1", "ARG2"])
+    i = tasks["srl"].labels.index("ARG2")
+    assert tasks["srl"].spans[i].tolist() == [1, 2, 2, 3] and tasks["srl"].keys[i] == "big"  # predicate 'is', argument 'big'
+    co = tasks["coref"]  # pairs of mentions in one sentence: (Ann, she) corefer, (Ann, Boston) and (she, Boston) do not
+    assert sorted(co.labels) == ["0", "0", "1"] and co.spans.tolist()[0] == [0, 1, 2, 3]
+    assert "TOP" not in tasks["const"].labels
+
+
+def test_reader_on_the_real_ontonotes_sample():
+    d = PR.ontonotes_sample()
+    s, = PR.read_conll2012(d / "conll_2012" / "subdomain2" / "example.gold_conll")
+    assert " ".join(s.words) == "and that wildness is still in him , as it is with all children ."
+    assert s.pos[:4] == ["CC", "DT", "NN", "VBZ"] and s.pos[-2:] == ["NNS", "."]
+    # (TOP (S and (NP that wildness) (VP is (ADVP still) (PP in (NP him)) , (SBAR as (S (NP it) (VP is (PP with (NP all children)))))) .))
+    assert s.constituents == [(0, 15, "TOP"), (0, 15, "S"), (1, 3, "NP"), (3, 14, "VP"), (4, 5, "ADVP"), (5, 7, "PP"),
+                              (6, 7, "NP"), (8, 14, "SBAR"), (9, 14, "S"), (9, 10, "NP"), (10, 14, "VP"), (11, 14, "PP"),
+                              (12, 14, "NP")]
+    assert s.srl == [(3, [(0, 1, "ARGM-DIS"), (1, 3, "ARG1"), (4, 5, "ARGM-TMP"), (5, 7, "ARG2"), (8, 14, "ARGM-ADV")]),
+                     (10, [(9, 10, "ARG1"), (11, 14, "ARG2")])]
+    assert s.mentions == [(6, 7, 14)]  # 'him'
+    first = PR.read_conll2012(d / "conll_2012" / "subdomain" / "example.gold_conll")[0]
+    assert first.words[:4] == ["Mali", "government", "officials", "say"] and first.entities == [(0, 1, "GPE")]
+    assert first.mentions == [(4, 7, 1), (4, 8, 3)]  # 'the woman 's' inside 'the woman 's confession'
+    assert (0, 2, "NML") in first.constituents and (4, 10, "SBAR") in first.constituents
+    coref = PR.read_conll2012(d / "coref" / "coref.gold_conll")
+    assert len(coref) == 7 and coref[0].words[23:25] == ["Hong", "Kong"] and (23, 25, 23) in coref[0].mentions
+    assert len(PR.read_conll2012(d / "srl" / "nt_6401.gold_conll")) == 37
+    assert len(PR.read_conll2012(d)) == 49  # all four files
+
+
+def test_reader_names_file_and_line_of_errors(tmp_path):
+    good = (DATA / "test" / "demo.gold_conll").read_text()
+    f = tmp_path / "bad.gold_conll"
+    f.write_text(good.replace("(ADJP*))", "(ADJP*)"))
+    with pytest.raises(PR.ConllError, match=r"bad\.gold_conll, line 2: the parse bits of this sentence do not balance"):
+        PR.read_conll2012(f)
+    f.write_text(good.replace("(ARG2*)", "(ARG2*"))
+    with pytest.raises(PR.ConllError, match="still open"):
+        PR.read_conll2012(f)
+    f.write_text(good.replace("(V*)", "*"))
+    with pytest.raises(PR.ConllError, match=r"argument column 12 has 0 \(V\*\) predicates"):
+        PR.read_conll2012(f)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no .*_conll files under"):
+        PR.read_conll2012(tmp_path / "empty")
+
+
+# --- built-in tasks, control labels, probes -----------------------------------------------------------------------------
+
+def test_builtin_tasks_are_fixed_and_aligned_with_the_words():
+    a = PR.builtin_tasks(**SMALL)
+    b = PR.builtin_tasks(**SMALL)
+    assert list(a) == list(PR.BUILTIN_TASKS)
+    for name in a:
+        assert a[name].labels == b[name].labels and (a[name].spans == b[name].spans).all()  # seeded: the same targets
+        assert (a[name].splits == "train").sum() <= 300 and (a[name].splits == "test").sum() <= 100
+    pos = a["pos_brown"]
+    sents = PR.brown_sentences(200)
+    for k in range(0, len(pos), 37):  # the label is the gold Brown tag of that word, without its suffixes
+        t, s = pos.text_ids[k], pos.spans[k, 0]
+        assert pos.labels[k] == PR.brown_base_tag(sents[t][1][s]) and pos.keys[k] == sents[t][0][s].lower()
+    assert set(a["const_silver"].labels) <= {"S", "SBAR", "VP", "NP", "PP", "ADJP", "ADVP", "X"}
+    assert a["dep_silver"].pairs and "nsubj" in a["dep_silver"].labels and "PERSON" in a["ner_silver"].labels
+
+
+def test_control_labels_one_per_word_type_in_the_label_distribution():
+    rng = np.random.default_rng(1)
+    keys = [f"w{i}" for i in rng.integers(0, 300, 5000)]
+    labels = list(rng.choice(["a", "b", "c"], 5000, p=[0.6, 0.3, 0.1]))
+    train = np.arange(5000) < 4000
+    ctl = PR.control_labels(keys, labels, train)
+    assert all(len({c for k2, c in zip(keys, ctl) if k2 == k}) == 1 for k in set(keys[:50]))
+    per_type = dict(zip(keys, ctl))
+    share = {c: list(per_type.values()).count(c) / len(per_type) for c in "abc"}
+    assert abs(share["a"] - 0.6) < 0.1 and abs(share["c"] - 0.1) < 0.06
+    assert PR.control_labels(keys, labels, train) == ctl  # seeded
+
+
+def test_probes_find_the_layer_that_holds_the_label():
+    rng = np.random.default_rng(0)
+    n = 1200; y = rng.integers(0, 3, n)
+    X = rng.normal(size=(n, 3, 6)).astype(np.float32)
+    X[:, 2, 0] += 5 * (y == 1); X[:, 2, 1] += 5 * (y == 2)  # only layer 2 knows the label
+    split = np.array(["train"] * 800 + ["dev"] * 150 + ["test"] * 250)
+    pred = PR.train_probes(X, np.stack([y, rng.integers(0, 3, n)]), split, 3)
+    assert pred.shape == (2, 3, 250)
+    f1 = [PR.micro_f1(y[950:], pred[0, l]) for l in range(3)]
+    assert f1[2] > 0.95 and max(f1[:2]) < 0.5, f1
+
+
+# --- one checkpoint of the fixture run -----------------------------------------------------------------------------------
+
+def test_missing_step_and_unknown_task_are_named(fixture_copy):
+    with pytest.raises(CheckpointNotFound, match="has no checkpoint for step 25; it has 0, 1, 2, 4, 8, 16, 20, 30"):
+        PR.evaluate_step(fixture_copy, 25)
+    with pytest.raises(PR.UnknownTask, match="unknown probing task.s. chunk; the tasks are pos, const, srl, coref, pos_brown"):
+        PR.evaluate_step(fixture_copy, 30, tasks="pos_brown,chunk")
+    with pytest.raises(PR.UnknownTask, match="need OntoNotes 5.0 CoNLL-2012 files"):
+        PR.evaluate_step(fixture_copy, 30, tasks=["srl"])
+    with pytest.raises(ValueError, match=r"layer\(s\) \[7\] out of range: this model has layers 0 \(embeddings\) to 2"):
+        PR.evaluate_step(fixture_copy, 30, layers="0,7")
+
+
+def test_papermill_one_step_then_rerun_is_idempotent(fixture_copy, tmp_path):
+    step = list_steps(fixture_copy)[-1]
+    pm.execute_notebook(str(ROOT / "nbs" / "07_probing.ipynb"), str(tmp_path / "out.ipynb"), cwd=str(ROOT / "nbs"),
+                        parameters=dict(run_dir=str(fixture_copy), step=step, tasks="pos_brown,dep_silver,ner_silver",
+                                        figures_dir=str(tmp_path / "fig")),
+                        progress_bar=False, kernel_name="python3")
+    rows = read_results(fixture_copy, PR.ANALYSIS, step=step)
+    assert set(rows.task) == {"pos_brown", "dep_silver", "ner_silver"}
+    f1 = rows[rows.metric == "f1"]
+    assert set(f1.layer) == {0, 1, 2} and f1.value.between(0, 1).all() and (f1.n > 0).all()
+    sel = rows.pivot_table(index=["task", "layer"], columns="metric", values="value").dropna()
+    assert np.allclose(sel.selectivity, sel.f1 - sel.control_f1)
+    assert PR.cache_file(fixture_copy, step).exists()
+    assert {p.stem for p in (tmp_path / "fig").iterdir()} >= {r["file"] for r in PR.REPORT}
+    again = PR.evaluate_step(fixture_copy, step, tasks="pos_brown,dep_silver,ner_silver")  # from the feature cache
+    rows2 = read_results(fixture_copy, PR.ANALYSIS, step=step)
+    assert len(rows2) == len(rows) == len(again)
+    m = rows.merge(rows2, on=["task", "layer", "metric"])
+    assert (m.value_x == m.value_y).all()  # seeded probes on the same float16 features: the same numbers
+
+
+def test_feature_cache_is_dropped_when_the_checkpoint_changes(fixture_copy):
+    tok = D.load_tokenizer(fixture_copy)
+    model = load_checkpoint(fixture_copy, 0)
+    tasks = PR.builtin_tasks(["pos_brown"], max_sentences=30, max_train=40, max_dev=10, max_test=10)
+    x1, k1 = PR.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
+    x2, _ = PR.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
+    assert k1.mean() > 0.9 and (x1 == x2).all()
+    w = fixture_copy / "checkpoints" / "step_0000000" / "model.safetensors"
+    os.utime(w, ns=(w.stat().st_atime_ns, w.stat().st_mtime_ns + 10**9))  # a new file in its place
+    f = PR.cache_file(fixture_copy, 0)
+    before = f.stat().st_mtime_ns
+    x3, _ = PR.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
+    assert f.stat().st_mtime_ns != before and (x3 == x1).all()  # recomputed (same weights here, so the same values)
+
+
+def test_ontonotes_tasks_run_and_figures_say_what_is_absent(fixture_copy, tmp_path):
+    rows = PR.evaluate_step(fixture_copy, 0, tasks="pos,srl", ontonotes=PR.ontonotes_sample(), max_epochs=5)
+    assert set(rows.task) == {"pos", "srl"}
+    PR.evaluate_step(fixture_copy, 0, tasks="pos_brown,const_silver", max_epochs=5, **SMALL)
+    PR.evaluate_step(fixture_copy, 30, tasks="pos_brown,const_silver", max_epochs=5, **SMALL)
+    paths = PR.redraw(fixture_copy, tmp_path)
+    assert sorted(p.name for p in paths) == sorted(f"{r['file']}.{e}" for r in PR.REPORT
+                                                   for e in (("md", "csv") if r["file"].startswith("table") else ("png", "svg")))
+    svg = (tmp_path / "fig10_probing_const_srl_coref.svg").read_text()
+    assert "no coreference results in this run" in svg and "const_silver" in svg  # srl is there, coref is not
+    md = (tmp_path / "table_probing_selectivity.md").read_text()
+    assert "| pos_brown | 0 |" in md and "selectivity" in md
+    assert PR.verdict(fixture_copy).startswith("At step 30, layer 2 probes reach test micro-F1")
