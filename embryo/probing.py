@@ -247,14 +247,18 @@ class ProbeTask:
         n = {s: int((self.splits == s).sum()) for s in SPLITS}
         return f"ProbeTask({self.name}: {len(set(self.labels))} labels, {n['train']}/{n['dev']}/{n['test']} targets, {len(self.texts)} texts)"
 
+def _draw_rank(t: tuple, seed: int) -> str:
+    "A seeded pseudo-random rank of a target from its text and the span that carries its key, the same in every task."
+    s, e = (t[3], t[4]) if t[3] >= 0 else (t[1], t[2])
+    return hashlib.md5(f"{seed}:{t[0]}:{s}:{e}".encode()).hexdigest()
+
 def make_task(name, texts, targets, text_splits, max_train=3000, max_dev=500, max_test=1000, seed=0) -> ProbeTask:
     "A `ProbeTask` from (text, s1, e1, s2, e2, label, key) tuples, each split capped by a seeded draw."
     caps = dict(train=max_train, dev=max_dev, test=max_test)
-    rng = np.random.default_rng([seed, int(hashlib.md5(name.encode()).hexdigest()[:8], 16)])
     keep = []
     for sp in SPLITS:
         idx = [k for k, t in enumerate(targets) if text_splits[t[0]] == sp]
-        if caps[sp] is not None and len(idx) > caps[sp]: idx = sorted(rng.choice(idx, caps[sp], replace=False).tolist())
+        if caps[sp] is not None and len(idx) > caps[sp]: idx = sorted(sorted(idx, key=lambda k: _draw_rank(targets[k], seed))[:caps[sp]])
         keep += idx
     t = [targets[k] for k in keep]
     return ProbeTask(name, [list(x) for x in texts], np.array([x[0] for x in t], dtype=np.int64),
