@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import tempfile
+import textwrap
 import time
 import zipfile
 from contextlib import contextmanager
@@ -605,11 +606,11 @@ def _layer_panel(ax, df, task, title, n_layers, control=False):
             ax.plot(t.index, t[l], ls, marker="." if ls == "-" else None, color=_layer_colour(l, n_layers),
                     label=f"layer {l}" if ls == "-" else None)
     ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(textwrap.fill(title, 48), fontsize=9)
 
 def _absent(ax, title, text):
-    ax.set_title(title, fontsize=9); ax.set_xticks([]); ax.set_yticks([])
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8, color="0.35", wrap=True)
+    ax.set_title(textwrap.fill(title, 48), fontsize=9); ax.set_xticks([]); ax.set_yticks([])
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8, color="0.35")
 
 def _n_layers(df) -> int: return int(df[df.layer >= 0].layer.max())
 
@@ -655,8 +656,8 @@ def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False)
     paths = save_figure(fig, out_dir or Path(run_dir) / "figures", name); plt.close(fig)
     return paths
 
-_NO_DATA = ("no {what} results in this run: {what} needs OntoNotes 5.0 CoNLL-2012 files\n"
-            "(evaluate_step(..., ontonotes=<folder>)); no {what} data ships with the project")
+_NO_DATA = ("no {what} results in this run:\n{what} needs OntoNotes 5.0\nCoNLL-2012 files, passed as\n"
+            "evaluate_step(..., ontonotes=<folder>);\nno such data ships with the project")
 
 def plot_fig3(run_dir, out_dir=None) -> list[Path]:
     "Fig. 3: POS F1 per layer over pretraining steps, one panel per POS task present."
