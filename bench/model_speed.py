@@ -16,19 +16,7 @@ import transformers
 
 from embryo.config import get_config
 from embryo.model import AlbertForPreTraining
-
-
-def make_batch(vocab, batch, seq, device, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab, (batch, seq), generator=g)
-    labels = torch.full_like(ids, -100)
-    pick = torch.rand(batch, seq, generator=g) < 0.15
-    labels[pick] = ids[pick]
-    ids[pick] = 4  # [MASK]
-    types = torch.zeros_like(ids)
-    types[:, seq // 2:] = 1
-    sop = torch.randint(0, 2, (batch,), generator=g)
-    return {k: v.to(device) for k, v in dict(input_ids=ids, token_type_ids=types, labels=labels, sentence_order_label=sop).items()}
+from embryo.ablations import make_batch, tokens_per_s  # shared with ALBERT Table 3's throughput (notebook 09)
 
 
 def step_fn(model, opt, batch, logits, dtype):
@@ -40,15 +28,6 @@ def step_fn(model, opt, batch, logits, dtype):
         opt.zero_grad(set_to_none=True)
         return loss
     return step
-
-
-def tokens_per_s(step, n_tokens, steps, device):
-    step()  # warm-up
-    if device.type == "cuda": torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(steps): step()
-    if device.type == "cuda": torch.cuda.synchronize()
-    return n_tokens * steps / (time.perf_counter() - t)
 
 
 def compare(preset, batch, seq, steps, device, dtype):

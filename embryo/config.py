@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'TRAIN_PRESETS', 'PAPER_PARAMS', 'ConfigError', 'ModelConfig', 'get_config',
-           'TrainConfig', 'get_train_config', 'count_parameters', 'param_table', 'atomic_write', 'write_param_tables']
+__all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'TRAIN_PRESETS', 'PAPER_PARAMS', 'ConfigError', 'ModelConfig',
+           'get_config', 'TrainConfig', 'get_train_config', 'count_parameters', 'param_table', 'atomic_write',
+           'write_param_tables']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -84,6 +85,7 @@ PRESETS = {
     "small": _albert(512, 6, vocab_size=16000, num_attention_heads=8),
     "base": _albert(768, 12), "large": _albert(1024, 24), "xlarge": _albert(2048, 24), "xxlarge": _albert(4096, 12),
     "bert-base": _bert(768, 12), "bert-large": _bert(1024, 24), "bert-xlarge": _bert(2048, 24),
+    "bert-tiny": {**_bert(256, 4), "vocab_size": 8000, "num_attention_heads": 4},
 }
 
 def get_config(preset: str = "base", # a name in `PRESETS`
@@ -123,8 +125,11 @@ class TrainConfig:
     resume_every: int = 1000  # steps between resume points (runs/<run>/resume/), besides every checkpoint
     log_every: int = 100
     eval_sequences: int = 256  # held-out sequences for the final MLM accuracy
+    sentence_task: str = "sop"  # sentence-level loss (ALBERT section 4.6, Table 6): sop | nsp | none
 
     def __post_init__(self):
+        if self.sentence_task not in SENTENCE_TASKS:
+            raise ConfigError(f"TrainConfig.sentence_task={self.sentence_task!r} is not one of {', '.join(SENTENCE_TASKS)}")
         for f in ("batch_size", "grad_accum", "max_seq_length", "total_steps", "log_every", "resume_every"):
             if getattr(self, f) < 1: raise ConfigError(f"TrainConfig.{f} must be at least 1, got {getattr(self, f)}")
         if self.warmup_steps < 0 or self.warmup_steps > self.total_steps:
@@ -135,7 +140,12 @@ class TrainConfig:
         if self.max_predictions is not None and self.max_predictions < 1:
             raise ConfigError(f"TrainConfig.max_predictions must be at least 1 (or None for ALBERT's cap), got {self.max_predictions}")
 
-    def to_dict(self): return asdict(self)
+    def to_dict(self):
+        "The fields as a dict; fields added after runs existed are left out at their old behaviour, so those runs' `config.json` still matches."
+        return {k: v for k, v in asdict(self).items() if _LATER_FIELDS.get(k, object()) != v}
+
+SENTENCE_TASKS = ("sop", "nsp", "none")  # ALBERT Table 6: sentence-order, BERT's next-sentence, no sentence loss
+_LATER_FIELDS = dict(sentence_task="sop")  # field: the value every run had before the field existed
 
 _ALBERT_TRAIN = dict(batch_size=4096, learning_rate=0.00176, total_steps=125_000, warmup_steps=3125)
 TRAIN_PRESETS = {
@@ -145,8 +155,10 @@ TRAIN_PRESETS = {
     "small": dict(batch_size=64, max_seq_length=256, learning_rate=1.5e-3, warmup_steps=1000, total_steps=20_000,
                   tokenizer_vocab_size=16000, checkpoint_every=[[500, 5000], [1000, None]], log_every=50),
     "base": dict(),  # the embryology paper's ALBERT-base (appendix B.1)
-    **{p: dict(_ALBERT_TRAIN) for p in ("large", "xlarge", "xxlarge", "bert-base", "bert-large", "bert-xlarge")},
+    **{p: dict(_ALBERT_TRAIN) for p in ("large", "xlarge", "xxlarge")},
+    **{p: dict(_ALBERT_TRAIN, sentence_task="nsp") for p in ("bert-base", "bert-large", "bert-xlarge")},  # BERT-style
 }
+TRAIN_PRESETS["bert-tiny"] = dict(TRAIN_PRESETS["tiny"], sentence_task="nsp")
 
 def get_train_config(preset: str = "base", **overrides) -> TrainConfig:
     "The `TrainConfig` of `preset` with `overrides`; unknown names raise a `ConfigError` listing the valid ones."

@@ -26,7 +26,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .config import atomic_write
+from .config import atomic_write, SENTENCE_TASKS
 
 # %% auto #0
 __all__ = ['SOURCES', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'SPECIALS', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID',
@@ -34,8 +34,9 @@ __all__ = ['SOURCES', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'SP
            'split_sentences', 'heldout_brown_files', 'detokenize', 'read_brown', 'wiki_to_paragraphs', 'read_wikipedia',
            'read_ptb', 'read_lines_as_documents', 'write_corpus', 'source_records', 'manifest_is_complete',
            'corpus_is_complete', 'fetch', 'CorpusError', 'read_corpus', 'preprocess_text', 'train_tokenizer',
-           'Tokenizer', 'load_tokenizer', 'truncate_pair', 'create_examples', 'albert_max_predictions', 'word_spans',
-           'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset', 'example_rng', 'collate']
+           'Tokenizer', 'load_tokenizer', 'truncate_pair', 'create_examples', 'create_nsp_examples', 'example_builder',
+           'albert_max_predictions', 'word_spans', 'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset',
+           'example_rng', 'collate']
 
 # %% ../nbs/02_data.ipynb #66110312
 @dataclass(frozen=True)
@@ -522,6 +523,52 @@ def create_examples(documents_ids: Sequence[Sequence[Sequence[int]]], # document
     order = rng.permutation(len(out))
     return [out[i] for i in order]
 
+# %% ../nbs/02_data.ipynb #42f0b139
+def create_nsp_examples(documents_ids: Sequence[Sequence[Sequence[int]]], # documents of sentences of token ids
+                        max_seq_length: int, # tokens per example, [CLS] and two [SEP] included
+                        rng: np.random.Generator, # the one generator of the whole dataset
+                        short_seq_prob: float = 0.1, # chance of a shorter random target length
+                        dupe_factor: int = 1, # passes over the documents
+                        cls_id: int = CLS_ID, sep_id: int = SEP_ID) -> list[dict]:
+    "BERT's next-sentence examples: B follows A (label 0) or comes from another document (label 1), shuffled."
+    max_tokens = max_seq_length - 3
+    if max_tokens < 2: raise ValueError(f"max_seq_length={max_seq_length} leaves no room for two segments")
+    draw_target = lambda: int(rng.integers(2, max_tokens + 1)) if rng.random() < short_seq_prob else max_tokens
+    out = []
+    for _ in range(dupe_factor):
+        for d, doc in enumerate(documents_ids):
+            target, chunk, where, length, i = draw_target(), [], [], 0, 0
+            while i < len(doc):
+                if len(doc[i]): chunk.append(doc[i]); where.append(i); length += len(doc[i])
+                if chunk and (i == len(doc) - 1 or length >= target):
+                    a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
+                    a = [t for s in chunk[:a_end] for t in s]
+                    random_next = len(documents_ids) > 1 and (len(chunk) == 1 or rng.random() < 0.5)
+                    if random_next:
+                        other = d
+                        while other == d: other = int(rng.integers(len(documents_ids)))
+                        o, b = documents_ids[other], []
+                        for sent in (o[int(rng.integers(len(o))):] if len(o) else ()):
+                            b += sent
+                            if len(b) >= max(1, target - len(a)): break
+                        if a_end < len(chunk): i = where[a_end] - 1  # the unused sentences start the next chunk
+                    else: b = [t for s in chunk[a_end:] for t in s]
+                    if a and b:
+                        truncate_pair(a, b, max_tokens, rng)
+                        out.append(dict(input_ids=[cls_id, *a, sep_id, *b, sep_id],
+                                        token_type_ids=[0] * (len(a) + 2) + [1] * (len(b) + 1),
+                                        sentence_order_label=int(random_next)))
+                    target, chunk, where, length = draw_target(), [], [], 0
+                i += 1
+    order = rng.permutation(len(out))
+    return [out[i] for i in order]
+
+def example_builder(sentence_task: str):
+    "The maker of `sentence_task`'s pairs: NSP pairs for `nsp`; SOP pairs for `sop` and `none` (no sentence loss, same inputs)."
+    if sentence_task not in SENTENCE_TASKS:
+        raise ValueError(f"sentence_task={sentence_task!r} is not one of {', '.join(SENTENCE_TASKS)}")
+    return create_nsp_examples if sentence_task == "nsp" else create_examples
+
 # %% ../nbs/02_data.ipynb #a32182eb
 NGRAM_P = lambda max_ngram=3: (lambda w: w / w.sum())(1 / np.arange(1, max_ngram + 1))
 
@@ -598,9 +645,10 @@ def _fingerprint(corpus) -> str:
     return hashlib.sha256(str(corpus).encode()).hexdigest()  # a hub name
 
 def dataset_key(corpus, tokenizer: Tokenizer, max_seq_length: int, seed: int, dupe_factor: int,
-                short_seq_prob: float) -> str:
-    "The cache name of a dataset: a hash of the corpus, the tokenizer and every parameter."
+                short_seq_prob: float, sentence_task: str = "sop") -> str:
+    "The cache name of a dataset: a hash of the corpus, the tokenizer and every parameter (NSP data never shares SOP's)."
     parts = [DATASET_FORMAT, _fingerprint(corpus), tokenizer.sha256, max_seq_length, seed, dupe_factor, short_seq_prob]
+    if example_builder(sentence_task) is not create_examples: parts.append(sentence_task)  # SOP keys stay as they were
     return f"examples-{max_seq_length}-" + hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 def build_dataset(corpus, # a corpus file (or anything `read_corpus` takes)
@@ -610,18 +658,20 @@ def build_dataset(corpus, # a corpus file (or anything `read_corpus` takes)
                   seed: int = 0, # seeds the one generator of example creation
                   dupe_factor: int = 1,
                   short_seq_prob: float = 0.1,
-                  verbose: bool = False):
-    "The unmasked sentence-order examples of `corpus` as a `datasets.Dataset`, cached as Arrow in `cache_dir`."
+                  verbose: bool = False,
+                  sentence_task: str = "sop"): # which pairs: sop (and none) or nsp, see `example_builder`
+    "The unmasked sentence-pair examples of `corpus` as a `datasets.Dataset`, cached as Arrow in `cache_dir`."
     import datasets
+    make = example_builder(sentence_task)
     tok = load_tokenizer(tokenizer)
-    out = Path(cache_dir).expanduser() / dataset_key(corpus, tok, max_seq_length, seed, dupe_factor, short_seq_prob)
+    out = Path(cache_dir).expanduser() / dataset_key(corpus, tok, max_seq_length, seed, dupe_factor, short_seq_prob, sentence_task)
     if (out / "dataset_info.json").exists(): return datasets.load_from_disk(str(out))
     t0 = time.time()
     docs = read_corpus(corpus)
     flat = tok.encode_batch([s for d in docs for s in d])
     it = iter(flat); docs_ids = [[next(it) for _ in d] for d in docs]
-    ex = create_examples(docs_ids, max_seq_length, np.random.default_rng(seed), short_seq_prob, dupe_factor,
-                         tok.cls_id, tok.sep_id)
+    ex = make(docs_ids, max_seq_length, np.random.default_rng(seed), short_seq_prob,
+              dupe_factor, tok.cls_id, tok.sep_id)
     feats = datasets.Features(input_ids=datasets.Sequence(datasets.Value("int32")),
                               token_type_ids=datasets.Sequence(datasets.Value("int8")),
                               sentence_order_label=datasets.Value("int8"))

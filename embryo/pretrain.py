@@ -235,7 +235,7 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig):
         raise ConfigError(f"{run_dir / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is {mc.vocab_size}; "
                           "set vocab_size and tokenizer_vocab_size to the same number")
     ds = D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=tc.max_seq_length, seed=tc.seed,
-                         short_seq_prob=tc.short_seq_prob)
+                         short_seq_prob=tc.short_seq_prob, sentence_task=tc.sentence_task)
     return tok, ds
 
 # %% ../nbs/03_pretrain.ipynb #3fef3168
@@ -263,7 +263,8 @@ def _read_log(f: Path, upto: int) -> list[dict]:
             if r["step"] <= upto: rows.append(r)
     return rows
 
-def train_step(model, batches: list[dict], n_masked: int, n_seq: int, world: int, device, ddp=None) -> torch.Tensor:
+def train_step(model, batches: list[dict], n_masked: int, n_seq: int, world: int, device, ddp=None,
+               sentence_loss: bool = True) -> torch.Tensor:
     "Forward and backward over the micro-batches of one step; returns the summed [mlm loss, sop loss, mlm correct, sop correct]."
     stats = torch.zeros(4, device=device, dtype=torch.float64)
     amp = device.type == "cuda"
@@ -275,7 +276,7 @@ def train_step(model, batches: list[dict], n_masked: int, n_seq: int, world: int
             target = b["labels"][b["labels"] != -100]
             mlm = F.cross_entropy(out.prediction_logits.float(), target, reduction="sum")
             sop = F.cross_entropy(out.sop_logits.float(), b["sentence_order_label"], reduction="sum")
-            ((mlm / n_masked + sop / n_seq) * world).backward()
+            ((mlm / n_masked + (sop / n_seq if sentence_loss else 0.0)) * world).backward()
         stats += torch.stack([mlm.detach(), sop.detach(), (out.prediction_logits.argmax(-1) == target).sum(),
                               (out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum()]).double()
     return stats
@@ -314,7 +315,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
             batches = [data.collate(ks) for ks in np.array_split(mine, tc.grad_accum)]
             counts = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches), len(mine)], dtype=torch.float64)
             if world > 1: dist.all_reduce(counts)
-            stats = train_step(model, batches, counts[0].item(), counts[1].item(), world, dev, ddp)
+            stats = train_step(model, batches, counts[0].item(), counts[1].item(), world, dev, ddp, tc.sentence_task != "none")
             if world > 1: dist.all_reduce(stats)
             mlm_loss, sop_loss = (stats[0] / counts[0]).item(), (stats[1] / counts[1]).item()
             if not math.isfinite(mlm_loss + sop_loss):
@@ -330,7 +331,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
             if rank == 0:
                 if step % tc.log_every == 0 or step == 1 or step == tc.total_steps:
                     dt = time.perf_counter() - t0
-                    rec = dict(step=step, loss=mlm_loss + sop_loss, mlm_loss=mlm_loss, mlm_accuracy=(stats[2] / counts[0]).item(),
+                    rec = dict(step=step, loss=mlm_loss + sop_loss * (tc.sentence_task != "none"), mlm_loss=mlm_loss, mlm_accuracy=(stats[2] / counts[0]).item(),
                                sop_loss=sop_loss, sop_accuracy=(stats[3] / counts[1]).item(), lr=lr, tokens_per_s=tokens / dt)
                     log.write(json.dumps(rec) + "\n"); log.flush()
                     bar.set_postfix(loss=f"{rec['loss']:.3f}", mlm_acc=f"{rec['mlm_accuracy']:.3f}")
@@ -347,18 +348,18 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
     return result
 
 # %% ../nbs/03_pretrain.ipynb #8157d706
-def heldout_examples(tok, max_seq_length: int, seed: int = 0) -> list[dict]:
-    "Sentence-order examples from the held-out Brown files (one document per file), in a fixed order."
+def heldout_examples(tok, max_seq_length: int, seed: int = 0, sentence_task: str = "sop") -> list[dict]:
+    "Sentence-pair examples (`sop` or `nsp`) from the held-out Brown files (one document per file), in a fixed order."
     docs = {}
     for line in (D.fetch(verbose=False) / "heldout_brown.jsonl").read_text().splitlines():
         r = json.loads(line)
         docs.setdefault(r["file"], []).append(D.detokenize(r["words"]).lower())
     ids = [[tok.encode(s) for s in sents] for _, sents in sorted(docs.items())]
-    return D.create_examples(ids, max_seq_length, np.random.default_rng([seed, 7]), short_seq_prob=0.0)
+    return D.example_builder(sentence_task)(ids, max_seq_length, np.random.default_rng([seed, 7]), short_seq_prob=0.0)
 
 @torch.no_grad()
 def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: int = 32) -> dict:
-    "MLM and SOP accuracy on held-out sequences, beside the most-frequent-token baseline."
+    "MLM accuracy (beside the most-frequent-token baseline) and sentence-head accuracy on held-out SOP and NSP pairs."
     examples = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)[: tc.eval_sequences]
     counts = np.zeros(tok.vocab_size, dtype=np.int64)
     for ids in train_ds.select(range(min(len(train_ds), 2000)))["input_ids"]: np.add.at(counts, ids, 1)
@@ -375,10 +376,17 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
         hits += int((out.prediction_logits.argmax(-1)[m] == b["labels"][m]).sum()); n += int(m.sum())
         base += int((b["labels"][m] == top).sum())
         sop_hits += int((out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum())
+    nsp = heldout_examples(tok, tc.max_seq_length, seed=tc.seed, sentence_task="nsp")[: tc.eval_sequences]
+    nsp_data, nsp_hits = Batches(nsp, tok, tc), 0
+    for s in range(0, len(nsp), batch_size):
+        b = {k: v.to(device) for k, v in nsp_data.collate(range(s, min(s + batch_size, len(nsp)))).items()}
+        out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"], logits="masked")
+        nsp_hits += int((out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum())
     model.train()
     return dict(heldout_sequences=len(examples), masked_tokens=n, mlm_accuracy=hits / max(n, 1),
                 baseline_accuracy=base / max(n, 1), baseline_token=tok.pieces[top],
-                sop_accuracy=sop_hits / max(len(examples), 1))
+                sop_accuracy=sop_hits / max(len(examples), 1), nsp_accuracy=nsp_hits / max(len(nsp), 1),
+                nsp_sequences=len(nsp))
 
 # %% ../nbs/03_pretrain.ipynb #eafdef11
 def save_figure(fig, out_dir, name: str) -> list[Path]:

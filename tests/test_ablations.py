@@ -1,0 +1,127 @@
+"""ALBERT ablations (notebook 09): papermill run and resumable rerun, errors, significance, NSP data, a micro BERT run
+through the pipeline and the analyses, and that runs written before `sentence_task` existed stay valid."""
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import papermill as pm
+import pytest
+
+from embryo import ablations as A
+from embryo import data as D
+from embryo import pretrain as P
+from embryo.config import get_config, get_train_config, ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+NB = ROOT / "nbs" / "09_albert_ablations.ipynb"
+
+
+@pytest.fixture(scope="module")
+def ablation_root(tmp_path_factory):
+    "Table 6 at the micro scale, 2 seeds, 3 steps, run through the notebook with papermill."
+    root = tmp_path_factory.mktemp("ablations")
+    pm.execute_notebook(str(NB), str(root / "out.ipynb"), kernel_name="python3", progress_bar=False,
+                        parameters=dict(steps=3, seeds=2, tables=["table6"], root=str(root), figures_dir=str(root / "tables")))
+    return root
+
+
+def test_notebook_writes_table6_with_paper_and_spread(ablation_root):
+    csv = ablation_root / "tables" / "table6_sentence_loss.csv"
+    df = pd.read_csv(csv)
+    assert list(df.config) == ["all-E32-none", "all-E32-nsp", "all-E32-sop"]
+    assert (df.seeds == 2).all()
+    assert list(df.paper_sop) == [53.3, 52.0, 86.5]
+    assert df["mlm"].str.contains("±").all()  # mean ± std over the two seeds
+    assert df["sop_vs_ref"].isna().iloc[-1] and df["sop_vs_ref"].iloc[0].startswith(("+", "-"))
+    assert (df.reference == "all-E32-sop").all()
+    md = (ablation_root / "tables" / "table6_sentence_loss.md").read_text()
+    assert md.startswith("# ALBERT Table 6") and "micro" in md
+    for s in (0, 1):
+        for t in ("none", "nsp", "sop"):
+            cfg = json.loads((ablation_root / f"all-E32-{t}-seed{s}" / "config.json").read_text())["train"]
+            assert cfg.get("sentence_task", "sop") == t and cfg["seed"] == s
+    assert "Table 6 at the micro scale" in A.verdict(ablation_root)
+
+
+def test_rerun_trains_nothing_and_redraw_is_the_same(ablation_root, tmp_path):
+    evals = {p: p.stat().st_mtime for p in ablation_root.glob("*/logs/eval.json")}
+    assert len(evals) == 6
+    before = pd.read_csv(ablation_root / "tables" / "table6_sentence_loss.csv")
+    A.run_ablations(None, steps=3, seeds=2, root=ablation_root, tables=["table6"], figures_dir=ablation_root / "tables")
+    assert {p: p.stat().st_mtime for p in ablation_root.glob("*/logs/eval.json")} == evals
+    paths = A.redraw(ablation_root, tmp_path, tables=["table6"])
+    assert sorted(p.name for p in paths) == ["table6_sentence_loss.csv", "table6_sentence_loss.md"]
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "table6_sentence_loss.csv"), before)
+
+
+def test_errors_name_the_choices(tmp_path):
+    with pytest.raises(ValueError, match="the tables are: table6, table5, table4, table3"):
+        A.run_ablations(None, root=tmp_path, tables=["table7"])
+    with pytest.raises(ConfigError, match="the choices are: None"):
+        A.run_ablations("huge", root=tmp_path)
+    with pytest.raises(FileNotFoundError, match="ablations.json does not exist"):
+        A.redraw(tmp_path / "empty")
+    with pytest.raises(FileNotFoundError, match="has not finished training"):
+        A.run_scores(tmp_path)
+    with pytest.raises(ConfigError, match="not one of sop, nsp, none"):
+        get_train_config("tiny", sentence_task="order")
+
+
+def test_compare_separates_signal_from_noise():
+    assert A.compare([86.0, 85.0, 87.0], [52.0, 51.0, 53.5])["beyond_noise"] == "yes"
+    assert A.compare([52.0, 49.0, 55.0], [50.0, 53.0, 48.0])["beyond_noise"] == "no"
+    assert A.compare([1.0], [2.0, 3.0])["beyond_noise"].startswith("?")
+
+
+def test_speed_table_is_relative_to_bert_xlarge_when_measured(monkeypatch):
+    monkeypatch.setattr(A, "training_throughput", lambda cfg, *a, **k: 1e6 / (cfg.num_hidden_layers * cfg.hidden_size ** 2))
+    df = A.speed_table(["bert-xlarge", "base", "xxlarge"])
+    assert df.relative_to.iloc[0] == "bert-xlarge" and df.speedup.iloc[0] == pytest.approx(1.0)
+    # extrapolated from 1 and 2 layers: exact for a cost linear in L
+    assert df.set_index("model").speedup["base"] == pytest.approx(24 * 2048 ** 2 / (12 * 768 ** 2))
+    assert list(df.paper_speedup) == [1.0, 21.1, 1.2]
+
+
+def test_nsp_data_has_its_own_cache_key_and_sop_keys_are_unchanged():
+    tok = D.load_tokenizer(P.fixture_run())
+    corpus = P.corpus_slice()
+    import hashlib
+    legacy = [D.DATASET_FORMAT, D._fingerprint(corpus), tok.sha256, 64, 0, 1, 0.1]  # the key before sentence_task existed
+    old = "examples-64-" + hashlib.sha256(json.dumps(legacy).encode()).hexdigest()[:16]
+    assert D.dataset_key(corpus, tok, 64, 0, 1, 0.1) == old == D.dataset_key(corpus, tok, 64, 0, 1, 0.1, "none")
+    assert D.dataset_key(corpus, tok, 64, 0, 1, 0.1, "nsp") != old
+
+
+def test_runs_written_before_sentence_task_still_resume(fixture_copy):
+    cfg = json.loads((fixture_copy / "config.json").read_text())
+    assert "sentence_task" not in cfg["train"]
+    mc = get_config("tiny", **P.FIXTURE["model"])
+    tc = get_train_config("tiny", **P.FIXTURE["train"], corpus=str(P.corpus_slice()))
+    P.run_config(fixture_copy, "tiny", mc, tc)  # same settings: accepted
+    with pytest.raises(ConfigError, match="sentence_task"):
+        P.run_config(fixture_copy, "tiny", mc, get_train_config("tiny", **P.FIXTURE["train"], corpus=str(P.corpus_slice()),
+                                                                sentence_task="nsp"))
+
+
+def test_micro_bert_run_through_pipeline_and_analyses(tmp_path):
+    "A micro BERT (no sharing, E = H, NSP) from `embryo pretrain --preset bert-tiny`, then the analyses unchanged."
+    from embryo import reconstruction, knowledge
+    run = tmp_path / "bert-micro"
+    run.mkdir()
+    shutil.copy(P.fixture_run() / "spiece.model", run / "spiece.model")
+    m = {k: v for k, v in P.FIXTURE["model"].items() if k != "embedding_size"}
+    sets = {**m, "embedding_size": m["hidden_size"], **P.FIXTURE["train"], "total_steps": 8, "warmup_steps": 2,
+            "checkpoint_every": [[4, None]], "corpus": str(P.corpus_slice())}
+    P.main(["--preset", "bert-tiny", "--run-dir", str(run), "--no-progress", "--set", *[f"{k}={json.dumps(v)}" for k, v in sets.items()]])
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["preset"] == "bert-tiny" and cfg["train"]["sentence_task"] == "nsp"
+    assert (cfg["model"]["sharing"], cfg["model"]["embedding_size"], cfg["model"]["hidden_act"]) == ("none", 64, "gelu")
+    ev = json.loads((run / "logs" / "eval.json").read_text())
+    assert 0 <= ev["nsp_accuracy"] <= 1 and ev["nsp_sequences"] > 0
+    last = P.list_steps(run)[-1]
+    assert last == 8
+    rec = reconstruction.evaluate_step(run, last, max_words=20)
+    assert len(rec) and rec["value"].between(0, 1).all()
+    kn = knowledge.evaluate_step(run, last, max_facts=5)
+    assert len(kn)
