@@ -37,6 +37,8 @@ readme: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/model_speed.py
 	$(BIN)/python bench/pretrain_speed.py
+	$(BIN)/python bench/probe_speed.py
+	$(BIN)/python bench/sweep_overhead.py
 
 clean-venv:
 	rm -rf $(VENV)

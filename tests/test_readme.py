@@ -20,3 +20,53 @@ def test_readme_names_the_two_commands_and_make_has_them():
         assert f"make {target}" in readme
         assert re.search(rf"^{target}:", make, re.M), f"Makefile has no `{target}` target"
     assert (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1] == "make test"
+
+
+def _bash_lines(text: str):
+    "Every command line of the README's bash blocks, without comments."
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = line.split(" #")[0].strip()
+            if line and not line.startswith("#"): yield line
+
+
+def _parameters(nb: Path) -> set:
+    import json
+    cells = json.loads(nb.read_text())["cells"]
+    src = next("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    return {m for m in re.findall(r"^(\w+)\s*=", src, re.M)}
+
+
+def test_every_readme_command_is_a_valid_command():
+    """Each command in the README parses with the real parser it names (its behaviour is tested in the other test
+    files); a command this test does not know fails it, so the README cannot drift from the code."""
+    import shlex
+    from embryo.cli import parser
+    from embryo.pretrain import add_pretrain_args
+    import argparse
+    readme = (ROOT / "README.md").read_text()
+    make = (ROOT / "Makefile").read_text()
+    seen = set()
+    for line in _bash_lines(readme):
+        argv = shlex.split(line)
+        if argv[0] == "make":
+            assert re.search(rf"^{argv[1]}:", make, re.M), line
+        elif argv[0] == "embryo":
+            args = parser().parse_args(argv[1:])
+            for opt in getattr(args, "option", []) or []:  # analysis.option=value: the option is a real parameter
+                a, o = opt.split("=")[0].split(".")
+                from embryo.sweep import ANALYSES
+                assert o in _parameters(ROOT / "nbs" / f"{ANALYSES[a]}.ipynb"), line
+        elif argv[0] == "papermill":
+            nb = ROOT / argv[1]
+            assert nb.is_file(), line
+            params = [argv[i + 1] for i, a in enumerate(argv) if a == "-p"]
+            assert set(params) <= _parameters(nb), (line, _parameters(nb))
+        elif argv[0] == "torchrun":
+            assert argv[argv.index("-m") + 1] == "embryo.pretrain", line
+            p = argparse.ArgumentParser(); add_pretrain_args(p)
+            p.parse_args(argv[argv.index("-m") + 2:])
+        else:
+            raise AssertionError(f"README command not checked by any test: {line}")
+        seen.add(argv[0] if argv[0] != "embryo" else f"embryo {argv[1]}")
+    assert {"make", "papermill", "torchrun", "embryo sweep", "embryo merge", "embryo report", "embryo pretrain"} <= seen, seen
