@@ -77,24 +77,9 @@ class Sentence:
     forms: list[str | None]
 
 def read_conll2012_pos(path) -> list[tuple[list[str], list[str]]]:
-    "(words, Penn tags) of every sentence in a CoNLL-2012 file or a folder of `*_conll` files."
-    p = Path(path)
-    files = sorted(p.rglob("*_conll")) if p.is_dir() else [p]
-    if not files: raise FileNotFoundError(f"no *_conll files under {p}")
-    out = []
-    for f in files:
-        words, tags = [], []
-        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
-            if line.startswith("#"): continue
-            if not line.strip():
-                if words: out.append((words, tags)); words, tags = [], []
-                continue
-            cols = line.split()
-            if len(cols) < 6: raise ValueError(f"{f}, line {i}: a CoNLL-2012 token line needs at least 6 columns "
-                                               f"(document, part, index, word, POS, parse), found {len(cols)}")
-            words.append(cols[3]); tags.append(cols[4])
-        if words: out.append((words, tags))
-    return out
+    "(words, Penn tags) of every sentence in a CoNLL-2012 file or a folder of `*_conll` files (notebook 07's reader)."
+    from embryo.probing import read_conll2012  # the one CoNLL-2012 reader (trees, SRL, coreference too)
+    return [(s.words, s.pos) for s in read_conll2012(path)]
 
 def tagged_sentences(source=None) -> list[Sentence]:
     "The evaluation text: the held-out Brown files (default) or OntoNotes CoNLL-2012 files at `source`."
