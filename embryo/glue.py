@@ -565,7 +565,8 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
 def verdict(run_dir) -> str:
     "One sentence on this run, from the database: how much of its best downstream score the early steps already have."
     t, chance = scores_table(run_dir), _chance(run_dir)
-    agg = "glue" if "glue" in t.columns else "builtin"
+    aggs = [a for a in AGGREGATES if a in t.columns]  # the one with the most steps (GLUE on a tie)
+    agg = max(aggs, key=lambda a: t[a].notna().sum()) if aggs else "builtin"
     s = t[agg].dropna() if agg in t.columns else t.mean(axis=1)
     what = "GLUE score" if agg == "glue" else "mean score of the built-in tasks (not GLUE)"
     first, last, best = s.index[0], s.index[-1], s.idxmax()
@@ -573,6 +574,9 @@ def verdict(run_dir) -> str:
     out = (f"The {what} goes from {s.iloc[0]:.1f} at step {first} to {s.iloc[-1]:.1f} at step {last} (chance {c:.1f}; "
            f"best {s.max():.1f} at step {best})")
     gain = s.max() - s.iloc[0]
+    if len(s) >= 2 and gain < 2:
+        return out + ("; no later step beats the first by 2 points, so this run shows no downstream benefit of "
+                      "pretraining, unlike the paper's steady early rise (section 5).")
     if len(s) >= 3 and gain > 0:
         early = s.index[(s - s.iloc[0]) >= 0.9 * gain][0]
         out += (f"; 90% of the best gain over step {first} is reached by step {early}, {100 * early / last:.0f}% of the "
