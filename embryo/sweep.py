@@ -141,7 +141,8 @@ def hub_run(model_id: str, revisions: Sequence[str], dst=None) -> Path:
             snapshot_download(model_id, revision=rev, local_dir=src / f"step_{int(m[1]):07d}",
                               allow_patterns=["config.json", "model.safetensors", "spiece.model"])
         except Exception as e:
-            raise SweepError(f"could not download {model_id}@{rev} from the Hugging Face hub ({type(e).__name__}: {e}); "
+            why = " ".join(str(e).split())  # the hub's messages span lines
+            raise SweepError(f"could not download {model_id}@{rev} from the Hugging Face hub ({type(e).__name__}: {why}); "
                              "this needs the internet, or download the checkpoints yourself and pass their folder to --run") from e
     return as_run(src, dst)
 
