@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -29,8 +30,8 @@ from .results import DB_NAME, db_path, done_steps, log_job, read_log, merge_resu
 # %% auto #0
 __all__ = ['ANALYSES', 'STEP_DIR', 'CORE_REPORT', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'SweepError', 'nbs_dir',
            'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced',
-           'as_run', 'hub_run', 'Job', 'notebook_path', 'run_papermill', 'run_inprocess', 'plan', 'summary_table',
-           'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce']
+           'as_run', 'hub_run', 'Job', 'notebook_path', 'run_papermill', 'run_inprocess', 'check_options', 'plan',
+           'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -46,7 +47,7 @@ class SweepError(ValueError):
 
 def nbs_dir() -> Path:
     "The notebooks folder of this checkout (the sweep runs them with papermill)."
-    d = Path(__file__).resolve().parent.parent / "nbs"
+    d = Path(importlib.util.find_spec("embryo").origin).resolve().parent.parent / "nbs"
     if not d.is_dir(): raise SweepError(f"no notebooks at {d}: papermill mode needs a source checkout (pip install -e .); "
                                         "use mode='inprocess' otherwise")
     return d
@@ -190,6 +191,22 @@ def _env(**kv):
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
 
+def check_options(analysis: str, options: dict | None, mode: str):
+    "Refuse an option the analysis does not take, so that papermill (which would ignore it) and in-process agree."
+    import inspect
+    if not options: return
+    if mode == "papermill":
+        import papermill as pm
+        known = set(pm.inspect_notebook(str(nbs_dir() / f"{ANALYSES[analysis]}.ipynb")))
+        where = f"nbs/{ANALYSES[analysis]}.ipynb's parameters"
+    else:
+        sig = inspect.signature(analysis_module(analysis).evaluate_step).parameters
+        if any(p.kind == p.VAR_KEYWORD for p in sig.values()): return
+        known, where = set(sig), f"embryo.{analysis}.evaluate_step's arguments"
+    known -= {"run_dir", "step", "device", "figures_dir", "redraw_figures"}
+    bad = sorted(set(options) - known)
+    if bad: raise SweepError(f"{analysis} has no option {', '.join(bad)}; {where} are {', '.join(sorted(known))}")
+
 def plan(run_dir, analyses=None, steps=None, force=False, shard=None) -> tuple[list[Job], list[Job]]:
     "The jobs to run and the jobs skipped because their results exist."
     analyses = list(analyses or available_analyses())
@@ -228,6 +245,7 @@ def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by
     options = options or {}
     for a in options:
         if a not in ANALYSES: raise SweepError(f"options for unknown analysis {a!r}; the analyses are {', '.join(ANALYSES)}")
+        check_options(a, options[a], mode)
     threads = max(1, (os.cpu_count() or 1) // max(1, workers))
     with _env(EMBRYO_RESULTS=shard_db_name(shard) if shard else None,
               OMP_NUM_THREADS=threads if workers > 1 else None):
