@@ -336,9 +336,9 @@ def redraw(run_dir, out_dir=None, task: str = "brown") -> list[Path]:
     out_dir = Path(out_dir or Path(run_dir) / "figures")
     paths = []
     if stored_maps(run_dir, task):
-        fig = plot_maps_grid(run_dir, task); paths += save_figure(fig, out_dir, "fig4_attention_maps"); plt.close(fig)
+        fig = plot_maps_grid(run_dir, task); paths += save_figure(fig, out_dir, "fig4_attention_maps")
         paths.append(write_gif(run_dir, out_dir, task))
-    fig = plot_diagonal(run_dir, task); paths += save_figure(fig, out_dir, "fig4_diagonal"); plt.close(fig)
+    fig = plot_diagonal(run_dir, task); paths += save_figure(fig, out_dir, "fig4_diagonal")
     t = emergence_table(run_dir, task)
     paths.append(atomic_write(out_dir / "table_fig4_diagonal_emergence.csv", t.to_csv()))
     paths.append(atomic_write(out_dir / "table_fig4_diagonal_emergence.md",

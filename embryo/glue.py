@@ -519,9 +519,7 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
     ax.set_ylabel("score on the dev split (x100)"); ax.legend(fontsize=8); ax.grid(alpha=0.3)
     what = "GLUE score" if "glue" in aggs else "downstream score of built-in tasks (not GLUE)"
     ax.set_title(f"Fig. 5a: {what} over pretraining ({run_dir.name})", fontsize=10)
-    paths = save_figure(fig, out_dir or run_dir / "figures", "fig5_glue_score")
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_dir or run_dir / "figures", "fig5_glue_score")
 
 def plot_fig12(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5b / Fig. 12: each task's score over pretraining steps, its best step marked x."
@@ -542,9 +540,7 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
     for ax in list(axes.flat)[len(names):]: ax.axis("off")
     fig.suptitle(f"Fig. 5b / Fig. 12: each task on its dev split over pretraining, best step x ({run_dir.name})", fontsize=10)
     fig.tight_layout()
-    paths = save_figure(fig, out_dir or run_dir / "figures", "fig12_glue_tasks")
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_dir or run_dir / "figures", "fig12_glue_tasks")
 
 def write_table(run_dir, out_dir=None) -> list[Path]:
     "The scores table (x100) as Markdown and CSV."

@@ -536,9 +536,7 @@ def plot_fig6(run_dir, out_dir=None) -> list[Path]:
     ax.legend(h, l, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     n_paper = sum(r in FIG6_RELATIONS for r in rels)
     ax.set_title(f"Fig. 6: world knowledge during pretraining ({run_dir.name}; {n_paper} of the paper's 7 relations)", fontsize=10)
-    paths = save_figure(fig, out_dir or run_dir / "figures", "fig6_world_knowledge")
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_dir or run_dir / "figures", "fig6_world_knowledge")
 
 def plot_fig14(run_dir, out_dir=None) -> list[Path]:
     "Fig. 14: P@1 over pretraining steps for every relation evaluated, one panel each."
@@ -561,9 +559,7 @@ def plot_fig14(run_dir, out_dir=None) -> list[Path]:
     for ax in axes[:, 0]: ax.set_ylabel("P@1 (0-1)")
     fig.suptitle(f"Fig. 14: all world knowledge during pretraining ({run_dir.name}; solid: full vocabulary, dashed: common)", fontsize=10)
     fig.tight_layout()
-    paths = save_figure(fig, out_dir or run_dir / "figures", "fig14_world_knowledge_all")
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_dir or run_dir / "figures", "fig14_world_knowledge_all")
 
 def table9(run_dir, out_dir=None) -> list[Path]:
     "Table 9: the sentence the model writes for each tracked query at every evaluated step (Markdown and CSV)."

@@ -390,12 +390,14 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
 
 # %% ../nbs/03_pretrain.ipynb #eafdef11
 def save_figure(fig, out_dir, name: str) -> list[Path]:
-    "Save `fig` as `name`.png and `name`.svg in `out_dir`, each through a temporary file and a rename."
+    "Save `fig` as `name`.png and `name`.svg in `out_dir`, each through a temporary file and a rename; then close it."
     import io as _io
+    import matplotlib.pyplot as plt
     paths = []
     for ext in ("png", "svg"):
         buf = _io.BytesIO(); fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight")
         paths.append(atomic_write(Path(out_dir) / f"{name}.{ext}", buf.getvalue()))
+    plt.close(fig)  # every figure is drawn to be saved; a sweep redraws many, and open figures hold their memory
     return paths
 
 def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
@@ -414,9 +416,7 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     h1, l1 = ax.get_legend_handles_labels(); h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, loc="center left")
     ax.set_title(f"Fig. 2a: pretraining loss over steps ({run_dir.name})")
-    paths = save_figure(fig, out_dir or run_dir / "figures", "fig2a_pretraining_loss")
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out_dir or run_dir / "figures", "fig2a_pretraining_loss")
 
 # %% ../nbs/03_pretrain.ipynb #efb8e4b3
 FIXTURE = dict(model=dict(vocab_size=1000, embedding_size=32, hidden_size=64, num_attention_heads=2, intermediate_size=128,

@@ -635,8 +635,7 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     if not log: txt += "\n\n(no training log: MLM accuracy not shown)"
     fig.text(0.99, 0.5, txt, fontsize=7, va="center", ha="left", family="monospace")
     ax.set_title(f"Fig. 2b: MLM accuracy and probing F1 at layer {layer} over pretraining ({run_dir.name})", fontsize=10)
-    paths = save_figure(fig, out_dir or run_dir / "figures", "fig2b_probing_mlm"); plt.close(fig)
-    return paths
+    return save_figure(fig, out_dir or run_dir / "figures", "fig2b_probing_mlm")
 
 def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False):
     import matplotlib; matplotlib.use("Agg")
@@ -653,8 +652,7 @@ def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False)
     if control: handles.append(plt.Line2D([], [], color="0.4", ls=":", label="control task"))
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="layer (0 = embeddings)")
     fig.suptitle(suptitle, fontsize=10); fig.tight_layout()
-    paths = save_figure(fig, out_dir or Path(run_dir) / "figures", name); plt.close(fig)
-    return paths
+    return save_figure(fig, out_dir or Path(run_dir) / "figures", name)
 
 _NO_DATA = ("no {what} results in this run:\n{what} needs OntoNotes 5.0\nCoNLL-2012 files, passed as\n"
             "evaluate_step(..., ontonotes=<folder>);\nno such data ships with the project")

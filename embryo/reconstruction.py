@@ -335,11 +335,10 @@ def _plot_set(run_dir, fig_id: str):
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "Redraw Figs. 1, 7 and 8 and the learning-order table from every step in the run's database."
     import matplotlib; matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     out_dir = Path(out_dir or Path(run_dir) / "figures")
     paths = []
     for fig_id, name in (("fig1", "fig1_reconstruction_by_pos"), ("fig7", "fig7_verb_forms"), ("fig8", "fig8_frequency")):
-        fig = _plot_set(run_dir, fig_id); paths += save_figure(fig, out_dir, name); plt.close(fig)
+        fig = _plot_set(run_dir, fig_id); paths += save_figure(fig, out_dir, name)
     table, verdict = learning_order(run_dir)
     paths.append(atomic_write(out_dir / "table_fig1_learning_order.csv", table.to_csv()))
     paths.append(atomic_write(out_dir / "table_fig1_learning_order.md",

@@ -34,10 +34,10 @@ CREATE TABLE IF NOT EXISTS sweep_log (
     mode TEXT, created_at REAL NOT NULL, PRIMARY KEY (analysis, step));
 """
 
-def db_path(run_dir) -> Path:
-    "The results database of a run: `$EMBRYO_RESULTS` (a shard's own file) or results.sqlite; a `.sqlite` path as is."
+def db_path(run_dir, name: str | None = None) -> Path:
+    "The results database of a run: `name`, else `$EMBRYO_RESULTS` (a shard's own file), else results.sqlite; a `.sqlite` path as is."
     p = Path(run_dir)
-    return p if p.suffix == ".sqlite" else p / (os.environ.get("EMBRYO_RESULTS") or DB_NAME)
+    return p if p.suffix == ".sqlite" else p / (name or os.environ.get("EMBRYO_RESULTS") or DB_NAME)
 
 @contextmanager
 def connect(run_dir, timeout: float = 60.0):
@@ -132,10 +132,10 @@ def _groups(con, table: str, key: str = "analysis, step, task") -> dict:
 
 def merge_results(run_dir, sources: Iterable) -> dict:
     "Copy the results, samples and sweep log of each source database (or run folder) into `run_dir`'s main database."
-    target = Path(run_dir) if Path(run_dir).suffix == ".sqlite" else Path(run_dir) / DB_NAME
+    target = db_path(run_dir, DB_NAME)  # the main file, whatever shard this process writes
     counts = dict(results=0, samples=0, sweep_log=0)
     for src in sources:
-        src = Path(src) if Path(src).suffix == ".sqlite" else Path(src) / DB_NAME
+        src = db_path(src, DB_NAME)
         if not src.is_file(): raise FileNotFoundError(f"no results database at {src}")
         if src.resolve() == target.resolve(): continue
         with connect(target) as con:

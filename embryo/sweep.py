@@ -215,7 +215,7 @@ def plan(run_dir, analyses=None, steps=None, force=False, shard=None) -> tuple[l
     todo, skipped = [], []
     for a in analyses:
         done = set(done_steps(run_dir, a))
-        if shard is not None: done |= set(done_steps(Path(run_dir) / DB_NAME, a))  # done before the split
+        if shard is not None: done |= set(done_steps(db_path(run_dir, DB_NAME), a))  # done before the split
         for s in chosen: (skipped if s in done and not force else todo).append(Job(a, s))
     return todo, skipped
 

@@ -31,10 +31,9 @@ def _bash_lines(text: str):
 
 
 def _parameters(nb: Path) -> set:
-    import json
-    cells = json.loads(nb.read_text())["cells"]
-    src = next("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
-    return {m for m in re.findall(r"^(\w+)\s*=", src, re.M)}
+    "The notebook's parameters as papermill reads them (what `-p` can set)."
+    import papermill as pm
+    return set(pm.inspect_notebook(str(nb)))
 
 
 def test_every_readme_command_is_a_valid_command():
