@@ -447,42 +447,53 @@ def _torch_threads(n: int):
 def train_probes(X: np.ndarray, # (n, P, D) features of P layers
                  Y: np.ndarray, # (V, n) integer labels of V label sets (real, control)
                  split: np.ndarray, # (n,) 'train' / 'dev' / 'test'
-                 n_classes: int, lr: float = 1e-2, batch_size: int = 512, max_epochs: int = 30, patience: int = 3,
+                 n_classes: int, lr: float = 1e-2, batch_size: int = 512, max_epochs: int = 30, patience: int = 5,
                  seed: int = 0, threads: int = 1) -> np.ndarray:
     "Test predictions (V, P, n_test) of V x P linear probes trained as one model, each early-stopped on its dev accuracy."
     with _torch_threads(threads): return _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed)
 
 def _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed):
     g = torch.Generator().manual_seed(seed)
-    X = torch.from_numpy(np.ascontiguousarray(X)).float().transpose(0, 1)  # (P, n, D): one batched matmul per step
+    X = torch.from_numpy(np.ascontiguousarray(X)).float().transpose(0, 1)  # (P, n, D)
     Y = torch.from_numpy(Y).long()
     tr, dv, te = (torch.from_numpy(split == s) for s in SPLITS)
     mu, sd = X[:, tr].mean(1, keepdim=True), X[:, tr].std(1, keepdim=True) + 1e-5
     X = (X - mu) / sd
     V, (P_, n, Dm) = Y.shape[0], X.shape
-    W = torch.nn.Parameter(torch.randn(V, P_, Dm, n_classes, generator=g) * Dm ** -0.5 * 0.01)
-    b = torch.nn.Parameter(torch.zeros(V, P_, 1, n_classes))
-    opt = torch.optim.Adam([W, b], lr=lr)
-    logits = lambda x: torch.matmul(x[None], W) + b  # (V, P, b, C)
+    K = V * P_  # probe k reads layer k % P_ and learns label set k // P_
+    layer_of, labels_of = torch.arange(K) % P_, torch.arange(K) // P_
     Xtr, Ytr, Xdv, Ydv = X[:, tr], Y[:, tr], X[:, dv], Y[:, dv]
-    best = torch.full((V, P_), -1.0); bestW, bestb = W.detach().clone(), b.detach().clone()
-    since = 0
+    best = torch.full((K,), -1.0); since = torch.zeros(K, dtype=torch.long)
+    bestW, bestb = torch.zeros(K, Dm, n_classes), torch.zeros(K, 1, n_classes)
+    live = torch.arange(K)  # the probes still training; a probe that stops leaves the batched model
+    W, b = torch.nn.Parameter(torch.zeros(K, Dm, n_classes)), torch.nn.Parameter(torch.zeros(K, 1, n_classes))
+    opt = torch.optim.Adam([W, b], lr=lr)
     for epoch in range(max_epochs):
         perm = torch.randperm(Xtr.shape[1], generator=g)
+        Xe, Ye = Xtr[:, perm], Ytr[:, perm]  # one shuffled copy per epoch; batches are slices of it
+        lay, lab = layer_of[live], labels_of[live]
         for i in range(0, len(perm), batch_size):
-            j = perm[i:i + batch_size]
-            lg = logits(Xtr[:, j])
-            loss = torch.nn.functional.cross_entropy(lg.reshape(-1, n_classes), Ytr[:, None, j].expand(V, P_, len(j)).reshape(-1))
+            lg = torch.baddbmm(b, Xe[lay, i:i + batch_size], W)  # (live, batch, C)
+            # the sum over probes of each probe's mean loss: a probe's gradient does not depend on which others train
+            loss = torch.nn.functional.cross_entropy(lg.reshape(-1, n_classes), Ye[lab, i:i + batch_size].reshape(-1)) * len(live)
             opt.zero_grad(); loss.backward(); opt.step()
         with torch.no_grad():
-            acc = (logits(Xdv).argmax(-1) == Ydv[:, None]).float().mean(-1) if Xdv.shape[1] else torch.zeros(V, P_)
-            better = acc > best
-            best = torch.where(better, acc, best)
-            bestW[better], bestb[better] = W.detach()[better], b.detach()[better]
-        since = 0 if better.any() else since + 1
-        if since >= patience: break
+            acc = ((torch.baddbmm(b, Xdv[lay], W).argmax(-1) == Ydv[lab]).float().mean(-1) if Xdv.shape[1]
+                   else torch.zeros(len(live)))
+            better = acc > best[live]
+            k = live[better]
+            best[k], bestW[k], bestb[k] = acc[better], W.detach()[better], b.detach()[better]
+            since[live] = torch.where(better, 0, since[live] + 1)
+        go = since[live] < patience
+        if not go.any(): break
+        if not go.all():  # drop the stopped probes: the model, and Adam's moments, keep only the live ones
+            live, old = live[go], opt
+            W, b = (torch.nn.Parameter(p.detach()[go]) for p in (W, b))
+            opt = torch.optim.Adam([W, b], lr=lr)
+            for p, q in zip(old.param_groups[0]["params"], (W, b)):
+                opt.state[q] = {s: (v[go] if v.dim() else v) for s, v in old.state[p].items()}
     with torch.no_grad():
-        return (torch.matmul(X[None, :, te], bestW) + bestb).argmax(-1).numpy()
+        return torch.baddbmm(bestb, X[layer_of][:, te], bestW).argmax(-1).reshape(V, P_, -1).numpy()
 
 def micro_f1(y_true, y_pred) -> float:
     "Micro-averaged F1 (scikit-learn)."
