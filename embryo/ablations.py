@@ -45,7 +45,8 @@ class Variant:
 SCALES = {
     "micro": dict(preset="tiny", model=dict(P.FIXTURE["model"]), train=dict(P.FIXTURE["train"]), E4=(16, 32, 64), E5=(32,),
                   steps=4, table3=("bert-tiny", "tiny"), table3_seq=16),
-    "tiny": dict(preset="tiny", model={}, train={}, E4=(64, 128, 256), E5=(128,), steps=100,
+    "tiny": dict(preset="tiny", model=dict(hidden_size=128, num_attention_heads=2, intermediate_size=512, embedding_size=64),
+                 train=dict(learning_rate=1e-2), E4=(32, 64, 128), E5=(64,), steps=250,
                  table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge", "xxlarge"), table3_seq=64),
     "base": dict(preset="base", model={}, train=dict(batch_size=4096, learning_rate=0.00176, warmup_steps=3125),
                  E4=(64, 128, 256, 768), E5=(128, 768), steps=125_000,
@@ -96,10 +97,11 @@ def shared_tokenizer(root, scale: dict) -> Path:
 def pretrain_variant(root, variant: Variant, scale: dict, seed: int, steps: int, device: str = "cpu") -> Path:
     "Train (or resume, or skip when finished) one row's run under `root`; returns its run folder."
     run = variant.run_dir(root, seed)
+    preset, mc, tc = run_configs(variant, scale, seed, steps)
+    if (run / "config.json").exists(): P.run_config(run, preset, mc, tc)  # a run made with other settings is an error
     if (run / "logs" / "eval.json").exists(): return run
     run.mkdir(parents=True, exist_ok=True)
     if not (run / "spiece.model").exists(): shutil.copy(shared_tokenizer(root, scale), run / "spiece.model")
-    preset, mc, tc = run_configs(variant, scale, seed, steps)
     P.train(run, preset, mc, tc, device=device, progress=False)
     return run
 

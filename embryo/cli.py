@@ -50,7 +50,7 @@ def cmd_sweep(args):
     "Run analyses over checkpoints."
     from embryo.sweep import sweep
     t = sweep(_run_arg(args), args.analyses, args.steps, args.workers, args.force, args.mode, args.device,
-              _options(args.option), args.shard)
+              _options(args.option), args.shard, examples=args.examples)
     print(t.to_string() if len(t) else "nothing to do")
     return 1 if (t == "failed").any().any() else 0
 
@@ -96,6 +96,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="cpu")
     s.add_argument("--option", nargs="*", default=[], metavar="ANALYSIS.OPTION=VALUE", help="an analysis's own parameter")
     s.add_argument("--shard", help="i/n: this machine takes every n-th step from the i-th, into results.shard-i-of-n.sqlite")
+    s.add_argument("--examples", action="store_true", help="papermill: run every cell of each notebook, its examples and tests too")
     s = add("merge", cmd_merge, "merge shard databases into the run's results.sqlite")
     s.add_argument("--run", required=True, type=Path); s.add_argument("sources", nargs="*", type=Path, help="default: the run's results.shard-*.sqlite")
     s = add("report", cmd_report, "redraw every figure of a run and write figures/index.html")

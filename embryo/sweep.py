@@ -14,7 +14,9 @@ import os
 import re
 import shutil
 import time
+import threading
 import traceback
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,10 +30,11 @@ from .pretrain import CheckpointNotFound, list_steps, find_checkpoint
 from .results import DB_NAME, db_path, done_steps, log_job, read_log, merge_results
 
 # %% auto #0
-__all__ = ['ANALYSES', 'STEP_DIR', 'CORE_REPORT', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'SweepError', 'nbs_dir',
-           'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced',
-           'as_run', 'hub_run', 'Job', 'notebook_path', 'run_papermill', 'run_inprocess', 'check_options', 'plan',
-           'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce']
+__all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'CORE_REPORT', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
+           'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name',
+           'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel',
+           'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'check_options', 'plan', 'summary_table',
+           'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -147,7 +150,7 @@ def hub_run(model_id: str, revisions: Sequence[str], dst=None) -> Path:
                              "this needs the internet, or download the checkpoints yourself and pass their folder to --run") from e
     return as_run(src, dst)
 
-# %% ../nbs/10_sweep.ipynb #ad7d3eeb
+# %% ../nbs/10_sweep.ipynb #c0c48df2
 @dataclass(frozen=True)
 class Job:
     analysis: str
@@ -156,18 +159,110 @@ class Job:
 def notebook_path(run_dir, job: Job) -> Path:
     return Path(run_dir) / "notebooks" / job.analysis / f"step_{job.step:07d}.ipynb"
 
-def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None = None) -> Path:
-    "Execute the analysis notebook of `job` for its step; the executed notebook is kept (even when it fails)."
+SWEEP_TAG = "sweep"  # the tag of the analysis cells a sweep runs, besides exported code and parameters
+
+def _is_export(source: str) -> bool:
+    "Whether nbdev exports this code cell (`#| export`, `#| exports`, `#| exporti`, with or without a module)."
+    return any(re.match(r"#\|\s*export[is]?\b", l) for l in source.splitlines() if l.startswith("#|"))
+
+def sweep_notebook(nb_path, examples: bool = False):
+    "The analysis notebook as a sweep runs it: its exported code, parameters and `sweep` cells (all cells if `examples`)."
+    import nbformat
+    nb = nbformat.read(str(nb_path), as_version=4)
+    if not examples:
+        nb.cells = [c for c in nb.cells if c.cell_type != "code" or _is_export(c.source)
+                    or {"parameters", SWEEP_TAG} & set(c.metadata.get("tags", []))]
+    return nb
+
+def start_kernel(cwd, preload: Sequence[str] = ()):
+    "A started python3 kernel (jupyter_client's `AsyncKernelManager`) in `cwd`, the `preload` modules imported silently."
+    import asyncio
+    from jupyter_client.manager import AsyncKernelManager
+    async def start():
+        km = AsyncKernelManager(kernel_name="python3")
+        await km.start_kernel(cwd=str(cwd))
+        if preload:
+            kc = km.client(); kc.start_channels()
+            try:
+                await kc.wait_for_ready(timeout=120)
+                await kc.execute(f"[__import__(m) for m in {list(preload)!r}]", silent=True, reply=True, timeout=600)
+            finally: kc.stop_channels()
+        return km
+    return asyncio.run(start())
+
+def stop_kernel(km):
+    "Kill a kernel from `start_kernel` and release its resources."
+    import asyncio
+    async def stop():
+        await km.shutdown_kernel(now=True)
+        await km.cleanup_resources()
+    asyncio.run(stop())
+
+class KernelPool:
+    "Kernels for `n_jobs` notebooks, started `size` ahead in the background, each taken by one notebook."
+    def __init__(self, n_jobs: int, size: int = 1, cwd=None, preload: Sequence[str] = ()):
+        self.cwd, self.preload, self.left = str(cwd or nbs_dir()), tuple(preload), int(n_jobs)
+        self._ex = ThreadPoolExecutor(max_workers=max(1, size))
+        self._ready, self._lock = deque(), threading.Lock()
+        for _ in range(min(max(1, size), self.left)): self._spawn()
+
+    def _spawn(self):
+        self._ready.append(self._ex.submit(start_kernel, self.cwd, self.preload)); self.left -= 1
+
+    def take(self):
+        "A started kernel manager, now the caller's (papermill's engine shuts it down); the next one starts meanwhile."
+        with self._lock:
+            fut = self._ready.popleft() if self._ready else self._ex.submit(start_kernel, self.cwd, self.preload)
+            if self.left > 0: self._spawn()
+        return fut.result()
+
+    def close(self):
+        "Stop the kernels nobody took (after an interruption); wait for those still starting."
+        with self._lock: futs, self._ready = list(self._ready), deque()
+        for f in futs:
+            if f.cancel(): continue
+            try: stop_kernel(f.result())
+            except Exception: pass
+        self._ex.shutdown(wait=True)
+
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
+
+WARM_ENGINE = "embryo-started-kernel"
+
+def _register_engine():
+    "Register (once) papermill's nbclient engine, running the notebook in a started kernel (`km`) that it shuts down after."
+    from papermill.clientwrap import PapermillNotebookClient
+    from papermill.engines import NBClientEngine, papermill_engines
+    from papermill.log import logger
+    if WARM_ENGINE in papermill_engines._engines: return
+    class StartedKernelEngine(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None, stderr_file=None,
+                                     start_timeout=60, execution_timeout=None, km=None, **kwargs):
+            kwargs.pop("input_path", None)
+            client = PapermillNotebookClient(nb_man, km=km, kernel_name=kernel_name, log=logger, log_output=log_output,
+                                             stdout_file=stdout_file, stderr_file=stderr_file, startup_timeout=start_timeout,
+                                             timeout=execution_timeout, shutdown_kernel="immediate", **kwargs)
+            return client.execute(cleanup_kc=True)  # the kernel was handed over: stop it and close the client's channels
+    papermill_engines.register(WARM_ENGINE, StartedKernelEngine)
+
+def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None = None, pool: KernelPool | None = None,
+                  examples: bool = False) -> Path:
+    "Execute the analysis notebook of `job` for its step (in a kernel from `pool`); the executed notebook is kept, even when it fails."
     import papermill as pm
-    nb = nbs_dir() / f"{ANALYSES[job.analysis]}.ipynb"
+    _register_engine()
+    nb = sweep_notebook(nbs_dir() / f"{ANALYSES[job.analysis]}.ipynb", examples)
     out = notebook_path(run_dir, job); out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.{os.getpid()}.ipynb")
+    tmp = out.with_name(f".{out.stem}.{os.getpid()}.{threading.get_ident()}.ipynb")
     params = dict(run_dir=str(Path(run_dir).resolve()), step=job.step, device=device, redraw_figures=False, **(options or {}))
+    km = pool.take() if pool is not None else start_kernel(nbs_dir())
     try:
-        pm.execute_notebook(str(nb), str(tmp), parameters=params, kernel_name="python3", cwd=str(nb.parent),
+        pm.execute_notebook(nb, str(tmp), parameters=params, kernel_name="python3", engine_name=WARM_ENGINE, km=km,
                             progress_bar=False, log_output=False)
     finally:
         if tmp.exists(): os.replace(tmp, out)
+        if km.has_kernel: stop_kernel(km)  # the engine stops it; this only runs when papermill failed before that
     return out
 
 def run_inprocess(run_dir, job: Job, device: str = "cpu", options: dict | None = None):
@@ -236,6 +331,7 @@ def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by
           options: dict | None = None, # per analysis: {"knowledge": {"max_facts": 100}}
           shard: str | tuple | None = None, # "i/n": every n-th step from the i-th, into a database of its own
           redraw: bool = True, # redraw the figures of the analyses swept, into <run>/figures
+          examples: bool = False, # papermill: also run each notebook's examples and tests (every cell)
           progress: bool = True) -> pd.DataFrame:
     "Run analyses over checkpoints, skipping what is done; returns the closing table (analyses x steps)."
     from tqdm.auto import tqdm
@@ -250,13 +346,15 @@ def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by
     with _env(EMBRYO_RESULTS=shard_db_name(shard) if shard else None,
               OMP_NUM_THREADS=threads if workers > 1 else None):
         todo, skipped = plan(run_dir, analyses, steps, force, shard)
-        run_one = run_papermill if mode == "papermill" else run_inprocess
+        kernels = (KernelPool(len(todo), workers, preload=sorted({f"embryo.{j.analysis}" for j in todo}))
+                   if mode == "papermill" and todo else None)
         outcome = {}
 
         def attempt(job):
             t0 = time.time()
             try:
-                run_one(run_dir, job, device, options.get(job.analysis))
+                if kernels: run_papermill(run_dir, job, device, options.get(job.analysis), kernels, examples)
+                else: run_inprocess(run_dir, job, device, options.get(job.analysis))
                 status, err = "done", None
             except Exception as e:  # one failing job is recorded; the others go on
                 status, err = "failed", _error_text(e)
@@ -266,13 +364,19 @@ def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by
 
         bar = tqdm(total=len(todo), desc=f"sweep {Path(run_dir).name}", disable=not progress or not todo)
         failures = []
-        if mode == "inprocess" and workers > 1: import torch; torch.set_num_threads(threads)
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for fut in as_completed([pool.submit(attempt, j) for j in todo]):
-                job, status, err = fut.result()
-                outcome[job] = status
-                if err: failures.append((job, err))
-                bar.update(1); bar.set_postfix_str(f"{job.analysis} step {job.step}: {status}")
+        torch_threads = None
+        if mode == "inprocess" and workers > 1:
+            import torch; torch_threads = torch.get_num_threads(); torch.set_num_threads(threads)
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                for fut in as_completed([pool.submit(attempt, j) for j in todo]):
+                    job, status, err = fut.result()
+                    outcome[job] = status
+                    if err: failures.append((job, err))
+                    bar.update(1); bar.set_postfix_str(f"{job.analysis} step {job.step}: {status}")
+        finally:
+            if kernels: kernels.close()
+            if torch_threads: torch.set_num_threads(torch_threads)
         bar.close()
         if redraw:
             for a in sorted({j.analysis for j in todo if outcome.get(j) == "done"}):

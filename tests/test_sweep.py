@@ -166,3 +166,50 @@ def test_report_shows_figures_with_paper_numbers_and_verdicts(tmp_path):
         assert needle in page, needle
     for img in ("fig1_reconstruction_by_pos.png", "fig6_world_knowledge.png", "fig2a_pretraining_loss.png"):
         assert (tmp_path / "fig" / img).exists()
+
+
+def test_sweep_notebooks_keep_the_analysis_and_drop_the_examples():
+    import nbformat
+    from embryo.sweep import ANALYSES, nbs_dir, sweep_notebook
+    for analysis, name in ANALYSES.items():
+        path = nbs_dir() / f"{name}.ipynb"
+        full, trimmed = nbformat.read(str(path), 4), sweep_notebook(path)
+        code = [c.source for c in trimmed.cells if c.cell_type == "code"]
+        assert any("evaluate_step(" in s and not s.lstrip().startswith("#|") for s in code), f"{name}: no sweep cell calls evaluate_step"
+        assert not any("test_fail(" in s or "test_eq(" in s for s in code), f"{name}: a test cell is tagged for the sweep"
+        assert sum(c.cell_type == "code" for c in full.cells) > len(code)
+        assert [c.source for c in full.cells if c.cell_type == "markdown"] == [c.source for c in trimmed.cells if c.cell_type == "markdown"]
+        assert len(sweep_notebook(path, examples=True).cells) == len(full.cells)
+
+
+def test_kernel_pool_starts_one_kernel_per_job_and_stops_what_is_not_taken():
+    from embryo.sweep import KernelPool, stop_kernel
+    with KernelPool(3, size=2, preload=("json",)) as pool:
+        km = pool.take()  # the first job's kernel; the second is started, the third waits for a take
+        assert km.has_kernel and pool.left == 0
+        pids = [km.provisioner.pid] + [f.result().provisioner.pid for f in pool._ready]
+        stop_kernel(km)
+    time.sleep(0.5)
+    for pid in pids:  # the taken kernel was stopped by its user, the others by close()
+        with pytest.raises(ProcessLookupError): os.kill(pid, 0)
+
+
+def _parent(p: Path) -> int:
+    try: return int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError): return -1
+
+
+def _cmdline(p: Path) -> bytes:
+    try: return (p / "cmdline").read_bytes()
+    except OSError: return b""
+
+
+def test_papermill_sweep_leaves_no_kernel_and_the_working_directory_alone(fixture_copy, tmp_path):
+    run = copy_run(fixture_copy, tmp_path / "r")
+    here = os.getcwd()
+    t = sweep(run, ["knowledge"], steps=[2, 4, 8], workers=2, mode="papermill", options=QUICK, redraw=False, progress=False)
+    assert (t == "done").all().all() and os.getcwd() == here
+    kids = [p for p in Path("/proc").glob("[0-9]*") if _parent(p) == os.getpid() and b"ipykernel" in _cmdline(p)]
+    assert not kids, "kernels left running after the sweep"
+    nb = (run / "notebooks" / "knowledge" / "step_0000004.ipynb").read_text()
+    assert "evaluate_step(run_dir, step" in nb and "test_fail(" not in nb  # the analysis ran, the examples did not
