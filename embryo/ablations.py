@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .config import atomic_write, count_parameters, get_config, get_train_config, ConfigError, SHARING, SENTENCE_TASKS
+from .config import atomic_write, count_parameters, get_config, get_train_config, ConfigError, SHARING
 from . import pretrain as P
 from .results import markdown_table
 

@@ -313,17 +313,17 @@ def verdict(run_dir, task: str = "brown") -> str:
             f"{', '.join(map(str, ls))}) is {'reproduced' if ok else 'not reproduced'} on this run.")
 
 REPORT = [
-    dict(file="fig4_attention_maps", paper="Fig. 4",
+    dict(file="fig4_attention_maps", paper="Embryology Fig. 4",
          caption="Attention maps of the chosen heads and layers (rows), averaged over held-out sentences of equal "
                  "length, at a series of pretraining steps (columns); fig4_attention_maps.gif animates every step.",
          finding="The diagonal pattern (each token attending to its neighbours and itself) appears in the upper layer "
                  "(layer 8) before layer 2, and in layer 1 last."),
-    dict(file="fig4_diagonal", paper="Fig. 4 (quantified)",
+    dict(file="fig4_diagonal", paper="Embryology Fig. 4 (quantified)",
          caption="Attention mass on positions i-1, i, i+1 over steps for every layer: mean and range over heads, and "
                  "the most diagonal head of each layer with the step at which its pattern emerges.",
          finding="The diagonal pattern emerges layer by layer, upper layers first, which the paper reads with Fig. 3 "
                  "as the upper layers learning faster."),
-    dict(file="table_fig4_diagonal_emergence", paper="Fig. 4 (quantified)",
+    dict(file="table_fig4_diagonal_emergence", paper="Embryology Fig. 4 (quantified)",
          caption="Per layer: the most diagonal head at the last step, its diagonal mass at the first, last and peak "
                  "step, its emergence step, and the mean [CLS] and [SEP] attention mass over heads at the last step.",
          finding="Layer 8 develops the diagonal pattern before layer 2, and layer 1 last."),

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 import os

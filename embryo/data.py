@@ -311,13 +311,11 @@ def corpus_is_complete(folder) -> bool:
 def fetch(name: str = "embryo-mini", # the built-in corpus (only `embryo-mini` for now)
           root=None, # the data dir; default `$EMBRYO_DATA` or `~/.cache/embryo`
           force: bool = False, # rebuild even when the cache checks out
-          verbose: bool = True) -> Path:
+          verbose: bool = True) -> Path: # report the build (a cached corpus is returned silently)
     "Download, check and build the built-in pretraining corpus once; return its folder (holding `train.txt`)."
     if name != "embryo-mini": raise ValueError(f"unknown corpus {name!r}; the built-in corpus is 'embryo-mini'")
     root = data_dir(root); out = root / name
-    if not force and corpus_is_complete(out):
-        if verbose: print(f"fetch: {name} is cached in {out}")
-        return out
+    if not force and corpus_is_complete(out): return out  # quiet: every run and analysis calls this
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-"))
     try:

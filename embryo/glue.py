@@ -15,7 +15,7 @@ import shutil
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
@@ -29,7 +29,7 @@ from . import data as D
 from .config import atomic_write
 from .knowledge import KNOWLEDGE_SOURCES
 from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint
-from .results import write_results, read_results, read_samples, markdown_table
+from .results import write_results, read_results, markdown_table
 
 DEFAULT_MAX_TRAIN = 500  # training examples per task by default: both built-in tasks finetune in minutes on a CPU
 
@@ -474,16 +474,16 @@ def evaluate_step(run_dir, step: int, device="cpu",
 AGGREGATES = {"glue": "GLUE score (mean of {n} GLUE tasks, WNLI excluded)",
               "builtin": "built-in tasks (not GLUE): mean of {n}: polarity, uncertainty"}
 REPORT = [
-    dict(file="fig5_glue_score", paper="Fig. 5a",
+    dict(file="fig5_glue_score", paper="Embryology Fig. 5a",
          caption="Downstream score over pretraining steps: the GLUE score when GLUE data was given, else the mean of the "
                  "built-in tasks (sentence polarity, CoNLL-2010 uncertainty; not GLUE), dev split, chance dashed.",
          finding="The downstream score rises fast early in pretraining and then slowly: a checkpoint from the first "
                  "quarter of pretraining already scores close to the final one (80.23 at 250k vs 81.50 at 1M steps)."),
-    dict(file="fig12_glue_tasks", paper="Fig. 5b / Fig. 12",
+    dict(file="fig12_glue_tasks", paper="Embryology Fig. 5b / Fig. 12",
          caption="Each task's dev score over pretraining steps, best step marked x, chance dashed.",
          finding="Most tasks reach scores comparable to the fully pretrained model's early; the best step is often not "
                  "the last; only the large NLI tasks (MNLI, QNLI) keep gaining."),
-    dict(file="table_glue_scores", paper="Fig. 5 (numbers)",
+    dict(file="table_glue_scores", paper="Embryology Fig. 5 (numbers)",
          caption="Dev scores (x100) of every task and the mean per pretraining step.",
          finding="The numbers behind Fig. 5: how much of the final downstream score each step already has."),
 ]

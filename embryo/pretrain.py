@@ -11,9 +11,8 @@ import math
 import os
 import random
 import shutil
-import sys
 import time
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -570,19 +569,19 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
 
 # %% ../nbs/07_probing.ipynb #f4068ba1
 REPORT = [
-    dict(file="fig2b_probing_mlm", paper="Fig. 2b",
+    dict(file="fig2b_probing_mlm", paper="Embryology Fig. 2b",
          caption="MLM accuracy (training log) and each probing task's test micro-F1 at one layer over pretraining steps",
          finding="POS and constituent probes rise very fast early in pretraining and then plateau, with all tasks "
                  "following similar curves"),
-    dict(file="fig3_probing_pos_layers", paper="Fig. 3", caption="POS probe micro-F1 per layer over pretraining steps",
+    dict(file="fig3_probing_pos_layers", paper="Embryology Fig. 3", caption="POS probe micro-F1 per layer over pretraining steps",
          finding="layers near the output start worse than those near the input, rise faster and overtake them, then decay a little"),
-    dict(file="fig10_probing_const_srl_coref", paper="Fig. 10",
+    dict(file="fig10_probing_const_srl_coref", paper="Embryology Fig. 10",
          caption="constituent, SRL and coreference probe micro-F1 per layer over pretraining steps (panels say when data is absent)",
          finding="constituent labelling, SRL and coreference follow the same trend as POS across layers"),
-    dict(file="fig11_probing_all_tasks", paper="Fig. 11a",
+    dict(file="fig11_probing_all_tasks", paper="Embryology Fig. 11a",
          caption="every probing task, every layer: micro-F1 (solid) and control-task F1 (dotted) over steps",
          finding="probing performance rises quickly and plateaus (or decays slightly) afterwards"),
-    dict(file="table_probing_selectivity", paper="Appendix D.1 (selectivity, not measured in the paper)",
+    dict(file="table_probing_selectivity", paper="Embryology Appendix D.1 (selectivity, not measured in the paper)",
          caption="last step: F1, control-task F1 and selectivity per task and layer, with class counts and split sizes",
          finding="linear probes are selective (Hewitt & Liang 2019), the reason the paper chose them"),
 ]

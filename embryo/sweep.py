@@ -15,7 +15,6 @@ import re
 import shutil
 import time
 import threading
-import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -27,14 +26,14 @@ import pandas as pd
 
 from .config import atomic_write
 from .pretrain import CheckpointNotFound, list_steps, find_checkpoint
-from .results import DB_NAME, db_path, done_steps, log_job, read_log, merge_results
+from .results import DB_NAME, db_path, done_steps, log_job, read_log
 
 # %% auto #0
-__all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'CORE_REPORT', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
-           'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name',
-           'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel',
-           'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'check_options', 'plan', 'summary_table',
-           'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce']
+__all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'CORE_REPORT', 'CPU_PRESETS', 'REPRODUCE_STEPS',
+           'REPRODUCE_OPTIONS', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard',
+           'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook',
+           'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'check_options', 'plan',
+           'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -457,8 +456,9 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
         if done_steps(run_dir, a): paths += analysis_module(a).redraw(run_dir, figures_dir)
     return paths
 
-REPRODUCE_STEPS = {"glue": 4, "probing": 9}  # on `tiny`, the slower analyses run on this many log-spaced steps
-# On `tiny`, finetuning gets 300 examples per task, and 1e-4 instead of Table 7's 1e-5: at 1e-5 the ~100 finetuning
+CPU_PRESETS = ("tiny", "bert-tiny")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT twin)
+REPRODUCE_STEPS = {"glue": 4, "probing": 9}  # on the CPU presets, the slower analyses run on this many log-spaced steps
+# On the CPU presets, finetuning gets 300 examples per task, and 1e-4 instead of Table 7's 1e-5: at 1e-5 the ~100 finetuning
 # steps of so few examples leave the classifier at chance for every checkpoint (measured), which tests nothing.
 REPRODUCE_OPTIONS = {"glue": dict(max_train_examples=300, learning_rate=1e-4)}
 
@@ -472,9 +472,9 @@ def reproduce(args):
     pretrain_from_args(args)
     steps = list_steps(run)
     for a in available_analyses():
-        k = REPRODUCE_STEPS.get(a) if args.preset == "tiny" else None
+        k = REPRODUCE_STEPS.get(a) if args.preset in CPU_PRESETS else None
         print(f"== {a}", flush=True)
-        opts = {a: REPRODUCE_OPTIONS[a]} if args.preset == "tiny" and a in REPRODUCE_OPTIONS else None
+        opts = {a: REPRODUCE_OPTIONS[a]} if args.preset in CPU_PRESETS and a in REPRODUCE_OPTIONS else None
         print(sweep(run, [a], log_spaced(steps, k) if k else None, mode=getattr(args, "mode", "inprocess"),
                     options=opts, redraw=False).to_string())
     for p in redraw_all(run, figures): print(f"wrote {p}")

@@ -166,6 +166,9 @@ def test_report_shows_figures_with_paper_numbers_and_verdicts(tmp_path):
         assert needle in page, needle
     for img in ("fig1_reconstruction_by_pos.png", "fig6_world_knowledge.png", "fig2a_pretraining_loss.png"):
         assert (tmp_path / "fig" / img).exists()
+    from embryo.sweep import report_sections
+    papers = [r["paper"] for r in report_sections(run)]
+    assert len(papers) > 10 and all(p.startswith(("Embryology ", "ALBERT ")) for p in papers), papers  # one way to cite
 
 
 def test_sweep_notebooks_keep_the_analysis_and_drop_the_examples():
