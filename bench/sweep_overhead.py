@@ -7,7 +7,7 @@ while the previous notebook runs), the notebook's exported code and the executed
 its caches from one step to the next. Printed per analysis: seconds per step both ways, the overhead in seconds and
 the ratio. Goal: at most 3 s of overhead per notebook run.
 
-    python bench/sweep_overhead.py [--run runs/tiny] [--steps 100 200 600 1200] [--analyses knowledge attention reconstruction]
+    python bench/sweep_overhead.py [--run runs/tiny] [--steps 0 2 8 32 128 512 800 1200] [--analyses knowledge attention reconstruction]
 """
 import argparse
 import shutil
@@ -43,12 +43,12 @@ def time_per_step(run, analysis, steps, mode):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run", type=Path, default=Path("runs/tiny"), help="default runs/tiny (the fixture run if absent)")
-    p.add_argument("--steps", type=int, nargs="+", help="default: 4 of the run's steps, first to last")
+    p.add_argument("--steps", type=int, nargs="+", help="default: 8 of the run's steps, first to last")
     p.add_argument("--analyses", nargs="+", default=[a for a in ("knowledge", "attention", "reconstruction") if a in available_analyses()])
     a = p.parse_args()
     src = a.run if (a.run / "checkpoints").is_dir() else fixture_run()
     have = list_steps(src)
-    steps = a.steps or [have[i * (len(have) - 1) // 3] for i in range(4)]
+    steps = a.steps or sorted({have[i * (len(have) - 1) // 7] for i in range(8)})
     print(f"run {src}, steps {steps}")
     print(f"{'analysis':15s} {'in-process s/step':>18s} {'papermill s/step':>17s} {'overhead s':>11s} {'ratio':>6s}")
     with tempfile.TemporaryDirectory() as d:

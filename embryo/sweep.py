@@ -345,7 +345,7 @@ def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by
     with _env(EMBRYO_RESULTS=shard_db_name(shard) if shard else None,
               OMP_NUM_THREADS=threads if workers > 1 else None):
         todo, skipped = plan(run_dir, analyses, steps, force, shard)
-        kernels = (KernelPool(len(todo), workers, preload=sorted({f"embryo.{j.analysis}" for j in todo}))
+        kernels = (KernelPool(len(todo), workers + 1, preload=sorted({f"embryo.{j.analysis}" for j in todo}))
                    if mode == "papermill" and todo else None)
         outcome = {}
 
