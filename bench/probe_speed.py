@@ -75,8 +75,7 @@ def main(argv=None):
     f1 = {k: {(r["task"], r["layer"]): r["value"] for r in v[2] if r["metric"] == "f1"} for k, v in res.items()}
     diff = [abs(f1["shared"][k] - f1["per task"][k]) for k in f1["shared"]]
     print(f"test F1, shared vs per task: mean |difference| {np.mean(diff):.3f}, max {np.max(diff):.3f} over {len(diff)} probes")
-    (bf, bp, *_), (sf, sp, *_) = res["per task"], res["shared"]
-    (_, _, _, bt), (_, _, _, st) = res["per task"], res["shared"]
+    (bf, bp, _, bt), (sf, sp, _, st) = res["per task"], res["shared"]
     print(f"ratio per-task / shared: forward {bf / sf:.1f}x, probes {bp / sp:.1f}x, total {(bf + bp) / (sf + sp):.1f}x (goal >= 5x)")
     print(f"ceiling with free probes: tokens read per task / shared = {bt / st:.1f}x ({len(tasks)} tasks)")
 

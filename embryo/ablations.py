@@ -98,8 +98,8 @@ def pretrain_variant(root, variant: Variant, scale: dict, seed: int, steps: int,
     "Train (or resume, or skip when finished) one row's run under `root`; returns its run folder."
     run = variant.run_dir(root, seed)
     preset, mc, tc = run_configs(variant, scale, seed, steps)
-    if (run / "config.json").exists(): P.run_config(run, preset, mc, tc)  # a run made with other settings is an error
-    if (run / "logs" / "eval.json").exists(): return run
+    if (run / "logs" / "eval.json").exists():  # finished: reused only if made with these settings (train checks the others)
+        P.run_config(run, preset, mc, tc); return run
     run.mkdir(parents=True, exist_ok=True)
     if not (run / "spiece.model").exists(): shutil.copy(shared_tokenizer(root, scale), run / "spiece.model")
     P.train(run, preset, mc, tc, device=device, progress=False)

@@ -492,7 +492,7 @@ def _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, 
             for p, q in zip(old.param_groups[0]["params"], (W, b)):
                 opt.state[q] = {s: (v[go] if v.dim() else v) for s, v in old.state[p].items()}
     with torch.no_grad():
-        return torch.baddbmm(bestb, X[layer_of][:, te], bestW).argmax(-1).reshape(V, P_, -1).numpy()
+        return torch.baddbmm(bestb, X[:, te][layer_of], bestW).argmax(-1).reshape(V, P_, -1).numpy()
 
 def micro_f1(y_true, y_pred) -> float:
     "Micro-averaged F1 (scikit-learn)."

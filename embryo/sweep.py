@@ -352,7 +352,7 @@ def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by
         def attempt(job):
             t0 = time.time()
             try:
-                if kernels: run_papermill(run_dir, job, device, options.get(job.analysis), kernels, examples)
+                if mode == "papermill": run_papermill(run_dir, job, device, options.get(job.analysis), kernels, examples)
                 else: run_inprocess(run_dir, job, device, options.get(job.analysis))
                 status, err = "done", None
             except Exception as e:  # one failing job is recorded; the others go on
