@@ -107,9 +107,13 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 def main(argv=None):
-    "Entry point of the `embryo` console script."
+    "Entry point of the `embryo` console script; the project's own errors print as one message (exit status 2)."
     args = parser().parse_args(argv)
-    return args.fn(args)
+    try: return args.fn(args)
+    except Exception as e:  # embryo's error classes carry messages that name the problem and the fix: no traceback
+        if not type(e).__module__.startswith("embryo."): raise
+        print(f"embryo {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
 
 # %% ../nbs/11_cli.ipynb #90120689
 #| eval: false

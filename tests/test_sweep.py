@@ -97,6 +97,9 @@ def test_cli_exit_status_reports_failures(fixture_copy, tmp_path):
     r = _cli("sweep", "--run", str(run), "--analyses", "knowledge", "--steps", "0", "--mode", "inprocess",
              "--option", "knowledge.relations=[\"P999\"]")
     assert r.returncode == 1 and "knowledge step 0: UnknownRelation" in r.stdout, r.stdout + r.stderr
+    r = _cli("sweep", "--run", str(run), "--analyses", "knowledge", "--steps", "999", "--mode", "inprocess")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr  # bad input: one message, not a traceback
+    assert "embryo sweep: CheckpointNotFound:" in r.stderr and "it has 0, 1, 2" in r.stderr, r.stderr
 
 
 def _writer(args):
