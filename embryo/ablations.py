@@ -107,13 +107,11 @@ def pretrain_variant(root, variant: Variant, scale: dict, seed: int, steps: int,
 
 # %% ../nbs/09_albert_ablations.ipynb #366be137
 def downstream_scores(run_dir, step: int, device: str = "cpu") -> dict[str, float]:
-    "Downstream score (percent) per built-in task of one checkpoint, via `embryo.glue.evaluate_step`; {} while it does not exist."
-    try: from embryo import glue
-    except ImportError: return {}
-    df = glue.evaluate_step(run_dir, step, device=device, progress=False)
-    df = df[(df["metric"] == "score") & df["task"].isin(getattr(glue, "BUILTIN_TASKS", df["task"].unique()))]
-    scale = 100 if (df["value"].abs() <= 1).all() else 1
-    return {t: scale * float(g["value"].mean()) for t, g in df.groupby("task")}
+    "Dev score (percent) of each built-in downstream task after finetuning checkpoint `step` (`embryo.glue.evaluate_step`)."
+    from embryo import glue  # imported here: finetuning is optional for the tables
+    df = glue.evaluate_step(run_dir, step, device=device, tasks=glue.BUILTIN_TASKS, progress=False)
+    score = df[df["metric"] == "score"].set_index("task")["value"]
+    return {t: 100 * float(score[t]) for t in glue.BUILTIN_TASKS}
 
 def run_scores(run_dir, device: str = "cpu", downstream: bool = False) -> dict:
     "The scores of one finished run: MLM, SOP and NSP accuracy (percent), parameters, downstream (computed if `downstream`, else if cached)."

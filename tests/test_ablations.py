@@ -125,3 +125,23 @@ def test_micro_bert_run_through_pipeline_and_analyses(tmp_path):
     assert len(rec) and rec["value"].between(0, 1).all()
     kn = knowledge.evaluate_step(run, last, max_facts=5)
     assert len(kn)
+
+
+def test_downstream_scores_are_finetuned_cached_and_tabled(ablation_root, tmp_path):
+    "`downstream=True` finetunes a run's last checkpoint on the built-in tasks once, caches the scores, and Table 6 shows them."
+    from embryo.results import read_results
+    for t in ("none", "sop"):  # copies: the module's ablation folder stays as the other tests expect it
+        shutil.copytree(ablation_root / f"all-E32-{t}-seed0", tmp_path / f"all-E32-{t}-seed0")
+    run = tmp_path / "all-E32-sop-seed0"
+    scores = A.run_scores(run, downstream=True)
+    cache = run / "logs" / "downstream.json"
+    cached = json.loads(cache.read_text())
+    assert set(cached) == {"polarity", "uncertainty"} and all(0 < v <= 100 for v in cached.values())
+    assert scores["downstream_avg"] == pytest.approx(sum(cached.values()) / 2)
+    rows = read_results(run, "glue", step=P.list_steps(run)[-1], metric="score")
+    assert rows.set_index("task").value.mul(100).loc[["polarity", "uncertainty"]].to_dict() == pytest.approx(cached)
+    mtime = cache.stat().st_mtime
+    assert A.run_scores(run, downstream=True) == scores and cache.stat().st_mtime == mtime  # cached: not finetuned again
+    df = A.collect(tmp_path, "table6", A.get_scale(None))
+    assert df.set_index("variant").downstream_avg.isna().to_dict() == {"all-E32-none": True, "all-E32-sop": False}
+    assert "downstream_avg" in A.table_frame(df, "table6", A.get_scale(None))
