@@ -20,6 +20,7 @@ import torch
 from . import data as D
 from .config import atomic_write, count_parameters, get_config, get_train_config, ConfigError, SHARING
 from . import pretrain as P
+from . import glue
 from .results import markdown_table
 
 # %% auto #0
@@ -44,12 +45,12 @@ class Variant:
 # %% ../nbs/09_albert_ablations.ipynb #140adb0f
 SCALES = {
     "micro": dict(preset="tiny", model=dict(P.FIXTURE["model"]), train=dict(P.FIXTURE["train"]), E4=(16, 32, 64), E5=(32,),
-                  steps=4, table3=("bert-tiny", "tiny"), table3_seq=16),
+                  steps=4, table3=("bert-tiny", "tiny"), table3_seq=16, finetune=glue.CPU_FINETUNE),
     "tiny": dict(preset="tiny", model=dict(hidden_size=128, num_attention_heads=2, intermediate_size=512, embedding_size=64),
-                 train=dict(learning_rate=1e-2), E4=(32, 64, 128), E5=(64,), steps=250,
+                 train=dict(learning_rate=1e-2), E4=(32, 64, 128), E5=(64,), steps=250, finetune=glue.CPU_FINETUNE,
                  table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge", "xxlarge"), table3_seq=64),
     "base": dict(preset="base", model={}, train=dict(batch_size=4096, learning_rate=0.00176, warmup_steps=3125),
-                 E4=(64, 128, 256, 768), E5=(128, 768), steps=125_000,
+                 E4=(64, 128, 256, 768), E5=(128, 768), steps=125_000, finetune=dict(max_train_examples=None),
                  table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge", "xxlarge"), table3_seq=512),
 }
 TABLES = ("table6", "table5", "table4")
@@ -106,28 +107,29 @@ def pretrain_variant(root, variant: Variant, scale: dict, seed: int, steps: int,
     return run
 
 # %% ../nbs/09_albert_ablations.ipynb #366be137
-def downstream_scores(run_dir, step: int, device: str = "cpu") -> dict[str, float]:
-    "Dev score (percent) of each built-in downstream task after finetuning checkpoint `step` (`embryo.glue.evaluate_step`)."
-    from embryo import glue  # imported here: finetuning is optional for the tables
-    df = glue.evaluate_step(run_dir, step, device=device, tasks=glue.BUILTIN_TASKS, progress=False)
+def downstream_scores(run_dir, step: int, device: str = "cpu", **finetune) -> dict[str, float]:
+    "Dev score (percent) of each built-in task after finetuning checkpoint `step` with `finetune` (`glue.evaluate_step`'s options)."
+    df = glue.evaluate_step(run_dir, step, device=device, tasks=glue.BUILTIN_TASKS, progress=False, **finetune)
     score = df[df["metric"] == "score"].set_index("task")["value"]
     return {t: 100 * float(score[t]) for t in glue.BUILTIN_TASKS}
 
-def run_scores(run_dir, device: str = "cpu", downstream: bool = False) -> dict:
-    "The scores of one finished run: MLM, SOP and NSP accuracy (percent), parameters, downstream (computed if `downstream`, else if cached)."
+def run_scores(run_dir, device: str = "cpu", downstream: bool = False, finetune: dict | None = None) -> dict:
+    "A finished run's scores: MLM, SOP, NSP accuracy (percent), parameters; downstream if cached with `finetune`'s settings, or if `downstream`."
     run_dir = Path(run_dir)
     f = run_dir / "logs" / "eval.json"
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: the run has not finished training")
     ev, cfg = json.loads(f.read_text()), json.loads((run_dir / "config.json").read_text())
     out = dict(mlm=100 * ev["mlm_accuracy"], sop=100 * ev["sop_accuracy"], nsp=100 * ev.get("nsp_accuracy", math.nan),
                params=count_parameters(get_config(cfg["preset"], **cfg["model"])))
-    cache = run_dir / "logs" / "downstream.json"
-    if downstream and not cache.exists():
-        scores = downstream_scores(run_dir, P.list_steps(run_dir)[-1], device)
-        if scores: atomic_write(cache, json.dumps(scores, indent=2) + "\n")
-    if cache.exists():
-        ds = json.loads(cache.read_text())
-        out.update({f"down_{k}": v for k, v in ds.items()}, downstream_avg=float(np.mean(list(ds.values()))))
+    cache, step = run_dir / "logs" / "downstream.json", P.list_steps(run_dir)[-1]
+    settings = dict(step=step, **(finetune or {}))
+    got = json.loads(cache.read_text()) if cache.exists() else {}
+    if got.get("settings") != settings: got = {}  # made with other settings (or none): not these scores
+    if downstream and not got:
+        got = dict(settings=settings, scores=downstream_scores(run_dir, step, device, **(finetune or {})))
+        atomic_write(cache, json.dumps(got, indent=2) + "\n")
+    if got:
+        out.update({f"down_{k}": v for k, v in got["scores"].items()}, downstream_avg=float(np.mean(list(got["scores"].values()))))
     return out
 
 # %% ../nbs/09_albert_ablations.ipynb #97166a45
@@ -177,7 +179,7 @@ def collect(root, table: str, scale: dict, seeds: Sequence[int] | None = None, d
             seed = int(run.name.rsplit("seed", 1)[1])
             if (seeds is not None and seed not in seeds) or not (run / "logs" / "eval.json").exists(): continue
             rows.append(dict(variant=v.name, sharing=v.sharing, E=v.embedding_size, task=v.sentence_task, seed=seed,
-                             **run_scores(run, device, downstream)))
+                             **run_scores(run, device, downstream, scale["finetune"])))
     return pd.DataFrame(rows)
 
 def _ms(x) -> str:
@@ -232,8 +234,9 @@ def scale_note(scale: dict, steps: int, root) -> str:
             f"over seeds. `paper_*`: ALBERT-base after 125k steps (downstream = the paper's Avg over SQuAD, MNLI, SST-2, "
             f"RACE). `X_vs_ref`: our difference from the `reference` row, Welch's p, and whether it is beyond the seed "
             f"spread (p < 0.05). Our E = H rows stand beside the paper's E = 768 (= H) rows."
-            + " Downstream: the built-in tasks of embryo.glue, finetuned on each run's last checkpoint, when the runs were "
-              "scored with downstream=True; otherwise no downstream column.")
+            + " Downstream: dev score of the built-in tasks of embryo.glue (sentence polarity, CoNLL-2010 uncertainty; "
+              f"not GLUE) finetuned from each run's last checkpoint with {scale['finetune'] or 'Table 7 settings'}, when the "
+              "runs were scored with downstream=True; otherwise no downstream column.")
 
 # %% ../nbs/09_albert_ablations.ipynb #87ff1f57
 def make_batch(vocab: int, batch: int, seq: int, device, seed: int = 0) -> dict:
@@ -335,7 +338,7 @@ def run_ablations(preset: str | None = None, # None: micro (about a minute); "ti
                          steps=3 if cuda else 2, device=device, full=cuda, dtype=torch.bfloat16 if cuda else torch.float32)
         atomic_write(root / "table3_speedup.json", json.dumps(dict(attrs=sp.attrs, rows=sp.to_dict("records")), indent=2) + "\n")
     if downstream:
-        for v, s in todo: run_scores(v.run_dir(root, s), device, downstream=True)
+        for v, s in todo: run_scores(v.run_dir(root, s), device, downstream=True, finetune=scale["finetune"])
     return redraw(root, figures_dir, tables=tables)
 
 def redraw(run_dir, out_dir=None, tables: Sequence[str] | None = None) -> list[Path]:

@@ -128,20 +128,23 @@ def test_micro_bert_run_through_pipeline_and_analyses(tmp_path):
 
 
 def test_downstream_scores_are_finetuned_cached_and_tabled(ablation_root, tmp_path):
-    "`downstream=True` finetunes a run's last checkpoint on the built-in tasks once, caches the scores, and Table 6 shows them."
+    "`downstream=True` finetunes a run's last checkpoint on the built-in tasks once, caches the scores with their settings, and Table 6 shows them."
     from embryo.results import read_results
     for t in ("none", "sop"):  # copies: the module's ablation folder stays as the other tests expect it
         shutil.copytree(ablation_root / f"all-E32-{t}-seed0", tmp_path / f"all-E32-{t}-seed0")
-    run = tmp_path / "all-E32-sop-seed0"
-    scores = A.run_scores(run, downstream=True)
+    run, micro = tmp_path / "all-E32-sop-seed0", A.get_scale(None)
+    scores = A.run_scores(run, downstream=True, finetune=micro["finetune"])
     cache = run / "logs" / "downstream.json"
     cached = json.loads(cache.read_text())
-    assert set(cached) == {"polarity", "uncertainty"} and all(0 < v <= 100 for v in cached.values())
-    assert scores["downstream_avg"] == pytest.approx(sum(cached.values()) / 2)
-    rows = read_results(run, "glue", step=P.list_steps(run)[-1], metric="score")
-    assert rows.set_index("task").value.mul(100).loc[["polarity", "uncertainty"]].to_dict() == pytest.approx(cached)
+    assert cached["settings"] == dict(step=P.list_steps(run)[-1], max_train_examples=300, learning_rate=1e-4)
+    assert set(cached["scores"]) == {"polarity", "uncertainty"} and all(0 < v <= 100 for v in cached["scores"].values())
+    assert scores["downstream_avg"] == pytest.approx(sum(cached["scores"].values()) / 2)
+    rows = read_results(run, "glue", step=P.list_steps(run)[-1])
+    assert rows[rows.metric == "score"].set_index("task").value.mul(100).loc[["polarity", "uncertainty"]].to_dict() == pytest.approx(cached["scores"])
+    assert set(rows[rows.metric == "train_examples"].value) == {300.0}
     mtime = cache.stat().st_mtime
-    assert A.run_scores(run, downstream=True) == scores and cache.stat().st_mtime == mtime  # cached: not finetuned again
-    df = A.collect(tmp_path, "table6", A.get_scale(None))
+    assert A.run_scores(run, downstream=True, finetune=micro["finetune"]) == scores and cache.stat().st_mtime == mtime  # cached
+    assert "downstream_avg" not in A.run_scores(run, finetune=dict(learning_rate=1e-5))  # other settings: not these scores
+    df = A.collect(tmp_path, "table6", micro)
     assert df.set_index("variant").downstream_avg.isna().to_dict() == {"all-E32-none": True, "all-E32-sop": False}
-    assert "downstream_avg" in A.table_frame(df, "table6", A.get_scale(None))
+    assert "downstream_avg" in A.table_frame(df, "table6", micro)
