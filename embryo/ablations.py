@@ -316,12 +316,13 @@ def run_ablations(preset: str | None = None, # None: micro (about a minute); "ti
                   seeds: int = 2, # seeds per row
                   device: str = "cpu",
                   root=None, # where the runs go; None: `default_root(preset)`
-                  tables: Sequence[str] = TABLES + ("table3",),
+                  tables: Sequence[str] | str = TABLES + ("table3",), # names, or "table6,table5"
                   figures_dir=None, # None: <root>/figures
                   downstream: bool = False, # also finetune each run on the built-in downstream tasks (minutes per run on CPU)
                   verbose: bool = True) -> list[Path]:
     "Pretrain every missing run of `tables` (seeds 0..seeds-1), measure Table 3, write the tables; returns the paths."
     scale = get_scale(preset)
+    if isinstance(tables, str): tables = [t.strip() for t in tables.split(",") if t.strip()]  # "table6,table5", as papermill's -p gives
     steps = int(steps or scale["steps"])
     root = Path(root or default_root(preset)); root.mkdir(parents=True, exist_ok=True)
     unknown = [t for t in tables if t not in TABLES + ("table3",)]
