@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .config import atomic_write, count_parameters, get_config, get_train_config, ConfigError, SHARING
+from .config import atomic_write, count_parameters, get_config, get_train_config, ConfigError, SHARING, split_names
 from . import pretrain as P
 from . import glue
 from .results import markdown_table
@@ -122,11 +122,12 @@ def run_scores(run_dir, device: str = "cpu", downstream: bool = False, finetune:
     out = dict(mlm=100 * ev["mlm_accuracy"], sop=100 * ev["sop_accuracy"], nsp=100 * ev.get("nsp_accuracy", math.nan),
                params=count_parameters(get_config(cfg["preset"], **cfg["model"])))
     cache, step = run_dir / "logs" / "downstream.json", P.list_steps(run_dir)[-1]
-    settings = dict(step=step, **(finetune or {}))
+    finetune = finetune or {}
+    settings = dict(step=step, **finetune)
     got = json.loads(cache.read_text()) if cache.exists() else {}
     if got.get("settings") != settings: got = {}  # made with other settings (or none): not these scores
     if downstream and not got:
-        got = dict(settings=settings, scores=downstream_scores(run_dir, step, device, **(finetune or {})))
+        got = dict(settings=settings, scores=downstream_scores(run_dir, step, device, **finetune))
         atomic_write(cache, json.dumps(got, indent=2) + "\n")
     if got:
         out.update({f"down_{k}": v for k, v in got["scores"].items()}, downstream_avg=float(np.mean(list(got["scores"].values()))))
@@ -322,7 +323,7 @@ def run_ablations(preset: str | None = None, # None: micro (about a minute); "ti
                   verbose: bool = True) -> list[Path]:
     "Pretrain every missing run of `tables` (seeds 0..seeds-1), measure Table 3, write the tables; returns the paths."
     scale = get_scale(preset)
-    if isinstance(tables, str): tables = [t.strip() for t in tables.split(",") if t.strip()]  # "table6,table5", as papermill's -p gives
+    tables = split_names(tables)  # "table6,table5", as papermill's -p gives
     steps = int(steps or scale["steps"])
     root = Path(root or default_root(preset)); root.mkdir(parents=True, exist_ok=True)
     unknown = [t for t in tables if t not in TABLES + ("table3",)]

@@ -16,7 +16,7 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'TRAIN_PRESETS', 'PAPER_PARAMS', 'ConfigError', 'ModelConfig',
            'get_config', 'TrainConfig', 'get_train_config', 'count_parameters', 'param_table', 'atomic_write',
-           'write_param_tables']
+           'write_param_tables', 'split_names']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -246,3 +246,9 @@ def write_param_tables(out_dir="figures") -> list[Path]:
     out = Path(out_dir)
     return [atomic_write(out / "table_albert_params.md", "\n".join(md) + "\n"),
             atomic_write(out / "table_albert_params.csv", buf.getvalue())]
+
+# %% ../nbs/00_config.ipynb #842f5509
+def split_names(names) -> list:
+    "`names` as a list: a string 'a, b' split on commas (as papermill's -p passes a list), any other iterable as is."
+    if isinstance(names, str): return [n.strip() for n in names.split(",") if n.strip()]
+    return list(names)

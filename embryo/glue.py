@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import data as D
-from .config import atomic_write
+from .config import atomic_write, split_names
 from .knowledge import KNOWLEDGE_SOURCES
 from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint
 from .results import write_results, read_results, markdown_table
@@ -102,8 +102,7 @@ class UnknownTask(LookupError):
 def select_tasks(tasks=None, glue_dir=None) -> list[str]:
     "The tasks to run: `tasks` (a list or 'a,b') checked, or the defaults (the GLUE score's tasks with data, else built-in)."
     if tasks is None: return list(SCORE_TASKS if glue_dir is not None else BUILTIN_TASKS)
-    if isinstance(tasks, str): tasks = [t.strip() for t in tasks.split(",") if t.strip()]
-    tasks = [t.lower() for t in tasks]
+    tasks = [t.lower() for t in split_names(tasks)]
     bad = [t for t in tasks if t not in TASKS]
     if bad: raise UnknownTask(f"unknown task(s) {', '.join(bad)}; the tasks are {', '.join(TASKS)}")
     return list(dict.fromkeys(tasks))

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .config import atomic_write
+from .config import atomic_write, split_names
 from .pretrain import load_checkpoint, list_steps, save_figure
 from .results import write_results, read_results, read_samples
 
@@ -111,7 +111,7 @@ def _read_jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict
 def select_relations(available: dict, relations=None) -> list[str]:
     "The relation ids to evaluate: all of `available`, or `relations` (a list or 'P36,P17') checked against it."
     if relations is None: return list(available)
-    if isinstance(relations, str): relations = [r.strip() for r in relations.split(",") if r.strip()]
+    relations = split_names(relations)
     missing = [r for r in relations if r not in available]
     if missing: raise UnknownRelation(f"no facts for relation(s) {', '.join(missing)}; the facts have {', '.join(available)}")
     return list(dict.fromkeys(relations))

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .config import atomic_write
+from .config import atomic_write, split_names
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, _read_log
 from .reconstruction import align, brown_base_tag
 from .results import write_results, read_results, markdown_table
@@ -59,7 +59,7 @@ def select_tasks(tasks=None, ontonotes=None) -> list[str]:
     "The tasks to probe: `tasks` (a list or 'a,b') checked against the known ones; None: all the data provides."
     available = (list(ONTONOTES_TASKS) if ontonotes is not None else []) + list(BUILTIN_TASKS)
     if tasks is None: return available
-    if isinstance(tasks, str): tasks = [t.strip() for t in tasks.split(",") if t.strip()]
+    tasks = split_names(tasks)
     unknown = [t for t in tasks if t not in TASKS]
     if unknown: raise UnknownTask(f"unknown probing task(s) {', '.join(unknown)}; the tasks are {', '.join(TASKS)}")
     need = [t for t in tasks if t in ONTONOTES_TASKS and ontonotes is None]
