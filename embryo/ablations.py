@@ -325,9 +325,9 @@ def run_ablations(preset: str | None = None, # None: micro (about a minute); "ti
     scale = get_scale(preset)
     tables = split_names(tables)  # "table6,table5", as papermill's -p gives
     steps = int(steps or scale["steps"])
-    root = Path(root or default_root(preset)); root.mkdir(parents=True, exist_ok=True)
     unknown = [t for t in tables if t not in TABLES + ("table3",)]
     if unknown: raise ValueError(f"unknown table(s) {', '.join(unknown)}; the tables are: {', '.join(TABLES + ('table3',))}")
+    root = Path(root or default_root(preset)); root.mkdir(parents=True, exist_ok=True)  # only after the names are checked
     atomic_write(root / "ablations.json", json.dumps(dict(preset=preset, steps=steps, seeds=seeds), indent=2) + "\n")
     todo = list(dict.fromkeys((v, s) for t in tables if t != "table3" for v in table_variants(t, scale) for s in range(seeds)))
     for i, (v, s) in enumerate(todo):

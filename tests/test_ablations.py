@@ -59,7 +59,8 @@ def test_errors_name_the_choices(tmp_path):
     with pytest.raises(ValueError, match="the tables are: table6, table5, table4, table3"):
         A.run_ablations(None, root=tmp_path, tables=["table7"])
     with pytest.raises(ValueError, match=r"unknown table\(s\) table7;"):  # "a,b" as papermill's -p passes it
-        A.run_ablations(None, root=tmp_path, tables="table6, table7")
+        A.run_ablations(None, root=tmp_path / "bad", tables="table6, table7")
+    assert not (tmp_path / "bad").exists()  # bad input leaves nothing behind
     with pytest.raises(ConfigError, match="the choices are: None"):
         A.run_ablations("huge", root=tmp_path)
     with pytest.raises(FileNotFoundError, match="ablations.json does not exist"):
