@@ -1,15 +1,20 @@
-"""Throughput of the whole pretraining step: embryo's loop driving our ALBERT vs the same loop driving transformers'.
+"""Throughput of the whole pretraining step: the fast path against fp32 eager, and embryo's model against transformers'.
 
 One optimizer step as `embryo.pretrain.train` takes it: pick and mask the examples of the step (`Batches.collate`,
-n-gram masking included), forward and backward (`train_step`), gradient clipping, a LAMB step. The only difference
-between the two rows is the model: embryo's `AlbertForPreTraining` (vocabulary scored at masked positions only) or
-`transformers.AlbertForPreTraining` with the very same weights (scores every position). Printed as tokens/s and as a
-ratio (embryo / transformers, > 1: ours is faster), both measured in this run on the same batches.
+n-gram masking included), forward and backward (`train_step`), gradient clipping, a LAMB step.
 
-CPU: `tiny` and `base` at sequence length 128, fp32. On a GPU also `base` in bf16 autocast, with MFU:
-model FLOPs per token (`AlbertForPreTraining.flops_per_token`) x tokens/s / the GPU's peak dense bf16 FLOP/s.
+1. fp32 eager vs the fast path, on the `tiny` preset's own batch (its sequence length, masking and batch size):
+   - fp32 eager: `precision="fp32"`, each batch masked on the critical path;
+   - fast path: `precision="auto"` (bf16 autocast where the device multiplies bf16 natively, detected at run time;
+     the math attention kernel on CPU) and the next batch masked in a background thread (`prefetched`), as `train` does.
+   Printed as tokens/s and their ratio, both measured in this run, then the share of the fast step's time spent
+   outside matrix multiplications (torch.profiler, self time of every op that is not a matmul).
+2. embryo vs transformers (`AlbertForPreTraining` with the very same weights, scoring every position), both driven
+   by the same loop in fp32: tokens/s and their ratio.
+On a GPU also `base` at sequence length 128 in bf16, with MFU: the model's own FLOPs per token
+(`AlbertForPreTraining.flops_per_token`) x tokens/s / the GPU's peak dense bf16 FLOP/s.
 
-    python bench/pretrain_speed.py [--presets tiny base] [--steps 5] [--seq 128] [--peak-tflops 989]
+    python bench/pretrain_speed.py [--steps 8] [--presets tiny base] [--peak-tflops 989]
 """
 import argparse
 import tempfile
@@ -21,11 +26,11 @@ import transformers
 
 from embryo import data as D
 from embryo.config import get_config, get_train_config
-from embryo.model import AlbertForPreTraining
-from embryo.pretrain import Batches, Lamb, corpus_slice, param_groups, train_step
+from embryo.model import AlbertForPreTraining, native_bf16, resolve_precision
+from embryo.pretrain import Batches, Lamb, corpus_slice, param_groups, prefetched, train_step
 
-BATCH = {"tiny": 16, "base": 8}  # sequences per step on CPU (tiny: its preset's batch)
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, no sparsity
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
 
 
 class HFAdapter(torch.nn.Module):
@@ -36,83 +41,122 @@ class HFAdapter(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids, labels=None, logits="masked"):
         out = self.hf(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        return SimpleNamespace(prediction_logits=out.prediction_logits[labels != -100], sop_logits=out.sop_logits)
+        logits = out.prediction_logits[labels != -100]
+        mlm_loss = torch.nn.functional.cross_entropy(logits.float(), labels[labels != -100])
+        return SimpleNamespace(prediction_logits=logits, sop_logits=out.sop_logits, mlm_loss=mlm_loss)
 
 
-def bench_data(seq):
+def bench_data(tc):
     "A tokenizer trained on a slice of embryo-mini and the examples built from it (cached, as pretraining caches them)."
     text = corpus_slice()
-    tok_dir = D.data_dir() / "bench" / "tokenizer-8000"
-    if not (tok_dir / "spiece.model").exists(): D.train_tokenizer(text, tok_dir, 8000)
+    tok_dir = D.data_dir() / "bench" / f"tokenizer-{tc.tokenizer_vocab_size}"
+    if not (tok_dir / "spiece.model").exists(): D.train_tokenizer(text, tok_dir, tc.tokenizer_vocab_size)
     tok = D.load_tokenizer(tok_dir)
-    return tok, D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=seq, seed=0)
+    return tok, D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=tc.max_seq_length, seed=0)
 
 
-def loop(model, data, tc, device, steps):
-    "tokens/s of `steps` optimizer steps (after one warm-up step), data preparation included."
+def loop(model, data, tc, device, steps, precision="fp32", prefetch=False, profile=False):
+    "tokens/s of `steps` optimizer steps (after two warm-up steps), data preparation included; with `profile`, the profiler too."
     opt = Lamb(param_groups(model, tc.weight_decay), lr=1e-4)
     model.train()
+    make = lambda s: [data.collate(data.indices(s))]
 
-    def step(s):
-        batches = [data.collate(data.indices(s))]
+    def step(batches):
         n_masked = sum(int((b["labels"] != -100).sum()) for b in batches)
-        train_step(model, batches, n_masked, tc.batch_size, 1, device)
+        train_step(model, batches, n_masked, tc.batch_size, 1, device, precision=precision)
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
         opt.step(); opt.zero_grad(set_to_none=True)
         return sum(int(b["attention_mask"].sum()) for b in batches)
 
-    step(1)
+    for s in (1, 2): step(make(s))
     if device.type == "cuda": torch.cuda.synchronize()
+    todo = range(3, steps + 3)
+    stream = prefetched(make, todo) if prefetch else ((s, make(s)) for s in todo)
+    prof = torch.profiler.profile() if profile else None
     t, tokens = time.perf_counter(), 0
-    for s in range(2, steps + 2): tokens += step(s)
+    if prof: prof.__enter__()
+    for _, batches in stream: tokens += step(batches)
     if device.type == "cuda": torch.cuda.synchronize()
-    return tokens / (time.perf_counter() - t)
+    seconds = time.perf_counter() - t
+    if prof: prof.__exit__(None, None, None)
+    return tokens / seconds, prof
 
 
-def compare(preset, tok, ds, seq, batch, steps, device):
-    mc = get_config(preset, vocab_size=max(get_config(preset).vocab_size, tok.vocab_size))
-    tc = get_train_config(preset, batch_size=batch, max_seq_length=seq)
-    data = Batches(ds, tok, tc)
+def outside_matmul_share(prof) -> float:
+    "Share of the profiled self time (CPU, or CUDA where there is one) spent in ops that are not matrix multiplications."
+    rows = prof.key_averages()
+    key = "self_device_time_total" if any(getattr(r, "self_device_time_total", 0) for r in rows) else "self_cpu_time_total"
+    total = sum(getattr(r, key) for r in rows)
+    mm = sum(getattr(r, key) for r in rows if r.key in MATMUL_OPS)
+    return 1 - mm / total
+
+
+def fresh(mc, device):
     torch.manual_seed(0)
-    ours = AlbertForPreTraining(mc).to(device)
+    return AlbertForPreTraining(mc).to(device)
+
+
+def fast_vs_fp32(tok, ds, tc, steps, device):
+    mc = get_config("tiny", vocab_size=tok.vocab_size)
+    data = Batches(ds, tok, tc)
+    base, _ = loop(fresh(mc, device), data, tc, device, steps, "fp32", prefetch=False)
+    fast, _ = loop(fresh(mc, device), data, tc, device, steps, "auto", prefetch=True)
+    _, prof = loop(fresh(mc, device), data, tc, device, max(2, steps // 2), "auto", prefetch=True, profile=True)
+    return base, fast, outside_matmul_share(prof)
+
+
+def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32"):
+    mc = get_config(preset, vocab_size=max(get_config(preset).vocab_size, tok.vocab_size))
+    data = Batches(ds, tok, tc)
+    ours = fresh(mc, device)
     with tempfile.TemporaryDirectory() as d:  # the very same weights in transformers
         ours.save_pretrained(d)
         theirs = transformers.AlbertForPreTraining.from_pretrained(d, attn_implementation="sdpa").to(device)
-    fpt = ours.flops_per_token(seq)
-    return fpt, {"transformers": loop(HFAdapter(theirs), data, tc, device, steps), "embryo": loop(ours, data, tc, device, steps)}
+    return ours.flops_per_token(tc.max_seq_length), {
+        "transformers": loop(HFAdapter(theirs), data, tc, device, steps, precision)[0],
+        "embryo": loop(ours, data, tc, device, steps, precision, prefetch=True)[0]}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--presets", nargs="+", default=["tiny", "base"])
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--presets", nargs="+", default=["tiny", "base"], help="presets for the embryo-vs-transformers table")
+    p.add_argument("--steps", type=int, default=8)
     p.add_argument("--gpu-batch", type=int, default=128, help="sequences per step for the bf16 GPU row")
     p.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s of the GPU (default: by name)")
     a = p.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    tok, ds = bench_data(a.seq)
+    tc = get_train_config("tiny")
+    tok, ds = bench_data(tc)
     print(f"device {device}, torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")
-    print(f"whole training step (masking, forward, backward, clip, LAMB) on embryo-mini examples of <= {a.seq} tokens")
-    print("ratio = embryo / transformers tokens per second, both driven by embryo's loop, measured in this run")
-    print(f"{'preset':<8}{'batch':>7}{'dtype':>10}{'transformers tok/s':>20}{'embryo tok/s':>14}{'ratio':>8}")
+    print(f"native bf16 matmul: {native_bf16(device)}, so precision 'auto' = {resolve_precision('auto', device)}")
+    print(f"\n1. whole training step of the tiny preset (batch {tc.batch_size} x {tc.max_seq_length} tokens, "
+          f"{tc.mask_prob:.0%} masking), {a.steps} steps each, measured in this run")
+    base, fast, outside = fast_vs_fp32(tok, ds, tc, a.steps, device)
+    print(f"{'fp32 eager tok/s':>18}{'fast path tok/s':>17}{'ratio':>8}   share of fast step outside matmuls")
+    print(f"{base:>18,.0f}{fast:>17,.0f}{fast / base:>8.2f}   {outside:.0%}")
+    print(f"\n2. embryo vs transformers (same weights, same loop, fp32, sequences of <= 128 tokens)")
+    print(f"{'preset':<8}{'batch':>7}{'transformers tok/s':>20}{'embryo tok/s':>14}{'ratio':>8}")
     for preset in a.presets:
-        _, r = compare(preset, tok, ds, a.seq, BATCH.get(preset, 8), a.steps, device)
-        print(f"{preset:<8}{BATCH.get(preset, 8):>7}{'float32':>10}{r['transformers']:>20,.0f}{r['embryo']:>14,.0f}"
-              f"{r['embryo'] / r['transformers']:>8.2f}")
-    if device.type == "cuda" and "base" in a.presets:
-        name = torch.cuda.get_device_name()
-        peak = a.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-        # train_step runs the forward under bf16 autocast on a GPU
-        fpt, r = compare("base", tok, ds, a.seq, a.gpu_batch, a.steps, device)
-        print(f"{'base':<8}{a.gpu_batch:>7}{'bf16':>10}{r['transformers']:>20,.0f}{r['embryo']:>14,.0f}"
-              f"{r['embryo'] / r['transformers']:>8.2f}")
-        if peak:
-            print(f"MFU base bf16 on {name}: embryo {fpt * r['embryo'] / (peak * 1e12):.1%}, "
-                  f"transformers {fpt * r['transformers'] / (peak * 1e12):.1%} "
-                  f"({fpt / 1e9:.2f} GFLOP/token, peak {peak:.0f} TFLOP/s)")
-        else:
-            print(f"MFU: unknown peak for {name}; pass --peak-tflops")
+        ptc = get_train_config(preset, batch_size=16 if preset == "tiny" else 8, max_seq_length=128,
+                               tokenizer_vocab_size=tc.tokenizer_vocab_size)
+        ptok, pds = bench_data(ptc)
+        _, r = hf_vs_embryo(preset, ptok, pds, ptc, a.steps, device)
+        print(f"{preset:<8}{ptc.batch_size:>7}{r['transformers']:>20,.0f}{r['embryo']:>14,.0f}{r['embryo'] / r['transformers']:>8.2f}")
+    if device.type != "cuda":
+        print("\n3. base at sequence length 128 in bf16 with MFU: not run (no GPU here)")
+        return
+    name = torch.cuda.get_device_name()
+    peak = a.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    gtc = get_train_config("base", batch_size=a.gpu_batch, max_seq_length=128, tokenizer_vocab_size=tc.tokenizer_vocab_size)
+    gtok, gds = bench_data(gtc)
+    fpt, r = hf_vs_embryo("base", gtok, gds, gtc, a.steps, device, precision="bf16")
+    print(f"\n3. base, batch {a.gpu_batch} x 128, bf16 on {name}: transformers {r['transformers']:,.0f} tok/s, "
+          f"embryo {r['embryo']:,.0f} tok/s")
+    if peak:
+        print(f"MFU: embryo {fpt * r['embryo'] / (peak * 1e12):.1%}, transformers {fpt * r['transformers'] / (peak * 1e12):.1%} "
+              f"({fpt / 1e9:.2f} GFLOP/token, peak {peak:.0f} TFLOP/s)")
+    else:
+        print(f"MFU: unknown peak for {name}; pass --peak-tflops")
 
 
 if __name__ == "__main__":

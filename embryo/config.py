@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'TRAIN_PRESETS', 'PAPER_PARAMS', 'ConfigError', 'ModelConfig',
-           'get_config', 'TrainConfig', 'get_train_config', 'count_parameters', 'param_table', 'atomic_write',
-           'write_param_tables', 'split_names']
+__all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'PRECISIONS', 'TRAIN_PRESETS', 'PAPER_PARAMS', 'ConfigError',
+           'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config', 'count_parameters', 'param_table',
+           'atomic_write', 'write_param_tables', 'split_names']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -125,10 +125,13 @@ class TrainConfig:
     log_every: int = 100
     eval_sequences: int = 256  # held-out sequences for the final MLM accuracy
     sentence_task: str = "sop"  # sentence-level loss (ALBERT section 4.6, Table 6): sop | nsp | none
+    precision: str = "auto"  # matmul precision: auto (bf16 where the device has native bf16 matmul) | fp32 | bf16
 
     def __post_init__(self):
         if self.sentence_task not in SENTENCE_TASKS:
             raise ConfigError(f"TrainConfig.sentence_task={self.sentence_task!r} is not one of {', '.join(SENTENCE_TASKS)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"TrainConfig.precision={self.precision!r} is not one of {', '.join(PRECISIONS)}")
         for f in ("batch_size", "grad_accum", "max_seq_length", "total_steps", "log_every", "resume_every"):
             if getattr(self, f) < 1: raise ConfigError(f"TrainConfig.{f} must be at least 1, got {getattr(self, f)}")
         if self.warmup_steps < 0 or self.warmup_steps > self.total_steps:
@@ -144,13 +147,14 @@ class TrainConfig:
         return {k: v for k, v in asdict(self).items() if _LATER_FIELDS.get(k, object()) != v}
 
 SENTENCE_TASKS = ("sop", "nsp", "none")  # ALBERT Table 6: sentence-order, BERT's next-sentence, no sentence loss
+PRECISIONS = ("auto", "fp32", "bf16")  # `embryo.model.resolve_precision` turns auto into fp32 or bf16 per device
 _LATER_FIELDS = dict(sentence_task="sop")  # field: the value every run had before the field existed
 
 _ALBERT_TRAIN = dict(batch_size=4096, learning_rate=0.00176, total_steps=125_000, warmup_steps=3125)
 TRAIN_PRESETS = {
-    "tiny": dict(batch_size=16, max_seq_length=128, learning_rate=5e-3, warmup_steps=100, total_steps=1200,
-                 tokenizer_vocab_size=8000, checkpoint_pow2_until=512, checkpoint_every=[[100, None]],
-                 resume_every=100, log_every=10, max_predictions=20),  # ~15% of 128: more signal per step
+    "tiny": dict(batch_size=32, max_seq_length=64, learning_rate=5e-3, warmup_steps=100, total_steps=8000,
+                 mask_prob=0.4, max_predictions=26, tokenizer_vocab_size=8000, checkpoint_pow2_until=128,
+                 checkpoint_every=[[500, None]], resume_every=500, log_every=50),  # the recipe of 03_pretrain
     "small": dict(batch_size=64, max_seq_length=256, learning_rate=1.5e-3, warmup_steps=1000, total_steps=20_000,
                   tokenizer_vocab_size=16000, checkpoint_every=[[500, 5000], [1000, None]], log_every=50),
     "base": dict(),  # the embryology paper's ALBERT-base (appendix B.1)

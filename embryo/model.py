@@ -9,6 +9,7 @@ import json
 import math
 import os
 import tempfile
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -16,13 +17,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import ModelConfig, ConfigError, SHARING, atomic_write, get_config
+from .config import ModelConfig, ConfigError, SHARING, PRECISIONS, atomic_write, get_config
 
 # %% auto #0
 __all__ = ['ACT', 'TIED_KEYS', 'AlbertEmbeddings', 'AlbertAttention', 'AlbertLayer', 'AlbertLayerGroup', 'share_layers',
            'AlbertTransformer', 'extended_mask', 'num_parameters', 'AlbertModel', 'AlbertMLMHead', 'AlbertSOPHead',
-           'PretrainingOutput', 'AlbertForPreTraining', 'CheckpointError', 'to_hf_config', 'from_hf_config',
-           'hf_state_dict', 'save_pretrained', 'load_pretrained']
+           'PretrainingOutput', 'AlbertForPreTraining', 'native_bf16', 'resolve_precision', 'autocast',
+           'CheckpointError', 'to_hf_config', 'from_hf_config', 'hf_state_dict', 'save_pretrained', 'load_pretrained']
 
 # %% ../nbs/01_model.ipynb #736c51b7
 class AlbertEmbeddings(nn.Module):
@@ -231,6 +232,37 @@ class AlbertForPreTraining(nn.Module):
         per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H  # projections + FFN + (QK^T, AV)
         fwd = L * per_layer + (2 * E * H if E != H else 0) + 2 * (H * E + E * V)  # + embedding projection + MLM head
         return (3 if training else 1) * fwd
+
+# %% ../nbs/01_model.ipynb #7a2b5610
+def _cpu_flags() -> set[str]:
+    "The CPU feature flags the kernel reports (Linux `/proc/cpuinfo`); empty where it cannot be read."
+    try: text = Path("/proc/cpuinfo").read_text()
+    except OSError: return set()
+    return next((set(l.split(":", 1)[1].split()) for l in text.splitlines() if l.startswith("flags")), set())
+
+def native_bf16(device) -> bool:
+    "Whether `device` multiplies bf16 matrices in hardware: a CUDA GPU that supports bf16, or a CPU with AMX or AVX512-BF16."
+    device = torch.device(device)
+    if device.type == "cuda": return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and bool(_cpu_flags() & {"amx_bf16", "avx512_bf16"})
+
+def resolve_precision(precision: str, device) -> str:
+    "`fp32` or `bf16`: what `precision` (auto | fp32 | bf16) means on `device`."
+    if precision not in PRECISIONS: raise ConfigError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}")
+    if precision == "auto": return "bf16" if native_bf16(device) else "fp32"
+    return precision
+
+def autocast(device, precision: str):
+    "A context that runs the forward pass in `precision` (resolved as `resolve_precision` does) on `device`."
+    device = torch.device(device)
+    if resolve_precision(precision, device) == "fp32": return nullcontext()
+    return _bf16(device)
+
+@contextmanager
+def _bf16(device):
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    kernels = sdpa_kernel([SDPBackend.MATH]) if device.type == "cpu" else nullcontext()  # CPU: its flash backward is slow
+    with torch.autocast(device.type, torch.bfloat16), kernels: yield
 
 # %% ../nbs/01_model.ipynb #53cf6fb2
 class CheckpointError(ValueError):

@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from pathlib import Path
 
@@ -21,15 +22,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_train_config, atomic_write, PRESETS)
-from .model import AlbertForPreTraining, load_pretrained
+from .model import AlbertForPreTraining, load_pretrained, autocast, resolve_precision
 from . import data as D
 
 # %% auto #0
 __all__ = ['FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps',
            'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'rng_state', 'set_rng_state', 'save_resume',
-           'load_resume', 'Batches', 'run_config', 'corpus_file', 'prepare_run', 'TrainingDiverged', 'train_step',
-           'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'plot_pretraining', 'corpus_slice',
-           'fixture_run', 'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
+           'load_resume', 'Batches', 'run_config', 'corpus_file', 'prepare_run', 'TrainingDiverged', 'prefetched',
+           'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'plot_pretraining',
+           'corpus_slice', 'fixture_run', 'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -40,23 +41,30 @@ class Lamb(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self):
         for g in self.param_groups:
-            b1, b2 = g["betas"]
-            for p in g["params"]:
-                if p.grad is None: continue
-                st = self.state[p]
-                if not st: st["step"], st["m"], st["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
-                st["step"] += 1
-                st["m"].mul_(b1).add_(p.grad, alpha=1 - b1)
-                st["v"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                m_hat = st["m"] / (1 - b1 ** st["step"])
-                v_hat = st["v"] / (1 - b2 ** st["step"])
-                update = m_hat / (v_hat.sqrt() + g["eps"])
-                if g["weight_decay"]: update.add_(p, alpha=g["weight_decay"])
-                trust = 1.0
-                if g["adapt"]:
-                    w_norm, u_norm = p.norm(), update.norm()
-                    trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-                p.sub_(update * (g["lr"] * trust))
+            ps = [p for p in g["params"] if p.grad is not None]
+            if ps: self._update(g, ps)
+
+    def _update(self, g, ps):
+        "One LAMB step for the tensors `ps` of group `g`, each op applied to all of them at once (`torch._foreach_*`)."
+        b1, b2 = g["betas"]
+        for p in ps:
+            st = self.state[p]
+            if not st: st["step"], st["m"], st["v"] = 0, torch.zeros_like(p), torch.zeros_like(p)
+            st["step"] += 1
+        grads = [p.grad for p in ps]
+        m, v = [self.state[p]["m"] for p in ps], [self.state[p]["v"] for p in ps]
+        t = self.state[ps[0]]["step"]  # every tensor of a group steps together
+        torch._foreach_lerp_(m, grads, 1 - b1)  # m = b1 m + (1 - b1) g
+        torch._foreach_mul_(v, b2); torch._foreach_addcmul_(v, grads, grads, value=1 - b2)
+        denom = torch._foreach_sqrt(v); torch._foreach_div_(denom, math.sqrt(1 - b2 ** t)); torch._foreach_add_(denom, g["eps"])
+        update = torch._foreach_div(m, denom); torch._foreach_div_(update, 1 - b1 ** t)  # m_hat / (sqrt(v_hat) + eps)
+        if g["weight_decay"]: torch._foreach_add_(update, ps, alpha=g["weight_decay"])
+        if g["adapt"]:
+            w_norm, u_norm = torch.stack(torch._foreach_norm(ps)), torch.stack(torch._foreach_norm(update))
+            trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+            torch._foreach_mul_(update, list((trust * -g["lr"]).unbind()))
+        else: torch._foreach_mul_(update, -g["lr"])
+        torch._foreach_add_(ps, update)
 
 def param_groups(model, weight_decay: float) -> list[dict]:
     "Two groups: matrices get weight decay and the trust ratio; LayerNorm weights and biases get neither."
@@ -210,6 +218,7 @@ def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig) -> dict:
     f = Path(run_dir) / "config.json"
     if f.exists():
         old = json.loads(f.read_text())
+        old.get("train", {}).setdefault("precision", "auto")  # runs made before the setting existed: bf16 on a GPU, as auto
         diff = _diff(old, cfg)
         if diff: raise ConfigError(f"{f} was written with other settings ({'; '.join(diff)}). "
                                    "Resume with the same settings, or pass a new --run folder.")
@@ -262,18 +271,27 @@ def _read_log(f: Path, upto: int) -> list[dict]:
             if r["step"] <= upto: rows.append(r)
     return rows
 
+def prefetched(make, steps):
+    "Yield `(s, make(s))` for each of `steps`, making the next one in a background thread while the caller works on this one."
+    steps = list(steps)
+    with ThreadPoolExecutor(1) as pool:
+        upcoming = pool.submit(make, steps[0]) if steps else None
+        for i, s in enumerate(steps):
+            ready = upcoming.result()
+            if i + 1 < len(steps): upcoming = pool.submit(make, steps[i + 1])
+            yield s, ready
+
 def train_step(model, batches: list[dict], n_masked: int, n_seq: int, world: int, device, ddp=None,
-               sentence_loss: bool = True) -> torch.Tensor:
+               sentence_loss: bool = True, precision: str = "auto") -> torch.Tensor:
     "Forward and backward over the micro-batches of one step; returns the summed [mlm loss, sop loss, mlm correct, sop correct]."
     stats = torch.zeros(4, device=device, dtype=torch.float64)
-    amp = device.type == "cuda"
     for i, b in enumerate(batches):
         b = {k: v.to(device, non_blocking=True) for k, v in b.items()}
         sync = ddp is None or i == len(batches) - 1
-        with (torch.enable_grad() if sync else ddp.no_sync()), torch.autocast(device.type, torch.bfloat16, enabled=amp):
+        with (torch.enable_grad() if sync else ddp.no_sync()), autocast(device, precision):
             out = (ddp or model)(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"], logits="masked")
             target = b["labels"][b["labels"] != -100]
-            mlm = F.cross_entropy(out.prediction_logits.float(), target, reduction="sum")
+            mlm = out.mlm_loss * len(target) if len(target) else out.prediction_logits.sum() * 0  # the model's mean, as a sum
             sop = F.cross_entropy(out.sop_logits.float(), b["sentence_order_label"], reduction="sum")
             ((mlm / n_masked + (sop / n_seq if sentence_loss else 0.0)) * world).backward()
         stats += torch.stack([mlm.detach(), sop.detach(), (out.prediction_logits.argmax(-1) == target).sum(),
@@ -296,6 +314,8 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
     data = Batches(ds, tok, tc)
     torch.manual_seed(tc.seed)
     model = AlbertForPreTraining(mc).to(dev)
+    precision = resolve_precision(tc.precision, dev)
+    if rank == 0 and progress: print(f"pretrain {run_dir}: precision {precision} (setting {tc.precision!r} on {dev.type})", flush=True)
     opt = Lamb(param_groups(model, tc.weight_decay), lr=tc.learning_rate, betas=(tc.adam_beta1, tc.adam_beta2), eps=tc.adam_epsilon)
     start = load_resume(model, opt, run_dir)
     log_file = run_dir / "logs" / "train.jsonl"
@@ -308,13 +328,14 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
     bar = tqdm(total=tc.total_steps, initial=start, desc=f"pretrain {run_dir.name}", disable=not progress or rank != 0)
     t0, tokens = time.perf_counter(), 0
     model.train()
+    step_batches = lambda step: [data.collate(ks) for ks in np.array_split(list(data.indices(step))[rank::world], tc.grad_accum)]
     with open(log_file, "a") as log:
-        for step in range(start + 1, last + 1):
-            mine = list(data.indices(step))[rank::world]
-            batches = [data.collate(ks) for ks in np.array_split(mine, tc.grad_accum)]
-            counts = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches), len(mine)], dtype=torch.float64)
+        for step, batches in prefetched(step_batches, range(start + 1, last + 1)):
+            counts = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches),
+                                   sum(len(b["input_ids"]) for b in batches)], dtype=torch.float64)
             if world > 1: dist.all_reduce(counts)
-            stats = train_step(model, batches, counts[0].item(), counts[1].item(), world, dev, ddp, tc.sentence_task != "none")
+            stats = train_step(model, batches, counts[0].item(), counts[1].item(), world, dev, ddp, tc.sentence_task != "none",
+                               precision)
             if world > 1: dist.all_reduce(stats)
             mlm_loss, sop_loss = (stats[0] / counts[0]).item(), (stats[1] / counts[1]).item()
             if not math.isfinite(mlm_loss + sop_loss):
@@ -331,7 +352,8 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
                 if step % tc.log_every == 0 or step == 1 or step == tc.total_steps:
                     dt = time.perf_counter() - t0
                     rec = dict(step=step, loss=mlm_loss + sop_loss * (tc.sentence_task != "none"), mlm_loss=mlm_loss, mlm_accuracy=(stats[2] / counts[0]).item(),
-                               sop_loss=sop_loss, sop_accuracy=(stats[3] / counts[1]).item(), lr=lr, tokens_per_s=tokens / dt)
+                               sop_loss=sop_loss, sop_accuracy=(stats[3] / counts[1]).item(), lr=lr, tokens_per_s=tokens / dt,
+                               precision=precision)
                     log.write(json.dumps(rec) + "\n"); log.flush()
                     bar.set_postfix(loss=f"{rec['loss']:.3f}", mlm_acc=f"{rec['mlm_accuracy']:.3f}")
                     t0, tokens = time.perf_counter(), 0

@@ -68,7 +68,9 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path):
 
 
 def test_torchrun_two_processes_equals_one(tmp_path):
-    extra = dict(classifier_dropout_prob=0.0)  # dropout draws differ between 1 and 2 processes; the rest is the same
+    # dropout draws differ between 1 and 2 processes; the rest is the same math, checked in fp32 (bf16 rounds each
+    # process's partial sums, and LAMB's normalised update magnifies that in the smallest gradients)
+    extra = dict(classifier_dropout_prob=0.0, precision="fp32")
     one, two = tmp_path / "one", tmp_path / "two"
     run_until(fixture_args(one, **extra), lambda: False)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
