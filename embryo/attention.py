@@ -22,11 +22,11 @@ from .reconstruction import tagged_sentences, sentence_text
 from .results import write_results, read_results, read_samples, markdown_table
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'REPORT', 'UnknownTask', 'check_task',
-           'parse_ints', 'choose_maps', 'input_ids', 'attention_maps', 'uniform_diagonal', 'map_stats', 'step_rows',
-           'map_samples', 'evaluate_step', 'head_metrics', 'stored_maps', 'grid_steps', 'emergence_step',
-           'emergence_table', 'paper_layers', 'order_reproduced', 'plot_maps_grid', 'write_gif', 'plot_diagonal',
-           'verdict', 'redraw']
+__all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'NEIGHBOUR_RATIO', 'REPORT', 'UnknownTask',
+           'check_task', 'parse_ints', 'choose_maps', 'input_ids', 'attention_maps', 'uniform_diagonal', 'map_stats',
+           'step_rows', 'map_samples', 'evaluate_step', 'head_metrics', 'stored_maps', 'grid_steps', 'emergence_step',
+           'emergence_table', 'paper_layers', 'order_reproduced', 'neighbour_heads', 'plot_maps_grid', 'write_gif',
+           'plot_diagonal', 'neighbour_sentence', 'verdict', 'redraw']
 
 # %% ../nbs/08_attention.ipynb #d8a8cb67
 ANALYSIS = "attention"  # the `analysis` name of this notebook's rows in the results database
@@ -194,6 +194,18 @@ def order_reproduced(em: dict[int, float], n_layers: int) -> bool | None:
     e = [np.inf if np.isnan(em[l]) else em[l] for l in ls]
     return all(a <= b for a, b in zip(e, e[1:])) and e[0] < e[-1]
 
+NEIGHBOUR_RATIO = 5  # a head "attends to its neighbour" when its mass on token i-1 (or i+1) is this many times an even spread's
+
+def neighbour_heads(run_dir, task: str = "brown", ratio: float = NEIGHBOUR_RATIO) -> pd.DataFrame:
+    "Per step: the head with the most attention on the previous or next token, that mass, and its ratio to an even spread."
+    h = head_metrics(run_dir, task)
+    h = h[h.metric.isin(["prev", "next"])]
+    u = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
+    T = (3 + np.sqrt(9 - 8 * u)) / (2 * u)  # the input length, from the even spread's diagonal mass (3T - 2) / T^2
+    even = (T - 1) / T ** 2  # an even spread's mass on the token before (or after) each position
+    best = h.loc[h.groupby("step").value.idxmax()].set_index("step")[["metric", "layer", "head", "value"]]
+    return best.assign(even=even, ratio=best.value / even, at_least=best.value / even >= ratio)
+
 # %% ../nbs/08_attention.ipynb #f000af89
 def _layer_colours(layers: Sequence[int]) -> dict[int, tuple]:
     "One colour per layer, from dark (layer 1) to light (the last layer), the same in every figure."
@@ -279,8 +291,12 @@ def plot_diagonal(run_dir, task: str = "brown"):
         b.plot(c.index, c, marker=".", color=colours[layer], label=f"layer {layer}, head {int(row['head'])}")
         if not np.isnan(row["emergence step"]):
             b.plot([row["emergence step"]], [c[row["emergence step"]]], "o", ms=10, mfc="none", color=colours[layer])
+    n = neighbour_heads(run_dir, task)
+    first = n.index[n.at_least.values]
     for ax in (a, b):
         if len(base): ax.axhline(base.mean(), color="0.5", ls="--", lw=1, label="a head attending evenly")
+        if len(first): ax.axvline(first[0], color="tab:red", ls=":", lw=1.5,
+                                  label=f"step {first[0]}: first head with {NEIGHBOUR_RATIO}x an even spread on token i-1 or i+1")
         ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_xlabel("pretraining step"); ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     a.set_ylabel("attention mass on positions i-1, i, i+1 (fraction)")
@@ -288,6 +304,17 @@ def plot_diagonal(run_dir, task: str = "brown"):
     b.set_title("(b) the most diagonal head at the last step (circle: emergence step)", fontsize=10)
     fig.suptitle(f"Fig. 4: emergence of the diagonal attention pattern in every layer ({Path(run_dir).name})")
     return fig
+
+def neighbour_sentence(run_dir, task: str = "brown") -> str:
+    "The clause of the verdict on the most neighbour-bound head: its mass at the last step and the first step it passes 5x."
+    n = neighbour_heads(run_dir, task)
+    r = n.iloc[-1]
+    word = {"prev": "previous", "next": "next"}[r.metric]
+    s = (f"; at step {n.index[-1]} layer {r.layer} head {r['head']} puts {r.value:.2f} of its attention on the {word} token, "
+         f"{r.ratio:.1f} times an even spread ({r.even:.3f})")
+    first = n.index[n.at_least.values]
+    return s + (f", and some head passes {NEIGHBOUR_RATIO}x first at step {first[0]}" if len(first)
+                else f"; no head reaches {NEIGHBOUR_RATIO}x at any step")
 
 def verdict(run_dir, task: str = "brown") -> str:
     "One sentence on the order in which this run's layers develop the diagonal pattern, computed from the database."
@@ -307,9 +334,9 @@ def verdict(run_dir, task: str = "brown") -> str:
     ok = order_reproduced(em, len(t))
     s = (f"Between steps {steps[0]} and {steps[-1]} the most diagonal head of each layer reaches half of its rise in "
          f"attention on positions i-1, i, i+1 as follows: {when} ({context})")
-    if ok is None: return s + "; no layer develops the diagonal pattern, so the paper's order cannot be tested on this run."
+    if ok is None: return s + neighbour_sentence(run_dir, task) + "; no layer develops the diagonal pattern, so the paper's order cannot be tested on this run."
     ls = paper_layers(len(t))
-    return (s + f"; the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last; here layers "
+    return (s + neighbour_sentence(run_dir, task) + f"; the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last; here layers "
             f"{', '.join(map(str, ls))}) is {'reproduced' if ok else 'not reproduced'} on this run.")
 
 REPORT = [

@@ -44,8 +44,8 @@ __all__ = ['DEFAULT_MAX_TRAIN', 'CPU_FINETUNE', 'ANALYSIS', 'TASKS', 'GLUE_TASKS
            'Example', 'GlueDataError', 'read_tsv', 'load_task', 'read_pattern_csv', 'split_builtin',
            'builtin_is_complete', 'build_builtin', 'fetch_builtin', 'builtin_files', 'encode', 'collate',
            'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict', 'metrics',
-           'chance_score', 'subsample', 'run_task', 'evaluate_step', 'scores_table', 'plot_fig5', 'plot_fig12',
-           'write_table', 'redraw', 'verdict']
+           'chance_score', 'subsample', 'run_task', 'evaluate_step', 'seed_rows', 'scores_table', 'seed_scores',
+           'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
 
 # %% ../nbs/05_glue.ipynb #4f6774d3
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
@@ -440,39 +440,58 @@ def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, m
 def evaluate_step(run_dir, step: int, device="cpu",
                   tasks=None, # task names (list or "a,b"); None: built-in tasks, or GLUE's 8 when glue_dir is given
                   glue_dir=None, # a GLUE folder, "datasets", or None (built-in tasks only)
-                  seed: int = 0, # the head's initialisation, dropout and example order
+                  seed: int = 0, # the head's initialisation, dropout and example order (of the first finetuning)
                   max_train_examples: int | None = DEFAULT_MAX_TRAIN, # per task at most; None: all
                   from_mnli: bool = True, # RTE, STS-B and MRPC start from the MNLI-finetuned model, as the paper
                   learning_rate: float | None = None, # None: Table 7's for each task
                   max_dev_examples: int | None = None, # per dev split at most (a fixed sample); None: all
-                  progress: bool = True) -> pd.DataFrame:
-    "Finetune checkpoint `step` on each task, score the dev sets, and store the rows in the run's results database."
+                  progress: bool = True,
+                  seeds: int = 1, # finetunings per task, with seeds seed, seed+1, ...: metrics are their mean
+                 ) -> pd.DataFrame:
+    "Finetune checkpoint `step` on each task (`seeds` times), score the dev sets, and store the rows in the run's results database."
     run_dir = Path(run_dir)
+    if not isinstance(seeds, int) or seeds < 1: raise ValueError(f"seeds must be a positive integer, got {seeds!r}")
     names = _order(select_tasks(tasks, glue_dir), from_mnli)
     find_checkpoint(run_dir, step)
     data = {t: load_task(t, glue_dir) for t in names}  # every file is checked before the first task trains
     pre = load_checkpoint(run_dir, step, device)
     tok = D.load_tokenizer(run_dir)
-    rows, samples, scores, start_from = [], [], {}, {}
-    for name in names:
-        task = TASKS[name]
-        init = start_from.get("mnli") if task.from_mnli and from_mnli else None
-        m, settings, model = run_task(task, init if init is not None else pre.albert, tok, data[name],
-                                      max_seq_length(run_dir, pre, task), seed, max_train_examples, learning_rate,
-                                      device, progress, max_dev_examples)
-        if name == "mnli": start_from["mnli"] = model.albert
+    runs = {name: [] for name in names}  # per task: (metrics, settings, started from MNLI) of each seed
+    for s in range(seed, seed + seeds):
+        start_from = {}
+        for name in names:
+            task = TASKS[name]
+            init = start_from.get("mnli") if task.from_mnli and from_mnli else None
+            m, settings, model = run_task(task, init if init is not None else pre.albert, tok, data[name],
+                                          max_seq_length(run_dir, pre, task), s, max_train_examples, learning_rate,
+                                          device, progress, max_dev_examples)
+            if name == "mnli": start_from["mnli"] = model.albert
+            runs[name].append((m, settings, init is not None))
+    rows, samples = [], []
+    for name, got in runs.items():
+        settings = got[0][1]
         n_dev = sum(settings["dev_examples"].values())
-        rows += [dict(task=name, metric=k, value=v, n=n_dev) for k, v in m.items()]
+        rows += [dict(task=name, metric=k, value=float(np.mean([g[0][k] for g in got])), n=n_dev) for k in got[0][0]]
+        rows += seed_rows(name, [g[0]["score"] for g in got], seed, n_dev)
         rows += [dict(task=name, metric=k, value=float(settings[k]), n=settings["train_examples"]) for k in SETTINGS]
         samples.append(dict(task=name, item="settings", text=json.dumps(
-            dict(settings, start="MNLI-finetuned" if init is not None else "checkpoint", data=str(glue_dir or BUILTIN_NAME)))))
-        scores[name] = (m["score"], m["chance"])
+            dict(settings, seeds=list(range(seed, seed + seeds)), start="MNLI-finetuned" if got[0][2] else "checkpoint",
+                 data=str(glue_dir or BUILTIN_NAME)))))
     for agg, members in (("glue", SCORE_TASKS), ("builtin", BUILTIN_TASKS)):
-        got = [scores[t] for t in names if t in members]
-        if got: rows += [dict(task=agg, metric=k, value=float(np.mean([g[i] for g in got])), n=len(got))
-                         for i, k in enumerate(("score", "chance"))]
+        got = [runs[t] for t in names if t in members]
+        if not got: continue
+        per_seed = [float(np.mean([g[k][0]["score"] for g in got])) for k in range(seeds)]
+        rows += [dict(task=agg, metric="score", value=float(np.mean(per_seed)), n=len(got)),
+                 dict(task=agg, metric="chance", value=float(np.mean([g[0][0]["chance"] for g in got])), n=len(got))]
+        rows += seed_rows(agg, per_seed, seed, len(got))
     write_results(run_dir, ANALYSIS, step, rows, samples)
     return pd.DataFrame(rows).assign(step=step)
+
+def seed_rows(task: str, scores: list[float], first_seed: int, n: int) -> list[dict]:
+    "Rows of each finetuning seed's score (`score/seed{k}`) and, with two or more seeds, their standard deviation."
+    rows = [dict(task=task, metric=f"score/seed{first_seed + k}", value=float(v), n=n) for k, v in enumerate(scores)]
+    if len(scores) > 1: rows.append(dict(task=task, metric="score_sd", value=float(np.std(scores, ddof=1)), n=len(scores)))
+    return rows
 
 # %% ../nbs/05_glue.ipynb #8259ec46
 AGGREGATES = {"glue": "GLUE score (mean of {n} GLUE tasks, WNLI excluded)",
@@ -504,6 +523,14 @@ def _chance(run_dir) -> pd.Series:
     df = read_results(run_dir, ANALYSIS, metric="chance")
     return df.groupby("task").value.mean() * 100
 
+def seed_scores(run_dir, task: str) -> pd.DataFrame:
+    "Step x seed table of `task`'s score (x100) from each finetuning seed (`score/seed{k}` rows)."
+    df = read_results(run_dir, ANALYSIS, task=task)
+    df = df[df.metric.str.startswith("score/seed")]
+    if df.empty: return pd.DataFrame()
+    return df.assign(seed=df.metric.str.slice(len("score/seed")).astype(int)).pivot_table(
+        index="step", columns="seed", values="value") * 100
+
 def _agg_label(run_dir, agg: str) -> str:
     n = read_results(run_dir, ANALYSIS, task=agg, metric="score").n
     return AGGREGATES[agg].format(n=int(n.max()) if len(n) else 0)
@@ -516,8 +543,13 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
     aggs = [a for a in AGGREGATES if a in t.columns]
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for a, c in zip(aggs, ("tab:blue", "tab:green")):
-        s = t[a].dropna()
-        ax.plot(s.index, s.values, "o-", color=c, label=_agg_label(run_dir, a))
+        s, per_seed = t[a].dropna(), seed_scores(run_dir, a)
+        ax.plot(s.index, s.values, "o-", color=c, label=_agg_label(run_dir, a) + " (mean over seeds)")
+        multi = per_seed[per_seed.notna().sum(axis=1) > 1] if len(per_seed) else per_seed
+        if len(multi):  # every seed's score where a step has several: the spread the verdict weighs
+            for k in multi.columns: ax.plot(multi.index, multi[k], "_", color=c, ms=9, mew=1.5)
+            ax.vlines(multi.index, multi.min(axis=1), multi.max(axis=1), color=c, lw=1,
+                      label=f"range over {multi.shape[1]} finetuning seeds")
         if a in chance: ax.axhline(chance[a], color=c, ls="--", lw=1, label=f"chance ({a}): {chance[a]:.1f}")
     ax.set_xscale("symlog", linthresh=1); ax.set_xlabel("pretraining step (symlog)")
     ax.set_ylabel("score on the dev split (x100)"); ax.legend(fontsize=8); ax.grid(alpha=0.3)
@@ -563,7 +595,7 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
     return plot_fig5(run_dir, out_dir) + plot_fig12(run_dir, out_dir) + write_table(run_dir, out_dir)
 
 def verdict(run_dir) -> str:
-    "One sentence on this run, from the database: how much of its best downstream score the early steps already have."
+    "One sentence on this run, from the database: the gain of the last step over the first, weighed against the seeds' spread."
     t, chance = scores_table(run_dir), _chance(run_dir)
     aggs = [a for a in AGGREGATES if a in t.columns]  # the one with the most steps (GLUE on a tie)
     agg = max(aggs, key=lambda a: t[a].notna().sum()) if aggs else "builtin"
@@ -571,13 +603,23 @@ def verdict(run_dir) -> str:
     what = "GLUE score" if agg == "glue" else "mean score of the built-in tasks (not GLUE)"
     first, last, best = s.index[0], s.index[-1], s.idxmax()
     c = chance.get(agg, float("nan"))
-    out = (f"The {what} goes from {s.iloc[0]:.1f} at step {first} to {s.iloc[-1]:.1f} at step {last} (chance {c:.1f}; "
-           f"best {s.max():.1f} at step {best})")
+    seeds = seed_scores(run_dir, agg) if agg in t.columns else pd.DataFrame()
+    spread = lambda st: (f" ({', '.join(f'{v:.1f}' for v in seeds.loc[st].dropna())} over "
+                         f"{seeds.loc[st].notna().sum()} finetuning seeds)" if st in seeds.index and seeds.loc[st].notna().sum() > 1 else "")
+    out = (f"The {what} goes from {s.iloc[0]:.1f}{spread(first)} at step {first} to {s.iloc[-1]:.1f}{spread(last)} at step "
+           f"{last} (chance {c:.1f}; best {s.max():.1f} at step {best})")
+    if len(s) < 2: return out + "."
+    if first in seeds.index and last in seeds.index and seeds.loc[[first, last]].notna().sum(axis=1).min() > 1:
+        a, b = seeds.loc[first].dropna(), seeds.loc[last].dropna()
+        gain = b.min() > a.max() and b.mean() - a.mean() >= 2
+        out += (f"; every seed of step {last} {'beats' if b.min() > a.max() else 'does not beat'} every seed of step {first}, "
+                f"a gain of {b.mean() - a.mean():+.1f} points in the mean: "
+                + ("pretraining helps downstream on this run" if gain else "no downstream gain beyond the finetuning seeds' spread"))
     gain = s.max() - s.iloc[0]
-    if len(s) >= 2 and gain < 2:
+    if gain < 2:
         return out + ("; no later step beats the first by 2 points, so this run shows no downstream benefit of "
                       "pretraining, unlike the paper's steady early rise (section 5).")
-    if len(s) >= 3 and gain > 0:
+    if len(s) >= 3:
         early = s.index[(s - s.iloc[0]) >= 0.9 * gain][0]
         out += (f"; 90% of the best gain over step {first} is reached by step {early}, {100 * early / last:.0f}% of the "
                 f"run's steps" + (", as the paper finds most downstream ability early (section 5)" if early <= 0.5 * last

@@ -29,8 +29,9 @@ from . import data as D
 __all__ = ['FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps',
            'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'rng_state', 'set_rng_state', 'save_resume',
            'load_resume', 'Batches', 'run_config', 'corpus_file', 'prepare_run', 'TrainingDiverged', 'prefetched',
-           'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'plot_pretraining',
-           'corpus_slice', 'fixture_run', 'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
+           'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'loss_drop',
+           'plot_pretraining', 'corpus_slice', 'fixture_run', 'split_overrides', 'add_pretrain_args',
+           'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -421,23 +422,46 @@ def save_figure(fig, out_dir, name: str) -> list[Path]:
     plt.close(fig)  # every figure is drawn to be saved; a sweep redraws many, and open figures hold their memory
     return paths
 
+def loss_drop(rows: list[dict], key: str = "mlm_loss", ratio: float = 1.25, min_records: int = 5) -> dict | None:
+    "The step where the logged `key` falls most: mean over (step/ratio, step] minus mean over (step, step*ratio]."
+    steps, v = np.array([r["step"] for r in rows]), np.array([r[key] for r in rows], dtype=float)
+    best = None
+    for s in steps:
+        before, after = v[(steps > s / ratio) & (steps <= s)], v[(steps > s) & (steps <= s * ratio)]
+        if len(before) < min_records or len(after) < min_records: continue
+        drop = before.mean() - after.mean()
+        if best is None or drop > best["drop"]:
+            best = dict(step=int(s), drop=float(drop), before=float(before.mean()), after=float(after.mean()), ratio=ratio)
+    return best
+
 def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
-    "Fig. 2a of the embryology paper for this run: losses and MLM accuracy over steps."
+    "Fig. 2a of the embryology paper for this run: losses and MLM accuracy over steps, the sharpest loss drop marked."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     run_dir = Path(run_dir)
     rows = _read_log(run_dir / "logs" / "train.jsonl", 1 << 62)
     if not rows: raise FileNotFoundError(f"{run_dir / 'logs' / 'train.jsonl'} has no records: train the run first")
+    sentence = _sentence_task(run_dir)
     step = [r["step"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4))
-    for k, c in (("loss", "k"), ("mlm_loss", "tab:blue"), ("sop_loss", "tab:orange")): ax.plot(step, [r[k] for r in rows], c, label=k.replace("_", " "))
+    for k, c, label in (("loss", "k", "loss"), ("mlm_loss", "tab:blue", "mlm loss"), ("sop_loss", "tab:orange", f"{sentence} loss")):
+        ax.plot(step, [r[k] for r in rows], c, label=label)
+    drop = loss_drop(rows)
+    if drop: ax.axvline(drop["step"], color="tab:red", ls=":", lw=1.5,
+                        label=f"sharpest MLM loss drop: step {drop['step']:,} ({drop['before']:.2f} -> {drop['after']:.2f})")
     ax.set_xscale("log"); ax.set_xlabel("pretraining step (optimizer updates)"); ax.set_ylabel("loss (nats per prediction)")
     ax2 = ax.twinx(); ax2.plot(step, [r["mlm_accuracy"] for r in rows], "tab:green", ls="--", label="MLM accuracy")
     ax2.set_ylabel("MLM accuracy (fraction of masked tokens)"); ax2.set_ylim(0, 1)
     h1, l1 = ax.get_legend_handles_labels(); h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="center left")
+    ax.legend(h1 + h2, l1 + l2, loc="center left", fontsize=8)
     ax.set_title(f"Fig. 2a: pretraining loss over steps ({run_dir.name})")
     return save_figure(fig, out_dir or run_dir / "figures", "fig2a_pretraining_loss")
+
+def _sentence_task(run_dir) -> str:
+    "The sentence-level task the run trained (sop, nsp or none), from its config; sop for a folder without one."
+    f = Path(run_dir) / "config.json"
+    try: return json.loads(f.read_text()).get("train", {}).get("sentence_task", "sop")
+    except (OSError, ValueError): return "sop"
 
 # %% ../nbs/03_pretrain.ipynb #efb8e4b3
 FIXTURE = dict(model=dict(vocab_size=1000, embedding_size=32, hidden_size=64, num_attention_heads=2, intermediate_size=128,

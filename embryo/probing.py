@@ -36,7 +36,7 @@ __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', '
            'dependency_constituents', 'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks', 'token_spans',
            'span_means', 'cache_file', 'task_features', 'control_labels', 'train_probes', 'micro_f1', 'probe_task',
            'evaluate_step', 'probing_results', 'task_sizes', 'layer_curves', 'plot_fig2b', 'plot_fig3', 'plot_fig10',
-           'plot_fig11', 'selectivity_table', 'verdict', 'redraw']
+           'plot_fig11', 'selectivity_table', 'verdict', 'best_layer_gain', 'redraw']
 
 # %% ../nbs/07_probing.ipynb #d53027ac
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -726,7 +726,20 @@ def verdict(run_dir) -> str:
               f"{frac:.0%} of the way through the run: the paper's 'fast rise in early steps, then a plateau' (section 4) is "
               + ("reproduced" if frac <= 0.25 else "not reproduced") + " on this run")
     else: s += " (evaluate at least three steps to test the paper's 'fast rise, then plateau')"
-    return s + "."
+    return s + ". " + best_layer_gain(df, _task_order(df.task.unique())[0])
+
+def best_layer_gain(df: pd.DataFrame, task: str) -> str:
+    "One sentence: the layer whose F1 gains most from the first to the last step on `task`, and the step its gain levels off."
+    c = layer_curves(df, task)
+    if len(c) < 2: return f"Only step {c.index[0]} is probed on {task}: no gain to measure."
+    gain = c.iloc[-1] - c.iloc[0]
+    layer = int(gain.idxmax()); y = c[layer].dropna()
+    g = y - y.iloc[0]
+    plateau = int(g.index[(g >= 0.9 * g.iloc[-1]).values][0]) if g.iloc[-1] > 0 else None
+    s = (f"On {task} the best layer is {layer}: F1 {y.iloc[0]:.2f} at step {y.index[0]} and {y.iloc[-1]:.2f} at step "
+         f"{y.index[-1]} ({g.iloc[-1]:+.2f})")
+    if plateau is None: return s + ", no gain."
+    return s + f"; it has 90% of that gain by step {plateau} ({plateau / y.index[-1]:.0%} of the run) and plateaus after it."
 
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "Figs. 2b, 3, 10, 11a and the selectivity table, from every step in the run's database."

@@ -155,3 +155,23 @@ def test_redraw_from_the_database_only(fixture_copy, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left behind
     assert A.verdict(fixture_copy).startswith("Between steps 0 and 30 ")
     assert {r["file"] for r in A.REPORT} <= {p.stem for p in paths}
+
+
+def test_neighbour_heads_measure_prev_and_next_against_an_even_spread(tmp_path):
+    T = 24
+    for s, mass in ((0, 0.04), (10, 0.1), (100, 0.3)):  # head 1 of layer 2 moves onto the previous token
+        rows = [dict(task="brown", metric="uniform_diagonal", value=(3 * T - 2) / T ** 2, n=1)]
+        for layer in (1, 2):
+            for h in (0, 1):
+                for m in A.METRICS:
+                    v = mass if (layer, h, m) == (2, 1, "prev") else (T - 1) / T ** 2 if m in ("prev", "next") else 0.1
+                    rows.append(dict(task="brown", layer=layer, metric=f"{m}/h{h}", value=v, n=1))
+        write_results(tmp_path, A.ANALYSIS, s, rows)
+    n = A.neighbour_heads(tmp_path)
+    even = (T - 1) / T ** 2
+    assert n.loc[100, ["metric", "layer", "head"]].tolist() == ["prev", 2, 1]
+    assert n.loc[100, "ratio"] == pytest.approx(0.3 / even) and n.loc[0, "even"] == pytest.approx(even)
+    assert n.at_least.tolist() == [False, False, True]  # 0.1 is 2.5x an even spread (23/576), 0.3 is 7.5x
+    v = A.verdict(tmp_path)
+    assert "layer 2 head 1 puts 0.30 of its attention on the previous token, 7.5 times" in v
+    assert "passes 5x first at step 100" in v

@@ -157,7 +157,7 @@ def test_builtin_step_is_stored_replaced_and_drawn(fixture_copy, tmp_path):
     rows = G.evaluate_step(fixture_copy, 16, seed=3, **FAST)
     db = read_results(fixture_copy, G.ANALYSIS, step=16)
     assert set(db.task) == {"polarity", "uncertainty", "builtin"} and len(db) == len(rows)
-    assert set(db[db.task == "polarity"].metric) == {"accuracy", "score", "chance", *G.SETTINGS}
+    assert set(db[db.task == "polarity"].metric) == {"accuracy", "score", "chance", "score/seed3", *G.SETTINGS}
     assert db[(db.task == "polarity") & (db.metric == "seed")].value.iloc[0] == 3
     assert db[(db.task == "polarity") & (db.metric == "score")].n.iloc[0] == 64  # max_dev_examples
     assert db[(db.task == "builtin") & (db.metric == "chance")].value.iloc[0] == pytest.approx(0.5, abs=0.1)
@@ -172,6 +172,27 @@ def test_builtin_step_is_stored_replaced_and_drawn(fixture_copy, tmp_path):
     md = (tmp_path / "table_glue_scores.md").read_text()
     assert "sentence polarity (not GLUE)" in md and "| 16 |" in md and "| 0 |" in md
     assert G.verdict(fixture_copy).startswith("The ")
+
+
+def test_seeds_store_each_score_their_mean_and_spread_and_the_verdict_weighs_them(fixture_copy, tmp_path):
+    for step in (0, 30):
+        G.evaluate_step(fixture_copy, step, seeds=2, **FAST)
+    db = read_results(fixture_copy, G.ANALYSIS, step=30)
+    for task in ("polarity", "uncertainty", "builtin"):
+        v = lambda m: db[(db.task == task) & (db.metric == m)].value.iloc[0]
+        assert v("score") == pytest.approx((v("score/seed0") + v("score/seed1")) / 2)
+        assert v("score_sd") == pytest.approx(abs(v("score/seed0") - v("score/seed1")) / 2 ** 0.5)
+    seeds = G.seed_scores(fixture_copy, "builtin")  # steps x seeds (other tests of this module store seed 3 at step 16)
+    assert {0, 1} <= set(seeds.columns) and {0, 30} <= set(seeds.index)
+    a, b = seeds.loc[0].dropna(), seeds.loc[30].dropna()
+    assert len(a) == len(b) == 2
+    text = G.verdict(fixture_copy)
+    assert "over 2 finetuning seeds" in text
+    assert ("pretraining helps downstream" in text) == bool(b.min() > a.max() and b.mean() - a.mean() >= 2), text
+    with pytest.raises(ValueError, match="seeds must be a positive integer"):
+        G.evaluate_step(fixture_copy, 0, seeds=0, **FAST)
+    G.redraw(fixture_copy, tmp_path)
+    assert "finetuning seeds" in (tmp_path / "fig5_glue_score.svg").read_text()
 
 
 def test_notebook_runs_one_step_under_papermill(fixture_copy, tmp_path):

@@ -185,3 +185,14 @@ def test_ontonotes_tasks_run_and_figures_say_what_is_absent(fixture_copy, tmp_pa
     md = (tmp_path / "table_probing_selectivity.md").read_text()
     assert "| pos_brown | 0 |" in md and "selectivity" in md
     assert PR.verdict(fixture_copy).startswith("At step 30, layer 2 probes reach test micro-F1")
+
+
+def test_best_layer_gain_names_the_layer_and_where_it_levels_off():
+    import pandas as pd
+    rows = [dict(task="pos_brown", metric="f1", step=s, layer=l, value=v) for s, vals in
+            ((0, (0.30, 0.30)), (100, (0.31, 0.50)), (1000, (0.32, 0.58)), (5000, (0.33, 0.60))) for l, v in zip((1, 2), vals)]
+    s = PR.best_layer_gain(pd.DataFrame(rows), "pos_brown")
+    assert s.startswith("On pos_brown the best layer is 2: F1 0.30 at step 0 and 0.60 at step 5000 (+0.30)")
+    assert "90% of that gain by step 1000 (20% of the run)" in s
+    one = pd.DataFrame([dict(task="pos_brown", metric="f1", step=0, layer=1, value=0.3)])
+    assert "Only step 0" in PR.best_layer_gain(one, "pos_brown")
