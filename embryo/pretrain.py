@@ -13,7 +13,7 @@ import random
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +26,12 @@ from .model import AlbertForPreTraining, load_pretrained, autocast, resolve_prec
 from . import data as D
 
 # %% auto #0
-__all__ = ['FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps',
-           'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'rng_state', 'set_rng_state', 'save_resume',
-           'load_resume', 'Batches', 'run_config', 'corpus_file', 'prepare_run', 'TrainingDiverged', 'prefetched',
-           'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'loss_drop',
-           'plot_pretraining', 'corpus_slice', 'fixture_run', 'split_overrides', 'add_pretrain_args',
-           'pretrain_from_args', 'main']
+__all__ = ['HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps', 'CheckpointNotFound',
+           'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'rng_state',
+           'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config', 'corpus_file', 'prepare_run',
+           'TrainingDiverged', 'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout',
+           'save_figure', 'loss_drop', 'plot_pretraining', 'corpus_slice', 'fixture_run', 'read_run_config',
+           'heldout_curve', 'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -379,10 +379,13 @@ def heldout_examples(tok, max_seq_length: int, seed: int = 0, sentence_task: str
     ids = [[tok.encode(s) for s in sents] for _, sents in sorted(docs.items())]
     return D.example_builder(sentence_task)(ids, max_seq_length, np.random.default_rng([seed, 7]), short_seq_prob=0.0)
 
+HELDOUT_MASK_PROB = 0.15  # held-out text is masked at BERT's rate, whatever the run trained with
+
 @torch.no_grad()
 def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: int = 32) -> dict:
     "MLM accuracy (beside the most-frequent-token baseline) and sentence-head accuracy on held-out SOP and NSP pairs."
     examples = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)[: tc.eval_sequences]
+    tc = replace(tc, mask_prob=HELDOUT_MASK_PROB, max_predictions=max(1, round(HELDOUT_MASK_PROB * tc.max_seq_length)))
     counts = np.zeros(tok.vocab_size, dtype=np.int64)
     for ids in train_ds.select(range(min(len(train_ds), 2000)))["input_ids"]: np.add.at(counts, ids, 1)
     counts[list(tok.special_ids)] = 0
@@ -493,6 +496,25 @@ def fixture_run(root=None) -> Path:
     run = Path(root or D.data_dir() / "runs") / f"fixture-{key}"
     if not (run / "logs" / "eval.json").exists(): train(run, "tiny", mc, tc, progress=False)
     return run
+
+# %% ../nbs/03_pretrain.ipynb #59993b5c
+def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
+    "The preset, model and training config a run was made with (its `config.json`)."
+    f = Path(run_dir) / "config.json"
+    if not f.exists(): raise FileNotFoundError(f"{f} does not exist: {run_dir} is not a pretraining run folder")
+    cfg = json.loads(f.read_text())
+    return cfg["preset"], ModelConfig(**cfg["model"]), TrainConfig(**cfg["train"])
+
+def heldout_curve(run_dir, steps=None, device: str = "cpu") -> list[dict]:
+    "Held-out MLM accuracy (and its baseline) at each checkpoint of the run (or at `steps`), with the tokens seen by then."
+    preset, mc, tc = read_run_config(run_dir)
+    tok, ds = prepare_run(run_dir, preset, mc, tc)
+    out = []
+    for step in steps if steps is not None else list_steps(run_dir):
+        e = evaluate_heldout(load_checkpoint(run_dir, step, device), tok, tc, torch.device(device), ds)
+        out.append(dict(step=step, tokens=step * tc.batch_size * tc.max_seq_length, mlm_accuracy=e["mlm_accuracy"],
+                        baseline_accuracy=e["baseline_accuracy"]))
+    return out
 
 # %% ../nbs/03_pretrain.ipynb #562ccc3f
 def split_overrides(pairs: list[str]) -> tuple[dict, dict]:
