@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from . import data as D
 from .config import atomic_write, split_names
 from .knowledge import KNOWLEDGE_SOURCES
+from .model import autocast
 from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint
 from .results import write_results, read_results, markdown_table
 
@@ -347,8 +348,8 @@ def lr_factor(i: int, steps: int, warmup: int) -> float:
     return max(0.0, (steps - i) / max(1, steps - warmup))
 
 def finetune(model, encoded, labels, steps: int, warmup: int, lr: float, batch_size: int, seed: int = 0,
-             device="cpu", desc="finetune", progress=True) -> float:
-    "Train `model` for `steps` batches; returns the mean loss of the last epoch's worth of steps (at most 50)."
+             device="cpu", desc="finetune", progress=True, precision: str = "auto") -> float:
+    "Train `model` for `steps` batches (forward in `precision`, as pretraining); returns the mean loss of the last epoch's worth of steps (at most 50)."
     from tqdm.auto import tqdm
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, eps=1e-8, weight_decay=0.0)
@@ -359,7 +360,8 @@ def finetune(model, encoded, labels, steps: int, warmup: int, lr: float, batch_s
     for _ in tqdm(range(steps), desc=desc, disable=not progress, mininterval=2, leave=False):
         if pos + batch_size > len(order) and pos > 0: order, pos = torch.randperm(len(encoded), generator=g), 0
         idx = order[pos:pos + batch_size].tolist(); pos += batch_size
-        loss = model.loss(model(**collate([encoded[i] for i in idx], device)), y[idx].to(device))
+        with autocast(device, precision):
+            loss = model.loss(model(**collate([encoded[i] for i in idx], device)).float(), y[idx].to(device))
         opt.zero_grad(set_to_none=True); loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step(); sched.step()
         losses.append(loss.item())
@@ -367,14 +369,15 @@ def finetune(model, encoded, labels, steps: int, warmup: int, lr: float, batch_s
     return float(np.mean(losses[-min(50, max(1, len(encoded) // batch_size)):]))
 
 @torch.no_grad()
-def predict(model, encoded, batch_size: int = 64, device="cpu") -> np.ndarray:
+def predict(model, encoded, batch_size: int = 64, device="cpu", precision: str = "auto") -> np.ndarray:
     "The model's outputs (logits, or regression values) for every example, in order; batched by length."
     model.eval()
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
     out = [None] * len(encoded)
     for k in range(0, len(order), batch_size):
         idx = order[k:k + batch_size]
-        for i, row in zip(idx, model(**collate([encoded[i] for i in idx], device)).float().cpu().numpy()): out[i] = row
+        with autocast(device, precision): logits = model(**collate([encoded[i] for i in idx], device))
+        for i, row in zip(idx, logits.float().cpu().numpy()): out[i] = row
     return np.stack(out)
 
 # %% ../nbs/05_glue.ipynb #f7247623

@@ -17,6 +17,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write
+from .model import autocast
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, corpus_file
 from .results import write_results, read_results, markdown_table
 
@@ -207,8 +208,8 @@ def _batches(seqs: list[tuple[list[int], list[int]]], batch_tokens: int = 8192):
         i += n
 
 @torch.no_grad()
-def _predict(model, seqs: list[tuple[list[int], list[int]]], tok, device) -> list[np.ndarray]:
-    "Argmax predictions at the given positions of each (ids, positions) sequence, with [CLS] and [SEP] added."
+def _predict(model, seqs: list[tuple[list[int], list[int]]], tok, device, precision: str = "auto") -> list[np.ndarray]:
+    "Argmax predictions at the given positions of each (ids, positions) sequence, with [CLS] and [SEP] added (forward in `precision`)."
     out = [None] * len(seqs)
     for idx in _batches(seqs):
         L = max(len(seqs[i][0]) for i in idx) + 2
@@ -218,7 +219,8 @@ def _predict(model, seqs: list[tuple[list[int], list[int]]], tok, device) -> lis
             s, pos = seqs[i]
             ids[r, :len(s) + 2] = torch.tensor([tok.cls_id, *s, tok.sep_id]); att[r, :len(s) + 2] = 1
             lab[r, [p + 1 for p in pos]] = 0  # marks the scored positions; the value is not used
-        res = model(ids.to(device), att.to(device), torch.zeros_like(ids).to(device), labels=lab.to(device), logits="masked")
+        with autocast(device, precision):
+            res = model(ids.to(device), att.to(device), torch.zeros_like(ids).to(device), labels=lab.to(device), logits="masked")
         pred = res.prediction_logits.argmax(-1).cpu().numpy()
         k = 0
         for r, i in enumerate(idx):  # masked logits come row by row, positions in order

@@ -462,7 +462,7 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
     return paths
 
 CPU_PRESETS = ("tiny", "bert-tiny")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT twin)
-REPRODUCE_STEPS = {"glue": 4, "probing": 9}  # on the CPU presets, the slower analyses run on this many log-spaced steps
+REPRODUCE_STEPS = {"glue": 4, "probing": 9, "reconstruction": 13, "knowledge": 13}  # on the CPU presets, the slower analyses run on this many log-spaced steps (attention: every step)
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}  # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
 
 def reproduce(args):
