@@ -31,7 +31,7 @@ __all__ = ['HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'che
            'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config', 'corpus_file', 'prepare_run',
            'TrainingDiverged', 'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout',
            'save_figure', 'loss_drop', 'plot_pretraining', 'corpus_slice', 'fixture_run', 'read_run_config',
-           'heldout_curve', 'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
+           'heldout_curve', 'plot_recipe_curves', 'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -515,6 +515,24 @@ def heldout_curve(run_dir, steps=None, device: str = "cpu") -> list[dict]:
         out.append(dict(step=step, tokens=step * tc.batch_size * tc.max_seq_length, mlm_accuracy=e["mlm_accuracy"],
                         baseline_accuracy=e["baseline_accuracy"]))
     return out
+
+# %% ../nbs/03_pretrain.ipynb #82ed30b1
+def plot_recipe_curves(csv_file, out_dir=None) -> list[Path] | None:
+    "Held-out MLM accuracy against tokens seen for every recipe in `csv_file` (written by `bench/recipe_curves.py`)."
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    df = pd.read_csv(csv_file)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, g in df.groupby("recipe", sort=False):
+        g = g[g.tokens > 0].sort_values("tokens")
+        ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, "o-", ms=3, label=f"{name}: {g.settings.iloc[0]}")
+    ax.axhline(22, color="0.5", ls="--", lw=1, label="22%: the accuracy the default run should reach")
+    ax.set_xlabel("tokens seen (millions: steps x batch x sequence length)")
+    ax.set_ylabel("held-out MLM accuracy (%, 15% masking)"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
+    ax.set_title("Fig. 2a (recipes): held-out accuracy of tiny-sized recipes over pretraining", fontsize=10)
+    if out_dir is None: return fig
+    return save_figure(fig, out_dir, "fig2a_recipe_curves")
 
 # %% ../nbs/03_pretrain.ipynb #562ccc3f
 def split_overrides(pairs: list[str]) -> tuple[dict, dict]:
