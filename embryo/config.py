@@ -80,11 +80,11 @@ def _bert(H, L): return dict(_albert(H, L), embedding_size=H, sharing="none", hi
                              hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
 
 PRESETS = {
-    "tiny": _albert(256, 4, vocab_size=8000, num_attention_heads=4),
+    "tiny": _albert(256, 4, vocab_size=4000, num_attention_heads=4),
     "small": _albert(512, 6, vocab_size=16000, num_attention_heads=8),
     "base": _albert(768, 12), "large": _albert(1024, 24), "xlarge": _albert(2048, 24), "xxlarge": _albert(4096, 12),
     "bert-base": _bert(768, 12), "bert-large": _bert(1024, 24), "bert-xlarge": _bert(2048, 24),
-    "bert-tiny": {**_bert(256, 4), "vocab_size": 8000, "num_attention_heads": 4},
+    "bert-tiny": {**_bert(256, 4), "vocab_size": 4000, "num_attention_heads": 4},
 }
 
 def get_config(preset: str = "base", # a name in `PRESETS`
@@ -153,7 +153,7 @@ _LATER_FIELDS = dict(sentence_task="sop")  # field: the value every run had befo
 _ALBERT_TRAIN = dict(batch_size=4096, learning_rate=0.00176, total_steps=125_000, warmup_steps=3125)
 TRAIN_PRESETS = {
     "tiny": dict(batch_size=32, max_seq_length=64, learning_rate=5e-3, warmup_steps=100, total_steps=8000,
-                 mask_prob=0.4, max_predictions=26, tokenizer_vocab_size=8000, checkpoint_pow2_until=128,
+                 mask_prob=0.4, max_predictions=26, tokenizer_vocab_size=4000, checkpoint_pow2_until=128,
                  checkpoint_every=[[500, None]], resume_every=500, log_every=50),  # the recipe of 03_pretrain
     "small": dict(batch_size=64, max_seq_length=256, learning_rate=1.5e-3, warmup_steps=1000, total_steps=20_000,
                   tokenizer_vocab_size=16000, checkpoint_every=[[500, 5000], [1000, None]], log_every=50),

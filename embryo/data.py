@@ -428,7 +428,7 @@ def train_tokenizer(corpus, # the corpus file (or anything `read_corpus` takes)
     except RuntimeError as e:
         if "Vocabulary size is too high" in str(e) or "vocab_size" in str(e):
             raise ValueError(f"the corpus {corpus} is too small for vocab_size={vocab_size}: {e}. "
-                             f"Pick a smaller vocab_size (the tiny preset uses 8000).") from e
+                             f"Pick a smaller vocab_size (the tiny preset uses 4000).") from e
         raise
     return atomic_write(Path(out_dir) / "spiece.model", model.getvalue())
 

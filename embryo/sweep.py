@@ -398,6 +398,10 @@ CORE_REPORT = [
     dict(file="fig2a_pretraining_loss", paper="Embryology Fig. 2a",
          caption="Pretraining loss and masked-LM accuracy over steps.",
          finding="The losses fall fastest early; MLM accuracy rises from chance."),
+    dict(file="fig2a_recipe_curves", paper="Embryology Fig. 2a (recipes)",
+         caption="Held-out MLM accuracy against tokens seen for the tiny-sized recipes measured when choosing the "
+                 "tiny preset (figures/recipe_curves.csv, from bench/recipe_curves.py).",
+         finding="Not in the paper: how the CPU-sized recipe was chosen (notebook 03_pretrain)."),
 ]
 
 def _pretraining_verdict(run_dir) -> str:
@@ -455,8 +459,10 @@ def write_report(run_dir, figures_dir="figures") -> Path:
 # %% ../nbs/10_sweep.ipynb #5ae391e4
 def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
     "Redraw the pretraining figure and every analysis's figures of `run_dir` into `figures_dir`."
-    from embryo.pretrain import plot_pretraining
+    from embryo.pretrain import plot_pretraining, plot_recipe_curves
     paths = plot_pretraining(run_dir, figures_dir) if (Path(run_dir) / "logs").is_dir() else []
+    recipes = Path(figures_dir) / "recipe_curves.csv"  # committed with the figures: the recipe search behind `tiny`
+    if recipes.exists(): paths += plot_recipe_curves(recipes, figures_dir)
     for a in available_analyses():
         if done_steps(run_dir, a): paths += analysis_module(a).redraw(run_dir, figures_dir)
     return paths
