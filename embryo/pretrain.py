@@ -525,10 +525,11 @@ def plot_recipe_curves(csv_file, out_dir=None) -> list[Path] | None:
     df = pd.read_csv(csv_file)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, g in df.groupby("recipe", sort=False):
-        g = g[g.tokens > 0].sort_values("tokens")
-        ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, "o-", ms=3, label=f"{name}: {g.settings.iloc[0]}")
+        label = f"{name}: {g.settings.iloc[0]}"
+        g = g[g.tokens > 0].sort_values("tokens")  # the tokens axis is logarithmic
+        ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, "o-", ms=3, label=label)
     ax.axhline(22, color="0.5", ls="--", lw=1, label="22%: the accuracy the default run should reach")
-    ax.set_xlabel("tokens seen (millions: steps x batch x sequence length)")
+    ax.set_xscale("log"); ax.set_xlabel("tokens seen (millions: steps x batch x sequence length; log scale)")
     ax.set_ylabel("held-out MLM accuracy (%, 15% masking)"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
     ax.set_title("Fig. 2a (recipes): held-out accuracy of tiny-sized recipes over pretraining", fontsize=10)
     if out_dir is None: return fig
