@@ -554,7 +554,7 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
             ax.vlines(multi.index, multi.min(axis=1), multi.max(axis=1), color=c, lw=1,
                       label=f"range over {multi.shape[1]} finetuning seeds")
         if a in chance: ax.axhline(chance[a], color=c, ls="--", lw=1, label=f"chance ({a}): {chance[a]:.1f}")
-    ax.set_xscale("symlog", linthresh=1); ax.set_xlabel("pretraining step (symlog)")
+    ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_xlabel("pretraining step (symlog)")
     ax.set_ylabel("score on the dev split (x100)"); ax.legend(fontsize=8); ax.grid(alpha=0.3)
     what = "GLUE score" if "glue" in aggs else "downstream score of built-in tasks (not GLUE)"
     ax.set_title(f"Fig. 5a: {what} over pretraining ({run_dir.name})", fontsize=10)
@@ -574,7 +574,7 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
         ax.plot([s.idxmax()], [s.max()], "x", color="tab:red", ms=10, mew=2, label=f"best: step {s.idxmax()}")
         if name in chance: ax.axhline(chance[name], color="grey", ls="--", lw=1, label="chance")
         ax.set_title(f"{task.title} ({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)
-        ax.set_xscale("symlog", linthresh=1); ax.set_xlabel("pretraining step (symlog)", fontsize=8)
+        ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_xlabel("pretraining step (symlog)", fontsize=8)
         ax.set_ylabel(f"{task.metric} (x100)", fontsize=8); ax.legend(fontsize=7); ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names):]: ax.axis("off")
     fig.suptitle(f"Fig. 5b / Fig. 12: each task on its dev split over pretraining, best step x ({run_dir.name})", fontsize=10)
@@ -615,8 +615,8 @@ def verdict(run_dir) -> str:
     if first in seeds.index and last in seeds.index and seeds.loc[[first, last]].notna().sum(axis=1).min() > 1:
         a, b = seeds.loc[first].dropna(), seeds.loc[last].dropna()
         gain = b.min() > a.max() and b.mean() - a.mean() >= 2
-        out += (f"; every seed of step {last} {'beats' if b.min() > a.max() else 'does not beat'} every seed of step {first}, "
-                f"a gain of {b.mean() - a.mean():+.1f} points in the mean: "
+        out += (f"; {'every' if b.min() > a.max() else 'not every'} seed of step {last} beats every seed of step {first}, "
+                f"and the mean moves by {b.mean() - a.mean():+.1f} points: "
                 + ("pretraining helps downstream on this run" if gain else "no downstream gain beyond the finetuning seeds' spread"))
     gain = s.max() - s.iloc[0]
     if gain < 2:

@@ -525,7 +525,8 @@ def plot_recipe_curves(csv_file, out_dir=None) -> list[Path] | None:
     df = pd.read_csv(csv_file)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, g in df.groupby("recipe", sort=False):
-        label = f"{name}: {g.settings.iloc[0]}"
+        settings = g.settings.fillna("").iloc[0]  # empty: the run used the tiny preset as it is
+        label = f"{name}: {settings or 'the tiny preset'}"
         g = g[g.tokens > 0].sort_values("tokens")  # the tokens axis is logarithmic
         ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, "o-", ms=3, label=label)
     ax.axhline(22, color="0.5", ls="--", lw=1, label="22%: the accuracy the default run should reach")
