@@ -25,8 +25,8 @@ from .results import write_results, read_results, read_samples, markdown_table
 __all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'NEIGHBOUR_RATIO', 'REPORT', 'UnknownTask',
            'check_task', 'parse_ints', 'choose_maps', 'input_ids', 'attention_maps', 'uniform_diagonal', 'map_stats',
            'step_rows', 'map_samples', 'evaluate_step', 'head_metrics', 'stored_maps', 'grid_steps', 'emergence_step',
-           'emergence_table', 'paper_layers', 'order_reproduced', 'neighbour_heads', 'plot_maps_grid', 'write_gif',
-           'plot_diagonal', 'neighbour_sentence', 'verdict', 'redraw']
+           'emergence_table', 'paper_layers', 'order_reproduced', 'input_length', 'neighbour_heads', 'plot_maps_grid',
+           'write_gif', 'plot_diagonal', 'neighbour_sentence', 'verdict', 'redraw']
 
 # %% ../nbs/08_attention.ipynb #d8a8cb67
 ANALYSIS = "attention"  # the `analysis` name of this notebook's rows in the results database
@@ -194,6 +194,10 @@ def order_reproduced(em: dict[int, float], n_layers: int) -> bool | None:
     e = [np.inf if np.isnan(em[l]) else em[l] for l in ls]
     return all(a <= b for a, b in zip(e, e[1:])) and e[0] < e[-1]
 
+def input_length(u: float) -> float:
+    "The input length T whose even spread puts `u` = (3T - 2) / T^2 on the diagonal band (`uniform_diagonal` inverted)."
+    return (3 + np.sqrt(9 - 8 * u)) / (2 * u)
+
 NEIGHBOUR_RATIO = 5  # a head "attends to its neighbour" when its mass on token i-1 (or i+1) is this many times an even spread's
 
 def neighbour_heads(run_dir, task: str = "brown", ratio: float = NEIGHBOUR_RATIO) -> pd.DataFrame:
@@ -201,7 +205,7 @@ def neighbour_heads(run_dir, task: str = "brown", ratio: float = NEIGHBOUR_RATIO
     h = head_metrics(run_dir, task)
     h = h[h.metric.isin(["prev", "next"])]
     u = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
-    T = (3 + np.sqrt(9 - 8 * u)) / (2 * u)  # the input length, from the even spread's diagonal mass (3T - 2) / T^2
+    T = input_length(u)
     even = (T - 1) / T ** 2  # an even spread's mass on the token before (or after) each position
     best = h.loc[h.groupby("step").value.idxmax()].set_index("step")[["metric", "layer", "head", "value"]]
     return best.assign(even=even, ratio=best.value / even, at_least=best.value / even >= ratio)
@@ -324,7 +328,7 @@ def verdict(run_dir, task: str = "brown") -> str:
     best = ", ".join(f"layer {l}: {v:.3f}" for l, v in t["diagonal, last step"].items())
     special = ", ".join(f"layer {l}: {v:.2f}" for l, v in
                         (t["[CLS] mass, mean over heads, last step"] + t["[SEP] mass, mean over heads, last step"]).items())
-    T = (3 + np.sqrt(9 - 8 * u)) / (2 * u)  # the input length, from the chance level (3T - 2) / T^2
+    T = input_length(u)
     context = (f"diagonal mass of each layer's most diagonal head at step {steps[-1]}: {best}, against {u:.3f} for an "
                f"even spread; attention on [CLS] and [SEP] together, mean over heads: {special}, against {2 / T:.2f}")
     if len(steps) < 2:
@@ -334,9 +338,10 @@ def verdict(run_dir, task: str = "brown") -> str:
     ok = order_reproduced(em, len(t))
     s = (f"Between steps {steps[0]} and {steps[-1]} the most diagonal head of each layer reaches half of its rise in "
          f"attention on positions i-1, i, i+1 as follows: {when} ({context})")
-    if ok is None: return s + neighbour_sentence(run_dir, task) + "; no layer develops the diagonal pattern, so the paper's order cannot be tested on this run."
+    s += neighbour_sentence(run_dir, task)
+    if ok is None: return s + "; no layer develops the diagonal pattern, so the paper's order cannot be tested on this run."
     ls = paper_layers(len(t))
-    return (s + neighbour_sentence(run_dir, task) + f"; the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last; here layers "
+    return (s + f"; the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last; here layers "
             f"{', '.join(map(str, ls))}) is {'reproduced' if ok else 'not reproduced'} on this run.")
 
 REPORT = [
