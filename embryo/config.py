@@ -6,9 +6,11 @@
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
@@ -16,7 +18,8 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'PRECISIONS', 'TRAIN_PRESETS', 'PAPER_PARAMS', 'ConfigError',
            'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config', 'count_parameters', 'param_table',
-           'atomic_write', 'write_param_tables', 'split_names']
+           'fsync_dir', 'temp_tag', 'stale_temp', 'clean_stale_temps', 'atomic_write', 'write_param_tables',
+           'split_names']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -216,16 +219,54 @@ def param_table() -> list[dict]:
     return rows
 
 # %% ../nbs/00_config.ipynb #12b5bc29
+def fsync_dir(folder):
+    "Flush a folder's entries (a rename into it) to disk, so an OS crash cannot undo the rename."
+    fd = os.open(folder, os.O_RDONLY)
+    try: os.fsync(fd)
+    finally: os.close(fd)
+
+def _host() -> str:
+    import socket
+    return socket.gethostname().replace(".", "_")
+
+def temp_tag() -> str:
+    "`host-pid` of this process: part of every temporary name, so each writer has its own and a dead one's are known."
+    return f"{_host()}-{os.getpid()}"
+
+def _pid_alive(pid: int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True
+
+def stale_temp(name: str) -> bool:
+    "Whether a temporary name (`.<file>.<host>-<pid>[.<any>].tmp`, or `.ipynb`) was left by a process of this host that no longer runs."
+    import socket
+    m = re.search(r"\.([^.]+)-(\d+)\.(?:[^.]*\.)?(?:tmp|ipynb)$", name)
+    return bool(m) and m[1] == _host() and not _pid_alive(int(m[2]))
+
+def clean_stale_temps(folder, prefix: str = ".") -> list[Path]:
+    "Remove the temporary files and folders under `folder` (names starting with `prefix`) whose writer is provably dead."
+    import shutil
+    gone = []
+    for p in Path(folder).glob(f"{glob.escape(prefix)}*"):
+        if stale_temp(p.name):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+            gone.append(p)
+    return gone
+
 def atomic_write(path, data: str | bytes):
-    "Write `data` to `path` through a temporary file in the same folder and a rename: never a half-written file."
+    "Write `data` to `path` through a temporary file in the same folder, fsync'd, then a rename: never a half-written file."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    clean_stale_temps(path.parent, f".{path.name}.")  # left by a writer of this file that was killed
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{temp_tag()}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         if os.path.exists(tmp): os.unlink(tmp)
         raise

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import ModelConfig, ConfigError, SHARING, PRECISIONS, atomic_write, get_config
+from .config import ModelConfig, ConfigError, SHARING, PRECISIONS, atomic_write, get_config, clean_stale_temps, fsync_dir, temp_tag
 
 # %% auto #0
 __all__ = ['ACT', 'TIED_KEYS', 'AlbertEmbeddings', 'AlbertAttention', 'AlbertLayer', 'AlbertLayerGroup', 'share_layers',
@@ -304,27 +304,39 @@ def hf_state_dict(model: AlbertForPreTraining) -> dict:
 
 # %% ../nbs/01_model.ipynb #29b7b6e6
 def save_pretrained(model: AlbertForPreTraining, folder) -> Path:
-    "Write `config.json` and `model.safetensors` into `folder` (each via a temporary file and a rename)."
+    "Write `config.json` and `model.safetensors` into `folder` (each via a temporary file, fsync'd, and a rename)."
     from safetensors.torch import save_file
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".model.safetensors.", suffix=".tmp"); os.close(fd)
+    clean_stale_temps(folder, ".model.safetensors.")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".model.safetensors.{temp_tag()}.", suffix=".tmp"); os.close(fd)
     try:
         save_file(hf_state_dict(model), tmp, metadata={"format": "pt"})
+        with open(tmp, "rb+") as f: os.fsync(f.fileno())  # the bytes on disk before the name: no renamed, truncated file
         os.replace(tmp, folder / "model.safetensors")
+        fsync_dir(folder)
     finally:
         if os.path.exists(tmp): os.unlink(tmp)
     atomic_write(folder / "config.json", to_hf_config(model.config).to_json_string())
     return folder
 
+def _load_safetensors(f: Path) -> dict:
+    "The tensors of a safetensors file; a truncated or corrupt file is a `CheckpointError` naming it."
+    from safetensors.torch import load_file
+    try: return load_file(f)
+    except Exception as e:  # safetensors' SafetensorError names neither the file nor a fix
+        raise CheckpointError(f"{f} cannot be read ({' '.join(str(e).split())}): the file is truncated or corrupt, "
+                              f"perhaps cut short by a crash or a full disk; delete {f.parent} and save it again "
+                              "(or rerun the pretraining, which rewrites it)") from None
+
 def _read_weights(folder: Path, allow_pickle: bool) -> tuple[dict, Path]:
     "The state dict stored in `folder` and the file it came from."
     from safetensors.torch import load_file
     st, index, pkl = folder / "model.safetensors", folder / "model.safetensors.index.json", folder / "pytorch_model.bin"
-    if st.exists(): return load_file(st), st
+    if st.exists(): return _load_safetensors(st), st
     if index.exists():
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         sd = {}
-        for s in shards: sd.update(load_file(folder / s))
+        for s in shards: sd.update(_load_safetensors(folder / s))
         return sd, index
     if pkl.exists():
         if not allow_pickle:

@@ -11,8 +11,10 @@ import math
 import os
 import random
 import shutil
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -21,17 +23,19 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_train_config, atomic_write, PRESETS)
-from .model import AlbertForPreTraining, load_pretrained, autocast, resolve_precision
+from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_train_config, atomic_write, PRESETS,
+                           clean_stale_temps, fsync_dir, temp_tag, stale_temp)
+from .model import AlbertForPreTraining, CheckpointError, load_pretrained, autocast, resolve_precision, _load_safetensors
 from . import data as D
 
 # %% auto #0
-__all__ = ['HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps', 'CheckpointNotFound',
-           'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'rng_state',
-           'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config', 'corpus_file', 'prepare_run',
-           'TrainingDiverged', 'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout',
-           'save_figure', 'loss_drop', 'plot_pretraining', 'corpus_slice', 'fixture_run', 'read_run_config',
-           'heldout_curve', 'plot_recipe_curves', 'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
+__all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps',
+           'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint',
+           'save_checkpoint', 'RunLocked', 'run_lock', 'clean_run', 'rng_state', 'set_rng_state', 'save_resume',
+           'load_resume', 'Batches', 'run_config', 'corpus_file', 'prepare_run', 'TrainingDiverged', 'DiskFull',
+           'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'loss_drop',
+           'plot_pretraining', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves',
+           'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -95,14 +99,21 @@ def checkpoint_steps(tc: TrainConfig) -> list[int]:
 class CheckpointNotFound(LookupError):
     "A step that has no checkpoint in the run; the message lists the steps that exist."
 
+def _checkpoint_folders(run_dir) -> dict[int, Path]:
+    "Each step's complete checkpoint folder: `step_N`, or `step_N.old` where a save was killed between its two renames."
+    ck, out = Path(run_dir) / "checkpoints", {}
+    if not ck.is_dir(): return out
+    for p in sorted(ck.iterdir(), key=lambda p: p.name.endswith(".old")):  # step_N first, its .old only in its place
+        name = p.name[:-4] if p.name.endswith(".old") else p.name
+        if name.startswith("step_") and name[5:].isdigit() and (p / "model.safetensors").exists():
+            out.setdefault(int(name[5:]), p)
+    return out
+
 def checkpoint_dir(run_dir, step: int) -> Path: return Path(run_dir) / "checkpoints" / f"step_{step:07d}"
 
 def list_steps(run_dir) -> list[int]:
-    "The steps that have a complete checkpoint in `run_dir`."
-    ck = Path(run_dir) / "checkpoints"
-    if not ck.is_dir(): return []
-    return sorted(int(p.name[5:]) for p in ck.iterdir()
-                  if p.name.startswith("step_") and p.name[5:].isdigit() and (p / "model.safetensors").exists())
+    "The steps that have a complete checkpoint in `run_dir` (a `step_N.old` left by a killed save counts as step N)."
+    return sorted(_checkpoint_folders(run_dir))
 
 def _steps_text(steps):
     return ", ".join(map(str, steps)) if len(steps) <= 12 else ", ".join(map(str, steps[:8])) + ", ..., " + ", ".join(map(str, steps[-3:]))
@@ -111,6 +122,11 @@ def find_checkpoint(run_dir, step: int) -> Path:
     "The checkpoint folder of `step`, or `CheckpointNotFound` naming the steps that exist."
     p = checkpoint_dir(run_dir, step)
     if (p / "model.safetensors").exists(): return p
+    if step in (found := _checkpoint_folders(run_dir)): return found[step]
+    if (p / "pytorch_model.bin").exists():
+        raise CheckpointNotFound(f"{p} holds only pytorch_model.bin, a pickle file that can run code when loaded, so embryo "
+                                 "refuses it; convert it once to safetensors (transformers: from_pretrained, then "
+                                 "save_pretrained(folder, safe_serialization=True)) if you trust its source")
     steps = list_steps(run_dir)
     if not steps: raise CheckpointNotFound(f"{run_dir} has no checkpoints; train it first (embryo pretrain --run {run_dir})")
     raise CheckpointNotFound(f"{run_dir} has no checkpoint for step {step}; it has {_steps_text(steps)}. "
@@ -123,19 +139,88 @@ def load_checkpoint(run_dir, step: int, device="cpu") -> AlbertForPreTraining:
 def _replace_dir(tmp: Path, final: Path):
     "Move the finished folder `tmp` to `final`, replacing an older one without a moment where neither exists."
     old = final.with_name(final.name + ".old")
-    if old.exists(): shutil.rmtree(old)
+    if old.exists():
+        if final.exists(): shutil.rmtree(old)  # an earlier save was killed after its second rename: `final` is whole
+        else: old.rename(final)  # killed between the renames: put the complete copy back first
     if final.exists(): final.rename(old)
     tmp.rename(final)
+    fsync_dir(final.parent)  # the renames reach the disk before the old copy goes
     if old.exists(): shutil.rmtree(old)
 
 def save_checkpoint(model, run_dir, step: int) -> Path:
-    "Write the weights of `step` as a transformers-loadable checkpoint folder, atomically."
+    "Write the weights of `step` as a transformers-loadable checkpoint folder, atomically (a temporary name of this writer's own)."
     final = checkpoint_dir(run_dir, step)
-    tmp = final.with_name(f".{final.name}.tmp")
+    tmp = final.with_name(f".{final.name}.{temp_tag()}.tmp")
     if tmp.exists(): shutil.rmtree(tmp)
     model.save_pretrained(tmp)
     _replace_dir(tmp, final)
     return final
+
+# %% ../nbs/03_pretrain.ipynb #6121df16
+class RunLocked(RuntimeError):
+    "Another process is writing this run folder."
+
+LOCK_FILE = ".lock"
+_held: dict[Path, int] = {}  # run folders this process holds, with how many nested `run_lock`s
+
+def _lock_holder(f: Path) -> dict:
+    "What the holder wrote into the lock file (pid, host, since), {} while it has not yet."
+    for _ in range(20):
+        try:
+            h = json.loads(f.read_text() or "{}")
+            if h: return h
+        except (OSError, ValueError): pass
+        time.sleep(0.05)
+    return {}
+
+@contextmanager
+def run_lock(run_dir, wait: bool = False):
+    "Hold the writer lock of `run_dir` for the block; a second writer gets `RunLocked` naming the holder (or waits, if `wait`)."
+    import fcntl, socket
+    run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
+    key = run_dir.resolve()
+    if key in _held:  # this process holds it already (fixture_run around train)
+        _held[key] += 1
+        try: yield {}
+        finally: _held[key] -= 1
+        return
+    f = run_dir / LOCK_FILE
+    fd = os.open(f, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try: fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            h = _lock_holder(f)
+            who = f"pid {h.get('pid')} on {h.get('host')} since {h.get('since')}" if h else "another process"
+            raise RunLocked(f"{run_dir} is being written by {who} ({f}); wait for it to finish, or stop it "
+                            f"(kill {h.get('pid', '<pid>')}) and rerun: training resumes from its last saved step") from None
+        before = _lock_holder(f) if os.fstat(fd).st_size else {}  # a holder that never released: it was killed
+        me = dict(pid=os.getpid(), host=socket.gethostname(), since=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        os.ftruncate(fd, 0); os.pwrite(fd, json.dumps(me).encode(), 0); os.fsync(fd)
+        _held[key] = 1
+        try: yield before
+        finally:
+            del _held[key]
+            os.ftruncate(fd, 0)  # released cleanly: an empty lock file names nobody
+    finally: os.close(fd)  # closing releases the flock
+
+def clean_run(run_dir) -> list[str]:
+    "Under the run's lock: remove what killed writers of the run left, and restore a `step_N.old` whose new copy is missing."
+    run_dir, done = Path(run_dir), []
+    ck = run_dir / "checkpoints"
+    for folder in [run_dir, run_dir / "logs", run_dir / "resume", ck, *(ck.glob("step_*") if ck.is_dir() else [])]:
+        if not folder.is_dir() or folder.is_symlink(): continue
+        for p in folder.glob(".*"):
+            if p.name == LOCK_FILE: continue
+            if p.name.endswith(".tmp") and (stale_temp(p.name) or folder in (run_dir, ck)):  # the lock: no other writer here
+                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True); done.append(f"removed {p}")
+    for old in [*(ck.glob("step_*.old") if ck.is_dir() else []), run_dir / "resume.old"]:
+        if not old.is_dir(): continue
+        final = old.with_name(old.name[:-4])
+        if (final / "model.safetensors").exists(): shutil.rmtree(old); done.append(f"removed {old} ({final.name} is whole)")
+        else:
+            if final.exists(): shutil.rmtree(final)
+            old.rename(final); done.append(f"restored {final} from {old.name}")
+    return done
 
 # %% ../nbs/03_pretrain.ipynb #d97368ca
 def rng_state() -> dict:
@@ -152,10 +237,11 @@ def set_rng_state(st: dict):
 def save_resume(model, opt, run_dir, step: int):
     "Write `resume/`: the weights and `trainer_state.pt` (optimizer, RNG states, step), atomically."
     final = Path(run_dir) / "resume"
-    tmp = final.with_name(".resume.tmp")
+    tmp = final.with_name(f".resume.{temp_tag()}.tmp")
     if tmp.exists(): shutil.rmtree(tmp)
     model.save_pretrained(tmp)
     torch.save(dict(step=step, optimizer=opt.state_dict(), rng=rng_state()), tmp / "trainer_state.pt")
+    with open(tmp / "trainer_state.pt", "rb+") as f: os.fsync(f.fileno())
     _replace_dir(tmp, final)
 
 def load_resume(model, opt, run_dir) -> int:
@@ -163,12 +249,21 @@ def load_resume(model, opt, run_dir) -> int:
     for cand in (Path(run_dir) / "resume", Path(run_dir) / "resume.old"):
         if (cand / "trainer_state.pt").exists() and (cand / "model.safetensors").exists(): break
     else: return -1
-    from safetensors.torch import load_file
-    sd = load_file(cand / "model.safetensors")
+    restart = (f"delete {cand} and rerun the same command: the run restarts from step 0 and, being deterministic, "
+               "rewrites the same checkpoints")
+    try: sd = _load_safetensors(cand / "model.safetensors")
+    except CheckpointError as e: raise CheckpointError(f"{str(e).split(': the file')[0]}: the resume point is truncated or corrupt; {restart}") from None
     with torch.no_grad():
         for k, v in model.state_dict().items():
             if k in sd: v.copy_(sd[k])
-    st = torch.load(cand / "trainer_state.pt", map_location="cpu", weights_only=True)  # loading a resume point never runs code
+    f = cand / "trainer_state.pt"
+    try: st = torch.load(f, map_location="cpu", weights_only=True)  # loading a resume point never runs code
+    except Exception as e:
+        why = " ".join(str(e).split("\n")[0].split())[:160]
+        if "weights_only" in str(e) or "Unpickl" in type(e).__name__:
+            raise CheckpointError(f"{f} was refused: it holds objects other than tensors and plain values, and loading it "
+                                  f"could run code ({why}); embryo never writes such a file, so {restart}") from None
+        raise CheckpointError(f"{f} cannot be read ({why}): it is truncated or corrupt; {restart}") from None
     opt.load_state_dict(st["optimizer"])
     set_rng_state(st["rng"])
     return st["step"]
@@ -213,43 +308,101 @@ def _diff(old: dict, new: dict, prefix="") -> list[str]:
         elif a != b: out.append(f"{prefix}{k}: {a!r} in the run, {b!r} now")
     return out
 
-def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig) -> dict:
-    "Write `config.json` for a new run, or check that an existing run was made with the same settings."
+FIXED_SETTINGS = ("corpus", "tokenizer_vocab_size", "max_seq_length", "seed", "sentence_task", "short_seq_prob")  # the run's data
+
+def _read_config(f: Path) -> dict:
+    "A run's `config.json`, or a `ConfigError` naming the file and what to do."
+    try: return json.loads(f.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{f} is not valid JSON ({e}): it holds the run's settings, written by its first pretrain. "
+                          "Restore it from a copy, or delete it if the run has no checkpoint yet, or pass a new --run folder") from None
+
+def _progress(run_dir) -> bool:
+    "Whether the run has saved anything to resume from (a checkpoint or a resume point)."
+    return bool(list_steps(run_dir)) or any((Path(run_dir) / n).exists() for n in ("resume", "resume.old"))
+
+def _resume_step(run_dir) -> int | None:
+    f = Path(run_dir) / "resume" / "trainer_state.pt"
+    try: return int(torch.load(f, map_location="cpu", weights_only=True)["step"])
+    except Exception: return None
+
+def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False) -> dict:
+    "Write `config.json` for a new run (or one with no checkpoint yet), or check that an existing run has the same settings."
     cfg = dict(preset=preset, model=mc.to_dict(), train=json.loads(json.dumps(tc.to_dict())))
     f = Path(run_dir) / "config.json"
-    if f.exists():
-        old = json.loads(f.read_text())
-        old.get("train", {}).setdefault("precision", "auto")  # runs made before the setting existed: bf16 on a GPU, as auto
-        diff = _diff(old, cfg)
-        if diff: raise ConfigError(f"{f} was written with other settings ({'; '.join(diff)}). "
-                                   "Resume with the same settings, or pass a new --run folder.")
-    else: atomic_write(f, json.dumps(cfg, indent=2) + "\n")
+    if not f.exists():
+        atomic_write(f, json.dumps(cfg, indent=2) + "\n"); return cfg
+    old = _read_config(f)
+    old.get("train", {}).setdefault("precision", "auto")  # runs made before the setting existed: bf16 on a GPU, as auto
+    history = old.pop("history", [])
+    diff = _diff(old, cfg)
+    if not diff: return dict(cfg, history=history) if history else cfg
+    if not _progress(run_dir):  # nothing trained with the old settings: take the new ones
+        print(f"{run_dir} has no checkpoint yet, so it is reconfigured ({'; '.join(diff)})", flush=True)
+        (Path(run_dir) / "spiece.model").unlink(missing_ok=True)  # trained on the old settings' corpus, used by no checkpoint
+    elif override:
+        fixed = [d for d in diff if not d.startswith("train.") or d.split(":")[0][6:] in FIXED_SETTINGS]
+        if fixed: raise ConfigError(f"--override cannot change {'; '.join(fixed)}: they define the run's model and data. "
+                                    "Pass a new --run folder instead")
+        history = history + [dict(from_step=_resume_step(run_dir), changed=diff, at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))]
+        print(f"{run_dir}: overriding {'; '.join(diff)} from step {history[-1]['from_step']} (recorded in {f})", flush=True)
+    else:
+        raise ConfigError(f"{f} was written with other settings ({'; '.join(diff)}). Resume with the same settings; or "
+                          f"change training settings from the last resume point with `embryo pretrain --run-dir {run_dir} "
+                          "--override --set NAME=VALUE`, which records the change in config.json; or pass a new --run folder.")
+    if history: cfg = dict(cfg, history=history)
+    atomic_write(f, json.dumps(cfg, indent=2) + "\n")
     return cfg
 
 def corpus_file(tc: TrainConfig) -> Path:
     "The training text of `tc.corpus`: the built-in corpus (fetched on first use) or the user's file or folder."
     if tc.corpus == "embryo-mini": return D.fetch() / "train.txt"
     p = Path(tc.corpus).expanduser()
-    if not p.exists(): raise FileNotFoundError(f"corpus {tc.corpus!r} is neither 'embryo-mini' nor an existing file or folder")
+    form = "UTF-8 text, one sentence a line, a blank line between documents"
+    if not p.exists(): raise D.CorpusError(f"corpus {p} does not exist: pass --set corpus=<a file or folder of {form}>, "
+                                           "or corpus=embryo-mini (the built-in corpus)")
+    if p.is_file() and p.suffix in ("", ".txt"):
+        with open(p, "rb") as f:
+            if not any(line.strip() for line in f): raise D.CorpusError(f"corpus {p} is empty: fill it with {form}")
     return p
 
-def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig):
+def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False):
     "Config, tokenizer and example dataset of a run; returns (tokenizer, dataset)."
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
-    run_config(run_dir, preset, mc, tc)
+    run_config(run_dir, preset, mc, tc, override)
     text = corpus_file(tc)
-    if not (run_dir / "spiece.model").exists(): D.train_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
+    if not (run_dir / "spiece.model").exists():
+        try: D.train_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
+        except (ValueError, RuntimeError) as e:
+            if isinstance(e, D.CorpusError): raise
+            raise D.CorpusError(f"corpus {text}: no tokenizer of {tc.tokenizer_vocab_size} pieces can be trained on it "
+                                f"({' '.join(str(e).split())[:200]}); give it more text, or a smaller vocabulary "
+                                "(--set vocab_size=N, which sets tokenizer_vocab_size too)") from None
     tok = D.load_tokenizer(run_dir)
     if tok.vocab_size != mc.vocab_size:
         raise ConfigError(f"{run_dir / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is {mc.vocab_size}; "
                           "set vocab_size and tokenizer_vocab_size to the same number")
     ds = D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=tc.max_seq_length, seed=tc.seed,
                          short_seq_prob=tc.short_seq_prob, sentence_task=tc.sentence_task)
+    if len(ds) == 0: raise D.CorpusError(f"corpus {text} gives no training examples: a sentence pair needs documents of two "
+                                         "sentences or more (one sentence a line, a blank line between documents); add text")
     return tok, ds
 
 # %% ../nbs/03_pretrain.ipynb #3fef3168
 class TrainingDiverged(RuntimeError):
     "The loss became NaN or infinite."
+
+class DiskFull(OSError):
+    "The disk holding the run filled up while training wrote to it."
+
+def _disk_full(e: BaseException, run_dir: Path) -> bool:
+    "Whether `e` (an OSError, or torch's RuntimeError from a failed write) means the run's disk is full."
+    import errno
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT): return True
+    text = str(e)
+    if "No space left" in text: return True
+    return isinstance(e, RuntimeError) and ("inline_container" in text or "file write failed" in text) and \
+        shutil.disk_usage(run_dir).free < 64 << 20
 
 def _dist():
     "(rank, world size), initialising torch.distributed when launched by torchrun."
@@ -300,25 +453,42 @@ def train_step(model, batches: list[dict], n_masked: int, n_seq: int, world: int
     return stats
 
 def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,
-          device: str = "auto", stop_after: int | None = None, progress: bool = True, figures_dir=None) -> dict:
-    "Pretrain (or resume) the run in `run_dir`; returns the final held-out evaluation. `stop_after` ends early at that step."
+          device: str = "auto", stop_after: int | None = None, progress: bool = True, figures_dir=None,
+          override: bool = False) -> dict:
+    "Pretrain (or resume) the run in `run_dir`, its only writer; returns the final held-out evaluation. `stop_after` ends early at that step."
+    run_dir = Path(run_dir)
+    rank, world = _dist()
+    with run_lock(run_dir) if rank == 0 else nullcontext({}) as before:
+        if rank == 0:
+            if before: print(f"pretrain {run_dir}: taking over the lock of pid {before.get('pid')} on {before.get('host')} "
+                             f"(since {before.get('since')}), which ended without releasing it", flush=True)
+            for line in clean_run(run_dir): print(f"pretrain {run_dir}: {line} (left by a killed writer)", flush=True)
+        try: return _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, override)
+        except (OSError, RuntimeError) as e:
+            if not _disk_full(e, run_dir): raise
+            if rank == 0: clean_run(run_dir)  # this writer's half-written temporary folders
+            steps = list_steps(run_dir)
+            raise DiskFull(f"no space left on the disk holding {run_dir} ({shutil.disk_usage(run_dir).free >> 20} MB free): "
+                           f"free some space (or pass a --run folder on another disk) and rerun the same command; training "
+                           f"resumes from its last resume point (last checkpoint: step {steps[-1] if steps else 'none'})") from None
+
+def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, override) -> dict:
     from tqdm.auto import tqdm
     mc, tc = mc or get_config(preset), tc or get_train_config(preset)
-    run_dir = Path(run_dir)
     rank, world = _dist()
     dev = _device(device, rank)
     if tc.batch_size % (world * tc.grad_accum):
         raise ConfigError(f"batch_size={tc.batch_size} is not divisible by processes x grad_accum = {world} x {tc.grad_accum}")
-    if rank == 0: tok, ds = prepare_run(run_dir, preset, mc, tc)
+    if rank == 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override)
     if world > 1: dist.barrier()
-    if rank != 0: tok, ds = prepare_run(run_dir, preset, mc, tc)  # reads what rank 0 cached
+    if rank != 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override)  # reads what rank 0 cached
     data = Batches(ds, tok, tc)
     torch.manual_seed(tc.seed)
     model = AlbertForPreTraining(mc).to(dev)
     precision = resolve_precision(tc.precision, dev)
     if rank == 0 and progress: print(f"pretrain {run_dir}: precision {precision} (setting {tc.precision!r} on {dev.type})", flush=True)
     opt = Lamb(param_groups(model, tc.weight_decay), lr=tc.learning_rate, betas=(tc.adam_beta1, tc.adam_beta2), eps=tc.adam_epsilon)
-    start = load_resume(model, opt, run_dir)
+    start = saved = load_resume(model, opt, run_dir)
     log_file = run_dir / "logs" / "train.jsonl"
     if start < 0:
         start = 0
@@ -342,8 +512,10 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
             if not math.isfinite(mlm_loss + sop_loss):
                 good = [s for s in list_steps(run_dir) if s < step]
                 raise TrainingDiverged(f"{run_dir}: the loss became {mlm_loss + sop_loss} at step {step}; nothing was saved "
-                                       f"after it, the last good checkpoint is step {good[-1] if good else 'none'}. "
-                                       "Lower learning_rate or raise warmup_steps and train again from there.")
+                                       f"after step {max(saved, 0)} (the last checkpoint is step {good[-1] if good else 'none'}). "
+                                       f"To train again from step {max(saved, 0)} with a lower learning rate, run: embryo pretrain "
+                                       f"--run-dir {run_dir} --override --set learning_rate={tc.learning_rate / 2:g} "
+                                       "(or raise warmup_steps the same way); the change is recorded in its config.json")
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
             lr = lr_at(step - 1, tc)
             for g in opt.param_groups: g["lr"] = lr
@@ -359,7 +531,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
                     bar.set_postfix(loss=f"{rec['loss']:.3f}", mlm_acc=f"{rec['mlm_accuracy']:.3f}")
                     t0, tokens = time.perf_counter(), 0
                 if step in saves: save_checkpoint(model, run_dir, step)
-                if step in saves or step % tc.resume_every == 0 or step == last: save_resume(model, opt, run_dir, step)
+                if step in saves or step % tc.resume_every == 0 or step == last: save_resume(model, opt, run_dir, step); saved = step
             bar.update(1)
     bar.close()
     if world > 1: dist.barrier()
@@ -494,7 +666,9 @@ def fixture_run(root=None) -> Path:
     tc = get_train_config("tiny", **FIXTURE["train"], corpus=str(corpus_slice()))
     key = __import__("hashlib").sha256(json.dumps([mc.to_dict(), tc.to_dict()], sort_keys=True).encode()).hexdigest()[:10]
     run = Path(root or D.data_dir() / "runs") / f"fixture-{key}"
-    if not (run / "logs" / "eval.json").exists(): train(run, "tiny", mc, tc, progress=False)
+    if not (run / "logs" / "eval.json").exists():
+        with run_lock(run, wait=True):  # notebooks tested in parallel build it once, one after the other
+            if not (run / "logs" / "eval.json").exists(): train(run, "tiny", mc, tc, progress=False)
     return run
 
 # %% ../nbs/03_pretrain.ipynb #59993b5c
@@ -502,7 +676,7 @@ def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
     "The preset, model and training config a run was made with (its `config.json`)."
     f = Path(run_dir) / "config.json"
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: {run_dir} is not a pretraining run folder")
-    cfg = json.loads(f.read_text())
+    cfg = _read_config(f)
     return cfg["preset"], ModelConfig(**cfg["model"]), TrainConfig(**cfg["train"])
 
 def heldout_curve(run_dir, steps=None, device: str = "cpu") -> list[dict]:
@@ -561,13 +735,21 @@ def add_pretrain_args(p: argparse.ArgumentParser):
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--figures", type=Path, help="also draw Fig. 2a here (default: <run>/figures)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--override", action="store_true", help="change training settings (--set) of a run that has checkpoints: "
+                   "it resumes from its last resume point with its stored settings plus these, recorded in its config.json")
 
 def pretrain_from_args(a) -> dict:
     "Run `train` from parsed command-line arguments and print the held-out verdict."
     m, t = split_overrides(a.set)
-    mc, tc = get_config(a.preset, **m), get_train_config(a.preset, **t)
     run = a.run_dir or Path("runs") / a.preset
-    res = train(run, a.preset, mc, tc, device=a.device, progress=not a.no_progress, figures_dir=a.figures)
+    override = getattr(a, "override", False)
+    if override:  # the run's own settings, with only the --set ones changed
+        if not (Path(run) / "config.json").exists(): raise ConfigError(f"--override: {run} has no config.json to override; drop --override")
+        preset, mc, tc = read_run_config(run)
+        try: mc, tc = replace(mc, **m), replace(tc, **t)
+        except TypeError as e: raise ConfigError(f"--set: {e}") from None
+    else: preset, mc, tc = a.preset, get_config(a.preset, **m), get_train_config(a.preset, **t)
+    res = train(run, preset, mc, tc, device=a.device, progress=not a.no_progress, figures_dir=a.figures, override=override)
     if res:
         print(f"held-out MLM accuracy {res['mlm_accuracy']:.3f} vs most-frequent-token baseline {res['baseline_accuracy']:.3f} "
               f"(always '{res['baseline_token']}'), SOP accuracy {res['sop_accuracy']:.3f}, "
@@ -577,7 +759,10 @@ def pretrain_from_args(a) -> dict:
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m embryo.pretrain", description="Pretrain ALBERT (torchrun-ready).")
     add_pretrain_args(p)
-    pretrain_from_args(p.parse_args(argv))
+    try: pretrain_from_args(p.parse_args(argv))
+    except Exception as e:  # embryo's own errors name the problem, the file and the fix: one line, exit status 2
+        if not type(e).__module__.startswith("embryo."): raise
+        print(f"python -m embryo.pretrain: {type(e).__name__}: {e}", file=sys.stderr); sys.exit(2)
     if dist.is_initialized(): dist.destroy_process_group()
 
 # %% ../nbs/03_pretrain.ipynb #4a559493

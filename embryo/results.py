@@ -15,8 +15,9 @@ from typing import Iterable
 import pandas as pd
 
 # %% auto #0
-__all__ = ['DB_NAME', 'COLUMNS', 'SCHEMA', 'db_path', 'connect', 'write_results', 'read_results', 'read_samples', 'done_steps',
-           'log_job', 'read_log', 'merge_results', 'markdown_table']
+__all__ = ['DB_NAME', 'COLUMNS', 'SCHEMA', 'DEFAULTS', 'RUNNING', 'db_path', 'connect', 'write_results', 'read_results',
+           'read_samples', 'done_steps', 'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with',
+           'merge_results', 'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
 DB_NAME = "results.sqlite"
@@ -32,6 +33,9 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE TABLE IF NOT EXISTS sweep_log (
     analysis TEXT NOT NULL, step INTEGER NOT NULL, status TEXT NOT NULL, seconds REAL, error TEXT, notebook TEXT,
     mode TEXT, created_at REAL NOT NULL, PRIMARY KEY (analysis, step));
+CREATE TABLE IF NOT EXISTS computed_with (
+    analysis TEXT NOT NULL, step INTEGER NOT NULL, digest TEXT NOT NULL, options TEXT NOT NULL, created_at REAL NOT NULL,
+    PRIMARY KEY (analysis, step));
 """
 
 def db_path(run_dir, name: str | None = None) -> Path:
@@ -126,6 +130,29 @@ def read_log(run_dir) -> pd.DataFrame:
     with connect(run_dir) as con:
         return pd.read_sql_query("SELECT * FROM sweep_log ORDER BY analysis, step", con)
 
+# %% ../nbs/03a_results.ipynb #ec5d2cd9
+DEFAULTS = "{}"  # the options text of a result computed with every default (and of one older than the record)
+RUNNING = "running"  # the digest of a job under way: it matches no options
+
+def options_digest(options_text: str) -> str:
+    "A short hash of a canonical options text (JSON with sorted keys)."
+    import hashlib
+    return hashlib.sha256(options_text.encode()).hexdigest()[:16]
+
+def set_computed_with(run_dir, analysis: str, step: int, options_text: str | None):
+    "Record what the results of (analysis, step) were computed with; `None` marks the job as running."
+    digest = RUNNING if options_text is None else options_digest(options_text)
+    with connect(run_dir) as con:
+        con.execute("INSERT OR REPLACE INTO computed_with VALUES (?,?,?,?,?)",
+                    (analysis, int(step), digest, options_text or "", time.time()))
+
+def computed_with(run_dir, analysis: str) -> dict[int, tuple[str, str]]:
+    "For each step with results of `analysis`: (digest, options text) they were computed with (the defaults where unrecorded)."
+    if not db_path(run_dir).exists(): return {}
+    with connect(run_dir) as con:
+        rec = {s: (d, o) for s, d, o in con.execute("SELECT step, digest, options FROM computed_with WHERE analysis=?", (analysis,))}
+    return {s: rec.get(s, (options_digest(DEFAULTS), DEFAULTS)) for s in done_steps(run_dir, analysis)}
+
 # %% ../nbs/03a_results.ipynb #b3e64fa2
 def _groups(con, table: str, key: str = "analysis, step, task") -> dict:
     return {tuple(r[:-1]): r[-1] for r in con.execute(f"SELECT {key}, MAX(created_at) FROM {table} GROUP BY {key}")}
@@ -149,6 +176,10 @@ def merge_results(run_dir, sources: Iterable) -> dict:
                         con.execute(f"DELETE FROM {table} WHERE analysis=? AND step=? AND task=?", g)
                         counts[table] += con.execute(f"INSERT INTO {table} SELECT * FROM src.{table} "
                                                      "WHERE analysis=? AND step=? AND task=?", g).rowcount
+                if con.execute("SELECT 1 FROM src.sqlite_master WHERE name='computed_with'").fetchone():  # older shards lack it
+                    con.execute("INSERT INTO computed_with SELECT * FROM src.computed_with WHERE true ON CONFLICT(analysis, step) "
+                                "DO UPDATE SET digest=excluded.digest, options=excluded.options, created_at=excluded.created_at "
+                                "WHERE excluded.created_at > computed_with.created_at")
                 counts["sweep_log"] += con.execute(
                     "INSERT INTO sweep_log SELECT * FROM src.sweep_log WHERE true ON CONFLICT(analysis, step) DO UPDATE "
                     "SET status=excluded.status, seconds=excluded.seconds, error=excluded.error, notebook=excluded.notebook, "

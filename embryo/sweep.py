@@ -24,17 +24,18 @@ from typing import Sequence
 
 import pandas as pd
 
-from .config import atomic_write
+from .config import atomic_write, clean_stale_temps, temp_tag
 from .glue import CPU_FINETUNE
 from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, _read_log
-from .results import DB_NAME, db_path, done_steps, log_job, read_log
+from .results import DB_NAME, db_path, done_steps, log_job, read_log, computed_with, options_digest, set_computed_with
 
 # %% auto #0
-__all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'CORE_REPORT', 'CPU_PRESETS', 'REPRODUCE_STEPS',
+__all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'CPU_PRESETS', 'REPRODUCE_STEPS',
            'REPRODUCE_OPTIONS', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard',
            'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook',
-           'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'check_options', 'plan',
-           'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce']
+           'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError',
+           'check_value', 'check_parameters', 'check_options', 'options_text', 'plan', 'summary_table', 'sweep',
+           'report_sections', 'write_report', 'redraw_all', 'reproduce']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -254,7 +255,8 @@ def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None =
     _register_engine()
     nb = sweep_notebook(nbs_dir() / f"{ANALYSES[job.analysis]}.ipynb", examples)
     out = notebook_path(run_dir, job); out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.{os.getpid()}.{threading.get_ident()}.ipynb")
+    clean_stale_temps(out.parent, f".{out.stem}.")  # a killed sweep's notebook of this job
+    tmp = out.with_name(f".{out.stem}.{temp_tag()}.{threading.get_ident()}.ipynb")
     params = dict(run_dir=str(Path(run_dir).resolve()), step=job.step, device=device, redraw_figures=False, **(options or {}))
     km = pool.take() if pool is not None else start_kernel(nbs_dir())
     try:
@@ -286,6 +288,50 @@ def _env(**kv):
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
 
+class ParameterError(ValueError):
+    "A notebook parameter the notebook does not declare, or a value of the wrong kind."
+
+PARAMETER_TYPES = {"step": int}  # parameters whose default (None) says nothing of their kind
+
+def check_value(name: str, value, default, where: str):
+    "Refuse `value` for parameter `name` where its kind (from `PARAMETER_TYPES` or the default's type) cannot take it."
+    kind = PARAMETER_TYPES.get(name) or (type(default) if default is not None else None)
+    if value is None or kind is None or isinstance(value, kind) or kind is float and isinstance(value, int): return
+    if kind in (list, tuple) and isinstance(value, str): return  # "a,b": split by the analysis
+    if kind in (int, float) and isinstance(value, str):
+        try: kind(value); return
+        except ValueError: pass
+    word = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}.get(kind, kind.__name__)
+    raise ParameterError(f"{where}: {name}={value!r} must be {word}"
+                         + (" (a checkpoint step, e.g. -p step 1000)" if name == "step" else f" (its default is {default!r})"))
+
+def _assignments(source: str) -> dict:
+    "name -> value (a literal, else None) of each top-level assignment in a cell's source."
+    import ast
+    out = {}
+    try: tree = ast.parse(source)
+    except SyntaxError: return out
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try: out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError: out[node.targets[0].id] = None
+    return out
+
+def check_parameters():
+    "In a notebook run by papermill, after the parameters: refuse a parameter it does not declare, or a value of the wrong kind."
+    try: from IPython import get_ipython
+    except ImportError: return
+    ip = get_ipython()
+    hist = ip.user_ns.get("In", []) if ip is not None else []
+    injected = [i for i, s in enumerate(hist) if s.lstrip().startswith("# Parameters")]  # papermill's injected cell
+    if not injected or injected[-1] < 1: return  # not run by papermill: nothing was injected
+    i = injected[-1]
+    declared, given = _assignments(hist[i - 1]), _assignments(hist[i])
+    unknown = sorted(set(given) - set(declared))
+    if unknown: raise ParameterError(f"this notebook has no parameter {', '.join(unknown)}; its parameters are "
+                                     f"{', '.join(declared)}. Check the spelling (papermill -p NAME VALUE)")
+    for k, v in given.items(): check_value(k, v, declared[k], "papermill parameter")
+
 def check_options(analysis: str, options: dict | None, mode: str):
     "Refuse an option the analysis does not take, so that papermill (which would ignore it) and in-process agree."
     import inspect
@@ -301,17 +347,45 @@ def check_options(analysis: str, options: dict | None, mode: str):
     known -= {"run_dir", "step", "device", "figures_dir", "redraw_figures"}
     bad = sorted(set(options) - known)
     if bad: raise SweepError(f"{analysis} has no option {', '.join(bad)}; {where} are {', '.join(sorted(known))}")
+    sig = inspect.signature(analysis_module(analysis).evaluate_step).parameters
+    for k, v in options.items():
+        if k in sig and sig[k].default is not inspect.Parameter.empty: check_value(k, v, sig[k].default, f"--option {analysis}.{k}")
 
-def plan(run_dir, analyses=None, steps=None, force=False, shard=None) -> tuple[list[Job], list[Job]]:
-    "The jobs to run and the jobs skipped because their results exist."
+def _data_fingerprint(p: Path) -> str:
+    "Names, sizes and modification times of the files of a file or folder the options name: changed data, another digest."
+    files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
+    return options_digest(json.dumps([(str(f.relative_to(p)) if f != p else f.name, f.stat().st_size, f.stat().st_mtime_ns)
+                                      for f in files]))
+
+def options_text(analysis: str, options: dict | None) -> str:
+    "The canonical text of what `options` ask of `analysis`: defaults dropped, a path with a fingerprint of its data."
+    import inspect
+    sig = inspect.signature(analysis_module(analysis).evaluate_step).parameters
+    out = {}
+    for k, v in sorted((options or {}).items()):
+        if k in sig and sig[k].default is not inspect.Parameter.empty and sig[k].default == v: continue
+        if isinstance(v, (str, Path)) and str(v) and Path(v).expanduser().exists():
+            p = Path(v).expanduser().resolve(); v = dict(path=str(p), data=_data_fingerprint(p))
+        out[k] = v
+    return json.dumps(out, sort_keys=True, default=str)
+
+def plan(run_dir, analyses=None, steps=None, force=False, shard=None, options: dict | None = None,
+         redo: dict | None = None) -> tuple[list[Job], list[Job]]:
+    "The jobs to run and the jobs skipped because their results exist, computed with the same `options`; `redo` gets the others."
     analyses = list(analyses or available_analyses())
     for a in analyses: analysis_module(a)
     chosen = select_steps(run_dir, steps, shard)
     todo, skipped = [], []
     for a in analyses:
-        done = set(done_steps(run_dir, a))
-        if shard is not None: done |= set(done_steps(db_path(run_dir, DB_NAME), a))  # done before the split
-        for s in chosen: (skipped if s in done and not force else todo).append(Job(a, s))
+        want = options_digest(options_text(a, (options or {}).get(a)))
+        done = computed_with(run_dir, a)
+        if shard is not None: done = {**computed_with(db_path(run_dir, DB_NAME), a), **done}  # done before the split
+        for s in chosen:
+            if s not in done or force: todo.append(Job(a, s))
+            elif done[s][0] == want: skipped.append(Job(a, s))
+            else:  # results of other options (or of a job that never finished): recompute
+                todo.append(Job(a, s))
+                if redo is not None: redo[Job(a, s)] = done[s][1]
     return todo, skipped
 
 def summary_table(todo, skipped, outcome: dict) -> pd.DataFrame:
@@ -345,7 +419,17 @@ def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by
     threads = max(1, (os.cpu_count() or 1) // max(1, workers))
     with _env(EMBRYO_RESULTS=shard_db_name(shard) if shard else None,
               OMP_NUM_THREADS=threads if workers > 1 else None):
-        todo, skipped = plan(run_dir, analyses, steps, force, shard)
+        redo = {}
+        todo, skipped = plan(run_dir, analyses, steps, force, shard, options, redo)
+        for a in {j.analysis for j in todo + skipped}:  # notebooks a killed sweep left under temporary names
+            if (run_dir / "notebooks" / a).is_dir(): clean_stale_temps(run_dir / "notebooks" / a, ".step_")
+        for a in sorted({j.analysis for j in redo}):
+            steps_ = sorted(j.step for j in redo if j.analysis == a)
+            olds = sorted({redo[j] for j in redo if j.analysis == a})
+            said = lambda o: {"{}": "the default options", "": "a job that never finished"}.get(o, o)
+            print(f"{a}: recomputing step(s) {', '.join(map(str, steps_))}: their results were computed with "
+                  f"{' / '.join(map(said, olds))}, this sweep asks for {said(options_text(a, options.get(a)))} "
+                  "(the new results replace them; --force reruns whatever they were computed with)", flush=True)
         kernels = (KernelPool(len(todo), workers + 1, preload=sorted({f"embryo.{j.analysis}" for j in todo}))
                    if mode == "papermill" and todo else None)
         outcome = {}
@@ -353,8 +437,11 @@ def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by
         def attempt(job):
             t0 = time.time()
             try:
+                text = options_text(job.analysis, options.get(job.analysis))
+                set_computed_with(run_dir, job.analysis, job.step, None)  # under way: matches no options until it ends
                 if mode == "papermill": run_papermill(run_dir, job, device, options.get(job.analysis), kernels, examples)
                 else: run_inprocess(run_dir, job, device, options.get(job.analysis))
+                set_computed_with(run_dir, job.analysis, job.step, text)
                 status, err = "done", None
             except Exception as e:  # one failing job is recorded; the others go on
                 status, err = "failed", _error_text(e)

@@ -1,7 +1,10 @@
 """Pretraining end to end: exact resume after SIGKILL, torchrun with 2 processes, clear errors."""
 import json
 import os
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -67,6 +70,79 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path):
     assert not [p for p in (run / "checkpoints").iterdir() if not p.name.startswith("step_")]
 
 
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "embryo.cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def _started(run):
+    "The first writer holds the run's lock (or, without one, has begun writing)."
+    f = run / ".lock"
+    return f.exists() and f.stat().st_size > 0 or (run / "config.json").exists()
+
+
+def test_a_second_writer_is_refused_and_the_first_run_is_untouched(tmp_path):
+    "Two `embryo pretrain` on one run folder: the second refuses at once naming the holder; the first ends as a run alone."
+    reference = P.fixture_run()
+    for k in range(int(os.environ.get("EMBRYO_WRITER_ROUNDS", "1"))):
+        run = tmp_path / f"run{k}"
+        first = subprocess.Popen([sys.executable, "-m", "embryo.cli", "pretrain", *fixture_args(run)], cwd=ROOT,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        while not _started(run) and first.poll() is None: time.sleep(0.01)
+        second = _cli("pretrain", *fixture_args(run))
+        assert second.returncode == 2, second.stderr[-2000:]
+        line, = second.stderr.strip().splitlines()
+        assert f"RunLocked: {run} is being written by pid {first.pid} on " in line and "since" in line and "kill" in line, line
+        assert first.wait() == 0, first.stderr.read()[-2000:]
+        assert P.list_steps(run) == P.list_steps(reference)
+        for step in P.list_steps(reference):
+            for f in ("model.safetensors", "config.json"):
+                assert (P.checkpoint_dir(run, step) / f).read_bytes() == (P.checkpoint_dir(reference, step) / f).read_bytes(), (step, f)
+        assert losses(run) == losses(reference)
+        assert not [p for p in run.rglob("*") if p.name.endswith((".tmp", ".old"))]
+
+
+def test_a_dead_writers_lock_and_temporary_files_are_taken_over(tmp_path):
+    "A lock naming a killed process is taken over and said so; that process's temporary folders go, a live one's stay."
+    dead = subprocess.Popen([sys.executable, "-c", "pass"]); dead.wait()
+    host = socket.gethostname().replace(".", "_")
+    (tmp_path / ".lock").write_text(json.dumps(dict(pid=dead.pid, host=socket.gethostname(), since="earlier")))
+    ck = tmp_path / "checkpoints"; ck.mkdir()
+    (ck / f".step_0000004.{host}-{dead.pid}.tmp").mkdir()
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / f".train.jsonl.{host}-{dead.pid}.abcd.tmp").write_text("half")
+    (tmp_path / "logs" / f".train.jsonl.{host}-{os.getpid()}.abcd.tmp").write_text("mine, alive")
+    with P.run_lock(tmp_path) as before:
+        assert before["pid"] == dead.pid
+        gone = P.clean_run(tmp_path)
+    assert sorted(Path(g.split()[1]).name for g in gone) == sorted([f".step_0000004.{host}-{dead.pid}.tmp", f".train.jsonl.{host}-{dead.pid}.abcd.tmp"])
+    assert (tmp_path / "logs" / f".train.jsonl.{host}-{os.getpid()}.abcd.tmp").exists()
+
+
+def test_a_step_left_as_old_by_a_killed_save_is_seen_and_restored(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(P.fixture_run(), run, ignore=shutil.ignore_patterns("results.sqlite*", "figures"))
+    P.checkpoint_dir(run, 8).rename(P.checkpoint_dir(run, 8).with_name("step_0000008.old"))  # killed between the two renames
+    assert 8 in P.list_steps(run)
+    assert P.load_checkpoint(run, 8) is not None
+    with P.run_lock(run): P.clean_run(run)
+    assert P.checkpoint_dir(run, 8).is_dir() and not P.checkpoint_dir(run, 8).with_name("step_0000008.old").exists()
+
+
+def test_saves_fsync_the_file_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
+    "An OS crash after the rename cannot leave a renamed, truncated weights file: the bytes are on disk before the name."
+    events, real_fsync, real_replace = [], os.fsync, os.replace
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))); real_fsync(fd)
+    def replace(a, b):
+        events.append(("rename", str(a), str(b))); real_replace(a, b)
+    monkeypatch.setattr(os, "fsync", fsync); monkeypatch.setattr(os, "replace", replace)
+    model = P.load_checkpoint(P.fixture_run(), 0)
+    model.save_pretrained(tmp_path / "ck")
+    ren = next(i for i, e in enumerate(events) if e[0] == "rename" and e[2].endswith("model.safetensors"))
+    assert ("fsync", events[ren][1]) in events[:ren], events  # the temporary file's bytes, before its rename
+    assert ("fsync", str(tmp_path / "ck")) in events[ren:], events  # the folder entry, after
+
+
 def test_torchrun_two_processes_equals_one(tmp_path):
     # dropout draws differ between 1 and 2 processes; the rest is the same math, checked in fp32 (bf16 rounds each
     # process's partial sums, and LAMB's normalised update magnifies that in the smallest gradients)
@@ -88,17 +164,48 @@ def test_torchrun_two_processes_equals_one(tmp_path):
 def test_resume_with_other_settings_is_refused(tmp_path):
     mc, tc = get_config("tiny", **P.FIXTURE["model"]), get_train_config("tiny", **P.FIXTURE["train"], corpus=str(P.corpus_slice()))
     P.run_config(tmp_path, "tiny", mc, tc)
+    shutil.copytree(P.checkpoint_dir(P.fixture_run(), 0), P.checkpoint_dir(tmp_path, 0))  # the run has a checkpoint
     tc2 = get_train_config("tiny", **{**P.FIXTURE["train"], "learning_rate": 1.0}, corpus=str(P.corpus_slice()))
-    with pytest.raises(ConfigError, match=r"train.learning_rate: 0.005 in the run, 1.0 now"):
+    with pytest.raises(ConfigError, match=r"train.learning_rate: 0.005 in the run, 1.0 now.*--override --set NAME=VALUE"):
         P.run_config(tmp_path, "tiny", mc, tc2)
+
+
+def test_a_run_without_a_checkpoint_may_be_reconfigured(tmp_path, capsys):
+    "A first pretrain that failed before step 0 (here: a corpus of one line) leaves config.json; the corrected rerun is taken."
+    run, bad = tmp_path / "run", tmp_path / "one-line.txt"
+    bad.write_text("just one sentence here .\n")
+    res = _cli("pretrain", *fixture_args(run, corpus=str(bad)))
+    assert res.returncode == 2 and str(bad) in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert (run / "config.json").exists() and not P.list_steps(run)
+    res = _cli("pretrain", *fixture_args(run, total_steps=2, warmup_steps=1))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "has no checkpoint yet, so it is reconfigured" in res.stdout and "train.corpus" in res.stdout
+    assert P.list_steps(run) == [0, 1, 2]
 
 
 def test_divergence_stops_with_a_clear_message(tmp_path):
     mc = get_config("tiny", **P.FIXTURE["model"])
     tc = get_train_config("tiny", **{**P.FIXTURE["train"], "learning_rate": 1e12, "warmup_steps": 0, "max_grad_norm": 1e30},
                           corpus=str(P.corpus_slice()))
-    with pytest.raises(P.TrainingDiverged, match=r"the loss became nan at step \d+; nothing was saved after it, the last good checkpoint is step \d+"):
+    with pytest.raises(P.TrainingDiverged, match=r"the loss became nan at step \d+; nothing was saved after step \d+ \(the last checkpoint is step \d+\)"):
         P.train(tmp_path, "tiny", mc, tc, progress=False)
+
+
+def test_divergence_message_names_a_command_that_works(tmp_path):
+    "The NaN message's command (--override --set learning_rate=...) resumes the same run and records the change."
+    run = tmp_path / "run"
+    args = fixture_args(run, learning_rate=1e12, warmup_steps=0, max_grad_norm=1e30, checkpoint_pow2_until=0)  # saves 0, 10, 20, 30
+    res = _cli("pretrain", *args)
+    assert res.returncode == 2 and "TrainingDiverged" in res.stderr, res.stderr[-2000:]
+    cmd = re.search(r"run: embryo (pretrain .*?) \(or raise", res.stderr)[1].split()
+    assert cmd[:3] == ["pretrain", "--run-dir", str(run)] and "--override" in cmd and "learning_rate=5e+11" in cmd, cmd
+    cmd[cmd.index("learning_rate=5e+11")] = "learning_rate=0.005"  # the user picks the rate; the command is as printed
+    res = _cli(*cmd, "--no-progress")
+    assert res.returncode == 0, res.stderr[-2000:]
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["train"]["learning_rate"] == 0.005
+    assert cfg["history"][0]["changed"] == ["train.learning_rate: 1000000000000.0 in the run, 0.005 now"], cfg["history"]
+    assert P.list_steps(run) == [0, 10, 20, 30]
 
 
 def test_missing_step_lists_the_steps():

@@ -219,3 +219,61 @@ def test_papermill_sweep_leaves_no_kernel_and_the_working_directory_alone(fixtur
     assert not kids, "kernels left running after the sweep"
     nb = (run / "notebooks" / "knowledge" / "step_0000004.ipynb").read_text()
     assert "evaluate_step(run_dir, step" in nb and "test_fail(" not in nb  # the analysis ran, the examples did not
+
+
+def test_results_remember_their_options_and_other_options_recompute(fixture_copy, tmp_path, capsys):
+    "After a default sweep, the user's LAMA folder is computed (and said so), not 'skipped'; a malformed folder shows its error."
+    from embryo.knowledge import load_facts, write_lama
+    run = copy_run(fixture_copy, tmp_path / "r")
+    lama = tmp_path / "lama"
+    rels = load_facts()
+    write_lama(lama, {r: rels[r] for r in sorted(rels)[:2]})
+    quick = dict(max_facts=15)
+    assert sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": quick}, progress=False).loc["knowledge", 8] == "done"
+    before = set(read_results(run, "knowledge").task)
+    capsys.readouterr()
+    t = sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": dict(quick, facts=str(lama))}, progress=False)
+    assert t.loc["knowledge", 8] == "done"
+    out = capsys.readouterr().out
+    assert "knowledge: recomputing step(s) 8: their results were computed with" in out and str(lama) in out, out
+    assert set(read_results(run, "knowledge").task) <= {f"lama:{r}" for r in sorted(rels)[:2]} | set(sorted(rels)[:2]) | before
+    t = sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": dict(quick, facts=str(lama))}, progress=False)
+    assert t.loc["knowledge", 8] == "skipped"  # the same options and data: done
+    (lama / "relations.jsonl").write_text("this is not json\n")  # the user's data changed, and is now malformed
+    t = sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": dict(quick, facts=str(lama))}, progress=False)
+    assert t.loc["knowledge", 8] == "failed"
+    err = read_log(run).set_index(["analysis", "step"]).loc[("knowledge", 8), "error"]
+    assert "relations.jsonl" in err, err
+    assert sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": quick}, force=True,
+                 progress=False).loc["knowledge", 8] == "done"  # --force stays
+
+
+def test_a_killed_papermill_sweeps_temporary_notebook_is_removed_by_the_rerun(fixture_copy, tmp_path):
+    run = copy_run(fixture_copy, tmp_path / "r")
+    args = ["sweep", "--run", str(run), "--analyses", "knowledge", "--steps", "8", "--option", "knowledge.max_facts=15"]
+    p = subprocess.Popen([sys.executable, "-m", "embryo.cli", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    folder, deadline = run / "notebooks" / "knowledge", time.time() + 300
+    while time.time() < deadline and not (folder.is_dir() and list(folder.glob(".*.ipynb"))) and p.poll() is None:
+        time.sleep(0.02)
+    os.killpg(p.pid, signal.SIGKILL); p.wait()
+    left = list(folder.glob(".*.ipynb"))
+    assert left, "the sweep ended before its notebook was written; nothing to test"
+    assert _cli(*args).returncode == 0
+    assert not list(folder.glob(".*.ipynb")), f"left behind: {list(folder.glob('.*.ipynb'))}"
+    assert (folder / "step_0000008.ipynb").is_file()
+
+
+@pytest.mark.parametrize("params, message", [
+    (dict(stp=8), "this notebook has no parameter stp; its parameters are run_dir, step,"),
+    (dict(step="abc"), "papermill parameter: step='abc' must be an integer (a checkpoint step, e.g. -p step 1000)"),
+    (dict(max_facts="many"), "papermill parameter: max_facts='many' must be an integer (its default is 1000)"),
+])
+def test_papermill_parameters_are_checked_by_name(fixture_copy, tmp_path, params, message):
+    import papermill as pm
+    from embryo.sweep import nbs_dir, sweep_notebook
+    nb = sweep_notebook(nbs_dir() / "06_knowledge.ipynb")
+    with pytest.raises(Exception) as e:
+        pm.execute_notebook(nb, str(tmp_path / "out.ipynb"), parameters=dict(run_dir=str(fixture_copy), **params),
+                            kernel_name="python3", progress_bar=False, cwd=str(nbs_dir()))
+    assert e.value.ename == "ParameterError" and message in e.value.evalue, (e.value.ename, e.value.evalue)
