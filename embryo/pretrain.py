@@ -261,6 +261,9 @@ def load_resume(model, opt, run_dir) -> int:
     except Exception as e:
         why = " ".join(str(e).split("\n")[0].split())[:160]
         if "weights_only" in str(e) or "Unpickl" in type(e).__name__:
+            import re
+            found = re.search(r"[^\n]*(?:GLOBAL|Unsupported)[^\n]*", str(e))  # the object it refused
+            why = found[0] if found else why
             raise CheckpointError(f"{f} was refused: it holds objects other than tensors and plain values, and loading it "
                                   f"could run code ({why}); embryo never writes such a file, so {restart}") from None
         raise CheckpointError(f"{f} cannot be read ({why}): it is truncated or corrupt; {restart}") from None
@@ -375,8 +378,9 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
         try: D.train_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
         except (ValueError, RuntimeError) as e:
             if isinstance(e, D.CorpusError): raise
+            why = " ".join(str(e).split()).split("] ")[-1].split(". Pick")[0][:200]  # SentencePiece's own words, without its source line
             raise D.CorpusError(f"corpus {text}: no tokenizer of {tc.tokenizer_vocab_size} pieces can be trained on it "
-                                f"({' '.join(str(e).split())[:200]}); give it more text, or a smaller vocabulary "
+                                f"(SentencePiece: {why}); give it more text, or a smaller vocabulary "
                                 "(--set vocab_size=N, which sets tokenizer_vocab_size too)") from None
     tok = D.load_tokenizer(run_dir)
     if tok.vocab_size != mc.vocab_size:
