@@ -342,7 +342,8 @@ def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override:
     if not diff: return dict(cfg, history=history) if history else cfg
     if not _progress(run_dir):  # nothing trained with the old settings: take the new ones
         print(f"{run_dir} has no checkpoint yet, so it is reconfigured ({'; '.join(diff)})", flush=True)
-        (Path(run_dir) / "spiece.model").unlink(missing_ok=True)  # trained on the old settings' corpus, used by no checkpoint
+        if any(d.startswith(("train.corpus:", "train.tokenizer_vocab_size:")) for d in diff):
+            (Path(run_dir) / "spiece.model").unlink(missing_ok=True)  # trained on the old corpus, used by no checkpoint
     elif override:
         fixed = [d for d in diff if not d.startswith("train.") or d.split(":")[0][6:] in FIXED_SETTINGS]
         if fixed: raise ConfigError(f"--override cannot change {'; '.join(fixed)}: they define the run's model and data. "

@@ -219,3 +219,17 @@ def test_bad_overrides():
         P.split_overrides(["lr=1"])
     with pytest.raises(ConfigError, match="expected name=value"):
         P.split_overrides(["lr"])
+
+
+def test_atomic_write_cleans_the_temporary_files_a_killed_writer_left(tmp_path):
+    "A kill inside atomic_write leaves `.<file>.<host>-<pid>.*.tmp`; the next write of that file removes it if its writer is dead."
+    from embryo.config import atomic_write
+    dead = subprocess.Popen([sys.executable, "-c", "pass"]); dead.wait()
+    host = socket.gethostname().replace(".", "_")
+    stale, live = tmp_path / f".eval.json.{host}-{dead.pid}.x1.tmp", tmp_path / f".eval.json.{host}-{os.getpid()}.x2.tmp"
+    other_host = tmp_path / f".eval.json.elsewhere-{dead.pid}.x3.tmp"  # another machine's writer: not provably dead
+    for f in (stale, live, other_host): f.write_text("half")
+    atomic_write(tmp_path / "eval.json", "{}")
+    assert not stale.exists() and live.exists() and other_host.exists()
+    assert (tmp_path / "eval.json").read_text() == "{}"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".eval.json.") and p not in (live, other_host)]
