@@ -14,9 +14,10 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'PRECISIONS', 'TRAIN_PRESETS', 'PAPER_PARAMS', 'ConfigError',
-           'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config', 'count_parameters', 'param_table',
-           'atomic_write', 'write_param_tables', 'split_names']
+__all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'PRECISIONS', 'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG',
+           'PAPER_PARAMS', 'ConfigError', 'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config',
+           'run_config_file', 'migrate_run_config', 'count_parameters', 'param_table', 'atomic_write',
+           'write_param_tables', 'split_names']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -117,7 +118,7 @@ class TrainConfig:
     mask_prob: float = 0.15
     max_predictions: int | None = None  # cap per sequence; None: ALBERT's 20 per 512 tokens, scaled to max_seq_length
     max_ngram: int = 3  # n-gram masking, p(n) proportional to 1/n
-    corpus: str = "embryo-mini"  # the built-in corpus, or a path to a text file / folder
+    corpus: str = "embryo-mini"  # embryo-mini, a text file or folder, a datasets file or saved folder, or a hub dataset name
     tokenizer_vocab_size: int = 30000  # SentencePiece pieces trained on the corpus (= the model's vocab_size)
     checkpoint_pow2_until: int = 512
     checkpoint_every: list = field(default_factory=lambda: [[1000, 10_000], [5000, 100_000], [50_000, None]])
@@ -170,6 +171,27 @@ def get_train_config(preset: str = "base", **overrides) -> TrainConfig:
     bad = sorted(set(overrides) - known)
     if bad: raise ConfigError(f"unknown TrainConfig field(s) {', '.join(bad)}; the fields are: {', '.join(sorted(known))}")
     return TrainConfig(**{**TRAIN_PRESETS[preset], **overrides})
+
+# %% ../nbs/00_config.ipynb #f7e2d1bd
+RUN_CONFIG, OLD_RUN_CONFIG = "pretrain_config.json", "config.json"  # a run's settings, now and before the rename
+
+def _is_run_config(f: Path) -> bool:
+    "Whether `f` holds a run's settings (preset, model, train), not a Hugging Face model config."
+    try: d = json.loads(Path(f).read_text())
+    except (OSError, ValueError): return False
+    return isinstance(d, dict) and {"preset", "model", "train"} <= set(d)
+
+def run_config_file(run_dir) -> Path:
+    "The file with a run's pretraining settings: `pretrain_config.json`, or `config.json` in a run made before the rename."
+    new, old = Path(run_dir) / RUN_CONFIG, Path(run_dir) / OLD_RUN_CONFIG
+    return old if not new.exists() and _is_run_config(old) else new
+
+def migrate_run_config(run_dir) -> Path | None:
+    "Rename an old run's `config.json` to `pretrain_config.json`; returns the new path when it renamed one."
+    old = Path(run_dir) / OLD_RUN_CONFIG
+    if (Path(run_dir) / RUN_CONFIG).exists() or not _is_run_config(old): return None
+    os.replace(old, Path(run_dir) / RUN_CONFIG)
+    return Path(run_dir) / RUN_CONFIG
 
 # %% ../nbs/00_config.ipynb #89ad0454
 def count_parameters(config: ModelConfig, # the model to count

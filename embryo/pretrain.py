@@ -10,6 +10,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,14 +22,16 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_train_config, atomic_write, PRESETS)
+from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_train_config, atomic_write, PRESETS,
+                           RUN_CONFIG, run_config_file, migrate_run_config)
 from .model import AlbertForPreTraining, load_pretrained, autocast, resolve_precision
 from . import data as D
 
 # %% auto #0
-__all__ = ['HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps', 'CheckpointNotFound',
-           'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'rng_state',
-           'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config', 'corpus_file', 'prepare_run',
+__all__ = ['CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps',
+           'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint',
+           'save_checkpoint', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
+           'run_corpus', 'corpus_file', 'sentence_name', 'prepare_run', 'write_tokenizer_files', 'complete_run',
            'TrainingDiverged', 'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout',
            'save_figure', 'loss_drop', 'plot_pretraining', 'corpus_slice', 'fixture_run', 'read_run_config',
            'heldout_curve', 'plot_recipe_curves', 'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
@@ -129,11 +132,13 @@ def _replace_dir(tmp: Path, final: Path):
     if old.exists(): shutil.rmtree(old)
 
 def save_checkpoint(model, run_dir, step: int) -> Path:
-    "Write the weights of `step` as a transformers-loadable checkpoint folder, atomically."
+    "Write the weights of `step` and the run's tokenizer files as a complete Hugging Face checkpoint folder, atomically."
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(f".{final.name}.tmp")
     if tmp.exists(): shutil.rmtree(tmp)
     model.save_pretrained(tmp)
+    for name in D.HF_TOKENIZER_FILES:
+        if (Path(run_dir) / name).exists(): shutil.copyfile(Path(run_dir) / name, tmp / name)
     _replace_dir(tmp, final)
     return final
 
@@ -214,9 +219,10 @@ def _diff(old: dict, new: dict, prefix="") -> list[str]:
     return out
 
 def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig) -> dict:
-    "Write `config.json` for a new run, or check that an existing run was made with the same settings."
+    "Write `pretrain_config.json` for a new run, or check that an existing run was made with the same settings."
     cfg = dict(preset=preset, model=mc.to_dict(), train=json.loads(json.dumps(tc.to_dict())))
-    f = Path(run_dir) / "config.json"
+    migrate_run_config(run_dir)  # a run made before the rename keeps its settings under the new name
+    f = run_config_file(run_dir)
     if f.exists():
         old = json.loads(f.read_text())
         old.get("train", {}).setdefault("precision", "auto")  # runs made before the setting existed: bf16 on a GPU, as auto
@@ -226,26 +232,95 @@ def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig) -> dict:
     else: atomic_write(f, json.dumps(cfg, indent=2) + "\n")
     return cfg
 
-def corpus_file(tc: TrainConfig) -> Path:
-    "The training text of `tc.corpus`: the built-in corpus (fetched on first use) or the user's file or folder."
+CORPUS_FORMS = ("'embryo-mini', a text file or a folder of .txt files (one sentence a line, a blank line between documents), "
+                "a datasets file (.jsonl, .json, .csv, .parquet) or a folder written by Dataset.save_to_disk, each with a "
+                "'text' column of one document a row, a datasets.Dataset, or a hub dataset name (where online)")
+
+def run_corpus(run_dir, corpus) -> str:
+    "`corpus` as the run's config records it: a `datasets.Dataset` is saved into the run as `corpus-<fingerprint>/`."
+    if isinstance(corpus, (str, os.PathLike)): return str(corpus)
+    import datasets
+    if isinstance(corpus, datasets.DatasetDict):
+        if "train" not in corpus: raise D.CorpusError(f"the DatasetDict given as corpus has no 'train' split (it has {list(corpus)})")
+        corpus = corpus["train"]
+    if not isinstance(corpus, datasets.Dataset):
+        raise ConfigError(f"corpus is a {type(corpus).__name__}; pass {CORPUS_FORMS}")
+    if "text" not in corpus.column_names:
+        raise D.CorpusError(f"the corpus Dataset has no 'text' column (its columns are {corpus.column_names}); "
+                            "rename the column of one document a row to 'text'")
+    out = Path(run_dir) / f"corpus-{corpus._fingerprint}"
+    if not (out / "dataset_info.json").exists():
+        tmp = out.with_name(f".{out.name}.tmp")
+        if tmp.exists(): shutil.rmtree(tmp)
+        corpus.save_to_disk(str(tmp)); _replace_dir(tmp, out)
+    return str(out)
+
+def corpus_file(tc: TrainConfig) -> Path | str:
+    "Where the training text of `tc.corpus` is read from: the built-in corpus (fetched on first use), a file or folder, or a hub name."
     if tc.corpus == "embryo-mini": return D.fetch() / "train.txt"
     p = Path(tc.corpus).expanduser()
-    if not p.exists(): raise FileNotFoundError(f"corpus {tc.corpus!r} is neither 'embryo-mini' nor an existing file or folder")
-    return p
+    if p.exists(): return p
+    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", tc.corpus) and p.suffix not in (".txt", *D._DATASET_EXT):
+        return tc.corpus  # a hub dataset name: `read_corpus` loads it, or says why it cannot
+    raise D.CorpusError(f"corpus {tc.corpus!r} does not exist; pass {CORPUS_FORMS}")
 
-def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig):
-    "Config, tokenizer and example dataset of a run; returns (tokenizer, dataset)."
+def sentence_name(sentence_task: str) -> str:
+    "The name of the sentence-level loss a run trains: nsp for BERT's next-sentence task, else sop (the head ALBERT has)."
+    return "nsp" if sentence_task == "nsp" else "sop"
+
+def _say(on: bool, run_dir, what: str, t0: float | None = None):
+    "One line of what the start of a run is building (or how long it took), when `on`."
+    if on: print(f"pretrain {Path(run_dir)}: {what}" + ("" if t0 is None else f" ({time.perf_counter() - t0:.1f} s)"), flush=True)
+
+def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, verbose: bool = False):
+    "Config, tokenizer (and its Hugging Face files) and example dataset of a run; returns (tokenizer, dataset)."
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
+    if not isinstance(tc.corpus, str): tc = replace(tc, corpus=run_corpus(run_dir, tc.corpus))
     run_config(run_dir, preset, mc, tc)
+    t0 = time.perf_counter(); _say(verbose, run_dir, f"reading the corpus {tc.corpus} ...")
     text = corpus_file(tc)
-    if not (run_dir / "spiece.model").exists(): D.train_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
+    if not (run_dir / "spiece.model").exists():
+        _say(verbose, run_dir, f"training a {tc.tokenizer_vocab_size:,}-piece SentencePiece vocabulary ...")
+        D.train_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
     tok = D.load_tokenizer(run_dir)
     if tok.vocab_size != mc.vocab_size:
         raise ConfigError(f"{run_dir / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is {mc.vocab_size}; "
                           "set vocab_size and tokenizer_vocab_size to the same number")
+    write_tokenizer_files(run_dir, mc.max_position_embeddings)
+    if verbose:
+        key = D.dataset_key(text, tok, tc.max_seq_length, tc.seed, 1, tc.short_seq_prob, tc.sentence_task)
+        cached = (D.data_dir() / "datasets" / key / "dataset_info.json").exists()
+        _say(verbose, run_dir, f"{'loading the cached' if cached else 'building the'} {sentence_name(tc.sentence_task)} "
+                               f"examples of {tc.max_seq_length} tokens{'' if cached else ' (tokenising the whole corpus, once)'} ...")
     ds = D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=tc.max_seq_length, seed=tc.seed,
                          short_seq_prob=tc.short_seq_prob, sentence_task=tc.sentence_task)
+    _say(verbose, run_dir, f"{len(ds):,} examples ready", t0)
     return tok, ds
+
+def write_tokenizer_files(run_dir, model_max_length: int = 512) -> list[str]:
+    "Write the Hugging Face tokenizer files of the run's `spiece.model` into the run folder (those missing); returns their names."
+    run_dir = Path(run_dir)
+    missing = [n for n in D.HF_TOKENIZER_FILES if not (run_dir / n).exists()]
+    if missing:
+        for name, b in D.hf_tokenizer_files(run_dir, model_max_length).items():
+            if name in missing: atomic_write(run_dir / name, b)
+    return missing
+
+def complete_run(run_dir) -> dict:
+    "Bring a run made by an older embryo up to date: settings in `pretrain_config.json`, tokenizer files in the run and every checkpoint."
+    run_dir = Path(run_dir)
+    done = dict(renamed_config=migrate_run_config(run_dir) is not None, checkpoints=0)
+    if not (run_dir / "spiece.model").exists(): return done  # not our run: nothing to copy from
+    f = run_config_file(run_dir)
+    n_pos = json.loads(f.read_text())["model"].get("max_position_embeddings", 512) if f.exists() else 512
+    done["run_files"] = write_tokenizer_files(run_dir, n_pos)
+    for step in list_steps(run_dir):
+        ck = checkpoint_dir(run_dir, step)
+        if ck.is_symlink(): continue  # a user's own checkpoint folder, linked in by the sweep: not ours to write into
+        missing = [n for n in D.HF_TOKENIZER_FILES if not (ck / n).exists()]
+        for n in missing: atomic_write(ck / n, (run_dir / n).read_bytes())
+        done["checkpoints"] += bool(missing)
+    return done
 
 # %% ../nbs/03_pretrain.ipynb #3fef3168
 class TrainingDiverged(RuntimeError):
@@ -309,12 +384,14 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
     dev = _device(device, rank)
     if tc.batch_size % (world * tc.grad_accum):
         raise ConfigError(f"batch_size={tc.batch_size} is not divisible by processes x grad_accum = {world} x {tc.grad_accum}")
-    if rank == 0: tok, ds = prepare_run(run_dir, preset, mc, tc)
+    if rank == 0: tok, ds = prepare_run(run_dir, preset, mc, tc, verbose=progress)
     if world > 1: dist.barrier()
     if rank != 0: tok, ds = prepare_run(run_dir, preset, mc, tc)  # reads what rank 0 cached
     data = Batches(ds, tok, tc)
     torch.manual_seed(tc.seed)
+    t0 = time.perf_counter()
     model = AlbertForPreTraining(mc).to(dev)
+    if rank == 0: _say(progress, run_dir, f"model built on {dev}: {model.num_parameters():,} parameters", t0)
     precision = resolve_precision(tc.precision, dev)
     if rank == 0 and progress: print(f"pretrain {run_dir}: precision {precision} (setting {tc.precision!r} on {dev.type})", flush=True)
     opt = Lamb(param_groups(model, tc.weight_decay), lr=tc.learning_rate, betas=(tc.adam_beta1, tc.adam_beta2), eps=tc.adam_epsilon)
@@ -325,6 +402,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
         if rank == 0: save_checkpoint(model, run_dir, 0)
     if rank == 0: atomic_write(log_file, "".join(json.dumps(r) + "\n" for r in _read_log(log_file, start)))
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else None
+    sentence = sentence_name(tc.sentence_task)  # the log names the sentence loss after the task trained
     saves, last = set(checkpoint_steps(tc)), min(tc.total_steps, stop_after or tc.total_steps)
     bar = tqdm(total=tc.total_steps, initial=start, desc=f"pretrain {run_dir.name}", disable=not progress or rank != 0)
     t0, tokens = time.perf_counter(), 0
@@ -352,9 +430,10 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
             if rank == 0:
                 if step % tc.log_every == 0 or step == 1 or step == tc.total_steps:
                     dt = time.perf_counter() - t0
-                    rec = dict(step=step, loss=mlm_loss + sop_loss * (tc.sentence_task != "none"), mlm_loss=mlm_loss, mlm_accuracy=(stats[2] / counts[0]).item(),
-                               sop_loss=sop_loss, sop_accuracy=(stats[3] / counts[1]).item(), lr=lr, tokens_per_s=tokens / dt,
-                               precision=precision)
+                    rec = {"step": step, "loss": mlm_loss + sop_loss * (tc.sentence_task != "none"), "mlm_loss": mlm_loss,
+                           "mlm_accuracy": (stats[2] / counts[0]).item(), f"{sentence}_loss": sop_loss,
+                           f"{sentence}_accuracy": (stats[3] / counts[1]).item(), "lr": lr, "tokens_per_s": tokens / dt,
+                           "precision": precision}
                     log.write(json.dumps(rec) + "\n"); log.flush()
                     bar.set_postfix(loss=f"{rec['loss']:.3f}", mlm_acc=f"{rec['mlm_accuracy']:.3f}")
                     t0, tokens = time.perf_counter(), 0
@@ -447,7 +526,8 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     sentence = _sentence_task(run_dir)
     step = [r["step"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4))
-    for k, c, label in (("loss", "k", "loss"), ("mlm_loss", "tab:blue", "mlm loss"), ("sop_loss", "tab:orange", f"{sentence} loss")):
+    key = next((k for k in ("nsp_loss", "sop_loss") if k in rows[0]), "sop_loss")  # the sentence loss the log recorded
+    for k, c, label in (("loss", "k", "loss"), ("mlm_loss", "tab:blue", "mlm loss"), (key, "tab:orange", f"{sentence} loss")):
         ax.plot(step, [r[k] for r in rows], c, label=label)
     drop = loss_drop(rows)
     if drop: ax.axvline(drop["step"], color="tab:red", ls=":", lw=1.5,
@@ -462,7 +542,7 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
 
 def _sentence_task(run_dir) -> str:
     "The sentence-level task the run trained (sop, nsp or none), from its config; sop for a folder without one."
-    f = Path(run_dir) / "config.json"
+    f = run_config_file(run_dir)
     try: return json.loads(f.read_text()).get("train", {}).get("sentence_task", "sop")
     except (OSError, ValueError): return "sop"
 
@@ -495,12 +575,13 @@ def fixture_run(root=None) -> Path:
     key = __import__("hashlib").sha256(json.dumps([mc.to_dict(), tc.to_dict()], sort_keys=True).encode()).hexdigest()[:10]
     run = Path(root or D.data_dir() / "runs") / f"fixture-{key}"
     if not (run / "logs" / "eval.json").exists(): train(run, "tiny", mc, tc, progress=False)
+    else: complete_run(run)  # a fixture cached by an older version gains what checkpoints carry now
     return run
 
 # %% ../nbs/03_pretrain.ipynb #59993b5c
 def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
-    "The preset, model and training config a run was made with (its `config.json`)."
-    f = Path(run_dir) / "config.json"
+    "The preset, model and training config a run was made with (its `pretrain_config.json`, or an old run's `config.json`)."
+    f = run_config_file(run_dir)
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: {run_dir} is not a pretraining run folder")
     cfg = json.loads(f.read_text())
     return cfg["preset"], ModelConfig(**cfg["model"]), TrainConfig(**cfg["train"])
@@ -569,8 +650,9 @@ def pretrain_from_args(a) -> dict:
     run = a.run_dir or Path("runs") / a.preset
     res = train(run, a.preset, mc, tc, device=a.device, progress=not a.no_progress, figures_dir=a.figures)
     if res:
+        s = sentence_name(tc.sentence_task)
         print(f"held-out MLM accuracy {res['mlm_accuracy']:.3f} vs most-frequent-token baseline {res['baseline_accuracy']:.3f} "
-              f"(always '{res['baseline_token']}'), SOP accuracy {res['sop_accuracy']:.3f}, "
+              f"(always '{res['baseline_token']}'), {s.upper()} accuracy {res[f'{s}_accuracy']:.3f}, "
               f"{res['masked_tokens']} masked tokens in {res['heldout_sequences']} held-out sequences")
     return res
 
