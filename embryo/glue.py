@@ -223,7 +223,8 @@ def _table_examples(task: Task, rows, names: Sequence[str], where: str, label_na
     for i, r in enumerate(rows, 1):
         for c in (a, b):
             if c is not None and not isinstance(r[c], str):
-                raise GlueDataError(f"{where}, row {i}: column {c!r} holds {r[c]!r}, not a sentence")
+                empty = r[c] is None or (isinstance(r[c], float) and math.isnan(r[c]))
+                raise GlueDataError(f"{where}, row {i}: column {c!r} holds {'nothing' if empty else repr(r[c])}, not a sentence")
         out.append(Example(r[a], r[b] if b else None, _table_label(task, r[y], label_names, f"{where}, row {i}")))
     return out
 

@@ -236,8 +236,8 @@ CORPUS_FORMS = ("'embryo-mini', a text file or a folder of .txt files (one sente
                 "a datasets file (.jsonl, .json, .csv, .parquet) or a folder written by Dataset.save_to_disk, each with a "
                 "'text' column of one document a row, a datasets.Dataset, or a hub dataset name (where online)")
 
-def run_corpus(run_dir, corpus) -> str:
-    "`corpus` as the run's config records it: a `datasets.Dataset` is saved into the run as `corpus-<fingerprint>/`."
+def run_corpus(run_dir, corpus, save: bool = True) -> str:
+    "`corpus` as the run's config records it: a `datasets.Dataset` is saved into the run as `corpus-<fingerprint>/` (if `save`)."
     if isinstance(corpus, (str, os.PathLike)): return str(corpus)
     import datasets
     if isinstance(corpus, datasets.DatasetDict):
@@ -249,7 +249,7 @@ def run_corpus(run_dir, corpus) -> str:
         raise D.CorpusError(f"the corpus Dataset has no 'text' column (its columns are {corpus.column_names}); "
                             "rename the column of one document a row to 'text'")
     out = Path(run_dir) / f"corpus-{corpus._fingerprint}"
-    if not (out / "dataset_info.json").exists():
+    if save and not (out / "dataset_info.json").exists():
         tmp = out.with_name(f".{out.name}.tmp")
         if tmp.exists(): shutil.rmtree(tmp)
         corpus.save_to_disk(str(tmp)); _replace_dir(tmp, out)
@@ -275,8 +275,10 @@ def _say(on: bool, run_dir, what: str, t0: float | None = None):
 def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, verbose: bool = False):
     "Config, tokenizer (and its Hugging Face files) and example dataset of a run; returns (tokenizer, dataset)."
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
-    if not isinstance(tc.corpus, str): tc = replace(tc, corpus=run_corpus(run_dir, tc.corpus))
+    given = tc.corpus
+    if not isinstance(given, str): tc = replace(tc, corpus=run_corpus(run_dir, given, save=False))
     run_config(run_dir, preset, mc, tc)
+    if not isinstance(given, str): run_corpus(run_dir, given)  # saved once the config has accepted it
     t0 = time.perf_counter(); _say(verbose, run_dir, f"reading the corpus {tc.corpus} ...")
     text = corpus_file(tc)
     if not (run_dir / "spiece.model").exists():
