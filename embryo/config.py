@@ -5,6 +5,7 @@
 # %% ../nbs/00_config.ipynb #de56b4f1
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
@@ -17,7 +18,7 @@ from pathlib import Path
 __all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'PRECISIONS', 'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG',
            'PAPER_PARAMS', 'ConfigError', 'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config',
            'run_config_file', 'migrate_run_config', 'count_parameters', 'param_table', 'atomic_write',
-           'write_param_tables', 'split_names']
+           'write_param_tables', 'split_names', 'add_pretrain_args']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -278,3 +279,15 @@ def split_names(names) -> list:
     "`names` as a list: a string 'a, b' split on commas (as papermill's -p passes a list), any other iterable as is."
     if isinstance(names, str): return [n.strip() for n in names.split(",") if n.strip()]
     return list(names)
+
+# %% ../nbs/00_config.ipynb #77d36e9d
+def add_pretrain_args(p: argparse.ArgumentParser, # the parser of a command that pretrains
+                      figures_help: str = "also draw Fig. 2a here (default: <run>/figures)"): # what --figures does there
+    "Add the options of a pretraining run (preset, run folder, overrides, device, figures, progress) to `p`."
+    p.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model and training preset (default: tiny)")
+    p.add_argument("--run-dir", "--run", dest="run_dir", type=Path, help="run folder (default: runs/<preset>); "
+                   "under torchrun write --run-dir, since torchrun takes --run for its own --run-path")
+    p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="override any ModelConfig or TrainConfig field")
+    p.add_argument("--device", default="auto", help="where to pretrain: auto (a GPU if there is one), cpu, cuda, cuda:1, ...")
+    p.add_argument("--figures", type=Path, help=figures_help)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_train_config, atomic_write, PRESETS,
-                           RUN_CONFIG, run_config_file, migrate_run_config)
+                           RUN_CONFIG, run_config_file, migrate_run_config, add_pretrain_args)
 from .model import AlbertForPreTraining, load_pretrained, autocast, resolve_precision
 from . import data as D
 
@@ -34,7 +34,7 @@ __all__ = ['CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups
            'run_corpus', 'corpus_file', 'sentence_name', 'prepare_run', 'write_tokenizer_files', 'complete_run',
            'TrainingDiverged', 'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout',
            'save_figure', 'loss_drop', 'plot_pretraining', 'corpus_slice', 'fixture_run', 'read_run_config',
-           'heldout_curve', 'plot_recipe_curves', 'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
+           'heldout_curve', 'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -635,15 +635,6 @@ def split_overrides(pairs: list[str]) -> tuple[dict, dict]:
     if "vocab_size" in m and "tokenizer_vocab_size" not in t: t["tokenizer_vocab_size"] = m["vocab_size"]
     if "tokenizer_vocab_size" in t and "vocab_size" not in m: m["vocab_size"] = t["tokenizer_vocab_size"]
     return m, t
-
-def add_pretrain_args(p: argparse.ArgumentParser):
-    p.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model and training preset (default: tiny)")
-    p.add_argument("--run-dir", "--run", dest="run_dir", type=Path, help="run folder (default: runs/<preset>); "
-                   "under torchrun write --run-dir, since torchrun takes --run for its own --run-path")
-    p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="override any ModelConfig or TrainConfig field")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    p.add_argument("--figures", type=Path, help="also draw Fig. 2a here (default: <run>/figures)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 def pretrain_from_args(a) -> dict:
     "Run `train` from parsed command-line arguments and print the held-out verdict."
