@@ -81,7 +81,8 @@ def test_data_sources_section_names_every_pinned_package():
     "The README's Data sources table names each package the code fetches, at the pinned version."
     from embryo import data, glue, knowledge, probing
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Data sources"):readme.index("## ", readme.index("## Data sources") + 3)]
+    section = readme[readme.index("## Data sources"):]
+    section = section[:section.find("\n## ", 3) % (len(section) + 1)]  # up to the next section, if any
     pinned = [*data.SOURCES.values(), *knowledge.KNOWLEDGE_SOURCES.values(), *glue.BUILTIN_SOURCES.values(),
               probing.ONTONOTES_SAMPLE]
     for s in pinned:
