@@ -82,6 +82,8 @@ def test_bert_twin_checkpoints_load_as_hf_artifacts(tmp_path):
     P.train(run, "bert-tiny", mc, tc, stop_after=2, progress=False)
     rows = P._read_log(run / "logs" / "train.jsonl", 1 << 62)
     assert "nsp_loss" in rows[0] and "sop_loss" not in rows[0]  # the log names the sentence loss after the task trained
+    svg = next(p for p in P.plot_pretraining(run, tmp_path / "fig") if p.suffix == ".svg").read_text()
+    assert "nsp loss" in svg and "sop loss" not in svg  # and so does Fig. 2a
     ours = D.load_tokenizer(run)
     for step in (0, 1, 2):
         assert all((P.checkpoint_dir(run, step) / n).is_file() for n in D.HF_TOKENIZER_FILES)
