@@ -282,8 +282,9 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, verbose:
     t0 = time.perf_counter(); _say(verbose, run_dir, f"reading the corpus {tc.corpus} ...")
     text = corpus_file(tc)
     if not (run_dir / "spiece.model").exists():
-        _say(verbose, run_dir, f"training a {tc.tokenizer_vocab_size:,}-piece SentencePiece vocabulary ...")
+        t1 = time.perf_counter(); _say(verbose, run_dir, f"training a {tc.tokenizer_vocab_size:,}-piece SentencePiece vocabulary ...")
         D.train_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
+        _say(verbose, run_dir, "vocabulary trained", t1)
     tok = D.load_tokenizer(run_dir)
     if tok.vocab_size != mc.vocab_size:
         raise ConfigError(f"{run_dir / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is {mc.vocab_size}; "
@@ -296,7 +297,7 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, verbose:
                                f"examples of {tc.max_seq_length} tokens{'' if cached else ' (tokenising the whole corpus, once)'} ...")
     ds = D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=tc.max_seq_length, seed=tc.seed,
                          short_seq_prob=tc.short_seq_prob, sentence_task=tc.sentence_task)
-    _say(verbose, run_dir, f"{len(ds):,} examples ready", t0)
+    _say(verbose, run_dir, f"{len(ds):,} examples ready; corpus, vocabulary and examples took", t0)
     return tok, ds
 
 def write_tokenizer_files(run_dir, model_max_length: int = 512) -> list[str]:
