@@ -87,3 +87,17 @@ def test_hub_name_is_read_as_a_hub_dataset(spiece, tmp_path, monkeypatch):
 def test_a_missing_corpus_says_what_is_accepted(spiece, tmp_path):
     with pytest.raises(D.CorpusError, match=r"corpus '.*nowhere.txt' does not exist; pass 'embryo-mini', a text file .* a datasets\.Dataset, or a hub dataset name"):
         prepare(tmp_path / "run", str(tmp_path / "nowhere.txt"), spiece)
+
+
+def test_the_start_of_a_run_says_what_it_builds(spiece, tmp_path, capsys):
+    "Before the first step, a run prints what it is reading and building (it was silent for tens of seconds)."
+    run = tmp_path / "run"
+    run.mkdir(); shutil.copy(spiece, run / "spiece.model")
+    mc = get_config("tiny", **P.FIXTURE["model"])
+    tc = get_train_config("tiny", **P.FIXTURE["train"], corpus=str(DATA / "documents.txt"), seed=11)
+    P.prepare_run(run, "tiny", mc, tc, verbose=True)
+    out = capsys.readouterr().out
+    assert f"pretrain {run}: reading the corpus {DATA / 'documents.txt'}" in out
+    assert "sop examples of 64 tokens" in out and "examples ready" in out
+    P.prepare_run(run, "tiny", mc, tc)  # quiet unless asked
+    assert capsys.readouterr().out == ""
