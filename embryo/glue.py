@@ -100,9 +100,15 @@ BUILTIN_TASKS = ("polarity", "uncertainty")
 class UnknownTask(LookupError):
     "A task name this module does not know; the message lists those it knows."
 
+def _is_dataset_dict(x) -> bool:
+    "Whether `x` is a `datasets.DatasetDict` (checked without importing datasets)."
+    return type(x).__name__ == "DatasetDict" and type(x).__module__.startswith("datasets")
+
 def select_tasks(tasks=None, glue_dir=None) -> list[str]:
     "The tasks to run: `tasks` (a list or 'a,b') checked, or the defaults (the GLUE score's tasks with data, else built-in)."
     if tasks is None and type(glue_dir) is dict: return list(glue_dir)  # {task: DatasetDict}
+    if tasks is None and _is_dataset_dict(glue_dir):
+        raise GlueDataError("a DatasetDict holds one task: name it with tasks=..., or pass {task: DatasetDict} as glue_dir")
     if tasks is None: return list(SCORE_TASKS if glue_dir is not None else BUILTIN_TASKS)
     tasks = [t.lower() for t in split_names(tasks)]
     bad = [t for t in tasks if t not in TASKS]
@@ -241,9 +247,6 @@ def read_table(path, task: str | Task) -> list[Example]:
     except Exception as e:
         raise GlueDataError(f"{path}: cannot be read as {path.suffix[1:]} ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
     return _table_examples(task, df.to_dict("records"), list(df.columns), str(path))
-
-def _is_dataset_dict(x) -> bool:
-    return type(x).__name__ == "DatasetDict" and type(x).__module__.startswith("datasets")
 
 def _from_dataset_dict(task: Task, dd, where: str) -> dict[str, list[Example]]:
     "Every split of `task` from a `datasets.DatasetDict` (split names ours or the hub's, columns the hub's or the TSV's)."
