@@ -24,7 +24,8 @@ QUICK = {"reconstruction": dict(max_words=50), "knowledge": dict(max_facts=200),
 
 def copy_run(src: Path, dst: Path, steps) -> Path:
     dst.mkdir(parents=True)
-    for f in ("config.json", "spiece.model", "token_counts.npy"):
+    for f in ("pretrain_config.json", "config.json", "spiece.model", "tokenizer_config.json", "special_tokens_map.json",
+              "tokenizer.json", "token_counts.npy"):  # config.json: a run made before pretrain_config.json
         if (src / f).exists(): shutil.copy(src / f, dst / f)
     for s in steps:
         shutil.copytree(src / "checkpoints" / f"step_{s:07d}", dst / "checkpoints" / f"step_{s:07d}")

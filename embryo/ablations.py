@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .config import atomic_write, count_parameters, get_config, get_train_config, ConfigError, SHARING, split_names
+from .config import atomic_write, count_parameters, get_config, get_train_config, ConfigError, SHARING, split_names, run_config_file
 from . import pretrain as P
 from . import glue
 from .results import markdown_table
@@ -118,7 +118,7 @@ def run_scores(run_dir, device: str = "cpu", downstream: bool = False, finetune:
     run_dir = Path(run_dir)
     f = run_dir / "logs" / "eval.json"
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: the run has not finished training")
-    ev, cfg = json.loads(f.read_text()), json.loads((run_dir / "config.json").read_text())
+    ev, cfg = json.loads(f.read_text()), json.loads(run_config_file(run_dir).read_text())
     out = dict(mlm=100 * ev["mlm_accuracy"], sop=100 * ev["sop_accuracy"], nsp=100 * ev.get("nsp_accuracy", math.nan),
                params=count_parameters(get_config(cfg["preset"], **cfg["model"])))
     cache, step = run_dir / "logs" / "downstream.json", P.list_steps(run_dir)[-1]

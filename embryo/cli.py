@@ -75,7 +75,7 @@ def cmd_reproduce(args):
 # %% ../nbs/11_cli.ipynb #d8ddf707
 def parser() -> argparse.ArgumentParser:
     "The `embryo` argument parser, one subparser per subcommand."
-    from embryo.pretrain import add_pretrain_args
+    from embryo.config import add_pretrain_args  # not embryo.pretrain: `embryo --help` must not import torch
     p = argparse.ArgumentParser(prog="embryo", description="Pretrained language model embryology: ALBERT, every checkpoint analysed.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     def add(name, fn, help_):
@@ -92,18 +92,24 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=1, help="notebooks run at once (default 1)")
     s.add_argument("--force", action="store_true", help="rerun (analysis, step) pairs that have results")
     s.add_argument("--mode", choices=["papermill", "inprocess"], default="papermill",
-                   help="papermill keeps every executed notebook under runs/<run>/notebooks/; inprocess is faster")
-    s.add_argument("--device", default="cpu")
+                   help="papermill (default) runs each notebook and keeps it, executed, under runs/<run>/notebooks/ to be "
+                        "read; inprocess calls the same functions without a kernel per job: faster, no notebooks kept")
+    s.add_argument("--device", default="cpu", help="where the analyses run: cpu (default), cuda, cuda:1, ...")
     s.add_argument("--option", nargs="*", default=[], metavar="ANALYSIS.OPTION=VALUE", help="an analysis's own parameter")
     s.add_argument("--shard", help="i/n: this machine takes every n-th step from the i-th, into results.shard-i-of-n.sqlite")
     s.add_argument("--examples", action="store_true", help="papermill: run every cell of each notebook, its examples and tests too")
     s = add("merge", cmd_merge, "merge shard databases into the run's results.sqlite")
-    s.add_argument("--run", required=True, type=Path); s.add_argument("sources", nargs="*", type=Path, help="default: the run's results.shard-*.sqlite")
+    s.add_argument("--run", required=True, type=Path, help="the run folder whose results.sqlite receives the shards' rows")
+    s.add_argument("sources", nargs="*", type=Path, help="default: the run's results.shard-*.sqlite")
     s = add("report", cmd_report, "redraw every figure of a run and write figures/index.html")
-    s.add_argument("--run", required=True, type=Path); figures_arg(s)
-    s = add("reproduce", cmd_reproduce, "fetch, pretrain the tiny run, sweep every analysis, redraw figures/ and its index.html")
-    add_pretrain_args(s)
-    s.add_argument("--mode", choices=["inprocess", "papermill"], default="inprocess", help="how the sweep runs (default inprocess)")
+    s.add_argument("--run", required=True, type=Path, help="the run folder whose results.sqlite the figures are drawn from")
+    figures_arg(s)
+    s = add("reproduce", cmd_reproduce, "fetch, pretrain a run (--preset, default tiny), sweep every analysis over its "
+            "checkpoints, redraw figures/ and its index.html")
+    add_pretrain_args(s, figures_help="folder for every figure and table, Fig. 2a included (default: figures)")
+    s.add_argument("--mode", choices=["inprocess", "papermill"], default="inprocess",
+                   help="how the sweep runs: inprocess (default here, unlike embryo sweep) because reproducing runs every "
+                        "analysis at many steps and skips a kernel start per job; papermill also keeps each executed notebook")
     return p
 
 def main(argv=None):

@@ -5,6 +5,7 @@
 # %% ../nbs/00_config.ipynb #de56b4f1
 from __future__ import annotations
 
+import argparse
 import csv
 import glob
 import io
@@ -16,10 +17,10 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'PRECISIONS', 'TRAIN_PRESETS', 'PAPER_PARAMS', 'ConfigError',
-           'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config', 'count_parameters', 'param_table',
-           'fsync_dir', 'temp_tag', 'stale_temp', 'clean_stale_temps', 'atomic_write', 'write_param_tables',
-           'split_names']
+__all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'PRECISIONS', 'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG',
+           'PAPER_PARAMS', 'ConfigError', 'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config',
+           'run_config_file', 'migrate_run_config', 'count_parameters', 'param_table', 'fsync_dir', 'temp_tag',
+           'stale_temp', 'clean_stale_temps', 'atomic_write', 'write_param_tables', 'split_names', 'add_pretrain_args']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -120,7 +121,7 @@ class TrainConfig:
     mask_prob: float = 0.15
     max_predictions: int | None = None  # cap per sequence; None: ALBERT's 20 per 512 tokens, scaled to max_seq_length
     max_ngram: int = 3  # n-gram masking, p(n) proportional to 1/n
-    corpus: str = "embryo-mini"  # the built-in corpus, or a path to a text file / folder
+    corpus: str = "embryo-mini"  # embryo-mini, a text file or folder, a datasets file or saved folder, or a hub dataset name
     tokenizer_vocab_size: int = 30000  # SentencePiece pieces trained on the corpus (= the model's vocab_size)
     checkpoint_pow2_until: int = 512
     checkpoint_every: list = field(default_factory=lambda: [[1000, 10_000], [5000, 100_000], [50_000, None]])
@@ -173,6 +174,27 @@ def get_train_config(preset: str = "base", **overrides) -> TrainConfig:
     bad = sorted(set(overrides) - known)
     if bad: raise ConfigError(f"unknown TrainConfig field(s) {', '.join(bad)}; the fields are: {', '.join(sorted(known))}")
     return TrainConfig(**{**TRAIN_PRESETS[preset], **overrides})
+
+# %% ../nbs/00_config.ipynb #f7e2d1bd
+RUN_CONFIG, OLD_RUN_CONFIG = "pretrain_config.json", "config.json"  # a run's settings, now and before the rename
+
+def _is_run_config(f: Path) -> bool:
+    "Whether `f` holds a run's settings (preset, model, train), not a Hugging Face model config."
+    try: d = json.loads(Path(f).read_text())
+    except (OSError, ValueError): return False
+    return isinstance(d, dict) and {"preset", "model", "train"} <= set(d)
+
+def run_config_file(run_dir) -> Path:
+    "The file with a run's pretraining settings: `pretrain_config.json`, or `config.json` in a run made before the rename."
+    new, old = Path(run_dir) / RUN_CONFIG, Path(run_dir) / OLD_RUN_CONFIG
+    return old if not new.exists() and _is_run_config(old) else new
+
+def migrate_run_config(run_dir) -> Path | None:
+    "Rename an old run's `config.json` to `pretrain_config.json`; returns the new path when it renamed one."
+    old = Path(run_dir) / OLD_RUN_CONFIG
+    if (Path(run_dir) / RUN_CONFIG).exists() or not _is_run_config(old): return None
+    os.replace(old, Path(run_dir) / RUN_CONFIG)
+    return Path(run_dir) / RUN_CONFIG
 
 # %% ../nbs/00_config.ipynb #89ad0454
 def count_parameters(config: ModelConfig, # the model to count
@@ -297,3 +319,17 @@ def split_names(names) -> list:
     "`names` as a list: a string 'a, b' split on commas (as papermill's -p passes a list), any other iterable as is."
     if isinstance(names, str): return [n.strip() for n in names.split(",") if n.strip()]
     return list(names)
+
+# %% ../nbs/00_config.ipynb #77d36e9d
+def add_pretrain_args(p: argparse.ArgumentParser, # the parser of a command that pretrains
+                      figures_help: str = "also draw Fig. 2a here (default: <run>/figures)"): # what --figures does there
+    "Add the options of a pretraining run (preset, run folder, overrides, device, figures, progress) to `p`."
+    p.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model and training preset (default: tiny)")
+    p.add_argument("--run-dir", "--run", dest="run_dir", type=Path, help="run folder (default: runs/<preset>); "
+                   "under torchrun write --run-dir, since torchrun takes --run for its own --run-path")
+    p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="override any ModelConfig or TrainConfig field")
+    p.add_argument("--device", default="auto", help="where to pretrain: auto (a GPU if there is one), cpu, cuda, cuda:1, ...")
+    p.add_argument("--figures", type=Path, help=figures_help)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--override", action="store_true", help="change training settings (--set) of a run that has checkpoints: "
+                   "it resumes from its last resume point with its stored settings plus these, recorded in its pretrain_config.json")

@@ -30,13 +30,13 @@ from .config import atomic_write, SENTENCE_TASKS
 
 # %% auto #0
 __all__ = ['SOURCES', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'SPECIALS', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID',
-           'MASK_ID', 'NGRAM_P', 'DATASET_FORMAT', 'Source', 'FetchError', 'data_dir', 'sha256_file', 'download',
-           'split_sentences', 'heldout_brown_files', 'detokenize', 'read_brown', 'wiki_to_paragraphs', 'read_wikipedia',
-           'read_ptb', 'read_lines_as_documents', 'write_corpus', 'source_records', 'manifest_is_complete',
-           'corpus_is_complete', 'fetch', 'CorpusError', 'read_corpus', 'preprocess_text', 'train_tokenizer',
-           'Tokenizer', 'load_tokenizer', 'truncate_pair', 'create_examples', 'create_nsp_examples', 'example_builder',
-           'albert_max_predictions', 'word_spans', 'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset',
-           'example_rng', 'collate']
+           'MASK_ID', 'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'Source', 'FetchError', 'data_dir',
+           'sha256_file', 'download', 'split_sentences', 'heldout_brown_files', 'detokenize', 'read_brown',
+           'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus',
+           'source_records', 'manifest_is_complete', 'corpus_is_complete', 'fetch', 'CorpusError', 'read_corpus',
+           'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer', 'hf_tokenizer_files', 'truncate_pair',
+           'create_examples', 'create_nsp_examples', 'example_builder', 'albert_max_predictions', 'word_spans',
+           'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset', 'example_rng', 'collate']
 
 # %% ../nbs/02_data.ipynb #66110312
 @dataclass(frozen=True)
@@ -471,6 +471,26 @@ def load_tokenizer(src) -> Tokenizer:
     if not f.is_file():
         raise FileNotFoundError(f"no SentencePiece model at {f}; train one with train_tokenizer(corpus, {p})")
     return Tokenizer(f)
+
+# %% ../nbs/02_data.ipynb #59c42c67
+HF_TOKENIZER_FILES = ("spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+_HF_SPECIAL = dict(bos_token="[CLS]", eos_token="[SEP]", unk_token="<unk>", sep_token="[SEP]", pad_token="<pad>",
+                   cls_token="[CLS]", mask_token="[MASK]")  # the names ALBERT's released tokenizers give our SPECIALS
+
+def hf_tokenizer_files(tokenizer, # a `Tokenizer`, a run folder or a spiece.model
+                       model_max_length: int = 512) -> dict[str, bytes]: # the model's position table
+    "The files (name: bytes) that make a folder load in `transformers.AutoTokenizer` with this tokenizer's ids."
+    tok = load_tokenizer(tokenizer)
+    config = dict(tokenizer_class="AlbertTokenizer", do_lower_case=True, remove_space=True, keep_accents=False,
+                  model_max_length=model_max_length, **_HF_SPECIAL)
+    files = {"spiece.model": tok.path.read_bytes(), "tokenizer_config.json": json.dumps(config, indent=2).encode() + b"\n",
+             "special_tokens_map.json": json.dumps(_HF_SPECIAL, indent=2).encode() + b"\n"}
+    from transformers import AutoTokenizer
+    with tempfile.TemporaryDirectory() as src, tempfile.TemporaryDirectory() as out:
+        for name, b in files.items(): Path(src, name).write_bytes(b)
+        AutoTokenizer.from_pretrained(src).save_pretrained(out)
+        if Path(out, "tokenizer.json").exists(): files["tokenizer.json"] = Path(out, "tokenizer.json").read_bytes()
+    return files
 
 # %% ../nbs/02_data.ipynb #2c7a9afa
 def truncate_pair(a: list, b: list, max_tokens: int, rng: np.random.Generator):

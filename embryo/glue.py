@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import data as D
-from .config import atomic_write, split_names
+from .config import atomic_write, split_names, run_config_file
 from .knowledge import KNOWLEDGE_SOURCES
 from .model import autocast
 from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint
@@ -40,13 +40,13 @@ CPU_FINETUNE = dict(max_train_examples=300, learning_rate=1e-4)
 
 # %% auto #0
 __all__ = ['DEFAULT_MAX_TRAIN', 'CPU_FINETUNE', 'ANALYSIS', 'TASKS', 'GLUE_TASKS', 'SCORE_TASKS', 'BUILTIN_TASKS', 'COLUMNS',
-           'SKIP_BROKEN', 'BUILTIN_NAME', 'BUILTIN_FORMAT', 'BUILTIN_SOURCES', 'BUILTIN_CSV', 'DEV_FRACTION',
-           'SPLIT_SEED', 'SETTINGS', 'AGGREGATES', 'REPORT', 'Task', 'UnknownTask', 'select_tasks', 'schedule',
-           'Example', 'GlueDataError', 'read_tsv', 'load_task', 'read_pattern_csv', 'split_builtin',
-           'builtin_is_complete', 'build_builtin', 'fetch_builtin', 'builtin_files', 'encode', 'collate',
-           'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict', 'metrics',
-           'chance_score', 'subsample', 'run_task', 'evaluate_step', 'seed_rows', 'scores_table', 'seed_scores',
-           'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
+           'SKIP_BROKEN', 'FILE_FORMATS', 'BUILTIN_NAME', 'BUILTIN_FORMAT', 'BUILTIN_SOURCES', 'BUILTIN_CSV',
+           'DEV_FRACTION', 'SPLIT_SEED', 'SETTINGS', 'AGGREGATES', 'REPORT', 'Task', 'UnknownTask', 'select_tasks',
+           'schedule', 'Example', 'GlueDataError', 'read_tsv', 'read_table', 'load_task', 'read_pattern_csv',
+           'split_builtin', 'builtin_is_complete', 'build_builtin', 'fetch_builtin', 'builtin_files', 'encode',
+           'collate', 'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict',
+           'metrics', 'chance_score', 'subsample', 'run_task', 'evaluate_step', 'seed_rows', 'scores_table',
+           'seed_scores', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
 
 # %% ../nbs/05_glue.ipynb #4f6774d3
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
@@ -100,8 +100,15 @@ BUILTIN_TASKS = ("polarity", "uncertainty")
 class UnknownTask(LookupError):
     "A task name this module does not know; the message lists those it knows."
 
+def _is_dataset_dict(x) -> bool:
+    "Whether `x` is a `datasets.DatasetDict` (checked without importing datasets)."
+    return type(x).__name__ == "DatasetDict" and type(x).__module__.startswith("datasets")
+
 def select_tasks(tasks=None, glue_dir=None) -> list[str]:
     "The tasks to run: `tasks` (a list or 'a,b') checked, or the defaults (the GLUE score's tasks with data, else built-in)."
+    if tasks is None and type(glue_dir) is dict: return list(glue_dir)  # {task: DatasetDict}
+    if tasks is None and _is_dataset_dict(glue_dir):
+        raise GlueDataError("a DatasetDict holds one task: name it with tasks=..., or pass {task: DatasetDict} as glue_dir")
     if tasks is None: return list(SCORE_TASKS if glue_dir is not None else BUILTIN_TASKS)
     tasks = [t.lower() for t in split_names(tasks)]
     bad = [t for t in tasks if t not in TASKS]
@@ -169,23 +176,90 @@ def read_tsv(path, task: str | Task) -> list[Example]:
 # %% ../nbs/05_glue.ipynb #5ad0bda3
 def _split_files(task: Task) -> dict[str, str]: return {s: f"{s}.tsv" for s in ("train", *task.dev)}
 
-def _glue_files(task: Task, glue_dir) -> dict[str, Path]:
-    "The TSV file of every split of a GLUE task in the user's GLUE folder; a clear error when one is missing."
-    root = Path(glue_dir).expanduser()
-    if not root.is_dir():
-        raise GlueDataError(f"GLUE folder {root} not found: pass the folder GLUE's download script writes (it holds "
-                            f"{', '.join(TASKS[t].folder for t in GLUE_TASKS)}), or glue_dir='datasets' when online")
-    files = {s: root / task.folder / f for s, f in _split_files(task).items()}
-    for s, f in files.items():
-        if not f.is_file():
-            raise GlueDataError(f"{task.title} {s} file not found: looked for {f}; GLUE's download script writes "
-                                f"{task.folder}/{', '.join(_split_files(task).values())} under the GLUE folder")
-    return files
-
 _HF_SPLITS = {"train": "train", "dev": "validation", "dev_matched": "validation_matched",
               "dev_mismatched": "validation_mismatched"}
 _HF_COLUMNS = {"cola": ("sentence", None), "sst2": ("sentence", None), "mnli": ("premise", "hypothesis"),
                "qqp": ("question1", "question2"), "qnli": ("question", "sentence")}
+_HF_LABELS = {"mnli": ("entailment", "neutral", "contradiction"), "qnli": ("entailment", "not_entailment"),
+              "rte": ("entailment", "not_entailment")}  # the hub's class order where a task's labels are words
+FILE_FORMATS = (".tsv", ".parquet", ".jsonl", ".csv")  # per split, the first that exists
+
+def _split_file(root: Path, task: Task, split: str) -> Path | None:
+    "The file of one split in a task's folder: `<split>` or the hub's split name, in the first of `FILE_FORMATS` found."
+    return next((f for n in dict.fromkeys((split, _HF_SPLITS[split])) for ext in FILE_FORMATS
+                 if (f := root / task.folder / f"{n}{ext}").is_file()), None)
+
+def _glue_files(task: Task, glue_dir) -> dict[str, Path]:
+    "The file of every split of a GLUE task in the user's GLUE folder; a clear error when one is missing."
+    root = Path(glue_dir).expanduser()
+    if not root.is_dir():
+        raise GlueDataError(f"GLUE folder {root} not found: pass the folder GLUE's download script writes (it holds "
+                            f"{', '.join(TASKS[t].folder for t in GLUE_TASKS)}), a DatasetDict, or glue_dir='datasets' when online")
+    files = {s: _split_file(root, task, s) for s in ("train", *task.dev)}
+    for s, f in files.items():
+        if f is None:
+            raise GlueDataError(f"{task.title} {s} file not found: looked for {root / task.folder / s}.tsv (or .parquet, "
+                                f".jsonl, .csv, or named {_HF_SPLITS[s]}); GLUE's download script writes "
+                                f"{task.folder}/{', '.join(_split_files(task).values())} under the GLUE folder")
+    return files
+
+def _columns(task: Task, names: Sequence[str], where: str) -> tuple:
+    "The (sentence, second sentence, label) columns of a table: the hub's names, or the header names of GLUE's TSV file."
+    hub = (*_HF_COLUMNS.get(task.name, ("sentence1", "sentence2") if task.pair else ("sentence", None)), "label")
+    tsv = COLUMNS[task.name] if isinstance(COLUMNS[task.name][0], str) else None
+    for cols in (hub, tsv):
+        if cols and all(c is None or c in names for c in cols): return cols
+    want = " or ".join("(" + ", ".join(repr(c) for c in cols if c) + ")" for cols in (hub, tsv) if cols)
+    raise GlueDataError(f"{where}: {task.title} needs the columns {want}; it has {', '.join(map(repr, names))}")
+
+def _table_label(task: Task, v, names, where: str):
+    "A label as a table stores it (a score, a label name, or a class index: the hub's order, or `names`) as ours."
+    if not task.labels or (isinstance(v, str) and not v.lstrip("-").isdigit()): return _label(task, str(v), where)
+    k = int(v)
+    if task.labels[0].isdigit(): return _label(task, str(k), where)
+    order = names or _HF_LABELS[task.name]
+    if not 0 <= k < len(order):
+        raise GlueDataError(f"{where}: label {k} is not a class index of {task.title} (0-{len(order) - 1}: {', '.join(order)})")
+    return _label(task, order[k], where)
+
+def _table_examples(task: Task, rows, names: Sequence[str], where: str, label_names=None) -> list[Example]:
+    "Examples from the rows (dicts) of a table with the hub's or the TSV's column names, checked as `read_tsv` checks."
+    a, b, y = _columns(task, names, where)
+    out = []
+    for i, r in enumerate(rows, 1):
+        for c in (a, b):
+            if c is not None and not isinstance(r[c], str):
+                empty = r[c] is None or (isinstance(r[c], float) and math.isnan(r[c]))
+                raise GlueDataError(f"{where}, row {i}: column {c!r} holds {'nothing' if empty else repr(r[c])}, not a sentence")
+        out.append(Example(r[a], r[b] if b else None, _table_label(task, r[y], label_names, f"{where}, row {i}")))
+    return out
+
+def read_table(path, task: str | Task) -> list[Example]:
+    "The examples of one task's split from a .parquet, .jsonl or .csv file (or GLUE's .tsv layout)."
+    task, path = TASKS[task] if isinstance(task, str) else task, Path(path)
+    if path.suffix == ".tsv": return read_tsv(path, task)
+    try:
+        if path.suffix == ".parquet": df = pd.read_parquet(path)
+        elif path.suffix == ".jsonl": df = pd.read_json(path, lines=True, dtype=False)
+        elif path.suffix == ".csv": df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        else: raise GlueDataError(f"{path}: not one of the formats {', '.join(FILE_FORMATS)}")
+    except GlueDataError: raise
+    except Exception as e:
+        raise GlueDataError(f"{path}: cannot be read as {path.suffix[1:]} ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+    return _table_examples(task, df.to_dict("records"), list(df.columns), str(path))
+
+def _from_dataset_dict(task: Task, dd, where: str) -> dict[str, list[Example]]:
+    "Every split of `task` from a `datasets.DatasetDict` (split names ours or the hub's, columns the hub's or the TSV's)."
+    out = {}
+    for s in ("train", *task.dev):
+        name = next((n for n in (s, _HF_SPLITS[s]) if n in dd), None)
+        if name is None:
+            raise GlueDataError(f"{where} has no {s} split for {task.title} (looked for {s!r} and {_HF_SPLITS[s]!r}; "
+                                f"it has {', '.join(map(repr, dd))})")
+        ds = dd[name]
+        _, _, y = _columns(task, ds.column_names, f"{where}[{name!r}]")
+        out[s] = _table_examples(task, ds, ds.column_names, f"{where}[{name!r}]", getattr(ds.features[y], "names", None))
+    return out
 
 def _from_datasets(task: Task) -> dict[str, list[Example]]:
     "A GLUE task loaded with the `datasets` library (needs the internet once)."
@@ -195,25 +269,22 @@ def _from_datasets(task: Task) -> dict[str, list[Example]]:
     except Exception as e:
         raise GlueDataError(f"could not load GLUE {task.title} with `datasets` ({type(e).__name__}: {str(e)[:200]}); "
                             "offline, download GLUE's TSV files and pass glue_dir=<that folder>") from None
-    a, b = _HF_COLUMNS.get(task.name, ("sentence1", "sentence2"))
-    out = {}
-    for s in ("train", *task.dev):
-        ds = dd[_HF_SPLITS[s]]
-        names = getattr(ds.features["label"], "names", None)
-        conv = (lambda v: float(v)) if not task.labels else (
-            (lambda v: task.labels.index(str(int(v)))) if task.labels[0].isdigit() else (lambda v: task.labels.index(names[v])))
-        out[s] = [Example(r[a], r[b] if b else None, conv(r["label"])) for r in ds]
-    return out
+    return _from_dataset_dict(task, dd, f"nyu-mll/glue {task.name}")
 
 def load_task(task: str, glue_dir=None) -> dict[str, list[Example]]:
-    "Every split of `task` (train and its dev splits): from the GLUE folder, from `datasets`, or built in."
+    "Every split of `task`: from a GLUE folder, a DatasetDict (or a dict of them by task), `datasets`, or built in."
     t = TASKS[select_tasks([task])[0]]
     if not t.glue: return {s: read_tsv(f, t) for s, f in builtin_files(t.name).items()}
     if glue_dir is None:
-        raise GlueDataError(f"{t.title} is a GLUE task: pass glue_dir=<the GLUE folder> (or 'datasets' when online); "
-                            f"without GLUE, the built-in tasks are {', '.join(BUILTIN_TASKS)}")
+        raise GlueDataError(f"{t.title} is a GLUE task: pass glue_dir=<the GLUE folder> (or a DatasetDict, or 'datasets' "
+                            f"when online); without GLUE, the built-in tasks are {', '.join(BUILTIN_TASKS)}")
+    if _is_dataset_dict(glue_dir): return _from_dataset_dict(t, glue_dir, "the DatasetDict")
+    if isinstance(glue_dir, dict):
+        if t.name not in glue_dir:
+            raise GlueDataError(f"glue_dir has no {t.name!r} entry (it has {', '.join(map(repr, glue_dir))}): pass one DatasetDict per task")
+        return load_task(task, glue_dir[t.name])
     if str(glue_dir) == "datasets": return _from_datasets(t)
-    return {s: read_tsv(f, t) for s, f in _glue_files(t, glue_dir).items()}
+    return {s: read_table(f, t) for s, f in _glue_files(t, glue_dir).items()}
 
 # %% ../nbs/05_glue.ipynb #916252c0
 BUILTIN_NAME, BUILTIN_FORMAT = "glue-builtin", 1  # bump the format when the split changes, so caches rebuild
@@ -314,7 +385,7 @@ def collate(encoded: Sequence[tuple[list[int], list[int]]], device="cpu") -> dic
 
 def max_seq_length(run_dir, model, task: Task) -> int:
     "Table 7's maximum length, capped at the run's pretraining sequence length (else the model's position table)."
-    cfg = Path(run_dir) / "config.json"
+    cfg = run_config_file(run_dir)
     pre = json.loads(cfg.read_text()).get("train", {}).get("max_seq_length") if cfg.is_file() else None
     return min(task.max_seq_length, pre or model.config.max_position_embeddings)
 
@@ -440,9 +511,15 @@ def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, m
                     dev_examples={s: len(data[s]) for s in task.dev}, seconds=round(time.time() - t0, 1))
     return m, settings, model
 
+def _data_name(glue_dir) -> str:
+    "Where the task data came from, as the stored settings record it."
+    if glue_dir is None: return BUILTIN_NAME
+    if isinstance(glue_dir, (str, os.PathLike)): return str(glue_dir)
+    return f"a {type(glue_dir).__name__} given in Python"
+
 def evaluate_step(run_dir, step: int, device="cpu",
                   tasks=None, # task names (list or "a,b"); None: built-in tasks, or GLUE's 8 when glue_dir is given
-                  glue_dir=None, # a GLUE folder, "datasets", or None (built-in tasks only)
+                  glue_dir=None, # a GLUE folder, a DatasetDict (or a dict of them by task), "datasets", or None (built-in tasks only)
                   seed: int = 0, # the head's initialisation, dropout and example order (of the first finetuning)
                   max_train_examples: int | None = DEFAULT_MAX_TRAIN, # per task at most; None: all
                   from_mnli: bool = True, # RTE, STS-B and MRPC start from the MNLI-finetuned model, as the paper
@@ -479,7 +556,7 @@ def evaluate_step(run_dir, step: int, device="cpu",
         rows += [dict(task=name, metric=k, value=float(settings[k]), n=settings["train_examples"]) for k in SETTINGS]
         samples.append(dict(task=name, item="settings", text=json.dumps(
             dict(settings, seeds=list(range(seed, seed + seeds)), start="MNLI-finetuned" if got[0][2] else "checkpoint",
-                 data=str(glue_dir or BUILTIN_NAME)))))
+                 data=_data_name(glue_dir)))))
     for agg, members in (("glue", SCORE_TASKS), ("builtin", BUILTIN_TASKS)):
         got = [runs[t] for t in names if t in members]
         if not got: continue

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -24,18 +25,20 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_train_config, atomic_write, PRESETS,
-                           clean_stale_temps, fsync_dir, temp_tag, stale_temp)
+                           clean_stale_temps, fsync_dir, temp_tag, stale_temp,
+                           RUN_CONFIG, run_config_file, migrate_run_config, add_pretrain_args)
 from .model import AlbertForPreTraining, CheckpointError, load_pretrained, autocast, resolve_precision, _load_safetensors
 from . import data as D
 
 # %% auto #0
-__all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps',
-           'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint',
-           'save_checkpoint', 'RunLocked', 'run_lock', 'clean_run', 'rng_state', 'set_rng_state', 'save_resume',
-           'load_resume', 'Batches', 'run_config', 'corpus_file', 'prepare_run', 'TrainingDiverged', 'DiskFull',
-           'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'loss_drop',
+__all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at',
+           'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint',
+           'load_checkpoint', 'save_checkpoint', 'RunLocked', 'run_lock', 'clean_run', 'rng_state', 'set_rng_state',
+           'save_resume', 'load_resume', 'Batches', 'run_config', 'run_corpus', 'corpus_file', 'sentence_name',
+           'prepare_run', 'write_tokenizer_files', 'complete_run', 'TrainingDiverged', 'DiskFull', 'prefetched',
+           'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'loss_drop',
            'plot_pretraining', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves',
-           'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
+           'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -148,11 +151,13 @@ def _replace_dir(tmp: Path, final: Path):
     if old.exists(): shutil.rmtree(old)
 
 def save_checkpoint(model, run_dir, step: int) -> Path:
-    "Write the weights of `step` as a transformers-loadable checkpoint folder, atomically (a temporary name of this writer's own)."
+    "Write the weights of `step` and the run's tokenizer files as a complete Hugging Face checkpoint folder, atomically (a temporary name of this writer's own)."
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(f".{final.name}.{temp_tag()}.tmp")
     if tmp.exists(): shutil.rmtree(tmp)
     model.save_pretrained(tmp)
+    for name in D.HF_TOKENIZER_FILES:
+        if (Path(run_dir) / name).exists(): shutil.copyfile(Path(run_dir) / name, tmp / name)
     _replace_dir(tmp, final)
     return final
 
@@ -314,7 +319,7 @@ def _diff(old: dict, new: dict, prefix="") -> list[str]:
 FIXED_SETTINGS = ("corpus", "tokenizer_vocab_size", "max_seq_length", "seed", "sentence_task", "short_seq_prob")  # the run's data
 
 def _read_config(f: Path) -> dict:
-    "A run's `config.json`, or a `ConfigError` naming the file and what to do."
+    "A run's settings file (`pretrain_config.json`), or a `ConfigError` naming the file and what to do."
     try: return json.loads(f.read_text())
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError(f"{f} is not valid JSON ({e}): it holds the run's settings, written by its first pretrain. "
@@ -330,10 +335,13 @@ def _resume_step(run_dir) -> int | None:
     except Exception: return None
 
 def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False) -> dict:
-    "Write `config.json` for a new run (or one with no checkpoint yet), or check that an existing run has the same settings."
+    "Write `pretrain_config.json` for a new run (or one with no checkpoint yet), or check that an existing run has the same settings."
     cfg = dict(preset=preset, model=mc.to_dict(), train=json.loads(json.dumps(tc.to_dict())))
-    f = Path(run_dir) / "config.json"
+    migrate_run_config(run_dir)  # a run made before the rename keeps its settings under the new name
+    f = run_config_file(run_dir)
     if not f.exists():
+        old_file = Path(run_dir) / "config.json"
+        if old_file.exists() and _progress(run_dir): _read_config(old_file)  # an old run whose settings file is garbage: say so
         atomic_write(f, json.dumps(cfg, indent=2) + "\n"); return cfg
     old = _read_config(f)
     old.get("train", {}).setdefault("precision", "auto")  # runs made before the setting existed: bf16 on a GPU, as auto
@@ -353,29 +361,67 @@ def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override:
     else:
         raise ConfigError(f"{f} was written with other settings ({'; '.join(diff)}). Resume with the same settings; or "
                           f"change training settings from the last resume point with `embryo pretrain --run-dir {run_dir} "
-                          "--override --set NAME=VALUE`, which records the change in config.json; or pass a new --run folder.")
+                          f"--override --set NAME=VALUE`, which records the change in {f.name}; or pass a new --run folder.")
     if history: cfg = dict(cfg, history=history)
     atomic_write(f, json.dumps(cfg, indent=2) + "\n")
     return cfg
 
-def corpus_file(tc: TrainConfig) -> Path:
-    "The training text of `tc.corpus`: the built-in corpus (fetched on first use) or the user's file or folder."
+CORPUS_FORMS = ("'embryo-mini', a text file or a folder of .txt files (one sentence a line, a blank line between documents), "
+                "a datasets file (.jsonl, .json, .csv, .parquet) or a folder written by Dataset.save_to_disk, each with a "
+                "'text' column of one document a row, a datasets.Dataset, or a hub dataset name (where online)")
+
+def run_corpus(run_dir, corpus, save: bool = True) -> str:
+    "`corpus` as the run's config records it: a `datasets.Dataset` is saved into the run as `corpus-<fingerprint>/` (if `save`)."
+    if isinstance(corpus, (str, os.PathLike)): return str(corpus)
+    import datasets
+    if isinstance(corpus, datasets.DatasetDict):
+        if "train" not in corpus: raise D.CorpusError(f"the DatasetDict given as corpus has no 'train' split (it has {list(corpus)})")
+        corpus = corpus["train"]
+    if not isinstance(corpus, datasets.Dataset):
+        raise ConfigError(f"corpus is a {type(corpus).__name__}; pass {CORPUS_FORMS}")
+    if "text" not in corpus.column_names:
+        raise D.CorpusError(f"the corpus Dataset has no 'text' column (its columns are {corpus.column_names}); "
+                            "rename the column of one document a row to 'text'")
+    out = Path(run_dir) / f"corpus-{corpus._fingerprint}"
+    if save and not (out / "dataset_info.json").exists():
+        tmp = out.with_name(f".{out.name}.tmp")
+        if tmp.exists(): shutil.rmtree(tmp)
+        corpus.save_to_disk(str(tmp)); _replace_dir(tmp, out)
+    return str(out)
+
+def corpus_file(tc: TrainConfig) -> Path | str:
+    "Where the training text of `tc.corpus` is read from: the built-in corpus (fetched on first use), a file or folder, or a hub name."
     if tc.corpus == "embryo-mini": return D.fetch() / "train.txt"
     p = Path(tc.corpus).expanduser()
-    form = "UTF-8 text, one sentence a line, a blank line between documents"
-    if not p.exists(): raise D.CorpusError(f"corpus {p} does not exist: pass --set corpus=<a file or folder of {form}>, "
-                                           "or corpus=embryo-mini (the built-in corpus)")
-    if p.is_file() and p.suffix in ("", ".txt"):
-        with open(p, "rb") as f:
-            if not any(line.strip() for line in f): raise D.CorpusError(f"corpus {p} is empty: fill it with {form}")
-    return p
+    if p.exists():
+        if p.is_file() and p.suffix in ("", ".txt"):
+            with open(p, "rb") as f:
+                if not any(line.strip() for line in f):
+                    raise D.CorpusError(f"corpus {p} is empty: fill it with text, one sentence a line, a blank line between documents")
+        return p
+    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", tc.corpus) and p.suffix not in (".txt", *D._DATASET_EXT):
+        return tc.corpus  # a hub dataset name: `read_corpus` loads it, or says why it cannot
+    raise D.CorpusError(f"corpus {p} does not exist: pass --set corpus=<one of: {CORPUS_FORMS}>")
 
-def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False):
-    "Config, tokenizer and example dataset of a run; returns (tokenizer, dataset)."
+def sentence_name(sentence_task: str) -> str:
+    "The name of the sentence-level loss a run trains: nsp for BERT's next-sentence task, else sop (the head ALBERT has)."
+    return "nsp" if sentence_task == "nsp" else "sop"
+
+def _say(on: bool, run_dir, what: str, t0: float | None = None):
+    "One line of what the start of a run is building (or how long it took), when `on`."
+    if on: print(f"pretrain {Path(run_dir)}: {what}" + ("" if t0 is None else f" ({time.perf_counter() - t0:.1f} s)"), flush=True)
+
+def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False, verbose: bool = False):
+    "Config, tokenizer (and its Hugging Face files) and example dataset of a run; returns (tokenizer, dataset)."
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
+    given = tc.corpus
+    if not isinstance(given, str): tc = replace(tc, corpus=run_corpus(run_dir, given, save=False))
     run_config(run_dir, preset, mc, tc, override)
+    if not isinstance(given, str): run_corpus(run_dir, given)  # saved once the config has accepted it
+    t0 = time.perf_counter(); _say(verbose, run_dir, f"reading the corpus {tc.corpus} ...")
     text = corpus_file(tc)
     if not (run_dir / "spiece.model").exists():
+        t1 = time.perf_counter(); _say(verbose, run_dir, f"training a {tc.tokenizer_vocab_size:,}-piece SentencePiece vocabulary ...")
         try: D.train_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
         except (ValueError, RuntimeError) as e:
             if isinstance(e, D.CorpusError): raise
@@ -383,15 +429,48 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
             raise D.CorpusError(f"corpus {text}: no tokenizer of {tc.tokenizer_vocab_size} pieces can be trained on it "
                                 f"(SentencePiece: {why}); give it more text, or a smaller vocabulary "
                                 "(--set vocab_size=N, which sets tokenizer_vocab_size too)") from None
+        _say(verbose, run_dir, "vocabulary trained", t1)
     tok = D.load_tokenizer(run_dir)
     if tok.vocab_size != mc.vocab_size:
         raise ConfigError(f"{run_dir / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is {mc.vocab_size}; "
                           "set vocab_size and tokenizer_vocab_size to the same number")
+    write_tokenizer_files(run_dir, mc.max_position_embeddings)
+    if verbose:
+        key = D.dataset_key(text, tok, tc.max_seq_length, tc.seed, 1, tc.short_seq_prob, tc.sentence_task)
+        cached = (D.data_dir() / "datasets" / key / "dataset_info.json").exists()
+        _say(verbose, run_dir, f"{'loading the cached' if cached else 'building the'} {sentence_name(tc.sentence_task)} "
+                               f"examples of {tc.max_seq_length} tokens{'' if cached else ' (tokenising the whole corpus, once)'} ...")
     ds = D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=tc.max_seq_length, seed=tc.seed,
                          short_seq_prob=tc.short_seq_prob, sentence_task=tc.sentence_task)
     if len(ds) == 0: raise D.CorpusError(f"corpus {text} gives no training examples: a sentence pair needs documents of two "
                                          "sentences or more (one sentence a line, a blank line between documents); add text")
+    _say(verbose, run_dir, f"{len(ds):,} examples ready; corpus, vocabulary and examples took", t0)
     return tok, ds
+
+def write_tokenizer_files(run_dir, model_max_length: int = 512) -> list[str]:
+    "Write the Hugging Face tokenizer files of the run's `spiece.model` into the run folder (those missing); returns their names."
+    run_dir = Path(run_dir)
+    missing = [n for n in D.HF_TOKENIZER_FILES if not (run_dir / n).exists()]
+    if missing:
+        for name, b in D.hf_tokenizer_files(run_dir, model_max_length).items():
+            if name in missing: atomic_write(run_dir / name, b)
+    return missing
+
+def complete_run(run_dir) -> dict:
+    "Bring a run made by an older embryo up to date: settings in `pretrain_config.json`, tokenizer files in the run and every checkpoint."
+    run_dir = Path(run_dir)
+    done = dict(renamed_config=migrate_run_config(run_dir) is not None, checkpoints=0)
+    if not (run_dir / "spiece.model").exists(): return done  # not our run: nothing to copy from
+    f = run_config_file(run_dir)
+    n_pos = json.loads(f.read_text())["model"].get("max_position_embeddings", 512) if f.exists() else 512
+    done["run_files"] = write_tokenizer_files(run_dir, n_pos)
+    for step in list_steps(run_dir):
+        ck = checkpoint_dir(run_dir, step)
+        if ck.is_symlink(): continue  # a user's own checkpoint folder, linked in by the sweep: not ours to write into
+        missing = [n for n in D.HF_TOKENIZER_FILES if not (ck / n).exists()]
+        for n in missing: atomic_write(ck / n, (run_dir / n).read_bytes())
+        done["checkpoints"] += bool(missing)
+    return done
 
 # %% ../nbs/03_pretrain.ipynb #3fef3168
 class TrainingDiverged(RuntimeError):
@@ -484,12 +563,14 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
     dev = _device(device, rank)
     if tc.batch_size % (world * tc.grad_accum):
         raise ConfigError(f"batch_size={tc.batch_size} is not divisible by processes x grad_accum = {world} x {tc.grad_accum}")
-    if rank == 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override)
+    if rank == 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override, verbose=progress)
     if world > 1: dist.barrier()
     if rank != 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override)  # reads what rank 0 cached
     data = Batches(ds, tok, tc)
     torch.manual_seed(tc.seed)
+    t0 = time.perf_counter()
     model = AlbertForPreTraining(mc).to(dev)
+    if rank == 0: _say(progress, run_dir, f"model built on {dev}: {model.num_parameters():,} parameters", t0)
     precision = resolve_precision(tc.precision, dev)
     if rank == 0 and progress: print(f"pretrain {run_dir}: precision {precision} (setting {tc.precision!r} on {dev.type})", flush=True)
     opt = Lamb(param_groups(model, tc.weight_decay), lr=tc.learning_rate, betas=(tc.adam_beta1, tc.adam_beta2), eps=tc.adam_epsilon)
@@ -500,6 +581,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
         if rank == 0: save_checkpoint(model, run_dir, 0)
     if rank == 0: atomic_write(log_file, "".join(json.dumps(r) + "\n" for r in _read_log(log_file, start)))
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else None
+    sentence = sentence_name(tc.sentence_task)  # the log names the sentence loss after the task trained
     saves, last = set(checkpoint_steps(tc)), min(tc.total_steps, stop_after or tc.total_steps)
     bar = tqdm(total=tc.total_steps, initial=start, desc=f"pretrain {run_dir.name}", disable=not progress or rank != 0)
     t0, tokens = time.perf_counter(), 0
@@ -520,7 +602,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
                                        f"after step {max(saved, 0)} (the last checkpoint is step {good[-1] if good else 'none'}). "
                                        f"To train again from step {max(saved, 0)} with a lower learning rate, run: embryo pretrain "
                                        f"--run-dir {run_dir} --override --set learning_rate={tc.learning_rate / 2:g} "
-                                       "(or raise warmup_steps the same way); the change is recorded in its config.json")
+                                       "(or raise warmup_steps the same way); the change is recorded in its pretrain_config.json")
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
             lr = lr_at(step - 1, tc)
             for g in opt.param_groups: g["lr"] = lr
@@ -529,9 +611,10 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
             if rank == 0:
                 if step % tc.log_every == 0 or step == 1 or step == tc.total_steps:
                     dt = time.perf_counter() - t0
-                    rec = dict(step=step, loss=mlm_loss + sop_loss * (tc.sentence_task != "none"), mlm_loss=mlm_loss, mlm_accuracy=(stats[2] / counts[0]).item(),
-                               sop_loss=sop_loss, sop_accuracy=(stats[3] / counts[1]).item(), lr=lr, tokens_per_s=tokens / dt,
-                               precision=precision)
+                    rec = {"step": step, "loss": mlm_loss + sop_loss * (tc.sentence_task != "none"), "mlm_loss": mlm_loss,
+                           "mlm_accuracy": (stats[2] / counts[0]).item(), f"{sentence}_loss": sop_loss,
+                           f"{sentence}_accuracy": (stats[3] / counts[1]).item(), "lr": lr, "tokens_per_s": tokens / dt,
+                           "precision": precision}
                     log.write(json.dumps(rec) + "\n"); log.flush()
                     bar.set_postfix(loss=f"{rec['loss']:.3f}", mlm_acc=f"{rec['mlm_accuracy']:.3f}")
                     t0, tokens = time.perf_counter(), 0
@@ -624,7 +707,8 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     sentence = _sentence_task(run_dir)
     step = [r["step"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4))
-    for k, c, label in (("loss", "k", "loss"), ("mlm_loss", "tab:blue", "mlm loss"), ("sop_loss", "tab:orange", f"{sentence} loss")):
+    key = next((k for k in ("nsp_loss", "sop_loss") if k in rows[0]), "sop_loss")  # the sentence loss the log recorded
+    for k, c, label in (("loss", "k", "loss"), ("mlm_loss", "tab:blue", "mlm loss"), (key, "tab:orange", f"{sentence} loss")):
         ax.plot(step, [r[k] for r in rows], c, label=label)
     drop = loss_drop(rows)
     if drop: ax.axvline(drop["step"], color="tab:red", ls=":", lw=1.5,
@@ -639,7 +723,7 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
 
 def _sentence_task(run_dir) -> str:
     "The sentence-level task the run trained (sop, nsp or none), from its config; sop for a folder without one."
-    f = Path(run_dir) / "config.json"
+    f = run_config_file(run_dir)
     try: return json.loads(f.read_text()).get("train", {}).get("sentence_task", "sop")
     except (OSError, ValueError): return "sop"
 
@@ -671,15 +755,15 @@ def fixture_run(root=None) -> Path:
     tc = get_train_config("tiny", **FIXTURE["train"], corpus=str(corpus_slice()))
     key = __import__("hashlib").sha256(json.dumps([mc.to_dict(), tc.to_dict()], sort_keys=True).encode()).hexdigest()[:10]
     run = Path(root or D.data_dir() / "runs") / f"fixture-{key}"
-    if not (run / "logs" / "eval.json").exists():
-        with run_lock(run, wait=True):  # notebooks tested in parallel build it once, one after the other
-            if not (run / "logs" / "eval.json").exists(): train(run, "tiny", mc, tc, progress=False)
+    with run_lock(run, wait=True):  # notebooks tested in parallel build it once, one after the other
+        if not (run / "logs" / "eval.json").exists(): train(run, "tiny", mc, tc, progress=False)
+        else: complete_run(run)  # a fixture cached by an older version gains what checkpoints carry now
     return run
 
 # %% ../nbs/03_pretrain.ipynb #59993b5c
 def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
-    "The preset, model and training config a run was made with (its `config.json`)."
-    f = Path(run_dir) / "config.json"
+    "The preset, model and training config a run was made with (its `pretrain_config.json`, or an old run's `config.json`)."
+    f = run_config_file(run_dir)
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: {run_dir} is not a pretraining run folder")
     cfg = _read_config(f)
     return cfg["preset"], ModelConfig(**cfg["model"]), TrainConfig(**cfg["train"])
@@ -732,32 +816,22 @@ def split_overrides(pairs: list[str]) -> tuple[dict, dict]:
     if "tokenizer_vocab_size" in t and "vocab_size" not in m: m["vocab_size"] = t["tokenizer_vocab_size"]
     return m, t
 
-def add_pretrain_args(p: argparse.ArgumentParser):
-    p.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model and training preset (default: tiny)")
-    p.add_argument("--run-dir", "--run", dest="run_dir", type=Path, help="run folder (default: runs/<preset>); "
-                   "under torchrun write --run-dir, since torchrun takes --run for its own --run-path")
-    p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="override any ModelConfig or TrainConfig field")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    p.add_argument("--figures", type=Path, help="also draw Fig. 2a here (default: <run>/figures)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--override", action="store_true", help="change training settings (--set) of a run that has checkpoints: "
-                   "it resumes from its last resume point with its stored settings plus these, recorded in its config.json")
-
 def pretrain_from_args(a) -> dict:
     "Run `train` from parsed command-line arguments and print the held-out verdict."
     m, t = split_overrides(a.set)
     run = a.run_dir or Path("runs") / a.preset
     override = getattr(a, "override", False)
     if override:  # the run's own settings, with only the --set ones changed
-        if not (Path(run) / "config.json").exists(): raise ConfigError(f"--override: {run} has no config.json to override; drop --override")
+        if not run_config_file(run).exists(): raise ConfigError(f"--override: {run} has no {RUN_CONFIG} to override; drop --override")
         preset, mc, tc = read_run_config(run)
         try: mc, tc = replace(mc, **m), replace(tc, **t)
         except TypeError as e: raise ConfigError(f"--set: {e}") from None
     else: preset, mc, tc = a.preset, get_config(a.preset, **m), get_train_config(a.preset, **t)
     res = train(run, preset, mc, tc, device=a.device, progress=not a.no_progress, figures_dir=a.figures, override=override)
     if res:
+        s = sentence_name(tc.sentence_task)
         print(f"held-out MLM accuracy {res['mlm_accuracy']:.3f} vs most-frequent-token baseline {res['baseline_accuracy']:.3f} "
-              f"(always '{res['baseline_token']}'), SOP accuracy {res['sop_accuracy']:.3f}, "
+              f"(always '{res['baseline_token']}'), {s.upper()} accuracy {res[f'{s}_accuracy']:.3f}, "
               f"{res['masked_tokens']} masked tokens in {res['heldout_sequences']} held-out sequences")
     return res
 

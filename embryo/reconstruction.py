@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .config import atomic_write
+from .config import atomic_write, run_config_file
 from .model import autocast
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, corpus_file
 from .results import write_results, read_results, markdown_table
@@ -134,7 +134,7 @@ def token_counts(run_dir, tok) -> np.ndarray:
     if f.exists():
         c = np.load(f)
         if len(c) == tok.vocab_size: return c
-    cfg = Path(run_dir) / "config.json"
+    cfg = run_config_file(run_dir)
     if cfg.exists():
         from embryo.config import TrainConfig
         corpus = corpus_file(TrainConfig(**json.loads(cfg.read_text())["train"]))
@@ -142,7 +142,7 @@ def token_counts(run_dir, tok) -> np.ndarray:
         corpus = None
     counts = np.zeros(tok.vocab_size, dtype=np.int64)
     if corpus is not None:
-        lines = [l for l in Path(corpus).read_text(encoding="utf-8").splitlines() if l.strip()]
+        lines = [s for d in D.read_corpus(corpus) for s in d]  # a text file, a folder, dataset files or a hub name alike
     else:
         lines = [sentence_text(s.words)[0] for s in tagged_sentences()]
     for i in range(0, len(lines), 20000):

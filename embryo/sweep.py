@@ -26,8 +26,9 @@ import pandas as pd
 
 from .config import atomic_write, clean_stale_temps, temp_tag
 from .glue import CPU_FINETUNE
-from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, _read_log
+from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, _read_log, complete_run, sentence_name, _sentence_task
 from .results import DB_NAME, db_path, done_steps, log_job, read_log, computed_with, options_digest, set_computed_with
+
 
 # %% auto #0
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'CPU_PRESETS', 'REPRODUCE_STEPS',
@@ -411,6 +412,7 @@ def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by
     from tqdm.auto import tqdm
     if mode not in ("papermill", "inprocess"): raise SweepError(f"mode {mode!r}: use 'papermill' or 'inprocess'")
     run_dir = as_run(run_dir)
+    complete_run(run_dir)  # a run made by an older version: settings renamed, tokenizer files into every checkpoint
     shard = parse_shard(shard) if isinstance(shard, str) else shard
     options = options or {}
     for a in options:
@@ -495,8 +497,10 @@ def _pretraining_verdict(run_dir) -> str:
     f = Path(run_dir) / "logs" / "eval.json"
     if not f.exists(): return ""
     e = json.loads(f.read_text())
+    task = sentence_name(_sentence_task(run_dir))
     s = (f"Held-out masked-LM accuracy {e['mlm_accuracy']:.1%} against {e['baseline_accuracy']:.1%} for always "
-         f"predicting the most frequent token; sentence-order accuracy {e['sop_accuracy']:.1%} (chance 50%).")
+         f"predicting the most frequent token; {'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy "
+         f"{e[f'{task}_accuracy']:.1%} (chance 50%).")
     d = loss_drop(_read_log(Path(run_dir) / "logs" / "train.jsonl", 1 << 62))
     if d: s += (f" The MLM loss falls most sharply around step {d['step']:,}: from {d['before']:.2f} to {d['after']:.2f} "
                 f"nats, mean over the {d['ratio'] - 1:.0%} of steps before and after it (marked in the figure).")

@@ -11,7 +11,7 @@ import pytest
 from embryo import ablations as A
 from embryo import data as D
 from embryo import pretrain as P
-from embryo.config import get_config, get_train_config, ConfigError
+from embryo.config import get_config, get_train_config, ConfigError, run_config_file
 
 ROOT = Path(__file__).resolve().parents[1]
 NB = ROOT / "nbs" / "09_albert_ablations.ipynb"
@@ -39,7 +39,7 @@ def test_notebook_writes_table6_with_paper_and_spread(ablation_root):
     assert md.startswith("# ALBERT Table 6") and "micro" in md
     for s in (0, 1):
         for t in ("none", "nsp", "sop"):
-            cfg = json.loads((ablation_root / f"all-E32-{t}-seed{s}" / "config.json").read_text())["train"]
+            cfg = json.loads(run_config_file(ablation_root / f"all-E32-{t}-seed{s}").read_text())["train"]
             assert cfg.get("sentence_task", "sop") == t and cfg["seed"] == s
     assert "Table 6 at the micro scale" in A.verdict(ablation_root)
 
@@ -97,7 +97,7 @@ def test_nsp_data_has_its_own_cache_key_and_sop_keys_are_unchanged():
 
 
 def test_runs_written_before_sentence_task_still_resume(fixture_copy):
-    cfg = json.loads((fixture_copy / "config.json").read_text())
+    cfg = json.loads(run_config_file(fixture_copy).read_text())
     assert "sentence_task" not in cfg["train"]
     mc = get_config("tiny", **P.FIXTURE["model"])
     tc = get_train_config("tiny", **P.FIXTURE["train"], corpus=str(P.corpus_slice()))
@@ -117,7 +117,7 @@ def test_micro_bert_run_through_pipeline_and_analyses(tmp_path):
     sets = {**m, "embedding_size": m["hidden_size"], **P.FIXTURE["train"], "total_steps": 8, "warmup_steps": 2,
             "checkpoint_every": [[4, None]], "corpus": str(P.corpus_slice())}
     P.main(["--preset", "bert-tiny", "--run-dir", str(run), "--no-progress", "--set", *[f"{k}={json.dumps(v)}" for k, v in sets.items()]])
-    cfg = json.loads((run / "config.json").read_text())
+    cfg = json.loads((run / "pretrain_config.json").read_text())  # a new run: settings under their own name
     assert cfg["preset"] == "bert-tiny" and cfg["train"]["sentence_task"] == "nsp"
     assert (cfg["model"]["sharing"], cfg["model"]["embedding_size"], cfg["model"]["hidden_act"]) == ("none", 64, "gelu")
     ev = json.loads((run / "logs" / "eval.json").read_text())

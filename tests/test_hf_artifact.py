@@ -1,0 +1,112 @@
+"""A checkpoint folder (and a run folder) is a complete Hugging Face artifact: model, weights and tokenizer."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from embryo import data as D
+from embryo import glue as G
+from embryo import pretrain as P
+from embryo.config import get_config, get_train_config
+
+
+def corpus_sentences(n=200):
+    docs = D.read_corpus(P.corpus_slice())
+    return [s for d in docs[::7] for s in d[:3]][:n] + ["The Café in Zürich served ``naïve'' coffee: 42 cups!"]
+
+
+def assert_same_ids(hf_tok, ours):
+    sents = corpus_sentences()
+    assert [hf_tok(s, add_special_tokens=False)["input_ids"] for s in sents] == [ours.encode(s) for s in sents]
+    assert hf_tok("the city", "of gold")["input_ids"] == [2, *ours.encode("the city"), 3, *ours.encode("of gold"), 3]
+
+
+def test_every_checkpoint_carries_the_tokenizer(fixture_copy):
+    ours = D.load_tokenizer(fixture_copy)
+    for step in P.list_steps(fixture_copy):
+        ck = P.checkpoint_dir(fixture_copy, step)
+        assert all((ck / n).is_file() for n in D.HF_TOKENIZER_FILES), (ck, sorted(p.name for p in ck.iterdir()))
+    tok = transformers.AutoTokenizer.from_pretrained(P.checkpoint_dir(fixture_copy, 30))
+    assert type(tok).__name__ == "AlbertTokenizer" and len(tok) == ours.vocab_size
+    assert_same_ids(tok, ours)
+
+
+def test_fill_mask_pipeline_returns_real_tokens(fixture_copy):
+    ours = D.load_tokenizer(fixture_copy)
+    fill = transformers.pipeline("fill-mask", model=str(P.checkpoint_dir(fixture_copy, 30)), device="cpu")
+    out = fill("the [MASK] of the city was built in the year.", top_k=5)
+    assert len(out) == 5
+    for r in out:
+        assert r["token_str"].strip(), out  # before: empty strings from a five-word fallback tokenizer
+        assert r["token_str"] == ours.decode([r["token"]]), r
+    # the pipeline's top guess is the model's own argmax at the masked position
+    ids = [2, *ours.encode("the"), ours.mask_id, *ours.encode("of the city was built in the year."), 3]
+    with torch.no_grad():
+        logits = P.load_checkpoint(fixture_copy, 30)(torch.tensor([ids])).prediction_logits[0, 2]
+    assert out[0]["token"] == int(logits.argmax())
+
+
+def test_run_folder_loads_in_autotokenizer(fixture_copy):
+    assert not (fixture_copy / "config.json").exists() and (fixture_copy / "pretrain_config.json").is_file()
+    assert_same_ids(transformers.AutoTokenizer.from_pretrained(fixture_copy), D.load_tokenizer(fixture_copy))
+
+
+def test_old_run_layout_is_read_then_completed(fixture_copy, tmp_path):
+    run = tmp_path / "old"
+    shutil.copytree(fixture_copy, run)
+    (run / "pretrain_config.json").rename(run / "config.json")  # the layout every run had before
+    for f in [run / n for n in D.HF_TOKENIZER_FILES if n != "spiece.model"] + [
+            P.checkpoint_dir(run, s) / n for s in P.list_steps(run) for n in D.HF_TOKENIZER_FILES]:
+        f.unlink()
+    preset, mc, tc = P.read_run_config(run)  # old runs keep being read
+    assert (preset, mc.hidden_size, tc.max_seq_length) == ("tiny", 64, 64)
+    assert G.max_seq_length(run, P.load_checkpoint(run, 30), G.TASKS["sst2"]) == 64
+    assert P._sentence_task(run) == "sop"
+    done = P.complete_run(run)  # what the next sweep does
+    assert done["renamed_config"] and done["checkpoints"] == len(P.list_steps(run))
+    assert not (run / "config.json").exists() and P.read_run_config(run)[0] == "tiny"
+    assert_same_ids(transformers.AutoTokenizer.from_pretrained(run), D.load_tokenizer(run))
+    assert_same_ids(transformers.AutoTokenizer.from_pretrained(P.checkpoint_dir(run, 30)), D.load_tokenizer(run))
+    assert P.complete_run(run) == dict(renamed_config=False, checkpoints=0, run_files=[])  # a second pass changes nothing
+
+
+def test_bert_twin_checkpoints_load_as_hf_artifacts(tmp_path):
+    "The bert-tiny preset's shape (no sharing, E=H, NSP), trained two steps: its checkpoints load as fill-mask models too."
+    small = dict(P.FIXTURE["model"], embedding_size=64)
+    mc = get_config("bert-tiny", **small)
+    tc = get_train_config("bert-tiny", **P.FIXTURE["train"], corpus=str(P.corpus_slice()))
+    run = tmp_path / "bert"
+    P.train(run, "bert-tiny", mc, tc, stop_after=2, progress=False)
+    rows = P._read_log(run / "logs" / "train.jsonl", 1 << 62)
+    assert "nsp_loss" in rows[0] and "sop_loss" not in rows[0]  # the log names the sentence loss after the task trained
+    svg = next(p for p in P.plot_pretraining(run, tmp_path / "fig") if p.suffix == ".svg").read_text()
+    assert "nsp loss" in svg and "sop loss" not in svg  # and so does Fig. 2a
+    ours = D.load_tokenizer(run)
+    for step in (0, 1, 2):
+        assert all((P.checkpoint_dir(run, step) / n).is_file() for n in D.HF_TOKENIZER_FILES)
+    assert_same_ids(transformers.AutoTokenizer.from_pretrained(P.checkpoint_dir(run, 2)), ours)
+    out = transformers.pipeline("fill-mask", model=str(P.checkpoint_dir(run, 2)), device="cpu")("the [MASK] of it.", top_k=3)
+    assert all(r["token_str"] == ours.decode([r["token"]]) and r["token_str"].strip() for r in out)
+
+
+def test_trainer_finetunes_a_checkpoint(fixture_copy, tmp_path):
+    "transformers' own Trainer (which needs accelerate) finetunes a checkpoint folder with its own tokenizer."
+    import datasets
+    ck = P.checkpoint_dir(fixture_copy, 30)
+    tok = transformers.AutoTokenizer.from_pretrained(ck)
+    assert_same_ids(tok, D.load_tokenizer(fixture_copy))
+    train = G.read_tsv(Path(__file__).parent / "data" / "glue" / "SST-2" / "train.tsv", "sst2")
+    ds = datasets.Dataset.from_dict({"text": [e.text_a for e in train], "label": [e.label for e in train]})
+    ds = ds.map(lambda b: tok(b["text"], truncation=True, max_length=32), batched=True, remove_columns=["text"])
+    model = transformers.AlbertForSequenceClassification.from_pretrained(ck, num_labels=2)
+    before = model.classifier.weight.detach().clone()
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=2,
+                                          learning_rate=1e-3, use_cpu=True, report_to=[], save_strategy="no",
+                                          logging_steps=1, seed=0)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=ds, processing_class=tok)
+    result = trainer.train()
+    assert result.global_step == 3 and torch.isfinite(torch.tensor(result.training_loss))
+    assert not torch.equal(before, model.classifier.weight.detach())
