@@ -488,10 +488,12 @@ def corpus_slice(n_docs: int = 300) -> Path:
         atomic_write(out, "\n".join(docs))
     return out
 
-def fixture_run(root=None) -> Path:
-    "A trained micro run for tests and notebook defaults (built on first use, under the data dir)."
-    mc = get_config("tiny", **FIXTURE["model"])
-    tc = get_train_config("tiny", **FIXTURE["train"], corpus=str(corpus_slice()))
+def fixture_run(root=None, **overrides) -> Path:
+    "A trained micro run for tests and notebook defaults (built on first use, under the data dir); `overrides` (fields of ModelConfig or TrainConfig) make a variant."
+    mnames = {f.name for f in fields(ModelConfig)}
+    mc = get_config("tiny", **{**FIXTURE["model"], **{k: v for k, v in overrides.items() if k in mnames}})
+    tc = get_train_config("tiny", **{**FIXTURE["train"], "corpus": str(corpus_slice()),
+                                     **{k: v for k, v in overrides.items() if k not in mnames}})
     key = __import__("hashlib").sha256(json.dumps([mc.to_dict(), tc.to_dict()], sort_keys=True).encode()).hexdigest()[:10]
     run = Path(root or D.data_dir() / "runs") / f"fixture-{key}"
     if not (run / "logs" / "eval.json").exists(): train(run, "tiny", mc, tc, progress=False)
