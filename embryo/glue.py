@@ -29,7 +29,7 @@ from . import data as D
 from .config import atomic_write, split_names
 from .knowledge import KNOWLEDGE_SOURCES
 from .model import autocast
-from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint
+from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint, step_axis
 from .results import write_results, read_results, markdown_table
 
 DEFAULT_MAX_TRAIN = 500  # training examples per task by default: both built-in tasks finetune in minutes on a CPU
@@ -538,6 +538,7 @@ def _agg_label(run_dir, agg: str) -> str:
     n = read_results(run_dir, ANALYSIS, task=agg, metric="score").n
     return AGGREGATES[agg].format(n=int(n.max()) if len(n) else 0)
 
+# %% ../nbs/05_glue.ipynb #c410f696
 def plot_fig5(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5a: the GLUE score (or the built-in tasks' mean) over pretraining steps."
     import matplotlib; matplotlib.use("Agg")
@@ -554,12 +555,13 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
             ax.vlines(multi.index, multi.min(axis=1), multi.max(axis=1), color=c, lw=1,
                       label=f"range over {multi.shape[1]} finetuning seeds")
         if a in chance: ax.axhline(chance[a], color=c, ls="--", lw=1, label=f"chance ({a}): {chance[a]:.1f}")
-    ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_xlabel("pretraining step (symlog)")
+    step_axis(ax, t.index)
     ax.set_ylabel("score on the dev split (x100)"); ax.legend(fontsize=8); ax.grid(alpha=0.3)
     what = "GLUE score" if "glue" in aggs else "downstream score of built-in tasks (not GLUE)"
     ax.set_title(f"Fig. 5a: {what} over pretraining ({run_dir.name})", fontsize=10)
     return save_figure(fig, out_dir or run_dir / "figures", "fig5_glue_score")
 
+# %% ../nbs/05_glue.ipynb #fa4ccb58
 def plot_fig12(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5b / Fig. 12: each task's score over pretraining steps, its best step marked x."
     import matplotlib; matplotlib.use("Agg")
@@ -571,16 +573,17 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
     for ax, name in zip(axes.flat, names):
         task, s = TASKS[name], t[name].dropna()
         ax.plot(s.index, s.values, "o-", ms=3, color="tab:blue")
-        ax.plot([s.idxmax()], [s.max()], "x", color="tab:red", ms=10, mew=2, label=f"best: step {s.idxmax()}")
+        ax.plot([s.idxmax()], [s.max()], "x", color="tab:red", ms=10, mew=2, clip_on=False, label=f"best: step {s.idxmax()}")
         if name in chance: ax.axhline(chance[name], color="grey", ls="--", lw=1, label="chance")
         ax.set_title(f"{task.title} ({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)
-        ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_xlabel("pretraining step (symlog)", fontsize=8)
+        step_axis(ax, t.index, fontsize=8); ax.margins(y=0.12)
         ax.set_ylabel(f"{task.metric} (x100)", fontsize=8); ax.legend(fontsize=7); ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names):]: ax.axis("off")
     fig.suptitle(f"Fig. 5b / Fig. 12: each task on its dev split over pretraining, best step x ({run_dir.name})", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_dir or run_dir / "figures", "fig12_glue_tasks")
 
+# %% ../nbs/05_glue.ipynb #a6063aa6
 def write_table(run_dir, out_dir=None) -> list[Path]:
     "The scores table (x100) as Markdown and CSV."
     run_dir = Path(run_dir); out = Path(out_dir or run_dir / "figures"); t = scores_table(run_dir)
@@ -597,6 +600,7 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5a, Fig. 5b/12 and the scores table of the run from every step in its database."
     return plot_fig5(run_dir, out_dir) + plot_fig12(run_dir, out_dir) + write_table(run_dir, out_dir)
 
+# %% ../nbs/05_glue.ipynb #2d0a44be
 def verdict(run_dir) -> str:
     "One sentence on this run, from the database: the gain of the last step over the first, weighed against the seeds' spread."
     t, chance = scores_table(run_dir), _chance(run_dir)

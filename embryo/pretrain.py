@@ -26,12 +26,13 @@ from .model import AlbertForPreTraining, load_pretrained, autocast, resolve_prec
 from . import data as D
 
 # %% auto #0
-__all__ = ['HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps', 'CheckpointNotFound',
-           'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'rng_state',
-           'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config', 'corpus_file', 'prepare_run',
-           'TrainingDiverged', 'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout',
-           'save_figure', 'loss_drop', 'plot_pretraining', 'corpus_slice', 'fixture_run', 'read_run_config',
-           'heldout_curve', 'plot_recipe_curves', 'split_overrides', 'add_pretrain_args', 'pretrain_from_args', 'main']
+__all__ = ['HELDOUT_MASK_PROB', 'STEP_LABEL', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps',
+           'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint',
+           'save_checkpoint', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
+           'corpus_file', 'prepare_run', 'TrainingDiverged', 'prefetched', 'train_step', 'train', 'heldout_examples',
+           'evaluate_heldout', 'save_figure', 'step_axis', 'loss_drop', 'plot_pretraining', 'corpus_slice',
+           'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves', 'split_overrides',
+           'add_pretrain_args', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -425,6 +426,19 @@ def save_figure(fig, out_dir, name: str) -> list[Path]:
     plt.close(fig)  # every figure is drawn to be saved; a sweep redraws many, and open figures hold their memory
     return paths
 
+STEP_LABEL = "pretraining step (optimizer updates, symlog scale)"
+
+def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None):
+    "Pretraining steps on `ax`'s x-axis, the same in every figure: symlog (step 0 shows), no negative side, room for the first and last markers."
+    from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
+    hi = max(steps) if steps is not None and len(steps) else ax.dataLim.x1  # the last step drawn
+    ax.set_xscale("symlog", linthresh=1, linscale=0.5)
+    ax.set_xlim(-0.4, 1.6 * max(float(hi), 1.0))  # a margin either side (a marker at step 0 or the last step is not cut)
+    ax.xaxis.set_major_locator(SymmetricalLogLocator(base=10, linthresh=1))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 0 else ""))
+    if label: ax.set_xlabel(label, fontsize=fontsize)
+    return ax
+
 def loss_drop(rows: list[dict], key: str = "mlm_loss", ratio: float = 1.25, min_records: int = 5) -> dict | None:
     "The step where the logged `key` falls most: mean over (step/ratio, step] minus mean over (step, step*ratio]."
     steps, v = np.array([r["step"] for r in rows]), np.array([r[key] for r in rows], dtype=float)
@@ -452,7 +466,7 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     drop = loss_drop(rows)
     if drop: ax.axvline(drop["step"], color="tab:red", ls=":", lw=1.5,
                         label=f"sharpest MLM loss drop: step {drop['step']:,} ({drop['before']:.2f} -> {drop['after']:.2f})")
-    ax.set_xscale("log"); ax.set_xlabel("pretraining step (optimizer updates)"); ax.set_ylabel("loss (nats per prediction)")
+    step_axis(ax, step); ax.set_ylabel("loss (nats per prediction)")
     ax2 = ax.twinx(); ax2.plot(step, [r["mlm_accuracy"] for r in rows], "tab:green", ls="--", label="MLM accuracy")
     ax2.set_ylabel("MLM accuracy (fraction of masked tokens)"); ax2.set_ylim(0, 1)
     h1, l1 = ax.get_legend_handles_labels(); h2, l2 = ax2.get_legend_handles_labels()

@@ -205,3 +205,18 @@ def test_notebook_runs_one_step_under_papermill(fixture_copy, tmp_path):
     out = json.loads((tmp_path / "out.ipynb").read_text())
     text = "".join("".join(o.get("text", "")) for c in out["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
     assert "mean score of the built-in tasks (not GLUE)" in text
+
+
+def test_step_axes_show_step_0_and_every_marker_whole(fixture_copy, monkeypatch):
+    "Figs. 5a and 12 on the steps the tests above stored: no negative step ticks, the first and the best step inside the axes."
+    figs = []
+    monkeypatch.setattr(G, "save_figure", lambda fig, out_dir, name: figs.append(fig) or [])
+    G.plot_fig5(fixture_copy); G.plot_fig12(fixture_copy)
+    steps = G.scores_table(fixture_copy).index
+    assert len(figs) == 2 and steps.min() == 0 and len(steps) >= 3, (len(figs), list(steps))
+    for fig in figs:
+        fig.canvas.draw()
+        for ax in (a for a in fig.axes if a.lines):
+            lo, hi = ax.get_xlim()
+            assert lo < 0 and hi > steps.max(), (ax.get_title(), lo, hi)  # markers at step 0 and the last step are drawn whole
+            assert min(t for t in ax.get_xticks() if lo <= t <= hi) == 0, (ax.get_title(), ax.get_xticks())  # no negative side
