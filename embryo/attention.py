@@ -108,7 +108,7 @@ def step_rows(maps: np.ndarray, entropy: np.ndarray, task: str, n: int) -> list[
     "Result rows of one checkpoint: every metric for every (layer, head), and the uniform baseline."
     st = {**map_stats(maps), "entropy": entropy}
     L, H = entropy.shape
-    rows = [dict(task=task, layer=l + 1, metric=f"{m}/h{h}", value=float(st[m][l, h]), n=n)
+    rows = [dict(task=task, layer=l + 1, head=h, metric=m, value=float(st[m][l, h]), n=n)
             for m in METRICS for l in range(L) for h in range(H)]
     return rows + [dict(task=task, metric="uniform_diagonal", value=uniform_diagonal(maps.shape[-1]), n=n)]
 
@@ -138,10 +138,7 @@ def head_metrics(run_dir, task: str = "brown") -> pd.DataFrame:
     df = read_results(run_dir, ANALYSIS, task=check_task(task))
     if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results for task {task!r} yet; "
                                    "run evaluate_step(run_dir, step) first")
-    df = df[df.layer > 0]
-    parts = df.metric.str.split("/h", n=1, regex=False, expand=True)
-    return pd.DataFrame(dict(step=df.step.values, layer=df.layer.values, head=parts[1].astype(int).values,
-                             metric=parts[0].values, value=df.value.values))
+    return df[df["head"] >= 0][["step", "layer", "head", "metric", "value"]].reset_index(drop=True)
 
 def stored_maps(run_dir, task: str = "brown") -> dict[tuple[int, int], dict[int, np.ndarray]]:
     "The stored averaged maps: {(layer, head): {step: (T, T) array}}."

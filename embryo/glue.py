@@ -403,7 +403,7 @@ def chance_score(task: Task, train_labels, gold) -> float:
     return metrics(task, np.full(len(gold), majority), gold)[task.metric]
 
 # %% ../nbs/05_glue.ipynb #ceabfaa8
-SETTINGS = ("seed", "learning_rate", "batch_size", "train_steps", "warmup_steps", "train_examples", "max_seq_length", "train_loss")
+SETTINGS = ("seed", "learning_rate", "batch_size", "train_steps", "warmup_steps", "train_examples", "max_seq_length")  # the settings table's names
 
 def _order(tasks: list[str], from_mnli: bool) -> list[str]:
     "The tasks in running order: MNLI first when another task starts from it (added if missing)."
@@ -470,13 +470,14 @@ def evaluate_step(run_dir, step: int, device="cpu",
                                           device, progress, max_dev_examples)
             if name == "mnli": start_from["mnli"] = model.albert
             runs[name].append((m, settings, init is not None))
-    rows, samples = [], []
+    rows, samples, sets = [], [], []
     for name, got in runs.items():
         settings = got[0][1]
         n_dev = sum(settings["dev_examples"].values())
         rows += [dict(task=name, metric=k, value=float(np.mean([g[0][k] for g in got])), n=n_dev) for k in got[0][0]]
         rows += seed_rows(name, [g[0]["score"] for g in got], seed, n_dev)
-        rows += [dict(task=name, metric=k, value=float(settings[k]), n=settings["train_examples"]) for k in SETTINGS]
+        rows.append(dict(task=name, metric="train_loss", value=float(settings["train_loss"]), n=settings["train_examples"]))
+        sets += [dict(task=name, name=k, value=float(settings[k])) for k in SETTINGS]
         samples.append(dict(task=name, item="settings", text=json.dumps(
             dict(settings, seeds=list(range(seed, seed + seeds)), start="MNLI-finetuned" if got[0][2] else "checkpoint",
                  data=str(glue_dir or BUILTIN_NAME)))))
@@ -487,7 +488,7 @@ def evaluate_step(run_dir, step: int, device="cpu",
         rows += [dict(task=agg, metric="score", value=float(np.mean(per_seed)), n=len(got)),
                  dict(task=agg, metric="chance", value=float(np.mean([g[0][0]["chance"] for g in got])), n=len(got))]
         rows += seed_rows(agg, per_seed, seed, len(got))
-    write_results(run_dir, ANALYSIS, step, rows, samples)
+    write_results(run_dir, ANALYSIS, step, rows, samples, sets)
     return pd.DataFrame(rows).assign(step=step)
 
 def seed_rows(task: str, scores: list[float], first_seed: int, n: int) -> list[dict]:

@@ -497,7 +497,8 @@ def reproduce(args):
         print(sweep(run, [a], log_spaced(steps, k) if k else None, mode=getattr(args, "mode", "inprocess"),
                     options=opts, redraw=False).to_string())
     for p in redraw_all(run, figures): print(f"wrote {p}")
-    notebook_pages(run, figures / PAGES_DIR, options=REPRODUCE_OPTIONS if args.preset in CPU_PRESETS else None)
+    try: notebook_pages(run, figures / PAGES_DIR, options=REPRODUCE_OPTIONS if args.preset in CPU_PRESETS else None)
+    except Exception as e: print(f"notebook pages not written ({_error_text(e)}); the figures and the report are")
     publish_report(run, figures)
 
 def publish_report(run_dir, figures_dir="figures") -> list[Path]:
@@ -584,7 +585,9 @@ def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None,
     import tempfile
     import nbformat
     import papermill as pm
-    from nbconvert import HTMLExporter
+    try: from nbconvert import HTMLExporter
+    except ImportError:
+        print("notebook pages skipped: they need nbconvert, a development requirement (pip install -e '.[dev]')"); return []
     run_dir, out_dir = Path(run_dir).resolve(), Path(out_dir)
     step, nbs, paths = list_steps(run_dir)[-1], nbs_dir(), []
     figs = os.path.relpath(nbs.parent / "figures", out_dir.resolve())  # where ../figures/ of a notebook's links points from a page

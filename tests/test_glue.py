@@ -9,7 +9,7 @@ import pytest
 
 from embryo import glue as G
 from embryo import pretrain as P
-from embryo.results import read_results, read_samples
+from embryo.results import read_results, read_samples, read_settings
 
 GLUE = Path(__file__).parent / "data" / "glue"  # small files of our own sentences, in GLUE's exact layouts
 FAST = dict(max_train_examples=16, max_dev_examples=64, progress=False)  # a few finetuning steps: the tests check plumbing, not accuracy
@@ -149,7 +149,10 @@ def test_glue_tasks_on_layout_files_with_mnli_start(fixture_copy):
     s = read_samples(fixture_copy, G.ANALYSIS)
     start = {t: json.loads(x)["start"] for t, x in zip(s.task, s.text)}
     assert start == {"mnli": "checkpoint", "rte": "MNLI-finetuned", "stsb": "MNLI-finetuned", "cola": "checkpoint"}
-    assert metric("rte", "seed") == 0 and metric("mnli", "learning_rate") == 3e-5 and metric("rte", "train_steps") == 1
+    st = read_settings(fixture_copy, G.ANALYSIS, step=30)
+    setting = lambda t, k: st[(st.task == t) & (st.name == k)].value.iloc[0]
+    assert setting("rte", "seed") == 0 and setting("mnli", "learning_rate") == 3e-5 and setting("rte", "train_steps") == 1
+    assert not set(db.metric) & set(G.SETTINGS)  # settings are not metrics
 
 
 def test_builtin_step_is_stored_replaced_and_drawn(fixture_copy, tmp_path):
@@ -157,8 +160,9 @@ def test_builtin_step_is_stored_replaced_and_drawn(fixture_copy, tmp_path):
     rows = G.evaluate_step(fixture_copy, 16, seed=3, **FAST)
     db = read_results(fixture_copy, G.ANALYSIS, step=16)
     assert set(db.task) == {"polarity", "uncertainty", "builtin"} and len(db) == len(rows)
-    assert set(db[db.task == "polarity"].metric) == {"accuracy", "score", "chance", "score/seed3", *G.SETTINGS}
-    assert db[(db.task == "polarity") & (db.metric == "seed")].value.iloc[0] == 3
+    assert set(db[db.task == "polarity"].metric) == {"accuracy", "score", "chance", "score/seed3", "train_loss"}
+    st = read_settings(fixture_copy, G.ANALYSIS, step=16, task="polarity")
+    assert set(st.name) == set(G.SETTINGS) and st[st.name == "seed"].value.iloc[0] == 3
     assert db[(db.task == "polarity") & (db.metric == "score")].n.iloc[0] == 64  # max_dev_examples
     assert db[(db.task == "builtin") & (db.metric == "chance")].value.iloc[0] == pytest.approx(0.5, abs=0.1)
     n_all = len(read_results(fixture_copy, G.ANALYSIS))
