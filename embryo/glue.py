@@ -26,27 +26,22 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import data as D
-from .config import atomic_write, split_names
+from .config import atomic_write, split_names, CPU_FINETUNE  # CPU_FINETUNE: the CPU-sized models' finetuning settings
 from .knowledge import KNOWLEDGE_SOURCES
 from .model import autocast
 from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint, step_axis
 from .results import write_results, read_results, markdown_table
 
 DEFAULT_MAX_TRAIN = 500  # training examples per task by default: both built-in tasks finetune in minutes on a CPU
-# Finetuning of the CPU-sized models (`tiny`, `bert-tiny`, the tiny ablations): 300 examples per task, and 1e-4 instead of
-# Table 7's 1e-5: at 1e-5 the ~100 finetuning steps of so few examples leave the classifier at chance for every checkpoint
-# (measured), which tests nothing.
-CPU_FINETUNE = dict(max_train_examples=300, learning_rate=1e-4)
 
 # %% auto #0
-__all__ = ['DEFAULT_MAX_TRAIN', 'CPU_FINETUNE', 'ANALYSIS', 'TASKS', 'GLUE_TASKS', 'SCORE_TASKS', 'BUILTIN_TASKS', 'COLUMNS',
-           'SKIP_BROKEN', 'BUILTIN_NAME', 'BUILTIN_FORMAT', 'BUILTIN_SOURCES', 'BUILTIN_CSV', 'DEV_FRACTION',
-           'SPLIT_SEED', 'SETTINGS', 'AGGREGATES', 'REPORT', 'Task', 'UnknownTask', 'select_tasks', 'schedule',
-           'Example', 'GlueDataError', 'read_tsv', 'load_task', 'read_pattern_csv', 'split_builtin',
-           'builtin_is_complete', 'build_builtin', 'fetch_builtin', 'builtin_files', 'encode', 'collate',
-           'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict', 'metrics',
-           'chance_score', 'subsample', 'run_task', 'evaluate_step', 'seed_rows', 'scores_table', 'seed_scores',
-           'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
+__all__ = ['DEFAULT_MAX_TRAIN', 'ANALYSIS', 'TASKS', 'GLUE_TASKS', 'SCORE_TASKS', 'BUILTIN_TASKS', 'COLUMNS', 'SKIP_BROKEN',
+           'BUILTIN_NAME', 'BUILTIN_FORMAT', 'BUILTIN_SOURCES', 'BUILTIN_CSV', 'DEV_FRACTION', 'SPLIT_SEED', 'SETTINGS',
+           'AGGREGATES', 'REPORT', 'Task', 'UnknownTask', 'select_tasks', 'schedule', 'Example', 'GlueDataError',
+           'read_tsv', 'load_task', 'read_pattern_csv', 'split_builtin', 'builtin_is_complete', 'build_builtin',
+           'fetch_builtin', 'builtin_files', 'encode', 'collate', 'max_seq_length', 'AlbertForSequenceClassification',
+           'lr_factor', 'finetune', 'predict', 'metrics', 'chance_score', 'subsample', 'run_task', 'evaluate_step',
+           'seed_rows', 'scores_table', 'seed_scores', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
 
 # %% ../nbs/05_glue.ipynb #4f6774d3
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database

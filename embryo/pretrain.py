@@ -29,9 +29,9 @@ from . import data as D
 __all__ = ['HELDOUT_MASK_PROB', 'STEP_LABEL', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at', 'checkpoint_steps',
            'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint',
            'save_checkpoint', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
-           'corpus_file', 'prepare_run', 'TrainingDiverged', 'prefetched', 'train_step', 'train', 'heldout_examples',
-           'evaluate_heldout', 'save_figure', 'step_axis', 'loss_drop', 'plot_pretraining', 'corpus_slice',
-           'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves', 'split_overrides',
+           'corpus_file', 'prepare_run', 'TrainingDiverged', 'train_log', 'prefetched', 'train_step', 'train',
+           'heldout_examples', 'evaluate_heldout', 'save_figure', 'step_axis', 'loss_drop', 'plot_pretraining',
+           'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves', 'split_overrides',
            'add_pretrain_args', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
@@ -272,6 +272,10 @@ def _read_log(f: Path, upto: int) -> list[dict]:
             except json.JSONDecodeError: continue
             if r["step"] <= upto: rows.append(r)
     return rows
+
+def train_log(run_dir) -> list[dict]:
+    "Every record of the run's training log (`logs/train.jsonl`): step, losses, accuracies, learning rate, tokens/s."
+    return _read_log(Path(run_dir) / "logs" / "train.jsonl", 1 << 62)
 
 def prefetched(make, steps):
     "Yield `(s, make(s))` for each of `steps`, making the next one in a background thread while the caller works on this one."

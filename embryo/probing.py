@@ -25,7 +25,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write, split_names
-from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis, _read_log
+from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis, train_log
 from .reconstruction import align, brown_base_tag
 from .results import write_results, read_results, markdown_table
 
@@ -633,7 +633,7 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     run_dir = Path(run_dir); df = probing_results(run_dir)
     layer = _n_layers(df) if layer is None else int(layer)
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    log = _read_log(run_dir / "logs" / "train.jsonl", 1 << 62)
+    log = train_log(run_dir)
     if log:
         ax.plot([r["step"] for r in log], [r["mlm_accuracy"] for r in log], color="k", lw=1, alpha=0.7, label="MLM accuracy (training batches)")
     for i, t in enumerate(_task_order(df.task.unique())):

@@ -24,9 +24,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from .config import atomic_write
-from .glue import CPU_FINETUNE
-from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, _read_log
+from .config import atomic_write, CPU_FINETUNE
+from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, train_log
 from .results import DB_NAME, db_path, done_steps, log_job, read_log
 
 # %% auto #0
@@ -412,7 +411,7 @@ def _pretraining_verdict(run_dir) -> str:
     e = json.loads(f.read_text())
     s = (f"Held-out masked-LM accuracy {e['mlm_accuracy']:.1%} against {e['baseline_accuracy']:.1%} for always "
          f"predicting the most frequent token; sentence-order accuracy {e['sop_accuracy']:.1%} (chance 50%).")
-    d = loss_drop(_read_log(Path(run_dir) / "logs" / "train.jsonl", 1 << 62))
+    d = loss_drop(train_log(run_dir))
     if d: s += (f" The MLM loss falls most sharply around step {d['step']:,}: from {d['before']:.2f} to {d['after']:.2f} "
                 f"nats, mean over the {d['ratio'] - 1:.0%} of steps before and after it (marked in the figure).")
     return s
