@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .config import atomic_write, count_parameters, get_config, get_train_config, ConfigError, SHARING, split_names, run_config_file
+from .config import atomic_write, count_parameters, get_config, get_train_config, ConfigError, SHARING, split_names, run_config_file, CPU_FINETUNE
 from . import pretrain as P
 from . import glue
 from .results import markdown_table
@@ -45,9 +45,9 @@ class Variant:
 # %% ../nbs/09_albert_ablations.ipynb #140adb0f
 SCALES = {
     "micro": dict(preset="tiny", model=dict(P.FIXTURE["model"]), train=dict(P.FIXTURE["train"]), E4=(16, 32, 64), E5=(32,),
-                  steps=4, table3=("bert-tiny", "tiny"), table3_seq=16, finetune=glue.CPU_FINETUNE),
+                  steps=4, table3=("bert-tiny", "tiny"), table3_seq=16, finetune=CPU_FINETUNE),
     "tiny": dict(preset="tiny", model=dict(hidden_size=128, num_attention_heads=2, intermediate_size=512, embedding_size=64),
-                 train=dict(learning_rate=1e-2), E4=(32, 64, 128), E5=(64,), steps=250, finetune=glue.CPU_FINETUNE,
+                 train=dict(learning_rate=1e-2), E4=(32, 64, 128), E5=(64,), steps=250, finetune=CPU_FINETUNE,
                  table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge", "xxlarge"), table3_seq=64),
     "base": dict(preset="base", model={}, train=dict(batch_size=4096, learning_rate=0.00176, warmup_steps=3125),
                  E4=(64, 128, 256, 768), E5=(128, 768), steps=125_000, finetune=dict(max_train_examples=None),

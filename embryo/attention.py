@@ -17,7 +17,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write
-from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure
+from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
 from .reconstruction import tagged_sentences, sentence_text
 from .results import write_results, read_results, read_samples, markdown_table
 
@@ -108,7 +108,7 @@ def step_rows(maps: np.ndarray, entropy: np.ndarray, task: str, n: int) -> list[
     "Result rows of one checkpoint: every metric for every (layer, head), and the uniform baseline."
     st = {**map_stats(maps), "entropy": entropy}
     L, H = entropy.shape
-    rows = [dict(task=task, layer=l + 1, metric=f"{m}/h{h}", value=float(st[m][l, h]), n=n)
+    rows = [dict(task=task, layer=l + 1, head=h, metric=m, value=float(st[m][l, h]), n=n)
             for m in METRICS for l in range(L) for h in range(H)]
     return rows + [dict(task=task, metric="uniform_diagonal", value=uniform_diagonal(maps.shape[-1]), n=n)]
 
@@ -138,10 +138,7 @@ def head_metrics(run_dir, task: str = "brown") -> pd.DataFrame:
     df = read_results(run_dir, ANALYSIS, task=check_task(task))
     if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results for task {task!r} yet; "
                                    "run evaluate_step(run_dir, step) first")
-    df = df[df.layer > 0]
-    parts = df.metric.str.split("/h", n=1, regex=False, expand=True)
-    return pd.DataFrame(dict(step=df.step.values, layer=df.layer.values, head=parts[1].astype(int).values,
-                             metric=parts[0].values, value=df.value.values))
+    return df[df["head"] >= 0][["step", "layer", "head", "metric", "value"]].reset_index(drop=True)
 
 def stored_maps(run_dir, task: str = "brown") -> dict[tuple[int, int], dict[int, np.ndarray]]:
     "The stored averaged maps: {(layer, head): {step: (T, T) array}}."
@@ -241,6 +238,7 @@ def plot_maps_grid(run_dir, task: str = "brown", max_cols: int = 10):
                  "[CLS] is position 0, [SEP] the last)", fontsize=10)
     return fig
 
+# %% ../nbs/08_attention.ipynb #e9649a69
 def write_gif(run_dir, out_dir, task: str = "brown", fps: float = 2.0, name: str = "fig4_attention_maps") -> Path:
     "The stored maps animated over steps, one frame per step, as `<name>.gif` (temporary file, then a rename)."
     import matplotlib.pyplot as plt
@@ -277,6 +275,7 @@ def write_gif(run_dir, out_dir, task: str = "brown", fps: float = 2.0, name: str
     finally:
         plt.close(fig)
 
+# %% ../nbs/08_attention.ipynb #84ebd36d
 def plot_diagonal(run_dir, task: str = "brown"):
     "Diagonal mass over steps per layer: (a) mean and range over heads, (b) the most diagonal head with its emergence step."
     import matplotlib.pyplot as plt
@@ -301,7 +300,7 @@ def plot_diagonal(run_dir, task: str = "brown"):
         if len(base): ax.axhline(base.mean(), color="0.5", ls="--", lw=1, label="a head attending evenly")
         if len(first): ax.axvline(first[0], color="tab:red", ls=":", lw=1.5,
                                   label=f"step {first[0]}: first head with {NEIGHBOUR_RATIO}x an even spread on token i-1 or i+1")
-        ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_xlabel("pretraining step"); ax.grid(alpha=0.3)
+        step_axis(ax); ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     a.set_ylabel("attention mass on positions i-1, i, i+1 (fraction)")
     a.set_title("(a) mean over heads (band: range over heads)", fontsize=10)
@@ -309,6 +308,7 @@ def plot_diagonal(run_dir, task: str = "brown"):
     fig.suptitle(f"Fig. 4: emergence of the diagonal attention pattern in every layer ({Path(run_dir).name})")
     return fig
 
+# %% ../nbs/08_attention.ipynb #22255f66
 def neighbour_sentence(run_dir, task: str = "brown") -> str:
     "The clause of the verdict on the most neighbour-bound head: its mass at the last step and the first step it passes 5x."
     n = neighbour_heads(run_dir, task)
@@ -344,6 +344,7 @@ def verdict(run_dir, task: str = "brown") -> str:
     return (s + f"; the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last; here layers "
             f"{', '.join(map(str, ls))}) is {'reproduced' if ok else 'not reproduced'} on this run.")
 
+# %% ../nbs/08_attention.ipynb #0253346f
 REPORT = [
     dict(file="fig4_attention_maps", paper="Embryology Fig. 4",
          caption="Attention maps of the chosen heads and layers (rows), averaged over held-out sentences of equal "

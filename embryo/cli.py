@@ -63,9 +63,9 @@ def cmd_merge(args):
 
 def cmd_report(args):
     "Redraw every figure of the run from its database and write figures/index.html."
-    from embryo.sweep import redraw_all, write_report
+    from embryo.sweep import redraw_all, publish_report
     for p in redraw_all(args.run, args.figures): print(f"wrote {p}")
-    print(f"wrote {write_report(args.run, args.figures)}")
+    publish_report(args.run, args.figures)
 
 def cmd_reproduce(args):
     "Fetch, pretrain, sweep every analysis, redraw every figure and table into figures/, write figures/index.html."

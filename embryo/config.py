@@ -17,10 +17,11 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'PRECISIONS', 'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG',
-           'PAPER_PARAMS', 'ConfigError', 'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config',
-           'run_config_file', 'migrate_run_config', 'count_parameters', 'param_table', 'fsync_dir', 'temp_tag',
-           'stale_temp', 'clean_stale_temps', 'atomic_write', 'write_param_tables', 'split_names', 'add_pretrain_args']
+__all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'CPU_FINETUNE', 'PRECISIONS', 'TRAIN_PRESETS', 'RUN_CONFIG',
+           'OLD_RUN_CONFIG', 'PAPER_PARAMS', 'ConfigError', 'ModelConfig', 'get_config', 'TrainConfig',
+           'get_train_config', 'run_config_file', 'migrate_run_config', 'count_parameters', 'param_table', 'fsync_dir',
+           'temp_tag', 'stale_temp', 'clean_stale_temps', 'atomic_write', 'write_param_tables', 'split_names',
+           'add_pretrain_args']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -151,6 +152,10 @@ class TrainConfig:
         return {k: v for k, v in asdict(self).items() if _LATER_FIELDS.get(k, object()) != v}
 
 SENTENCE_TASKS = ("sop", "nsp", "none")  # ALBERT Table 6: sentence-order, BERT's next-sentence, no sentence loss
+# Finetuning of the CPU-sized models (`tiny`, `bert-tiny`, the tiny ablations; used by notebooks 05, 09 and 10): 300
+# examples per task, and 1e-4 instead of Table 7's 1e-5: at 1e-5 the ~100 finetuning steps of so few examples leave
+# the classifier at chance for every checkpoint (measured), which tests nothing.
+CPU_FINETUNE = dict(max_train_examples=300, learning_rate=1e-4)
 PRECISIONS = ("auto", "fp32", "bf16")  # `embryo.model.resolve_precision` turns auto into fp32 or bf16 per device
 _LATER_FIELDS = dict(sentence_task="sop")  # field: the value every run had before the field existed
 

@@ -26,27 +26,23 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import data as D
-from .config import atomic_write, split_names, run_config_file
+from .config import atomic_write, split_names, run_config_file, CPU_FINETUNE  # CPU_FINETUNE: the CPU-sized models' finetuning settings
 from .knowledge import KNOWLEDGE_SOURCES
 from .model import autocast
-from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint
+from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint, step_axis
 from .results import write_results, read_results, markdown_table
 
 DEFAULT_MAX_TRAIN = 500  # training examples per task by default: both built-in tasks finetune in minutes on a CPU
-# Finetuning of the CPU-sized models (`tiny`, `bert-tiny`, the tiny ablations): 300 examples per task, and 1e-4 instead of
-# Table 7's 1e-5: at 1e-5 the ~100 finetuning steps of so few examples leave the classifier at chance for every checkpoint
-# (measured), which tests nothing.
-CPU_FINETUNE = dict(max_train_examples=300, learning_rate=1e-4)
 
 # %% auto #0
-__all__ = ['DEFAULT_MAX_TRAIN', 'CPU_FINETUNE', 'ANALYSIS', 'TASKS', 'GLUE_TASKS', 'SCORE_TASKS', 'BUILTIN_TASKS', 'COLUMNS',
-           'SKIP_BROKEN', 'FILE_FORMATS', 'BUILTIN_NAME', 'BUILTIN_FORMAT', 'BUILTIN_SOURCES', 'BUILTIN_CSV',
-           'DEV_FRACTION', 'SPLIT_SEED', 'SETTINGS', 'AGGREGATES', 'REPORT', 'Task', 'UnknownTask', 'select_tasks',
-           'schedule', 'Example', 'GlueDataError', 'read_tsv', 'read_table', 'load_task', 'read_pattern_csv',
-           'split_builtin', 'builtin_is_complete', 'build_builtin', 'fetch_builtin', 'builtin_files', 'encode',
-           'collate', 'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict',
-           'metrics', 'chance_score', 'subsample', 'run_task', 'evaluate_step', 'seed_rows', 'scores_table',
-           'seed_scores', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
+__all__ = ['DEFAULT_MAX_TRAIN', 'ANALYSIS', 'TASKS', 'GLUE_TASKS', 'SCORE_TASKS', 'BUILTIN_TASKS', 'COLUMNS', 'SKIP_BROKEN',
+           'FILE_FORMATS', 'BUILTIN_NAME', 'BUILTIN_FORMAT', 'BUILTIN_SOURCES', 'BUILTIN_CSV', 'DEV_FRACTION',
+           'SPLIT_SEED', 'SETTINGS', 'AGGREGATES', 'REPORT', 'Task', 'UnknownTask', 'select_tasks', 'schedule',
+           'Example', 'GlueDataError', 'read_tsv', 'read_table', 'load_task', 'read_pattern_csv', 'split_builtin',
+           'builtin_is_complete', 'build_builtin', 'fetch_builtin', 'builtin_files', 'encode', 'collate',
+           'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict', 'metrics',
+           'chance_score', 'subsample', 'run_task', 'evaluate_step', 'seed_rows', 'scores_table', 'seed_scores',
+           'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
 
 # %% ../nbs/05_glue.ipynb #4f6774d3
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
@@ -474,7 +470,7 @@ def chance_score(task: Task, train_labels, gold) -> float:
     return metrics(task, np.full(len(gold), majority), gold)[task.metric]
 
 # %% ../nbs/05_glue.ipynb #ceabfaa8
-SETTINGS = ("seed", "learning_rate", "batch_size", "train_steps", "warmup_steps", "train_examples", "max_seq_length", "train_loss")
+SETTINGS = ("seed", "learning_rate", "batch_size", "train_steps", "warmup_steps", "train_examples", "max_seq_length")  # the settings table's names
 
 def _order(tasks: list[str], from_mnli: bool) -> list[str]:
     "The tasks in running order: MNLI first when another task starts from it (added if missing)."
@@ -547,13 +543,14 @@ def evaluate_step(run_dir, step: int, device="cpu",
                                           device, progress, max_dev_examples)
             if name == "mnli": start_from["mnli"] = model.albert
             runs[name].append((m, settings, init is not None))
-    rows, samples = [], []
+    rows, samples, sets = [], [], []
     for name, got in runs.items():
         settings = got[0][1]
         n_dev = sum(settings["dev_examples"].values())
         rows += [dict(task=name, metric=k, value=float(np.mean([g[0][k] for g in got])), n=n_dev) for k in got[0][0]]
         rows += seed_rows(name, [g[0]["score"] for g in got], seed, n_dev)
-        rows += [dict(task=name, metric=k, value=float(settings[k]), n=settings["train_examples"]) for k in SETTINGS]
+        rows.append(dict(task=name, metric="train_loss", value=float(settings["train_loss"]), n=settings["train_examples"]))
+        sets += [dict(task=name, name=k, value=float(settings[k])) for k in SETTINGS]
         samples.append(dict(task=name, item="settings", text=json.dumps(
             dict(settings, seeds=list(range(seed, seed + seeds)), start="MNLI-finetuned" if got[0][2] else "checkpoint",
                  data=_data_name(glue_dir)))))
@@ -564,7 +561,7 @@ def evaluate_step(run_dir, step: int, device="cpu",
         rows += [dict(task=agg, metric="score", value=float(np.mean(per_seed)), n=len(got)),
                  dict(task=agg, metric="chance", value=float(np.mean([g[0][0]["chance"] for g in got])), n=len(got))]
         rows += seed_rows(agg, per_seed, seed, len(got))
-    write_results(run_dir, ANALYSIS, step, rows, samples)
+    write_results(run_dir, ANALYSIS, step, rows, samples, sets)
     return pd.DataFrame(rows).assign(step=step)
 
 def seed_rows(task: str, scores: list[float], first_seed: int, n: int) -> list[dict]:
@@ -615,6 +612,7 @@ def _agg_label(run_dir, agg: str) -> str:
     n = read_results(run_dir, ANALYSIS, task=agg, metric="score").n
     return AGGREGATES[agg].format(n=int(n.max()) if len(n) else 0)
 
+# %% ../nbs/05_glue.ipynb #c410f696
 def plot_fig5(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5a: the GLUE score (or the built-in tasks' mean) over pretraining steps."
     import matplotlib; matplotlib.use("Agg")
@@ -631,12 +629,13 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
             ax.vlines(multi.index, multi.min(axis=1), multi.max(axis=1), color=c, lw=1,
                       label=f"range over {multi.shape[1]} finetuning seeds")
         if a in chance: ax.axhline(chance[a], color=c, ls="--", lw=1, label=f"chance ({a}): {chance[a]:.1f}")
-    ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_xlabel("pretraining step (symlog)")
+    step_axis(ax, t.index)
     ax.set_ylabel("score on the dev split (x100)"); ax.legend(fontsize=8); ax.grid(alpha=0.3)
     what = "GLUE score" if "glue" in aggs else "downstream score of built-in tasks (not GLUE)"
     ax.set_title(f"Fig. 5a: {what} over pretraining ({run_dir.name})", fontsize=10)
     return save_figure(fig, out_dir or run_dir / "figures", "fig5_glue_score")
 
+# %% ../nbs/05_glue.ipynb #fa4ccb58
 def plot_fig12(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5b / Fig. 12: each task's score over pretraining steps, its best step marked x."
     import matplotlib; matplotlib.use("Agg")
@@ -648,16 +647,17 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
     for ax, name in zip(axes.flat, names):
         task, s = TASKS[name], t[name].dropna()
         ax.plot(s.index, s.values, "o-", ms=3, color="tab:blue")
-        ax.plot([s.idxmax()], [s.max()], "x", color="tab:red", ms=10, mew=2, label=f"best: step {s.idxmax()}")
+        ax.plot([s.idxmax()], [s.max()], "x", color="tab:red", ms=10, mew=2, clip_on=False, label=f"best: step {s.idxmax()}")
         if name in chance: ax.axhline(chance[name], color="grey", ls="--", lw=1, label="chance")
         ax.set_title(f"{task.title} ({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)
-        ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_xlabel("pretraining step (symlog)", fontsize=8)
+        step_axis(ax, t.index, fontsize=8); ax.margins(y=0.12)
         ax.set_ylabel(f"{task.metric} (x100)", fontsize=8); ax.legend(fontsize=7); ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names):]: ax.axis("off")
     fig.suptitle(f"Fig. 5b / Fig. 12: each task on its dev split over pretraining, best step x ({run_dir.name})", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_dir or run_dir / "figures", "fig12_glue_tasks")
 
+# %% ../nbs/05_glue.ipynb #a6063aa6
 def write_table(run_dir, out_dir=None) -> list[Path]:
     "The scores table (x100) as Markdown and CSV."
     run_dir = Path(run_dir); out = Path(out_dir or run_dir / "figures"); t = scores_table(run_dir)
@@ -674,6 +674,7 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5a, Fig. 5b/12 and the scores table of the run from every step in its database."
     return plot_fig5(run_dir, out_dir) + plot_fig12(run_dir, out_dir) + write_table(run_dir, out_dir)
 
+# %% ../nbs/05_glue.ipynb #2d0a44be
 def verdict(run_dir) -> str:
     "One sentence on this run, from the database: the gain of the last step over the first, weighed against the seeds' spread."
     t, chance = scores_table(run_dir), _chance(run_dir)

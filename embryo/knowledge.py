@@ -27,7 +27,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write, split_names
-from .pretrain import load_checkpoint, list_steps, save_figure
+from .pretrain import load_checkpoint, list_steps, save_figure, step_axis, STEP_LABEL
 from .results import write_results, read_results, read_samples
 
 # %% auto #0
@@ -508,12 +508,13 @@ def fig6_relations(available: Sequence[str], k: int = 7) -> list[str]:
     rest = sorted((r for r in available if r not in FIG6_RELATIONS), key=lambda r: (order.get(r, 99), r))
     return ([r for r in FIG6_RELATIONS if r in available] + rest)[:k]
 
+# %% ../nbs/06_knowledge.ipynb #74a298df
 def _curves(ax, df, relation, label=True):
     for metric, ls in zip(METRICS, ("-", "--")):
         d = df[(df.task == relation) & (df.metric == metric)].sort_values("step")
         name = f"{relation} {RELATION_LABELS.get(relation, '')}".strip() if label and metric == METRICS[0] else None
         ax.plot(d.step, d.value, ls, marker="o", ms=3, color=relation_colour(relation), label=name)
-    ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0)
+    step_axis(ax, df.step.unique(), label=None)
 
 def _ylim(df) -> tuple[float, float]:
     "P@1 axis from 0 to just above the largest value (at least 0.05, at most 1), so small values stay visible."
@@ -529,7 +530,7 @@ def plot_fig6(run_dir, out_dir=None) -> list[Path]:
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for r in rels: _curves(ax, df, r)
     ax.set_ylim(*_ylim(df[df.task.isin(rels)]))
-    ax.set_xlabel("pretraining step (optimizer updates, symlog scale)")
+    ax.set_xlabel(STEP_LABEL)
     ax.set_ylabel("P@1 (fraction of cloze queries, 0-1)")
     h, l = ax.get_legend_handles_labels()
     h += [Line2D([], [], color="k"), Line2D([], [], color="k", ls="--")]; l += ["full vocabulary", "common vocabulary"]
@@ -538,6 +539,7 @@ def plot_fig6(run_dir, out_dir=None) -> list[Path]:
     ax.set_title(f"Fig. 6: world knowledge during pretraining ({run_dir.name}; {n_paper} of the paper's 7 relations)", fontsize=10)
     return save_figure(fig, out_dir or run_dir / "figures", "fig6_world_knowledge")
 
+# %% ../nbs/06_knowledge.ipynb #72ea377e
 def plot_fig14(run_dir, out_dir=None) -> list[Path]:
     "Fig. 14: P@1 over pretraining steps for every relation evaluated, one panel each."
     import matplotlib; matplotlib.use("Agg")
@@ -561,6 +563,7 @@ def plot_fig14(run_dir, out_dir=None) -> list[Path]:
     fig.tight_layout()
     return save_figure(fig, out_dir or run_dir / "figures", "fig14_world_knowledge_all")
 
+# %% ../nbs/06_knowledge.ipynb #d1133132
 def table9(run_dir, out_dir=None) -> list[Path]:
     "Table 9: the sentence the model writes for each tracked query at every evaluated step (Markdown and CSV)."
     run_dir = Path(run_dir); out_dir = Path(out_dir or run_dir / "figures")
@@ -592,6 +595,7 @@ def table9(run_dir, out_dir=None) -> list[Path]:
     return [atomic_write(out_dir / "table9_knowledge_examples.md", "\n".join(md)),
             atomic_write(out_dir / "table9_knowledge_examples.csv", buf.getvalue())]
 
+# %% ../nbs/06_knowledge.ipynb #b3eab92f
 def verdict(run_dir) -> str:
     "One sentence on this run's world knowledge, computed from the database."
     df = knowledge_results(run_dir)

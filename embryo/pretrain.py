@@ -31,14 +31,14 @@ from .model import AlbertForPreTraining, CheckpointError, load_pretrained, autoc
 from . import data as D
 
 # %% auto #0
-__all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'lr_at',
-           'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint',
+__all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'STEP_LABEL', 'FIXTURE', 'Lamb', 'param_groups',
+           'lr_at', 'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint',
            'load_checkpoint', 'save_checkpoint', 'RunLocked', 'run_lock', 'clean_run', 'rng_state', 'set_rng_state',
            'save_resume', 'load_resume', 'Batches', 'run_config', 'run_corpus', 'corpus_file', 'sentence_name',
-           'prepare_run', 'write_tokenizer_files', 'complete_run', 'TrainingDiverged', 'DiskFull', 'prefetched',
-           'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'loss_drop',
-           'plot_pretraining', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves',
-           'split_overrides', 'pretrain_from_args', 'main']
+           'prepare_run', 'write_tokenizer_files', 'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log',
+           'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'step_axis',
+           'loss_drop', 'plot_pretraining', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve',
+           'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -509,6 +509,10 @@ def _read_log(f: Path, upto: int) -> list[dict]:
             if r["step"] <= upto: rows.append(r)
     return rows
 
+def train_log(run_dir) -> list[dict]:
+    "Every record of the run's training log (`logs/train.jsonl`): step, losses, accuracies, learning rate, tokens/s."
+    return _read_log(Path(run_dir) / "logs" / "train.jsonl", 1 << 62)
+
 def prefetched(make, steps):
     "Yield `(s, make(s))` for each of `steps`, making the next one in a background thread while the caller works on this one."
     steps = list(steps)
@@ -685,6 +689,19 @@ def save_figure(fig, out_dir, name: str) -> list[Path]:
     plt.close(fig)  # every figure is drawn to be saved; a sweep redraws many, and open figures hold their memory
     return paths
 
+STEP_LABEL = "pretraining step (optimizer updates, symlog scale)"
+
+def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None):
+    "Pretraining steps on `ax`'s x-axis, the same in every figure: symlog (step 0 shows), no negative side, room for the first and last markers."
+    from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
+    hi = max(steps) if steps is not None and len(steps) else ax.dataLim.x1  # the last step drawn
+    ax.set_xscale("symlog", linthresh=1, linscale=0.5)
+    ax.set_xlim(-0.4, 1.6 * max(float(hi), 1.0))  # a margin either side (a marker at step 0 or the last step is not cut)
+    ax.xaxis.set_major_locator(SymmetricalLogLocator(base=10, linthresh=1))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 0 else ""))
+    if label: ax.set_xlabel(label, fontsize=fontsize)
+    return ax
+
 def loss_drop(rows: list[dict], key: str = "mlm_loss", ratio: float = 1.25, min_records: int = 5) -> dict | None:
     "The step where the logged `key` falls most: mean over (step/ratio, step] minus mean over (step, step*ratio]."
     steps, v = np.array([r["step"] for r in rows]), np.array([r[key] for r in rows], dtype=float)
@@ -713,7 +730,7 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     drop = loss_drop(rows)
     if drop: ax.axvline(drop["step"], color="tab:red", ls=":", lw=1.5,
                         label=f"sharpest MLM loss drop: step {drop['step']:,} ({drop['before']:.2f} -> {drop['after']:.2f})")
-    ax.set_xscale("log"); ax.set_xlabel("pretraining step (optimizer updates)"); ax.set_ylabel("loss (nats per prediction)")
+    step_axis(ax, step); ax.set_ylabel("loss (nats per prediction)")
     ax2 = ax.twinx(); ax2.plot(step, [r["mlm_accuracy"] for r in rows], "tab:green", ls="--", label="MLM accuracy")
     ax2.set_ylabel("MLM accuracy (fraction of masked tokens)"); ax2.set_ylim(0, 1)
     h1, l1 = ax.get_legend_handles_labels(); h2, l2 = ax2.get_legend_handles_labels()
@@ -749,10 +766,12 @@ def corpus_slice(n_docs: int = 300) -> Path:
         atomic_write(out, "\n".join(docs))
     return out
 
-def fixture_run(root=None) -> Path:
-    "A trained micro run for tests and notebook defaults (built on first use, under the data dir)."
-    mc = get_config("tiny", **FIXTURE["model"])
-    tc = get_train_config("tiny", **FIXTURE["train"], corpus=str(corpus_slice()))
+def fixture_run(root=None, **overrides) -> Path:
+    "A trained micro run for tests and notebook defaults (built on first use, under the data dir); `overrides` (fields of ModelConfig or TrainConfig) make a variant."
+    mnames = {f.name for f in fields(ModelConfig)}
+    mc = get_config("tiny", **{**FIXTURE["model"], **{k: v for k, v in overrides.items() if k in mnames}})
+    tc = get_train_config("tiny", **{**FIXTURE["train"], "corpus": str(corpus_slice()),
+                                     **{k: v for k, v in overrides.items() if k not in mnames}})
     key = __import__("hashlib").sha256(json.dumps([mc.to_dict(), tc.to_dict()], sort_keys=True).encode()).hexdigest()[:10]
     run = Path(root or D.data_dir() / "runs") / f"fixture-{key}"
     with run_lock(run, wait=True):  # notebooks tested in parallel build it once, one after the other

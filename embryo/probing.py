@@ -25,7 +25,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write, split_names
-from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, _read_log
+from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis, train_log
 from .reconstruction import align, brown_base_tag
 from .results import write_results, read_results, markdown_table
 
@@ -36,7 +36,7 @@ __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', '
            'dependency_constituents', 'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks', 'token_spans',
            'span_means', 'cache_file', 'task_features', 'control_labels', 'train_probes', 'micro_f1', 'probe_task',
            'evaluate_step', 'probing_results', 'task_sizes', 'layer_curves', 'plot_fig2b', 'plot_fig3', 'plot_fig10',
-           'plot_fig11', 'selectivity_table', 'verdict', 'best_layer_gain', 'redraw']
+           'plot_fig11', 'verdict', 'best_layer_gain', 'selectivity_table', 'redraw']
 
 # %% ../nbs/07_probing.ipynb #d53027ac
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -602,6 +602,7 @@ def layer_curves(df: pd.DataFrame, task: str, metric: str = "f1") -> pd.DataFram
     d = df[(df.task == task) & (df.metric == metric)]
     return d.pivot_table(index="step", columns="layer", values="value").sort_index()
 
+# %% ../nbs/07_probing.ipynb #3bba94d1
 def _layer_colour(layer: int, n_layers: int):
     import matplotlib
     return matplotlib.colormaps["viridis"](layer / max(n_layers, 1))
@@ -615,7 +616,7 @@ def _layer_panel(ax, df, task, title, n_layers, control=False):
         for l in t.columns:
             ax.plot(t.index, t[l], ls, marker="." if ls == "-" else None, color=_layer_colour(l, n_layers),
                     label=f"layer {l}" if ls == "-" else None)
-    ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
+    step_axis(ax, label=None); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_title(textwrap.fill(title, 48), fontsize=9)
 
 def _absent(ax, title, text):
@@ -624,6 +625,7 @@ def _absent(ax, title, text):
 
 def _n_layers(df) -> int: return int(df[df.layer >= 0].layer.max())
 
+# %% ../nbs/07_probing.ipynb #ae334140
 def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     "Fig. 2b: MLM accuracy (training log) and each task's F1 at one layer over steps, with class counts beside."
     import matplotlib; matplotlib.use("Agg")
@@ -631,14 +633,14 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     run_dir = Path(run_dir); df = probing_results(run_dir)
     layer = _n_layers(df) if layer is None else int(layer)
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    log = _read_log(run_dir / "logs" / "train.jsonl", 1 << 62)
+    log = train_log(run_dir)
     if log:
         ax.plot([r["step"] for r in log], [r["mlm_accuracy"] for r in log], color="k", lw=1, alpha=0.7, label="MLM accuracy (training batches)")
     for i, t in enumerate(_task_order(df.task.unique())):
         c = layer_curves(df, t)
         if layer in c: ax.plot(c.index, c[layer], "-o", ms=3, color=f"C{i}", label=f"{t} F1")
-    ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
-    ax.set_xlabel("pretraining step (optimizer updates, symlog scale)"); ax.set_ylabel("micro-F1 / MLM accuracy (fraction, 0-1)")
+    step_axis(ax); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
+    ax.set_ylabel("micro-F1 / MLM accuracy (fraction, 0-1)")
     ax.legend(fontsize=7, loc="upper left")
     sizes = task_sizes(df)
     txt = "task: classes, train/dev/test\n" + "\n".join(f"{t}: {r.n_classes}, {r.n_train}/{r.n_dev}/{r.n_test}" for t, r in sizes.iterrows())
@@ -647,6 +649,7 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     ax.set_title(f"Fig. 2b: MLM accuracy and probing F1 at layer {layer} over pretraining ({run_dir.name})", fontsize=10)
     return save_figure(fig, out_dir or run_dir / "figures", "fig2b_probing_mlm")
 
+# %% ../nbs/07_probing.ipynb #85fe1da2
 def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False):
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -675,6 +678,7 @@ def plot_fig3(run_dir, out_dir=None) -> list[Path]:
     return _grid(panels, _n_layers(df), df, f"Fig. 3: POS probing per layer during pretraining ({run_dir.name})",
                  "fig3_probing_pos_layers", run_dir, out_dir)
 
+# %% ../nbs/07_probing.ipynb #22a7274c
 def plot_fig10(run_dir, out_dir=None) -> list[Path]:
     "Fig. 10: constituent, SRL and coreference F1 per layer; panels say where the data is absent."
     run_dir = Path(run_dir); df = probing_results(run_dir); have = set(df.task)
@@ -685,6 +689,7 @@ def plot_fig10(run_dir, out_dir=None) -> list[Path]:
     return _grid(panels, _n_layers(df), df, f"Fig. 10: SRL, coreference and constituent probing per layer ({run_dir.name})",
                  "fig10_probing_const_srl_coref", run_dir, out_dir)
 
+# %% ../nbs/07_probing.ipynb #69cf3552
 def plot_fig11(run_dir, out_dir=None) -> list[Path]:
     "Fig. 11a for this run: every task, F1 (solid) and control-task F1 (dotted) per layer over steps."
     run_dir = Path(run_dir); df = probing_results(run_dir)
@@ -692,19 +697,7 @@ def plot_fig11(run_dir, out_dir=None) -> list[Path]:
     return _grid(panels, _n_layers(df), df, f"Fig. 11a: probing results of every task, {run_dir.name} (dotted: control task)",
                  "fig11_probing_all_tasks", run_dir, out_dir, control=True)
 
-def selectivity_table(run_dir, out_dir=None) -> list[Path]:
-    "The last step's F1, control F1 and selectivity per task and layer (Markdown and CSV)."
-    run_dir = Path(run_dir); out_dir = Path(out_dir or run_dir / "figures"); df = probing_results(run_dir)
-    last = df.step.max(); d = df[(df.step == last) & df.metric.isin(METRICS)]
-    t = d.pivot_table(index=["task", "layer"], columns="metric", values="value").reindex(columns=list(METRICS))
-    t = t.join(task_sizes(df[df.step == last]), on="task")
-    t = t.reindex(_task_order(t.index.get_level_values(0).unique()), level=0)
-    flat = t.reset_index()
-    md = (f"# Probing at step {last} ({run_dir.name}): F1, control-task F1 and selectivity per layer\n\n"
-          "Selectivity = F1 - control F1 (Hewitt & Liang 2019). Sizes are targets per split; layer 0 is the embedding output.\n\n"
-          + markdown_table(flat, index=False) + "\n" + verdict(run_dir) + "\n")
-    return [atomic_write(out_dir / "table_probing_selectivity.md", md), atomic_write(out_dir / "table_probing_selectivity.csv", flat.to_csv(index=False))]
-
+# %% ../nbs/07_probing.ipynb #7d791693
 def verdict(run_dir) -> str:
     "One sentence on this run's probes, computed from the database, testing the paper's 'fast rise, then plateau'."
     df = probing_results(run_dir)
@@ -740,6 +733,20 @@ def best_layer_gain(df: pd.DataFrame, task: str) -> str:
          f"{y.index[-1]} ({g.iloc[-1]:+.2f})")
     if plateau is None: return s + ", no gain."
     return s + f"; it has 90% of that gain by step {plateau} ({plateau / y.index[-1]:.0%} of the run) and plateaus after it."
+
+# %% ../nbs/07_probing.ipynb #65a7e8ed
+def selectivity_table(run_dir, out_dir=None) -> list[Path]:
+    "The last step's F1, control F1 and selectivity per task and layer (Markdown and CSV)."
+    run_dir = Path(run_dir); out_dir = Path(out_dir or run_dir / "figures"); df = probing_results(run_dir)
+    last = df.step.max(); d = df[(df.step == last) & df.metric.isin(METRICS)]
+    t = d.pivot_table(index=["task", "layer"], columns="metric", values="value").reindex(columns=list(METRICS))
+    t = t.join(task_sizes(df[df.step == last]), on="task")
+    t = t.reindex(_task_order(t.index.get_level_values(0).unique()), level=0)
+    flat = t.reset_index()
+    md = (f"# Probing at step {last} ({run_dir.name}): F1, control-task F1 and selectivity per layer\n\n"
+          "Selectivity = F1 - control F1 (Hewitt & Liang 2019). Sizes are targets per split; layer 0 is the embedding output.\n\n"
+          + markdown_table(flat, index=False) + "\n" + verdict(run_dir) + "\n")
+    return [atomic_write(out_dir / "table_probing_selectivity.md", md), atomic_write(out_dir / "table_probing_selectivity.csv", flat.to_csv(index=False))]
 
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "Figs. 2b, 3, 10, 11a and the selectivity table, from every step in the run's database."

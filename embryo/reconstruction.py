@@ -18,7 +18,7 @@ import torch
 from . import data as D
 from .config import atomic_write, run_config_file
 from .model import autocast
-from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, corpus_file
+from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis, corpus_file
 from .results import write_results, read_results, markdown_table
 
 # %% auto #0
@@ -308,6 +308,7 @@ def learning_order(run_dir) -> tuple[pd.DataFrame, str]:
         else: verdicts.append(f"{task}: not enough classes with non-zero final accuracy to compare")
     return pd.DataFrame(table), "\n".join(verdicts)
 
+# %% ../nbs/04_reconstruction.ipynb #1efbc510
 def _plot_set(run_dir, fig_id: str):
     import matplotlib.pyplot as plt
     kind, groups, what = GROUP_SETS[fig_id]
@@ -322,10 +323,9 @@ def _plot_set(run_dir, fig_id: str):
                 ax.plot(t.index, y, marker=".", color=f"C{i}", label=g.replace("_", " "))
             if not ax.lines: ax.text(0.5, 0.5, "accuracy at the last step is 0 in every group:\nnothing to rescale",
                                      ha="center", va="center", transform=ax.transAxes, color="0.4")
-            ax.set_xscale("symlog", linthresh=1)
+            step_axis(ax, t.index, label="pretraining step (symlog)" if row == 1 else None)
             ax.set_ylabel(("accuracy / accuracy at last step" if rescale else "accuracy") + " (fraction)")
             ax.set_title(f"({'ab'[row]}) {task.replace('_', ' ')}, {'rescaled' if rescale else 'raw'}")
-            if row == 1: ax.set_xlabel("pretraining step")
             ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=f"C{i}", marker=".", label=g.replace("_", " ")) for i, g in enumerate(groups)]
     axes[0, 1].legend(handles=handles, title=what, fontsize=8, loc="upper left")
@@ -334,6 +334,7 @@ def _plot_set(run_dir, fig_id: str):
     fig.tight_layout()
     return fig
 
+# %% ../nbs/04_reconstruction.ipynb #e18bd884
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "Redraw Figs. 1, 7 and 8 and the learning-order table from every step in the run's database."
     import matplotlib; matplotlib.use("Agg")

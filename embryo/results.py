@@ -15,18 +15,22 @@ from typing import Iterable
 import pandas as pd
 
 # %% auto #0
-__all__ = ['DB_NAME', 'COLUMNS', 'SCHEMA', 'DEFAULTS', 'RUNNING', 'db_path', 'connect', 'write_results', 'read_results',
-           'read_samples', 'done_steps', 'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with',
-           'merge_results', 'markdown_table']
+__all__ = ['DB_NAME', 'COLUMNS', 'SETTING_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'DEFAULTS', 'RUNNING', 'db_path', 'migrate',
+           'connect', 'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps', 'log_job',
+           'read_log', 'options_digest', 'set_computed_with', 'computed_with', 'merge_results', 'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
 DB_NAME = "results.sqlite"
-COLUMNS = ("analysis", "step", "task", "layer", "metric", "value", "n", "created_at")
+COLUMNS = ("analysis", "step", "task", "layer", "head", "metric", "value", "n", "created_at")
+SETTING_COLUMNS = ("analysis", "step", "task", "name", "value", "created_at")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
     analysis TEXT NOT NULL, step INTEGER NOT NULL, task TEXT NOT NULL, layer INTEGER NOT NULL DEFAULT -1,
-    metric TEXT NOT NULL, value REAL, n INTEGER, created_at REAL NOT NULL,
-    PRIMARY KEY (analysis, step, task, layer, metric));
+    head INTEGER NOT NULL DEFAULT -1, metric TEXT NOT NULL, value REAL, n INTEGER, created_at REAL NOT NULL,
+    PRIMARY KEY (analysis, step, task, layer, head, metric));
+CREATE TABLE IF NOT EXISTS settings (
+    analysis TEXT NOT NULL, step INTEGER NOT NULL, task TEXT NOT NULL, name TEXT NOT NULL, value REAL,
+    created_at REAL NOT NULL, PRIMARY KEY (analysis, step, task, name));
 CREATE TABLE IF NOT EXISTS samples (
     analysis TEXT NOT NULL, step INTEGER NOT NULL, task TEXT NOT NULL, item TEXT NOT NULL, text TEXT NOT NULL,
     created_at REAL NOT NULL, PRIMARY KEY (analysis, step, task, item));
@@ -43,6 +47,35 @@ def db_path(run_dir, name: str | None = None) -> Path:
     p = Path(run_dir)
     return p if p.suffix == ".sqlite" else p / (name or os.environ.get("EMBRYO_RESULTS") or DB_NAME)
 
+# Databases written before `head` and `settings` existed: heads were packed into metric names (`cls/h0`), and GLUE's
+# finetuning settings were metric rows. `migrate` rewrites such a database in place, once, on its first connection.
+_PACKED_HEAD = __import__("re").compile(r"(.+)/h(\d+)")
+LEGACY_SETTINGS = {"glue": ("seed", "learning_rate", "batch_size", "train_steps", "warmup_steps", "train_examples",
+                            "max_seq_length")}
+
+def migrate(con) -> bool:
+    "Bring an old-format database (no `head` column) to the current schema in one transaction; False if nothing to do."
+    cols = lambda: [r[1] for r in con.execute("PRAGMA table_info(results)")]
+    if not cols() or "head" in cols(): return False
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        if "head" in cols(): con.execute("ROLLBACK"); return False  # another process migrated it meanwhile
+        old = con.execute("SELECT analysis, step, task, layer, metric, value, n, created_at FROM results").fetchall()
+        con.execute("ALTER TABLE results RENAME TO results_before_head")
+        for stmt in filter(str.strip, SCHEMA.split(";")): con.execute(stmt)  # not executescript: it would commit
+        rows, settings = [], []
+        for a, step, task, layer, metric, value, n, at in old:
+            if metric in LEGACY_SETTINGS.get(a, ()): settings.append((a, step, task, metric, value, at)); continue
+            m = _PACKED_HEAD.fullmatch(metric) if a == "attention" else None  # the one analysis that packed heads
+            rows.append((a, step, task, layer, int(m[2]) if m else -1, m[1] if m else metric, value, n, at))
+        con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})", rows)
+        con.executemany(f"INSERT INTO settings ({', '.join(SETTING_COLUMNS)}) VALUES ({','.join('?' * len(SETTING_COLUMNS))})", settings)
+        con.execute("DROP TABLE results_before_head")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK"); raise
+    return True
+
 @contextmanager
 def connect(run_dir, timeout: float = 60.0):
     "A connection to the run's database (created on first use) in WAL mode; commits on success, rolls back on error."
@@ -52,6 +85,7 @@ def connect(run_dir, timeout: float = 60.0):
     try:
         con.execute("PRAGMA busy_timeout = %d" % int(timeout * 1000))
         con.execute("PRAGMA journal_mode = WAL")
+        migrate(con)
         con.executescript(SCHEMA)
         yield con
     finally:
@@ -62,24 +96,28 @@ def _check_rows(rows: list[dict]):
     for i, r in enumerate(rows):
         missing = [k for k in ("task", "metric", "value") if k not in r]
         if missing: raise ValueError(f"result row {i} lacks {', '.join(missing)}: {r}")
-        extra = set(r) - {"task", "layer", "metric", "value", "n"}
+        extra = set(r) - {"task", "layer", "head", "metric", "value", "n"}
         if extra: raise ValueError(f"result row {i} has unknown field(s) {', '.join(sorted(extra))}: {r}")
 
-def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], samples: Iterable[dict] = ()) -> int:
-    "Replace the results (and text `samples`: dicts with task, item, text) of `analysis` at `step` for the tasks given."
-    rows, samples = list(rows), list(samples)
+def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], samples: Iterable[dict] = (),
+                  settings: Iterable[dict] = ()) -> int:
+    "Replace the results, text `samples` (task, item, text) and `settings` (task, name, value) of `analysis` at `step` for the tasks given."
+    rows, samples, settings = list(rows), list(samples), list(settings)
     _check_rows(rows)
     now = time.time()
-    tasks = sorted({r["task"] for r in rows} | {s["task"] for s in samples})
+    tasks = sorted({r["task"] for r in rows} | {s["task"] for s in samples} | {s["task"] for s in settings})
     with connect(run_dir) as con:
         con.execute("BEGIN IMMEDIATE")
         try:
             for t in tasks:
                 con.execute("DELETE FROM results WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
                 con.execute("DELETE FROM samples WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
-            con.executemany("INSERT INTO results VALUES (?,?,?,?,?,?,?,?)",
-                            [(analysis, int(step), r["task"], int(r.get("layer", -1)), r["metric"],
+                con.execute("DELETE FROM settings WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
+            con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
+                            [(analysis, int(step), r["task"], int(r.get("layer", -1)), int(r.get("head", -1)), r["metric"],
                               None if r["value"] is None else float(r["value"]), r.get("n"), now) for r in rows])
+            con.executemany(f"INSERT INTO settings ({', '.join(SETTING_COLUMNS)}) VALUES ({','.join('?' * len(SETTING_COLUMNS))})",
+                            [(analysis, int(step), s["task"], s["name"], float(s["value"]), now) for s in settings])
             con.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)",
                             [(analysis, int(step), s["task"], str(s["item"]), s["text"], now) for s in samples])
             con.execute("COMMIT")
@@ -100,7 +138,19 @@ def read_results(run_dir, analysis: str | None = None, **where) -> pd.DataFrame:
         conds.append(f"{k} IN ({','.join('?' * len(vs))})"); args += vs
     if conds: sql += " WHERE " + " AND ".join(conds)
     with connect(run_dir) as con:
-        return pd.read_sql_query(sql + " ORDER BY analysis, task, metric, layer, step", con, params=args)
+        return pd.read_sql_query(sql + " ORDER BY analysis, task, metric, layer, head, step", con, params=args)
+
+def read_settings(run_dir, analysis: str, **where) -> pd.DataFrame:
+    "The settings `analysis` ran with, one row per (step, task, name), filtered by any column=value."
+    if not db_path(run_dir).exists(): return pd.DataFrame(columns=SETTING_COLUMNS)
+    bad = set(where) - set(SETTING_COLUMNS)
+    if bad: raise ValueError(f"unknown settings column(s) {', '.join(sorted(bad))}; the columns are {', '.join(SETTING_COLUMNS)}")
+    conds, args = ["analysis=?"], [analysis]
+    for k, v in where.items():
+        vs = list(v) if isinstance(v, (list, tuple, set)) else [v]
+        conds.append(f"{k} IN ({','.join('?' * len(vs))})"); args += vs
+    with connect(run_dir) as con:
+        return pd.read_sql_query(f"SELECT * FROM settings WHERE {' AND '.join(conds)} ORDER BY task, name, step", con, params=args)
 
 def read_samples(run_dir, analysis: str, task: str | None = None) -> pd.DataFrame:
     "The text samples of `analysis` (optionally one task) as a DataFrame."
@@ -160,16 +210,17 @@ def _groups(con, table: str, key: str = "analysis, step, task") -> dict:
 def merge_results(run_dir, sources: Iterable) -> dict:
     "Copy the results, samples and sweep log of each source database (or run folder) into `run_dir`'s main database."
     target = db_path(run_dir, DB_NAME)  # the main file, whatever shard this process writes
-    counts = dict(results=0, samples=0, sweep_log=0)
+    counts = dict(results=0, samples=0, settings=0, sweep_log=0)
     for src in sources:
         src = db_path(src, DB_NAME)
         if not src.is_file(): raise FileNotFoundError(f"no results database at {src}")
         if src.resolve() == target.resolve(): continue
+        with connect(src): pass  # brings an old-format shard to the current schema first
         with connect(target) as con:
             con.execute("ATTACH DATABASE ? AS src", (str(src),))
             con.execute("BEGIN IMMEDIATE")
             try:
-                for table in ("results", "samples"):
+                for table in ("results", "samples", "settings"):
                     mine, theirs = _groups(con, table), _groups(con, f"src.{table}")
                     for g, t in theirs.items():
                         if g in mine and mine[g] >= t: continue

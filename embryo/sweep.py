@@ -24,19 +24,20 @@ from typing import Sequence
 
 import pandas as pd
 
-from .config import atomic_write, clean_stale_temps, temp_tag
-from .glue import CPU_FINETUNE
-from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, _read_log, complete_run, sentence_name, _sentence_task
+from .config import atomic_write, clean_stale_temps, temp_tag, CPU_FINETUNE
+from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, _read_log, train_log, complete_run, sentence_name, _sentence_task
 from .results import DB_NAME, db_path, done_steps, log_job, read_log, computed_with, options_digest, set_computed_with
 
 
 # %% auto #0
-__all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'CPU_PRESETS', 'REPRODUCE_STEPS',
-           'REPRODUCE_OPTIONS', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard',
-           'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook',
-           'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError',
-           'check_value', 'check_parameters', 'check_options', 'options_text', 'plan', 'summary_table', 'sweep',
-           'report_sections', 'write_report', 'redraw_all', 'reproduce']
+__all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR',
+           'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'SweepError',
+           'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps',
+           'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel',
+           'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError', 'check_value', 'check_parameters',
+           'check_options', 'options_text', 'plan', 'summary_table', 'sweep', 'report_sections', 'write_report',
+           'redraw_all', 'reproduce', 'publish_report', 'results_markdown', 'sync_notebooks', 'checkout_figures',
+           'notebook_pages']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -501,7 +502,7 @@ def _pretraining_verdict(run_dir) -> str:
     s = (f"Held-out masked-LM accuracy {e['mlm_accuracy']:.1%} against {e['baseline_accuracy']:.1%} for always "
          f"predicting the most frequent token; {'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy "
          f"{e[f'{task}_accuracy']:.1%} (chance 50%).")
-    d = loss_drop(_read_log(Path(run_dir) / "logs" / "train.jsonl", 1 << 62))
+    d = loss_drop(train_log(run_dir))
     if d: s += (f" The MLM loss falls most sharply around step {d['step']:,}: from {d['before']:.2f} to {d['after']:.2f} "
                 f"nats, mean over the {d['ratio'] - 1:.0%} of steps before and after it (marked in the figure).")
     return s
@@ -516,15 +517,18 @@ def report_sections(run_dir) -> list[dict]:
         out += [dict(r, verdict=v, analysis=a) for r in getattr(m, "REPORT", [])]
     if importlib.util.find_spec("embryo.ablations") is not None:
         m = importlib.import_module("embryo.ablations")
-        out += [dict(r, verdict=r.get("verdict", "")) for r in getattr(m, "REPORT", [])]
+        out += [dict(r, verdict=r.get("verdict", ""), analysis="ablations") for r in getattr(m, "REPORT", [])]
     return out
 
 def _table_html(csv: Path) -> str:
     try: return pd.read_csv(csv).to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0)
     except Exception as e: return f"<p>could not read {html.escape(csv.name)}: {html.escape(str(e))}</p>"
 
+REPORT_JSON = "report.json"  # beside index.html: its sections and verdicts, which the notebooks' results cells are written from
+PAGES_DIR = "notebooks"  # under the figures folder: the analysis notebooks executed on the run, as HTML
+
 def write_report(run_dir, figures_dir="figures") -> Path:
-    "Write `figures_dir/index.html`: every figure and table present, its paper reference, finding and verdict."
+    "Write `figures_dir/index.html` (every figure and table present, its paper reference, finding and verdict) and `report.json`."
     figures_dir = Path(figures_dir)
     e = html.escape
     parts = ["<!doctype html><meta charset='utf-8'><title>embryo report</title>",
@@ -534,10 +538,11 @@ def write_report(run_dir, figures_dir="figures") -> Path:
              f"<h1>embryo: the birth of ALBERT, reproduced on run <code>{e(str(run_dir))}</code></h1>",
              "<p>Each section: the paper's figure or table, what the paper found, and what this run shows. "
              "Regenerate with <code>make reproduce</code>.</p>"]
-    missing = []
+    missing, shown = [], []
     for r in report_sections(run_dir):
         png, csv = figures_dir / f"{r['file']}.png", figures_dir / f"{r['file']}.csv"
         if not png.exists() and not csv.exists(): missing.append(r["file"]); continue
+        shown.append({k: r.get(k, "") for k in ("file", "paper", "caption", "finding", "verdict", "analysis")})
         parts.append(f"<section id='{e(r['file'])}'><h2>{e(r['paper'])}: {e(r['caption'])}</h2>")
         parts.append(f"<p><b>The paper's finding.</b> {e(r['finding'])}</p>")
         if r.get("verdict"): parts.append(f"<p class='verdict'><b>On this run.</b> {e(r['verdict'])}</p>")
@@ -545,6 +550,10 @@ def write_report(run_dir, figures_dir="figures") -> Path:
         elif csv.exists(): parts.append(_table_html(csv))
         parts.append("</section>")
     if missing: parts.append(f"<p>Not drawn yet: {e(', '.join(missing))}.</p>")
+    pages = sorted((figures_dir / PAGES_DIR).glob("*.html"))
+    if pages: parts.append("<section id='notebooks'><h2>The analysis notebooks, executed on this run</h2><ul>" + "".join(
+        f"<li><a href='{PAGES_DIR}/{e(p.name)}'>{e(p.stem)}</a></li>" for p in pages) + "</ul></section>")
+    atomic_write(figures_dir / REPORT_JSON, json.dumps(dict(run=str(run_dir), sections=shown), indent=1) + "\n")
     return atomic_write(figures_dir / "index.html", "\n".join(parts) + "\n")
 
 # %% ../nbs/10_sweep.ipynb #5ae391e4
@@ -563,7 +572,7 @@ REPRODUCE_STEPS = {"glue": 4, "probing": 9, "reconstruction": 13, "knowledge": 1
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}  # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
 
 def reproduce(args):
-    "The main job: parameter tables, the pretraining run, every analysis over its checkpoints, every figure, the report."
+    "The main job: parameter tables, the pretraining run, every analysis over its checkpoints, every figure, the executed notebooks, the report."
     from embryo.pretrain import pretrain_from_args
     from embryo.config import write_param_tables
     figures = Path(args.figures or "figures")
@@ -578,4 +587,113 @@ def reproduce(args):
         print(sweep(run, [a], log_spaced(steps, k) if k else None, mode=getattr(args, "mode", "inprocess"),
                     options=opts, redraw=False).to_string())
     for p in redraw_all(run, figures): print(f"wrote {p}")
-    print(f"wrote {write_report(run, figures)}")
+    try: notebook_pages(run, figures / PAGES_DIR, options=REPRODUCE_OPTIONS if args.preset in CPU_PRESETS else None)
+    except Exception as e: print(f"notebook pages not written ({_error_text(e)}); the figures and the report are")
+    publish_report(run, figures)
+
+def publish_report(run_dir, figures_dir="figures") -> list[Path]:
+    "Write the report (index.html, report.json) and, when `figures_dir` is the checkout's figures, the notebooks' results cells."
+    paths = [write_report(run_dir, figures_dir)]
+    if (root := checkout_figures(figures_dir)) is not None: paths += sync_notebooks(root)
+    for p in paths: print(f"wrote {p}")
+    return paths
+
+# %% ../nbs/10_sweep.ipynb #d7236a80
+NOTEBOOKS = {**ANALYSES, "ablations": "09_albert_ablations"}  # analysis -> its notebook, each with a results cell
+RESULTS_MARK = "<!-- embryo:results {analysis} -->"  # the first line of the notebook cell that sync_notebooks rewrites
+TWINS = {"bert-tiny": "The BERT twin"}  # figures/<folder>/ of another run, as the results cells name it
+
+def _figure_sets(figures_root) -> list[tuple[str, Path, dict]]:
+    "(title, folder, report) of the default run's figures (the root) and of each other run's folder under it."
+    root, out = Path(figures_root), []
+    for d in [root, *sorted(p for p in root.iterdir() if p.is_dir())] if root.is_dir() else []:
+        f = d / REPORT_JSON
+        if f.exists():
+            title = "The default run" if d == root else TWINS.get(d.name, f"The run in `{d.name}/`")
+            out.append((title, d, json.loads(f.read_text())))
+    return out
+
+def results_markdown(analysis: str, figures_root="figures", nbs=None) -> str:
+    "The results cell of `analysis`'s notebook: its committed figures, tables and verdict for every run under `figures_root`."
+    nbs = Path(nbs or nbs_dir())
+    rel = lambda p: Path(os.path.relpath(Path(p).resolve(), nbs.resolve())).as_posix()
+    out = [RESULTS_MARK.format(analysis=analysis),
+           "**The committed results.** Written from `figures/` by `make reproduce` and `embryo report` (which rewrite this "
+           "cell; do not edit it), so a reader sees them without running anything."]
+    for title, d, rep in _figure_sets(figures_root):
+        secs = [s for s in rep["sections"] if s.get("analysis") == analysis]
+        if not secs: continue
+        out += ([] if out[-1] == "" else [""]) + [f"#### {title} (`{rep['run']}`)", ""]
+        for s in secs:
+            png, md = d / f"{s['file']}.png", d / f"{s['file']}.md"
+            if png.exists(): out += [f"![{s['paper']}]({rel(png)})", ""]
+            elif md.exists(): out += [f"{s['paper']}: [{md.name}]({rel(md)})", ""]
+        for v in dict.fromkeys(s["verdict"] for s in secs if s["verdict"]): out += [f"**Verdict on this run.** {v}", ""]
+        page = d / PAGES_DIR / f"{NOTEBOOKS[analysis]}.html"
+        if page.exists(): out += [f"This notebook executed on this run, every output shown: [{page.name}]({rel(page)})", ""]
+    if len(out) == 2: out += ["", "No committed results yet: `make reproduce` writes them."]
+    return "\n".join(out).rstrip("\n")
+
+def _results_cell(nb: dict, analysis: str, path) -> dict:
+    mark = RESULTS_MARK.format(analysis=analysis)
+    for c in nb["cells"]:
+        if c["cell_type"] == "markdown" and "".join(c["source"]).startswith(mark): return c
+    raise SweepError(f"{path} has no results cell (a markdown cell starting {mark}): add one to its figure section")
+
+def sync_notebooks(figures_root="figures", nbs=None, analyses=None) -> list[Path]:
+    "Rewrite each analysis notebook's results cell from `figures_root` (as nbdev_clean writes notebooks); returns those changed."
+    nbs, changed = Path(nbs or nbs_dir()), []
+    for a in analyses or NOTEBOOKS:
+        path = nbs / f"{NOTEBOOKS[a]}.ipynb"
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        cell, text = _results_cell(nb, a, path), results_markdown(a, figures_root, nbs)
+        if "".join(cell["source"]) == text: continue
+        cell["source"] = text.splitlines(keepends=True)
+        atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"); changed.append(path)
+    return changed
+
+def checkout_figures(figures_dir) -> Path | None:
+    "The checkout's `figures/` when `figures_dir` is it or a folder in it (the committed results), else None."
+    try: root = (nbs_dir().parent / "figures").resolve()
+    except SweepError: return None
+    f = Path(figures_dir).resolve()
+    return root if f == root or f.parent == root else None
+
+# %% ../nbs/10_sweep.ipynb #0c1b0b95
+def _scratch_run(run_dir: Path, dst: Path) -> Path:
+    "A folder that reads as `run_dir` (its files linked) with a copy of its results database, so a notebook may write."
+    import sqlite3
+    dst.mkdir(parents=True)
+    for p in run_dir.iterdir():
+        if not (p.name.startswith(DB_NAME) or p.name in ("figures", "notebooks")): (dst / p.name).symlink_to(p.resolve())
+    if db_path(run_dir).exists():
+        with sqlite3.connect(db_path(run_dir)) as src, sqlite3.connect(dst / DB_NAME) as out: src.backup(out)
+    return dst
+
+def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None, device: str = "cpu") -> list[Path]:
+    "Run each analysis notebook whole (papermill) on the run's last step and write it as HTML to `out_dir`, outputs and all."
+    import tempfile
+    import nbformat
+    import papermill as pm
+    try: from nbconvert import HTMLExporter
+    except ImportError:
+        print("notebook pages skipped: they need nbconvert, a development requirement (pip install -e '.[dev]')"); return []
+    run_dir, out_dir = Path(run_dir).resolve(), Path(out_dir)
+    step, nbs, paths = list_steps(run_dir)[-1], nbs_dir(), []
+    figs = os.path.relpath(nbs.parent / "figures", out_dir.resolve())  # where ../figures/ of a notebook's links points from a page
+    with tempfile.TemporaryDirectory() as d:
+        scratch = _scratch_run(run_dir, Path(d) / run_dir.name)  # the run's name, as figure titles print it
+        for a in analyses or available_analyses():
+            src, executed = nbs / f"{ANALYSES[a]}.ipynb", Path(d) / f"{ANALYSES[a]}.ipynb"
+            params = dict(run_dir=str(scratch), step=step, device=device, **(options or {}).get(a, {}))
+            t0 = time.time()
+            try: pm.execute_notebook(str(src), str(executed), parameters=params, kernel_name="python3", cwd=str(nbs),
+                                     progress_bar=False)
+            except Exception as e: print(f"{src.name} failed on {run_dir} step {step} ({_error_text(e)}): its page shows where")
+            nb = nbformat.read(executed, as_version=4)
+            for c in nb.cells:
+                if c.cell_type == "markdown": c.source = c.source.replace("](../figures/", f"]({figs}/")
+            body, _ = HTMLExporter().from_notebook_node(nb)
+            paths.append(atomic_write(out_dir / f"{src.stem}.html", body))
+            print(f"wrote {paths[-1]} ({time.time() - t0:.0f} s)", flush=True)
+    return paths

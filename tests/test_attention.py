@@ -95,14 +95,14 @@ def test_known_attention_gives_known_rows(fixture_copy, tmp_path, monkeypatch):
     monkeypatch.setattr(A, "load_checkpoint", lambda *a, **k: KnownAttention())
     T = SMALL["seq_len"]
     df = A.evaluate_step(run, 7, **SMALL)
-    got = {(r.layer, r.metric): r.value for r in read_results(run, A.ANALYSIS, step=7).itertuples()}
+    got = {(r.layer, r.head, r.metric): r.value for r in read_results(run, A.ANALYSIS, step=7).itertuples()}
     assert len(got) == len(df) == len(A.METRICS) * 3 * 2 + 1
     for layer in (1, 2, 3):
-        assert got[(layer, "prev/h0")] == pytest.approx((T - 1) / T) and got[(layer, "self/h0")] == pytest.approx(1 / T)
-        assert got[(layer, "diagonal/h0")] == pytest.approx(1.0) and got[(layer, "entropy/h0")] == pytest.approx(0, abs=1e-9)
-        assert got[(layer, "cls/h1")] == pytest.approx(1.0) and got[(layer, "sep/h1")] == pytest.approx(0.0)
-        assert got[(layer, "diagonal/h1")] == pytest.approx(2 / T)  # [CLS] is a neighbour of positions 0 and 1 only
-    assert got[(-1, "uniform_diagonal")] == pytest.approx((3 * T - 2) / T ** 2)
+        assert got[(layer, 0, "prev")] == pytest.approx((T - 1) / T) and got[(layer, 0, "self")] == pytest.approx(1 / T)
+        assert got[(layer, 0, "diagonal")] == pytest.approx(1.0) and got[(layer, 0, "entropy")] == pytest.approx(0, abs=1e-9)
+        assert got[(layer, 1, "cls")] == pytest.approx(1.0) and got[(layer, 1, "sep")] == pytest.approx(0.0)
+        assert got[(layer, 1, "diagonal")] == pytest.approx(2 / T)  # [CLS] is a neighbour of positions 0 and 1 only
+    assert got[(-1, -1, "uniform_diagonal")] == pytest.approx((3 * T - 2) / T ** 2)
     maps = A.stored_maps(run)
     assert list(maps) == [(1, 1), (2, 1), (3, 1)]  # layers 1, 2, L and the last head
     assert maps[(3, 1)][7][:, 0].tolist() == [1.0] * T
@@ -126,7 +126,7 @@ def _fake_run(run, emerge: dict[int, int], steps=(0, 10, 100, 1000)):
         for layer, at in emerge.items():
             for h in (0, 1):
                 d = 0.6 if (h == 0 and s >= at) else 0.12
-                rows += [dict(task="brown", layer=layer, metric=f"{m}/h{h}", value=d if m == "diagonal" else 0.1, n=1)
+                rows += [dict(task="brown", layer=layer, head=h, metric=m, value=d if m == "diagonal" else 0.1, n=1)
                          for m in A.METRICS]
         write_results(run, A.ANALYSIS, s, rows)
 
@@ -165,7 +165,7 @@ def test_neighbour_heads_measure_prev_and_next_against_an_even_spread(tmp_path):
             for h in (0, 1):
                 for m in A.METRICS:
                     v = mass if (layer, h, m) == (2, 1, "prev") else (T - 1) / T ** 2 if m in ("prev", "next") else 0.1
-                    rows.append(dict(task="brown", layer=layer, metric=f"{m}/h{h}", value=v, n=1))
+                    rows.append(dict(task="brown", layer=layer, head=h, metric=m, value=v, n=1))
         write_results(tmp_path, A.ANALYSIS, s, rows)
     n = A.neighbour_heads(tmp_path)
     even = (T - 1) / T ** 2

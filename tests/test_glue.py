@@ -9,7 +9,7 @@ import pytest
 
 from embryo import glue as G
 from embryo import pretrain as P
-from embryo.results import read_results, read_samples
+from embryo.results import read_results, read_samples, read_settings
 
 GLUE = Path(__file__).parent / "data" / "glue"  # small files of our own sentences, in GLUE's exact layouts
 FAST = dict(max_train_examples=16, max_dev_examples=64, progress=False)  # a few finetuning steps: the tests check plumbing, not accuracy
@@ -149,7 +149,10 @@ def test_glue_tasks_on_layout_files_with_mnli_start(fixture_copy):
     s = read_samples(fixture_copy, G.ANALYSIS)
     start = {t: json.loads(x)["start"] for t, x in zip(s.task, s.text)}
     assert start == {"mnli": "checkpoint", "rte": "MNLI-finetuned", "stsb": "MNLI-finetuned", "cola": "checkpoint"}
-    assert metric("rte", "seed") == 0 and metric("mnli", "learning_rate") == 3e-5 and metric("rte", "train_steps") == 1
+    st = read_settings(fixture_copy, G.ANALYSIS, step=30)
+    setting = lambda t, k: st[(st.task == t) & (st.name == k)].value.iloc[0]
+    assert setting("rte", "seed") == 0 and setting("mnli", "learning_rate") == 3e-5 and setting("rte", "train_steps") == 1
+    assert not set(db.metric) & set(G.SETTINGS)  # settings are not metrics
 
 
 def test_builtin_step_is_stored_replaced_and_drawn(fixture_copy, tmp_path):
@@ -157,8 +160,9 @@ def test_builtin_step_is_stored_replaced_and_drawn(fixture_copy, tmp_path):
     rows = G.evaluate_step(fixture_copy, 16, seed=3, **FAST)
     db = read_results(fixture_copy, G.ANALYSIS, step=16)
     assert set(db.task) == {"polarity", "uncertainty", "builtin"} and len(db) == len(rows)
-    assert set(db[db.task == "polarity"].metric) == {"accuracy", "score", "chance", "score/seed3", *G.SETTINGS}
-    assert db[(db.task == "polarity") & (db.metric == "seed")].value.iloc[0] == 3
+    assert set(db[db.task == "polarity"].metric) == {"accuracy", "score", "chance", "score/seed3", "train_loss"}
+    st = read_settings(fixture_copy, G.ANALYSIS, step=16, task="polarity")
+    assert set(st.name) == set(G.SETTINGS) and st[st.name == "seed"].value.iloc[0] == 3
     assert db[(db.task == "polarity") & (db.metric == "score")].n.iloc[0] == 64  # max_dev_examples
     assert db[(db.task == "builtin") & (db.metric == "chance")].value.iloc[0] == pytest.approx(0.5, abs=0.1)
     n_all = len(read_results(fixture_copy, G.ANALYSIS))
@@ -258,3 +262,18 @@ def test_table_errors_name_the_file_and_row(tmp_path):
     (tmp_path / "RTE" / "train.jsonl").write_text('{"sentence1": "A.", "sentence2": "B.", "label": 0}\n{not json\n')
     with pytest.raises(G.GlueDataError, match=r"RTE/train.jsonl: cannot be read as jsonl"):
         G.load_task("rte", tmp_path)
+
+
+def test_step_axes_show_step_0_and_every_marker_whole(fixture_copy, monkeypatch):
+    "Figs. 5a and 12 on the steps the tests above stored: no negative step ticks, the first and the best step inside the axes."
+    figs = []
+    monkeypatch.setattr(G, "save_figure", lambda fig, out_dir, name: figs.append(fig) or [])
+    G.plot_fig5(fixture_copy); G.plot_fig12(fixture_copy)
+    steps = G.scores_table(fixture_copy).index
+    assert len(figs) == 2 and steps.min() == 0 and len(steps) >= 3, (len(figs), list(steps))
+    for fig in figs:
+        fig.canvas.draw()
+        for ax in (a for a in fig.axes if a.lines):
+            lo, hi = ax.get_xlim()
+            assert lo < 0 and hi > steps.max(), (ax.get_title(), lo, hi)  # markers at step 0 and the last step are drawn whole
+            assert min(t for t in ax.get_xticks() if lo <= t <= hi) == 0, (ax.get_title(), ax.get_xticks())  # no negative side

@@ -17,3 +17,41 @@ def test_found_notebooks():
 def test_notebook(nb, capsys):
     ok, secs = run_notebook(nb, skip_flags=["notest"], showerr=True)
     assert ok, f"{nb.name} failed (see the traceback above)"
+
+
+# A second micro run whose settings differ from the fixture's wherever an analysis could assume them: sequence length,
+# vocabulary, layers, heads, and BERT's layout (no sharing, E = H, NSP), like the BERT twin. Each analysis notebook runs
+# whole on it under papermill, as the README's `papermill nbs/05_glue.ipynb out.ipynb -p run_dir ... -p step ...` does,
+# so a demo or test cell that holds only for the fixture fails here.
+OTHER_RUN = dict(vocab_size=600, tokenizer_vocab_size=600, max_seq_length=32, num_hidden_layers=3, num_attention_heads=4,
+                 sharing="none", embedding_size=64, sentence_task="nsp", total_steps=8, eval_sequences=32)
+ANALYSIS_NBS = [p for p in NBS if p.stem[:2] in ("04", "05", "06", "07", "08")]  # 09 takes no run: it trains its own
+OPTIONS = {"04": dict(max_words=100), "05": dict(max_train_examples=64, max_dev_examples=200)}  # small caps: seconds, not minutes
+
+
+@pytest.fixture(scope="module")
+def other_run(tmp_path_factory):
+    "A copy of the differently configured micro run (built once under the data dir), with a results database of its own."
+    import shutil
+    from embryo.pretrain import fixture_run
+    dst = tmp_path_factory.mktemp("run") / "other"
+    shutil.copytree(fixture_run(**OTHER_RUN), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume"))
+    return dst
+
+
+def test_found_analysis_notebooks():
+    assert [p.stem[:2] for p in ANALYSIS_NBS] == ["04", "05", "06", "07", "08"], ANALYSIS_NBS
+
+
+@pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])
+def test_analysis_notebook_on_other_run(nb, other_run, tmp_path):
+    import papermill as pm
+    from embryo.pretrain import list_steps
+    step = list_steps(other_run)[-1]
+    try:
+        pm.execute_notebook(str(nb), str(tmp_path / nb.name), cwd=str(nb.parent), kernel_name="python3", progress_bar=False,
+                            parameters=dict(run_dir=str(other_run), step=step, figures_dir=str(tmp_path / "figures"),
+                                            **OPTIONS.get(nb.stem[:2], {})))
+    except pm.PapermillExecutionError as e:
+        pytest.fail(f"{nb.name} fails on a run configured unlike the fixture ({OTHER_RUN}): {e.ename}: {e.evalue}\n"
+                    + "".join(e.traceback[-3:]), pytrace=False)

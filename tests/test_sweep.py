@@ -1,5 +1,6 @@
 """The sweep (notebook 10) and the `embryo` command (notebook 11): papermill and in-process give the same numbers,
 done pairs are skipped, a crash is resumed, failures are logged, parallel writers lose nothing, shards merge."""
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -277,3 +278,26 @@ def test_papermill_parameters_are_checked_by_name(fixture_copy, tmp_path, params
         pm.execute_notebook(nb, str(tmp_path / "out.ipynb"), parameters=dict(run_dir=str(fixture_copy), **params),
                             kernel_name="python3", progress_bar=False, cwd=str(nbs_dir()))
     assert e.value.ename == "ParameterError" and message in e.value.evalue, (e.value.ename, e.value.evalue)
+
+
+def test_notebooks_show_the_committed_results(root):
+    "Each analysis notebook's results cell is what the committed figures/ give: rewriting figures/ without it fails here."
+    from embryo.sweep import NOTEBOOKS, results_markdown, _results_cell
+    for a, name in NOTEBOOKS.items():
+        path = root / "nbs" / f"{name}.ipynb"
+        cell = "".join(_results_cell(json.loads(path.read_text()), a, path)["source"])
+        assert cell == results_markdown(a, root / "figures", root / "nbs"), (
+            f"{path.name}: its results cell is stale against figures/; run `embryo report` (or embryo.sweep.sync_notebooks())")
+        assert "../figures/" in cell, f"{path.name}: its results cell shows no committed figure"
+
+
+def test_committed_report_json_matches_index(root):
+    "figures/report.json (what the notebooks show) and index.html were written together: the same sections and verdicts."
+    import html
+    import re
+    from embryo.sweep import REPORT_JSON
+    for d in [root / "figures", *[p for p in (root / "figures").iterdir() if (p / "index.html").exists()]]:
+        rep, page = json.loads((d / REPORT_JSON).read_text()), (d / "index.html").read_text()
+        assert [s["file"] for s in rep["sections"]] == re.findall(r"<section id='(?!notebooks')([^']+)'>", page), d
+        for s in rep["sections"]:
+            if s["verdict"]: assert html.escape(s["verdict"]) in page, (d, s["file"])
