@@ -194,7 +194,7 @@ def test_divergence_stops_with_a_clear_message(tmp_path):
 def test_divergence_message_names_a_command_that_works(tmp_path):
     "The NaN message's command (--override --set learning_rate=...) resumes the same run and records the change."
     run = tmp_path / "run"
-    args = fixture_args(run, learning_rate=1e12, warmup_steps=0, max_grad_norm=1e30, checkpoint_pow2_until=0)  # saves 0, 10, 20, 30
+    args = fixture_args(run, learning_rate=1e12, warmup_steps=0, max_grad_norm=1e30, checkpoint_pow2_until=0, total_steps=10)  # saves 0, 10
     res = _cli("pretrain", *args)
     assert res.returncode == 2 and "TrainingDiverged" in res.stderr, res.stderr[-2000:]
     cmd = re.search(r"run: embryo (pretrain .*?) \(or raise", res.stderr)[1].split()
@@ -205,7 +205,7 @@ def test_divergence_message_names_a_command_that_works(tmp_path):
     cfg = json.loads((run / RUN_CONFIG).read_text())
     assert cfg["train"]["learning_rate"] == 0.005
     assert cfg["history"][0]["changed"] == ["train.learning_rate: 1000000000000.0 in the run, 0.005 now"], cfg["history"]
-    assert P.list_steps(run) == [0, 10, 20, 30]
+    assert P.list_steps(run) == [0, 10]
 
 
 def test_missing_step_lists_the_steps():
