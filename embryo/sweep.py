@@ -31,15 +31,17 @@ from .results import DB_NAME, db_path, done_steps, log_job, read_log
 
 # %% auto #0
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'CORE_REPORT', 'CPU_PRESETS', 'REPRODUCE_STEPS',
-           'REPRODUCE_OPTIONS', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard',
-           'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook',
-           'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'check_options', 'plan',
-           'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce']
+           'REPRODUCE_OPTIONS', 'USER_DATA', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
+           'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path',
+           'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess',
+           'check_options', 'plan', 'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all',
+           'reproduce']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
     "reconstruction": "04_reconstruction",
     "glue": "05_glue",
+    "squad": "05a_squad",
     "knowledge": "06_knowledge",
     "probing": "07_probing",
     "attention": "08_attention",
@@ -470,6 +472,8 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
 CPU_PRESETS = ("tiny", "bert-tiny")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT twin)
 REPRODUCE_STEPS = {"glue": 4, "probing": 9, "reconstruction": 13, "knowledge": 13}  # on the CPU presets, the slower analyses run on this many log-spaced steps (attention: every step)
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}  # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
+USER_DATA = {"squad": "SQuAD 2.0 cannot be fetched here; add it with `embryo sweep --run {run} --analyses squad "
+                      "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>`"}  # analyses reproduce skips
 
 def reproduce(args):
     "The main job: parameter tables, the pretraining run, every analysis over its checkpoints, every figure, the report."
@@ -481,6 +485,7 @@ def reproduce(args):
     pretrain_from_args(args)
     steps = list_steps(run)
     for a in available_analyses():
+        if a in USER_DATA: print(f"== {a}: skipped: {USER_DATA[a].format(run=run)}", flush=True); continue
         k = REPRODUCE_STEPS.get(a) if args.preset in CPU_PRESETS else None
         print(f"== {a}", flush=True)
         opts = {a: REPRODUCE_OPTIONS[a]} if args.preset in CPU_PRESETS and a in REPRODUCE_OPTIONS else None
