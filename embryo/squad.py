@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import itertools
 import json
 import math
 import re
@@ -53,6 +54,7 @@ __all__ = ['DEFAULT_MAX_TRAIN', 'FILES', 'ANALYSIS', 'TASK', 'SQUAD', 'DOC_STRID
 ANALYSIS, TASK = "squad", "squad_v2"  # the `analysis` and `task` names of this notebook's rows in the results database
 SQUAD = Task("squad_v2", "SQuAD 2.0", (), True, "score", 3e-5, 48, 8144, 814, 130319, classifier_dropout=0.0)
 DOC_STRIDE, MAX_QUERY_LENGTH, MAX_ANSWER_LENGTH = 128, 64, 30  # transformers' question-answering example
+
 def window_settings(max_len: int, doc_stride: int = DOC_STRIDE, max_query_length: int = MAX_QUERY_LENGTH) -> tuple[int, int]:
     "(question pieces kept, stride) for windows of `max_len`: the example's values, at most a quarter and half a window."
     q = max(1, min(max_query_length, max_len // 4))
@@ -226,21 +228,21 @@ def windows(n: int, room: int, stride: int) -> list[tuple[int, int]]:
         s += min(stride, room)
 
 def features(tok, examples: Sequence[QAExample], max_len: int, doc_stride: int = DOC_STRIDE,
-             max_query_length: int = MAX_QUERY_LENGTH) -> tuple[list[Feature], int]:
-    "The windows of every question, and how many answerable questions have an answer the paragraph does not read."
+             max_query_length: int = MAX_QUERY_LENGTH) -> tuple[list[Feature], set[int]]:
+    "The windows of every question, and the answerable questions whose paragraph does not read their answer."
     q_len, stride = window_settings(max_len, doc_stride, max_query_length)
-    cache, out, unread = {}, [], 0
+    cache, out, unread = {}, [], set()
     for k, ex in enumerate(examples):
         if ex.context not in cache:
             spans = split_words(ex.context)
             word_ids = tok.encode_batch([ex.context[a:b] for a, b in spans]) if spans else []
-            first = [0] + list(np.cumsum([len(w) for w in word_ids]))
+            first = [0, *itertools.accumulate(len(w) for w in word_ids)]
             cache[ex.context] = spans, first, [p for w in word_ids for p in w], [j for j, w in enumerate(word_ids) for _ in w]
         spans, first, pieces, word_of = cache[ex.context]
         q = tok.encode(ex.question)[:q_len]
         room = max_len - len(q) - 3
         target = answer_pieces(tok, ex.context, spans, first, pieces, ex.answers[0]) if ex.answers else None
-        unread += bool(ex.answers) and target is None
+        if ex.answers and target is None: unread.add(k)
         wins = windows(len(pieces), room, stride)
         best = {}  # piece -> (context score, window) of the window where it has most context
         for w, (s, n) in enumerate(wins):
@@ -347,6 +349,7 @@ def evaluate_step(run_dir, step: int, device="cpu",
     max_len = max_seq_length(run_dir, pre, SQUAD)
     q_len, stride = window_settings(max_len, doc_stride, max_query_length)
     train_f, unread = features(tok, train, max_len, doc_stride, max_query_length)
+    train_f = [f for f in train_f if f.example not in unread]  # as transformers' example: not trained on a misplaced answer
     steps, warmup = schedule(SQUAD, len(train_f))
     lr, t0 = learning_rate or SQUAD.lr, time.time()
     torch.manual_seed(seed)
@@ -360,7 +363,7 @@ def evaluate_step(run_dir, step: int, device="cpu",
     settings = dict(seed=seed, learning_rate=lr, batch_size=SQUAD.batch_size, train_steps=steps, warmup_steps=warmup,
                     train_examples=len(train), max_seq_length=max_len, train_loss=loss, doc_stride=stride,
                     max_query_length=q_len, max_answer_length=max_answer_length, train_windows=len(train_f),
-                    train_unread=unread, dev_windows=len(dev_f), seconds=round(time.time() - t0, 1),
+                    train_unread=len(unread), dev_windows=len(dev_f), seconds=round(time.time() - t0, 1),
                     data=str(squad_dir), dev_examples=len(dev))
     rows = [dict(task=TASK, metric=k, value=float(v), n=int(m.get(k.split("_")[0] + "_total", len(dev)))) for k, v in m.items()]
     rows += seed_rows(TASK, [m["score"]], seed, len(dev))
