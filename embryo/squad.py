@@ -29,7 +29,7 @@ from .model import _PROJ, autocast
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure
 from .results import markdown_table, read_results, write_results
 
-DEFAULT_MAX_TRAIN = 2000  # training questions of a run by default: minutes per checkpoint for `tiny` on a CPU
+DEFAULT_MAX_TRAIN = 1000  # training questions of a run by default (the cost on a CPU: see "One checkpoint" below)
 FILES = {"train": "train-v2.0.json", "dev": "dev-v2.0.json"}  # the official file names
 
 class SquadDataError(ValueError):
