@@ -249,6 +249,10 @@ def _register_engine():
             return client.execute(cleanup_kc=True)  # the kernel was handed over: stop it and close the client's channels
     papermill_engines.register(WARM_ENGINE, StartedKernelEngine)
 
+def _resolved(v):
+    "An option that names an existing path relative to this process's folder, made absolute (the notebook runs in nbs/)."
+    return str(Path(v).resolve()) if isinstance(v, str) and v and Path(v).exists() else v
+
 def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None = None, pool: KernelPool | None = None,
                   examples: bool = False) -> Path:
     "Execute the analysis notebook of `job` for its step (in a kernel from `pool`); the executed notebook is kept, even when it fails."
@@ -257,7 +261,8 @@ def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None =
     nb = sweep_notebook(nbs_dir() / f"{ANALYSES[job.analysis]}.ipynb", examples)
     out = notebook_path(run_dir, job); out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.{os.getpid()}.{threading.get_ident()}.ipynb")
-    params = dict(run_dir=str(Path(run_dir).resolve()), step=job.step, device=device, redraw_figures=False, **(options or {}))
+    params = dict(run_dir=str(Path(run_dir).resolve()), step=job.step, device=device, redraw_figures=False,
+                  **{k: _resolved(v) for k, v in (options or {}).items()})
     km = pool.take() if pool is not None else start_kernel(nbs_dir())
     try:
         pm.execute_notebook(nb, str(tmp), parameters=params, kernel_name="python3", engine_name=WARM_ENGINE, km=km,

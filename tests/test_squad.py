@@ -11,7 +11,7 @@ import torch
 
 from embryo import squad as S
 from embryo import pretrain as P
-from embryo.results import read_results, read_samples
+from embryo.results import read_log, read_results, read_samples
 
 SQUAD = Path(__file__).parent / "data" / "squad2"  # our own paragraphs in the official SQuAD 2.0 format
 FAST = dict(squad_dir=SQUAD, max_train_examples=4, progress=False)  # a few finetuning steps: plumbing, not accuracy
@@ -255,9 +255,11 @@ def test_sweep_runs_squad_with_its_folder_and_reproduce_skips_it(fixture_copy, t
     assert W.ANALYSES["squad"] == "05a_squad" and "squad" in W.available_analyses()
     run = tmp_path / "r"
     shutil.copytree(fixture_copy, run, ignore=shutil.ignore_patterns("results.sqlite*"))
-    t = W.sweep(run, ["squad"], steps=[8], mode="inprocess", progress=False,
-                options={"squad": dict(squad_dir=str(SQUAD), max_train_examples=4)})
-    assert t.loc["squad", 8] == "done" and set(read_results(run, "squad").step) == {8}
+    monkeypatch.chdir(SQUAD.parent)  # a folder relative to where the sweep is started, while papermill runs in nbs/
+    t = W.sweep(run, ["squad"], steps=[8], mode="papermill", progress=False,
+                options={"squad": dict(squad_dir="squad2", max_train_examples=4)})
+    assert t.loc["squad", 8] == "done", read_log(run).error.tolist()
+    assert set(read_results(run, "squad").step) == {8}
     with pytest.raises(W.SweepError, match="squad has no option glue_dir"):
         W.sweep(run, ["squad"], steps=[8], mode="inprocess", options={"squad": dict(glue_dir="x")}, progress=False)
     # reproduce, offline and without SQuAD: one line saying how to add it, and the rest goes on
