@@ -31,18 +31,19 @@ from .results import DB_NAME, db_path, done_steps, log_job, read_log, computed_w
 
 # %% auto #0
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR',
-           'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'SweepError',
-           'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps',
-           'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel',
-           'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError', 'check_value', 'check_parameters',
-           'check_options', 'options_text', 'plan', 'summary_table', 'sweep', 'report_sections', 'write_report',
-           'redraw_all', 'reproduce', 'publish_report', 'results_markdown', 'sync_notebooks', 'checkout_figures',
-           'notebook_pages']
+           'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS',
+           'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name',
+           'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel',
+           'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError', 'check_value',
+           'check_parameters', 'check_options', 'options_text', 'plan', 'summary_table', 'sweep', 'report_sections',
+           'write_report', 'redraw_all', 'reproduce', 'publish_report', 'results_markdown', 'sync_notebooks',
+           'checkout_figures', 'notebook_pages']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
     "reconstruction": "04_reconstruction",
     "glue": "05_glue",
+    "squad": "05a_squad",
     "knowledge": "06_knowledge",
     "probing": "07_probing",
     "attention": "08_attention",
@@ -250,6 +251,10 @@ def _register_engine():
             return client.execute(cleanup_kc=True)  # the kernel was handed over: stop it and close the client's channels
     papermill_engines.register(WARM_ENGINE, StartedKernelEngine)
 
+def _resolved(v):
+    "An option that names an existing path relative to this process's folder, made absolute (the notebook runs in nbs/)."
+    return str(Path(v).resolve()) if isinstance(v, str) and v and Path(v).exists() else v
+
 def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None = None, pool: KernelPool | None = None,
                   examples: bool = False) -> Path:
     "Execute the analysis notebook of `job` for its step (in a kernel from `pool`); the executed notebook is kept, even when it fails."
@@ -259,7 +264,8 @@ def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None =
     out = notebook_path(run_dir, job); out.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(out.parent, f".{out.stem}.")  # a killed sweep's notebook of this job
     tmp = out.with_name(f".{out.stem}.{temp_tag()}.{threading.get_ident()}.ipynb")
-    params = dict(run_dir=str(Path(run_dir).resolve()), step=job.step, device=device, redraw_figures=False, **(options or {}))
+    params = dict(run_dir=str(Path(run_dir).resolve()), step=job.step, device=device, redraw_figures=False,
+                  **{k: _resolved(v) for k, v in (options or {}).items()})
     km = pool.take() if pool is not None else start_kernel(nbs_dir())
     try:
         pm.execute_notebook(nb, str(tmp), parameters=params, kernel_name="python3", engine_name=WARM_ENGINE, km=km,
@@ -570,6 +576,8 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
 CPU_PRESETS = ("tiny", "bert-tiny")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT twin)
 REPRODUCE_STEPS = {"glue": 4, "probing": 9, "reconstruction": 13, "knowledge": 13}  # on the CPU presets, the slower analyses run on this many log-spaced steps (attention: every step)
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}  # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
+USER_DATA = {"squad": "SQuAD 2.0 cannot be fetched here; add it with `embryo sweep --run {run} --analyses squad "
+                      "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>`"}  # analyses reproduce skips
 
 def reproduce(args):
     "The main job: parameter tables, the pretraining run, every analysis over its checkpoints, every figure, the executed notebooks, the report."
@@ -581,6 +589,7 @@ def reproduce(args):
     pretrain_from_args(args)
     steps = list_steps(run)
     for a in available_analyses():
+        if a in USER_DATA: print(f"== {a}: skipped: {USER_DATA[a].format(run=run)}", flush=True); continue
         k = REPRODUCE_STEPS.get(a) if args.preset in CPU_PRESETS else None
         print(f"== {a}", flush=True)
         opts = {a: REPRODUCE_OPTIONS[a]} if args.preset in CPU_PRESETS and a in REPRODUCE_OPTIONS else None

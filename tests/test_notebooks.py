@@ -26,7 +26,8 @@ def test_notebook(nb, capsys):
 OTHER_RUN = dict(vocab_size=600, tokenizer_vocab_size=600, max_seq_length=32, num_hidden_layers=3, num_attention_heads=4,
                  sharing="none", embedding_size=64, sentence_task="nsp", total_steps=8, eval_sequences=32)
 ANALYSIS_NBS = [p for p in NBS if p.stem[:2] in ("04", "05", "06", "07", "08")]  # 09 takes no run: it trains its own
-OPTIONS = {"04": dict(max_words=100), "05": dict(max_train_examples=64, max_dev_examples=200)}  # small caps: seconds, not minutes
+OPTIONS = {"04": dict(max_words=100), "05": dict(max_train_examples=64, max_dev_examples=200),  # small caps: seconds, not minutes
+           "05a": dict(squad_dir=str(Path(__file__).parent / "data" / "squad2"), max_train_examples=4)}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def other_run(tmp_path_factory):
 
 
 def test_found_analysis_notebooks():
-    assert [p.stem[:2] for p in ANALYSIS_NBS] == ["04", "05", "06", "07", "08"], ANALYSIS_NBS
+    assert [p.stem.split("_")[0] for p in ANALYSIS_NBS] == ["04", "05", "05a", "06", "07", "08"], ANALYSIS_NBS
 
 
 @pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])
@@ -51,7 +52,7 @@ def test_analysis_notebook_on_other_run(nb, other_run, tmp_path):
     try:
         pm.execute_notebook(str(nb), str(tmp_path / nb.name), cwd=str(nb.parent), kernel_name="python3", progress_bar=False,
                             parameters=dict(run_dir=str(other_run), step=step, figures_dir=str(tmp_path / "figures"),
-                                            **OPTIONS.get(nb.stem[:2], {})))
+                                            **OPTIONS.get(nb.stem.split("_")[0], {})))
     except pm.PapermillExecutionError as e:
         pytest.fail(f"{nb.name} fails on a run configured unlike the fixture ({OTHER_RUN}): {e.ename}: {e.evalue}\n"
                     + "".join(e.traceback[-3:]), pytrace=False)
