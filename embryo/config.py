@@ -282,6 +282,10 @@ def clean_stale_temps(folder, prefix: str = ".") -> list[Path]:
             gone.append(p)
     return gone
 
+def _umask() -> int:
+    "The process's umask (read by setting it, then putting it back)."
+    m = os.umask(0o022); os.umask(m); return m
+
 def atomic_write(path, data: str | bytes):
     "Write `data` to `path` through a temporary file in the same folder, fsync'd, then a rename: never a half-written file."
     path = Path(path)
@@ -291,6 +295,7 @@ def atomic_write(path, data: str | bytes):
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
+            os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp makes it owner-only; the file gets what open() would give
             f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)
