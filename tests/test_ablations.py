@@ -132,7 +132,7 @@ def test_micro_bert_run_through_pipeline_and_analyses(tmp_path):
 
 def test_downstream_scores_are_finetuned_cached_and_tabled(ablation_root, tmp_path):
     "`downstream=True` finetunes a run's last checkpoint on the built-in tasks once, caches the scores with their settings, and Table 6 shows them."
-    from embryo.results import read_results
+    from embryo.results import read_results, read_settings
     for t in ("none", "sop"):  # copies: the module's ablation folder stays as the other tests expect it
         shutil.copytree(ablation_root / f"all-E32-{t}-seed0", tmp_path / f"all-E32-{t}-seed0")
     run, micro = tmp_path / "all-E32-sop-seed0", A.get_scale(None)
@@ -144,7 +144,8 @@ def test_downstream_scores_are_finetuned_cached_and_tabled(ablation_root, tmp_pa
     assert scores["downstream_avg"] == pytest.approx(sum(cached["scores"].values()) / 2)
     rows = read_results(run, "glue", step=P.list_steps(run)[-1])
     assert rows[rows.metric == "score"].set_index("task").value.mul(100).loc[["polarity", "uncertainty"]].to_dict() == pytest.approx(cached["scores"])
-    assert set(rows[rows.metric == "train_examples"].value) == {300.0}
+    settings = read_settings(run, "glue", step=P.list_steps(run)[-1])
+    assert set(settings[settings.name == "train_examples"].value) == {300.0}
     mtime = cache.stat().st_mtime
     assert A.run_scores(run, downstream=True, finetune=micro["finetune"]) == scores and cache.stat().st_mtime == mtime  # cached
     assert "downstream_avg" not in A.run_scores(run, finetune=dict(learning_rate=1e-5))  # other settings: not these scores
