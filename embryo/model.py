@@ -20,10 +20,11 @@ import torch.nn.functional as F
 from .config import ModelConfig, ConfigError, SHARING, PRECISIONS, atomic_write, get_config, clean_stale_temps, fsync_dir, temp_tag
 
 # %% auto #0
-__all__ = ['ACT', 'TIED_KEYS', 'AlbertEmbeddings', 'AlbertAttention', 'AlbertLayer', 'AlbertLayerGroup', 'share_layers',
-           'AlbertTransformer', 'extended_mask', 'num_parameters', 'AlbertModel', 'AlbertMLMHead', 'AlbertSOPHead',
-           'PretrainingOutput', 'AlbertForPreTraining', 'native_bf16', 'resolve_precision', 'autocast',
-           'CheckpointError', 'to_hf_config', 'from_hf_config', 'hf_state_dict', 'save_pretrained', 'load_pretrained']
+__all__ = ['ACT', 'TIED_KEYS', 'EMBEDDING_PROJECTION', 'AlbertEmbeddings', 'AlbertAttention', 'AlbertLayer', 'AlbertLayerGroup',
+           'share_layers', 'AlbertTransformer', 'extended_mask', 'num_parameters', 'AlbertModel', 'AlbertMLMHead',
+           'AlbertSOPHead', 'PretrainingOutput', 'AlbertForPreTraining', 'native_bf16', 'resolve_precision', 'autocast',
+           'CheckpointError', 'to_hf_config', 'from_hf_config', 'hf_state_dict', 'save_pretrained', 'load_safetensors',
+           'load_pretrained']
 
 # %% ../nbs/01_model.ipynb #736c51b7
 class AlbertEmbeddings(nn.Module):
@@ -269,7 +270,7 @@ class CheckpointError(ValueError):
     "A checkpoint folder that cannot be loaded, with the file and field at fault."
 
 TIED_KEYS = ("predictions.decoder.weight", "predictions.decoder.bias")  # stored once, as the embeddings and predictions.bias
-_PROJ = "albert.encoder.embedding_hidden_mapping_in"
+EMBEDDING_PROJECTION = "albert.encoder.embedding_hidden_mapping_in"
 
 def to_hf_config(c: ModelConfig):
     "The `transformers.AlbertConfig` that computes what `c` computes (sharing in `num_hidden_groups`)."
@@ -299,7 +300,7 @@ def hf_state_dict(model: AlbertForPreTraining) -> dict:
     sd = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items() if k not in TIED_KEYS}
     c = model.config
     if c.embedding_size == c.hidden_size:
-        sd[f"{_PROJ}.weight"], sd[f"{_PROJ}.bias"] = torch.eye(c.hidden_size), torch.zeros(c.hidden_size)
+        sd[f"{EMBEDDING_PROJECTION}.weight"], sd[f"{EMBEDDING_PROJECTION}.bias"] = torch.eye(c.hidden_size), torch.zeros(c.hidden_size)
     return sd
 
 # %% ../nbs/01_model.ipynb #29b7b6e6
@@ -319,7 +320,7 @@ def save_pretrained(model: AlbertForPreTraining, folder) -> Path:
     atomic_write(folder / "config.json", to_hf_config(model.config).to_json_string())
     return folder
 
-def _load_safetensors(f: Path) -> dict:
+def load_safetensors(f: Path) -> dict:
     "The tensors of a safetensors file; a truncated or corrupt file is a `CheckpointError` naming it."
     from safetensors.torch import load_file
     try: return load_file(f)
@@ -332,11 +333,11 @@ def _read_weights(folder: Path, allow_pickle: bool) -> tuple[dict, Path]:
     "The state dict stored in `folder` and the file it came from."
     from safetensors.torch import load_file
     st, index, pkl = folder / "model.safetensors", folder / "model.safetensors.index.json", folder / "pytorch_model.bin"
-    if st.exists(): return _load_safetensors(st), st
+    if st.exists(): return load_safetensors(st), st
     if index.exists():
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         sd = {}
-        for s in shards: sd.update(_load_safetensors(folder / s))
+        for s in shards: sd.update(load_safetensors(folder / s))
         return sd, index
     if pkl.exists():
         if not allow_pickle:
@@ -368,10 +369,10 @@ def load_pretrained(folder, allow_pickle: bool = False, map_location="cpu") -> A
     if config.hidden_size >= 768:  # paper-size: build on the meta device (no memory, no random init), weights assigned below
         with torch.device("meta"): model = AlbertForPreTraining(config)
     else: model = AlbertForPreTraining(config)  # small: a CPU init (0.04 s for tiny) beats a first meta build (1.4 s of imports)
-    if config.embedding_size == config.hidden_size and f"{_PROJ}.weight" in sd:
-        w, b = sd.pop(f"{_PROJ}.weight"), sd.pop(f"{_PROJ}.bias")
+    if config.embedding_size == config.hidden_size and f"{EMBEDDING_PROJECTION}.weight" in sd:
+        w, b = sd.pop(f"{EMBEDDING_PROJECTION}.weight"), sd.pop(f"{EMBEDDING_PROJECTION}.bias")
         if not (torch.equal(w, torch.eye(len(w), dtype=w.dtype)) and not b.any()):
-            raise CheckpointError(f"{src}: embedding_size == hidden_size but {_PROJ} is not the identity; this model, "
+            raise CheckpointError(f"{src}: embedding_size == hidden_size but {EMBEDDING_PROJECTION} is not the identity; this model, "
                                   "like Google's ALBERT, has no embedding projection when E == H")
     for k in TIED_KEYS: sd.pop(k, None)
     want = {k: v for k, v in model.state_dict().items() if k not in TIED_KEYS}

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_train_config, atomic_write, PRESETS,
                            clean_stale_temps, fsync_dir, temp_tag, stale_temp,
                            RUN_CONFIG, run_config_file, migrate_run_config, add_pretrain_args)
-from .model import AlbertForPreTraining, CheckpointError, load_pretrained, autocast, resolve_precision, _load_safetensors
+from .model import AlbertForPreTraining, CheckpointError, load_pretrained, autocast, resolve_precision, load_safetensors
 from . import data as D
 
 # %% auto #0
@@ -37,8 +37,8 @@ __all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', '
            'save_resume', 'load_resume', 'Batches', 'run_config', 'run_corpus', 'corpus_file', 'sentence_name',
            'prepare_run', 'write_tokenizer_files', 'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log',
            'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'step_axis',
-           'loss_drop', 'plot_pretraining', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve',
-           'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
+           'loss_drop', 'plot_pretraining', 'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config',
+           'heldout_curve', 'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -256,7 +256,7 @@ def load_resume(model, opt, run_dir) -> int:
     else: return -1
     restart = (f"delete {cand} and rerun the same command: the run restarts from step 0 and, being deterministic, "
                "rewrites the same checkpoints")
-    try: sd = _load_safetensors(cand / "model.safetensors")
+    try: sd = load_safetensors(cand / "model.safetensors")
     except CheckpointError as e: raise CheckpointError(f"{str(e).split(': the file')[0]}: the resume point is truncated or corrupt; {restart}") from None
     with torch.no_grad():
         for k, v in model.state_dict().items():
@@ -721,7 +721,7 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     run_dir = Path(run_dir)
     rows = _read_log(run_dir / "logs" / "train.jsonl", 1 << 62)
     if not rows: raise FileNotFoundError(f"{run_dir / 'logs' / 'train.jsonl'} has no records: train the run first")
-    sentence = _sentence_task(run_dir)
+    sentence = run_sentence_task(run_dir)
     step = [r["step"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4))
     key = next((k for k in ("nsp_loss", "sop_loss") if k in rows[0]), "sop_loss")  # the sentence loss the log recorded
@@ -738,7 +738,7 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     ax.set_title(f"Fig. 2a: pretraining loss over steps ({run_dir.name})")
     return save_figure(fig, out_dir or run_dir / "figures", "fig2a_pretraining_loss")
 
-def _sentence_task(run_dir) -> str:
+def run_sentence_task(run_dir) -> str:
     "The sentence-level task the run trained (sop, nsp or none), from its config; sop for a folder without one."
     f = run_config_file(run_dir)
     try: return json.loads(f.read_text()).get("train", {}).get("sentence_task", "sop")

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from . import data as D
 from .config import atomic_write
 from .glue import SETTINGS, SPLIT_SEED, Task, collate, finetune, max_seq_length, schedule, seed_rows, subsample
-from .model import _PROJ, autocast
-from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure
+from .model import EMBEDDING_PROJECTION, autocast
+from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
 from .results import markdown_table, read_results, write_results
 
 DEFAULT_MAX_TRAIN = 1000  # training questions of a run by default (the cost on a CPU: see "One checkpoint" below)
@@ -287,9 +287,9 @@ class AlbertForQuestionAnswering(nn.Module):
         "The weights under `transformers.AlbertForQuestionAnswering`'s keys (no pooler; the identity projection when E == H)."
         sd = {f"albert.{k}": v for k, v in self.albert.state_dict().items() if not k.startswith("pooler.")}
         sd.update({f"qa_outputs.{k}": v for k, v in self.qa_outputs.state_dict().items()})
-        if f"{_PROJ}.weight" not in sd:
+        if f"{EMBEDDING_PROJECTION}.weight" not in sd:
             H = self.qa_outputs.in_features
-            sd[f"{_PROJ}.weight"], sd[f"{_PROJ}.bias"] = torch.eye(H), torch.zeros(H)
+            sd[f"{EMBEDDING_PROJECTION}.weight"], sd[f"{EMBEDDING_PROJECTION}.bias"] = torch.eye(H), torch.zeros(H)
         return sd
 
 # %% ../nbs/05a_squad.ipynb #2e3f8c38
@@ -404,7 +404,7 @@ def plot_fig12_squad(run_dir, out_dir=None) -> list[Path]:
     best = t["score"].idxmax()
     ax.plot([best], [t["score"].max()], "x", color="tab:red", ms=10, mew=2, label=f"best: step {best}")
     ax.axhline(t["chance"].iloc[-1], ls="--", color="grey", lw=1, label=f"no answer to every question: {t['chance'].iloc[-1]:.1f}")
-    ax.set_xscale("symlog", linthresh=1); ax.set_xlim(left=0); ax.set_xlabel("pretraining step (symlog)")
+    step_axis(ax, t.index)
     ax.set_ylabel("SQuAD 2.0 dev (x100)"); ax.legend(fontsize=7); ax.grid(alpha=0.3)
     ax.set_title(f"Fig. 12 (SQuAD 2.0 panel): dev score over pretraining ({run_dir.name})", fontsize=9)
     return save_figure(fig, out_dir or run_dir / "figures", "fig12_squad")

@@ -25,7 +25,7 @@ from typing import Sequence
 import pandas as pd
 
 from .config import atomic_write, clean_stale_temps, temp_tag, CPU_FINETUNE
-from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, _read_log, train_log, complete_run, sentence_name, _sentence_task
+from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, train_log, complete_run, sentence_name, run_sentence_task
 from .results import DB_NAME, db_path, done_steps, log_job, read_log, computed_with, options_digest, set_computed_with
 
 
@@ -504,7 +504,7 @@ def _pretraining_verdict(run_dir) -> str:
     f = Path(run_dir) / "logs" / "eval.json"
     if not f.exists(): return ""
     e = json.loads(f.read_text())
-    task = sentence_name(_sentence_task(run_dir))
+    task = sentence_name(run_sentence_task(run_dir))
     s = (f"Held-out masked-LM accuracy {e['mlm_accuracy']:.1%} against {e['baseline_accuracy']:.1%} for always "
          f"predicting the most frequent token; {'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy "
          f"{e[f'{task}_accuracy']:.1%} (chance 50%).")

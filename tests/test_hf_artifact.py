@@ -64,7 +64,7 @@ def test_old_run_layout_is_read_then_completed(fixture_copy, tmp_path):
     preset, mc, tc = P.read_run_config(run)  # old runs keep being read
     assert (preset, mc.hidden_size, tc.max_seq_length) == ("tiny", 64, 64)
     assert G.max_seq_length(run, P.load_checkpoint(run, 30), G.TASKS["sst2"]) == 64
-    assert P._sentence_task(run) == "sop"
+    assert P.run_sentence_task(run) == "sop"
     done = P.complete_run(run)  # what the next sweep does
     assert done["renamed_config"] and done["checkpoints"] == len(P.list_steps(run))
     assert not (run / "config.json").exists() and P.read_run_config(run)[0] == "tiny"

@@ -50,7 +50,7 @@ def test_old_database_is_migrated_heads_and_settings_apart(tmp_path):
     assert read_results(tmp_path, "attention", step=4).value.tolist() == [0.4]
     con = sqlite3.connect(tmp_path / DB_NAME)
     assert [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")] == \
-        ["results", "samples", "settings", "sweep_log"]  # the old table is gone
+        ["computed_with", "results", "samples", "settings", "sweep_log"]  # the old table is gone
 
 
 def test_old_shard_merges_into_a_new_database(tmp_path):
