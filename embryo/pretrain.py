@@ -401,7 +401,7 @@ def corpus_file(tc: TrainConfig) -> Path | str:
         return p
     if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", tc.corpus) and p.suffix not in (".txt", *D._DATASET_EXT):
         return tc.corpus  # a hub dataset name: `read_corpus` loads it, or says why it cannot
-    raise D.CorpusError(f"corpus {p} does not exist: pass --set corpus=<one of: {CORPUS_FORMS}>")
+    raise D.CorpusError(f"corpus {tc.corpus!r} does not exist; pass {CORPUS_FORMS} (embryo pretrain --set corpus=...)")
 
 def sentence_name(sentence_task: str) -> str:
     "The name of the sentence-level loss a run trains: nsp for BERT's next-sentence task, else sop (the head ALBERT has)."

@@ -576,7 +576,7 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
 CPU_PRESETS = ("tiny", "bert-tiny")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT twin)
 REPRODUCE_STEPS = {"glue": 4, "probing": 9, "reconstruction": 13, "knowledge": 13}  # on the CPU presets, the slower analyses run on this many log-spaced steps (attention: every step)
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}  # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
-USER_DATA = {"squad": "SQuAD 2.0 cannot be fetched here; add it with `embryo sweep --run {run} --analyses squad "
+USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run {run} --analyses squad "
                       "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>`"}  # analyses reproduce skips
 
 def reproduce(args):
@@ -640,7 +640,10 @@ def results_markdown(analysis: str, figures_root="figures", nbs=None) -> str:
         for v in dict.fromkeys(s["verdict"] for s in secs if s["verdict"]): out += [f"**Verdict on this run.** {v}", ""]
         page = d / PAGES_DIR / f"{NOTEBOOKS[analysis]}.html"
         if page.exists(): out += [f"This notebook executed on this run, every output shown: [{page.name}]({rel(page)})", ""]
-    if len(out) == 2: out += ["", "No committed results yet: `make reproduce` writes them."]
+    if len(out) == 2 and analysis in USER_DATA:  # reproduce skips it: the data cannot be fetched here
+        out += ["", "No committed results: `make reproduce` skips this analysis. "
+                + USER_DATA[analysis].format(run="runs/tiny") + "; then `embryo report --run runs/tiny` shows them here."]
+    elif len(out) == 2: out += ["", "No committed results yet: `make reproduce` writes them."]
     return "\n".join(out).rstrip("\n")
 
 def _results_cell(nb: dict, analysis: str, path) -> dict:

@@ -67,6 +67,7 @@ def test_dataset_object_is_saved_into_the_run_and_recorded(reference, spiece, tm
     assert datasets.load_from_disk(recorded)["text"] == ds["text"]  # the run keeps what it trained on
     assert prepare(run, ds, spiece)[1] == recorded  # resuming with the same Dataset is the same run
     assert prepare(tmp_path / "dict", datasets.DatasetDict(train=ds), spiece)[0] == reference[1]
+    (run / "resume").mkdir()  # the run has trained (a resume point): from now on its corpus is fixed
     with pytest.raises(ConfigError, match="corpus: .*corpus-.* in the run, .*corpus-.* now"):
         prepare(run, ds.select(range(8)), spiece)  # another corpus under the same run folder
     assert len(list(run.glob("corpus-*"))) == 1  # and nothing of it was saved

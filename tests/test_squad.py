@@ -271,7 +271,7 @@ def test_sweep_runs_squad_with_its_folder_and_reproduce_skips_it(fixture_copy, t
     args = type("Args", (), dict(figures=str(tmp_path / "figs"), run_dir=str(run), preset="tiny", mode="inprocess"))()
     W.reproduce(args)
     out = capsys.readouterr().out
-    assert "== squad: skipped: SQuAD 2.0 cannot be fetched here; add it with `embryo sweep --run" in out
+    assert "== squad: skipped: SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run" in out
     assert "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>" in out
     assert (tmp_path / "figs" / "index.html").exists()
     assert set(read_results(run, "squad").step) == {8}  # nothing run for squad
