@@ -268,7 +268,6 @@ def _pid_alive(pid: int) -> bool:
 
 def stale_temp(name: str) -> bool:
     "Whether a temporary name (`.<file>.<host>-<pid>[.<any>].tmp`, or `.ipynb`) was left by a process of this host that no longer runs."
-    import socket
     m = re.search(r"\.([^.]+)-(\d+)\.(?:[^.]*\.)?(?:tmp|ipynb)$", name)
     return bool(m) and m[1] == _host() and not _pid_alive(int(m[2]))
 

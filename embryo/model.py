@@ -23,8 +23,8 @@ from .config import ModelConfig, ConfigError, SHARING, PRECISIONS, atomic_write,
 __all__ = ['ACT', 'TIED_KEYS', 'EMBEDDING_PROJECTION', 'AlbertEmbeddings', 'AlbertAttention', 'AlbertLayer', 'AlbertLayerGroup',
            'share_layers', 'AlbertTransformer', 'extended_mask', 'num_parameters', 'AlbertModel', 'AlbertMLMHead',
            'AlbertSOPHead', 'PretrainingOutput', 'AlbertForPreTraining', 'native_bf16', 'resolve_precision', 'autocast',
-           'CheckpointError', 'to_hf_config', 'from_hf_config', 'hf_state_dict', 'save_pretrained', 'load_safetensors',
-           'load_pretrained']
+           'CheckpointError', 'to_hf_config', 'from_hf_config', 'add_identity_projection', 'hf_state_dict',
+           'save_pretrained', 'load_safetensors', 'load_pretrained']
 
 # %% ../nbs/01_model.ipynb #736c51b7
 class AlbertEmbeddings(nn.Module):
@@ -295,13 +295,16 @@ def from_hf_config(d: dict, source="config.json") -> ModelConfig:
     try: return ModelConfig(**kw, sharing=sharing)
     except ConfigError as e: raise CheckpointError(f"{source}: {e}") from None
 
+def add_identity_projection(sd: dict, hidden_size: int) -> dict:
+    "Add the identity `embedding_hidden_mapping_in` that transformers' ALBERT always has, for a model with E == H (ours has none)."
+    sd[f"{EMBEDDING_PROJECTION}.weight"], sd[f"{EMBEDDING_PROJECTION}.bias"] = torch.eye(hidden_size), torch.zeros(hidden_size)
+    return sd
+
 def hf_state_dict(model: AlbertForPreTraining) -> dict:
     "The tensors a checkpoint file stores: transformers' keys, tied copies left out, shared blocks written per layer."
     sd = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items() if k not in TIED_KEYS}
     c = model.config
-    if c.embedding_size == c.hidden_size:
-        sd[f"{EMBEDDING_PROJECTION}.weight"], sd[f"{EMBEDDING_PROJECTION}.bias"] = torch.eye(c.hidden_size), torch.zeros(c.hidden_size)
-    return sd
+    return add_identity_projection(sd, c.hidden_size) if c.embedding_size == c.hidden_size else sd
 
 # %% ../nbs/01_model.ipynb #29b7b6e6
 def save_pretrained(model: AlbertForPreTraining, folder) -> Path:

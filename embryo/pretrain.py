@@ -384,7 +384,7 @@ def run_corpus(run_dir, corpus, save: bool = True) -> str:
                             "rename the column of one document a row to 'text'")
     out = Path(run_dir) / f"corpus-{corpus._fingerprint}"
     if save and not (out / "dataset_info.json").exists():
-        tmp = out.with_name(f".{out.name}.tmp")
+        tmp = out.with_name(f".{out.name}.{temp_tag()}.tmp")
         if tmp.exists(): shutil.rmtree(tmp)
         corpus.save_to_disk(str(tmp)); _replace_dir(tmp, out)
     return str(out)
@@ -462,7 +462,7 @@ def complete_run(run_dir) -> dict:
     done = dict(renamed_config=migrate_run_config(run_dir) is not None, checkpoints=0)
     if not (run_dir / "spiece.model").exists(): return done  # not our run: nothing to copy from
     f = run_config_file(run_dir)
-    n_pos = json.loads(f.read_text())["model"].get("max_position_embeddings", 512) if f.exists() else 512
+    n_pos = _read_config(f)["model"].get("max_position_embeddings", 512) if f.exists() else 512
     done["run_files"] = write_tokenizer_files(run_dir, n_pos)
     for step in list_steps(run_dir):
         ck = checkpoint_dir(run_dir, step)

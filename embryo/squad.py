@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from . import data as D
 from .config import atomic_write
 from .glue import SETTINGS, SPLIT_SEED, Task, collate, finetune, max_seq_length, schedule, seed_rows, subsample
-from .model import EMBEDDING_PROJECTION, autocast
+from .model import EMBEDDING_PROJECTION, add_identity_projection, autocast
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
 from .results import markdown_table, read_results, write_results
 
@@ -287,9 +287,7 @@ class AlbertForQuestionAnswering(nn.Module):
         "The weights under `transformers.AlbertForQuestionAnswering`'s keys (no pooler; the identity projection when E == H)."
         sd = {f"albert.{k}": v for k, v in self.albert.state_dict().items() if not k.startswith("pooler.")}
         sd.update({f"qa_outputs.{k}": v for k, v in self.qa_outputs.state_dict().items()})
-        if f"{EMBEDDING_PROJECTION}.weight" not in sd:
-            H = self.qa_outputs.in_features
-            sd[f"{EMBEDDING_PROJECTION}.weight"], sd[f"{EMBEDDING_PROJECTION}.bias"] = torch.eye(H), torch.zeros(H)
+        if f"{EMBEDDING_PROJECTION}.weight" not in sd: add_identity_projection(sd, self.qa_outputs.in_features)
         return sd
 
 # %% ../nbs/05a_squad.ipynb #2e3f8c38

@@ -251,9 +251,15 @@ def _register_engine():
             return client.execute(cleanup_kc=True)  # the kernel was handed over: stop it and close the client's channels
     papermill_engines.register(WARM_ENGINE, StartedKernelEngine)
 
+def _path_option(v) -> Path | None:
+    "The absolute path an option's value names, where it names an existing file or folder (relative to this process's folder)."
+    if isinstance(v, (str, Path)) and str(v) and Path(v).expanduser().exists(): return Path(v).expanduser().resolve()
+    return None
+
 def _resolved(v):
-    "An option that names an existing path relative to this process's folder, made absolute (the notebook runs in nbs/)."
-    return str(Path(v).resolve()) if isinstance(v, str) and v and Path(v).exists() else v
+    "An option that names an existing path, made absolute (the notebook runs in nbs/); any other value as it is."
+    p = _path_option(v)
+    return str(p) if p else v
 
 def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None = None, pool: KernelPool | None = None,
                   examples: bool = False) -> Path:
@@ -372,8 +378,7 @@ def options_text(analysis: str, options: dict | None) -> str:
     out = {}
     for k, v in sorted((options or {}).items()):
         if k in sig and sig[k].default is not inspect.Parameter.empty and sig[k].default == v: continue
-        if isinstance(v, (str, Path)) and str(v) and Path(v).expanduser().exists():
-            p = Path(v).expanduser().resolve(); v = dict(path=str(p), data=_data_fingerprint(p))
+        if (p := _path_option(v)): v = dict(path=str(p), data=_data_fingerprint(p))
         out[k] = v
     return json.dumps(out, sort_keys=True, default=str)
 
