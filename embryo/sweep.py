@@ -587,7 +587,7 @@ USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries
 def reproduce(args):
     "The main job: parameter tables, the pretraining run, every analysis over its checkpoints, every figure, the executed notebooks, the report."
     from embryo.pretrain import pretrain_from_args
-    from embryo.config import write_param_tables
+    from embryo.model import write_param_tables
     figures = Path(args.figures or "figures")
     run = Path(args.run_dir or Path("runs") / args.preset)
     for p in write_param_tables(figures): print(f"wrote {p}")

@@ -5,9 +5,8 @@ import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "embryo"
-# Imports of a later notebook that remain (each a piece still to move to the earliest notebook owning its concept):
-# config counts parameters by building the model; reconstruction reads CoNLL-2012 with probing's reader.
-KNOWN_BACKWARD = {("config", "model"), ("reconstruction", "probing")}
+# Imports of a later notebook that remain (each a piece still to move to the earliest notebook owning its concept).
+KNOWN_BACKWARD: set = set()
 
 
 def _order() -> dict[str, str]:

