@@ -15,9 +15,10 @@ from typing import Iterable
 import pandas as pd
 
 # %% auto #0
-__all__ = ['DB_NAME', 'COLUMNS', 'SETTING_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'DEFAULTS', 'RUNNING', 'db_path', 'migrate',
-           'connect', 'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps', 'log_job',
-           'read_log', 'options_digest', 'set_computed_with', 'computed_with', 'merge_results', 'markdown_table']
+__all__ = ['DB_NAME', 'COLUMNS', 'SETTING_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'TASK_NAMES', 'DEFAULTS', 'RUNNING', 'db_path',
+           'migrate', 'connect', 'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps',
+           'describe_results', 'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with',
+           'merge_results', 'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
 DB_NAME = "results.sqlite"
@@ -165,6 +166,28 @@ def done_steps(run_dir, analysis: str) -> list[int]:
     if not db_path(run_dir).exists(): return []
     with connect(run_dir) as con:
         return [r[0] for r in con.execute("SELECT DISTINCT step FROM results WHERE analysis=? ORDER BY step", (analysis,))]
+
+# %% ../nbs/03a_results.ipynb #46439825
+TASK_NAMES = {  # analysis -> what its `task` values name (and where the other columns are used)
+    "reconstruction": "the input: `reconstruction` (unmasked tokens) or `mask_prediction` (masked); metric `all`, "
+                      "`pos/<class>`, `verb/<form>`, `freq/<rank range>` (accuracy on that subset of tokens)",
+    "glue": "a GLUE task (`sst2`, `mrpc`, ...) or a built-in task (`polarity`, ...), and `glue` / `builtin`, their mean; "
+            "metric `score`, the task's own metrics, `score/seed<k>` (one finetuning seed's score); settings in `settings`",
+    "squad": "`squad_v2`; metrics as the official evaluation script names them, `score` = mean of exact and F1",
+    "knowledge": "a LAMA relation (`P17`, ...), and `all`; metric `p@1` over all facts, `p@1_common` over one-token answers",
+    "probing": "a probing task (`pos`, `const`, `srl`, `coref` on OntoNotes; `pos_brown`, `*_silver` built in); per `layer`",
+    "attention": "the text the maps are taken on (`brown`); per `layer` and `head`; metric the attention pattern's mass",
+}
+
+def describe_results(run_dir) -> pd.DataFrame:
+    "What a run's database holds: per (analysis, task), the steps, layers, heads and metrics, and what `task` names there."
+    df = read_results(run_dir)
+    if df.empty: return pd.DataFrame(columns=["analysis", "task", "steps", "layers", "heads", "metrics", "task names"])
+    g = df.groupby(["analysis", "task"], sort=True)
+    out = g.agg(steps=("step", "nunique"), layers=("layer", lambda s: int((s.unique() >= 0).sum())),
+                heads=("head", lambda s: int((s.unique() >= 0).sum())),
+                metrics=("metric", lambda s: ", ".join(sorted(s.unique())))).reset_index()
+    return out.assign(**{"task names": out.analysis.map(lambda a: TASK_NAMES.get(a, "(an analysis this version does not know)"))})
 
 # %% ../nbs/03a_results.ipynb #0037fa71
 def log_job(run_dir, analysis: str, step: int, status: str, seconds: float | None = None, error: str | None = None,

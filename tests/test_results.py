@@ -60,3 +60,14 @@ def test_old_shard_merges_into_a_new_database(tmp_path):
     df = read_results(tmp_path, "attention")
     assert sorted(zip(df.step, df.layer, df["head"], df.metric)) == [(4, -1, -1, "uniform_diagonal"), (4, 1, 0, "cls"),
                                                                      (4, 2, 11, "diagonal"), (8, 1, 1, "cls")]
+
+
+def test_every_analysis_says_what_its_task_names():
+    "`task` keeps one role (what an analysis ran on); each analysis documents its values, so describe_results reads plainly."
+    from embryo.results import TASK_NAMES, describe_results
+    from embryo.sweep import available_analyses
+    missing = [a for a in available_analyses() if a not in TASK_NAMES]
+    assert not missing, f"analyses without an entry in results.TASK_NAMES: {missing}"
+    write_results(tmp := __import__("tempfile").mkdtemp(), "probing", 4, [dict(task="pos_brown", layer=1, metric="f1", value=0.5)])
+    d = describe_results(tmp)
+    assert d[["analysis", "task", "steps", "layers", "heads", "metrics"]].values.tolist() == [["probing", "pos_brown", 1, 1, 0, "f1"]]
