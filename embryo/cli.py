@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 'cmd_report', 'cmd_reproduce', 'parser', 'main']
+__all__ = ['cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 'cmd_report', 'cmd_compare', 'cmd_reproduce',
+           'parser', 'main']
 
 # %% ../nbs/11_cli.ipynb #72b94369
 def cmd_params(args):
@@ -67,6 +68,11 @@ def cmd_report(args):
     for p in redraw_all(args.run, args.figures): print(f"wrote {p}")
     publish_report(args.run, args.figures)
 
+def cmd_compare(args):
+    "Draw the runs side by side, one figure per analysis, with verdicts (Figs. 9, 11, 13c, 14)."
+    from embryo.sweep import compare_runs
+    for p in compare_runs(args.run, args.figures): print(f"wrote {p}")
+
 def cmd_reproduce(args):
     "Fetch, pretrain, sweep every analysis, redraw every figure and table into figures/, write figures/index.html."
     from embryo.sweep import reproduce
@@ -104,6 +110,11 @@ def parser() -> argparse.ArgumentParser:
     s = add("report", cmd_report, "redraw every figure of a run and write figures/index.html")
     s.add_argument("--run", required=True, type=Path, help="the run folder whose results.sqlite the figures are drawn from")
     figures_arg(s)
+    s = add("compare", cmd_compare, "draw several runs side by side (ALBERT, BERT, ELECTRA): one figure per analysis, "
+            "a verdict on whether the trend generalises")
+    s.add_argument("--run", required=True, type=Path, action="append",
+                   help="a swept run folder; give it two times or more (--run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
+    s.add_argument("--figures", default=Path("figures/compare"), type=Path, help="folder for the figures (default: figures/compare)")
     s = add("reproduce", cmd_reproduce, "fetch, pretrain a run (--preset, default tiny), sweep every analysis over its "
             "checkpoints, redraw figures/ and its index.html")
     add_pretrain_args(s, figures_help="folder for every figure and table, Fig. 2a included (default: figures)")

@@ -15,21 +15,22 @@ from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SHARING', 'ACTIVATIONS', 'PRESETS', 'SENTENCE_TASKS', 'CPU_FINETUNE', 'PRECISIONS', 'TRAIN_PRESETS', 'RUN_CONFIG',
-           'OLD_RUN_CONFIG', 'ConfigError', 'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config',
-           'run_config_file', 'migrate_run_config', 'fsync_dir', 'temp_tag', 'stale_temp', 'clean_stale_temps',
-           'atomic_write', 'split_names', 'add_pretrain_args']
+__all__ = ['SHARING', 'ACTIVATIONS', 'MODEL_TYPES', 'PRESETS', 'SENTENCE_TASKS', 'CPU_FINETUNE', 'PRECISIONS', 'OPTIMIZERS',
+           'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG', 'ConfigError', 'ModelConfig', 'get_config', 'TrainConfig',
+           'get_train_config', 'run_config_file', 'migrate_run_config', 'fsync_dir', 'temp_tag', 'stale_temp',
+           'clean_stale_temps', 'atomic_write', 'split_names', 'add_pretrain_args']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
 ACTIVATIONS = ("gelu_new", "gelu", "relu")  # the activations our model implements (names as in transformers)
+MODEL_TYPES = ("albert", "electra")  # ALBERT and BERT (notebook 01), ELECTRA's generator and discriminator (01a)
 
 class ConfigError(ValueError):
     "A configuration that cannot describe a model, with what to do about it."
 
 @dataclass
 class ModelConfig:
-    "One ALBERT (or BERT) encoder with MLM and sentence-order heads; field names follow `transformers.AlbertConfig`."
+    "One ALBERT (or BERT) encoder with MLM and sentence-order heads, or an ELECTRA pair; field names follow `transformers.AlbertConfig`."
     vocab_size: int = 30000  # V: SentencePiece pieces (ALBERT section 4.1)
     embedding_size: int = 128  # E: width of the vocabulary embedding (section 3.1, factorised embedding)
     hidden_size: int = 768  # H
@@ -46,6 +47,8 @@ class ModelConfig:
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
+    model_type: str = "albert"  # albert (ALBERT, BERT) | electra (a generator and a discriminator, notebook 01a)
+    generator_size: float = 0.25  # ELECTRA: the generator's hidden, FFN and head counts as a fraction of the discriminator's
 
     def __post_init__(self): self.validate()
 
@@ -68,11 +71,24 @@ class ModelConfig:
             if not 0.0 <= getattr(self, f) < 1.0: raise ConfigError(f"ModelConfig.{f} must lie in [0, 1)")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"ModelConfig.pad_token_id={self.pad_token_id} is outside the vocabulary")
+        if self.model_type not in MODEL_TYPES:
+            raise ConfigError(f"ModelConfig.model_type={self.model_type!r} is not one of {', '.join(MODEL_TYPES)}")
+        if self.model_type == "electra":
+            if self.sharing != "none": raise ConfigError("ELECTRA shares no layers: set sharing=none with model_type=electra")
+            if not 0 < self.generator_size <= 1: raise ConfigError(f"ModelConfig.generator_size={self.generator_size} must lie in (0, 1]")
+            g_heads = max(1, round(self.num_attention_heads * self.generator_size))
+            if round(self.hidden_size * self.generator_size) % g_heads:
+                raise ConfigError(f"ModelConfig.generator_size={self.generator_size} gives a generator of hidden size "
+                                  f"{round(self.hidden_size * self.generator_size)}, not divisible by its {g_heads} heads")
 
     @property
     def head_dim(self): return self.hidden_size // self.num_attention_heads
 
-    def to_dict(self): return asdict(self)
+    def to_dict(self):
+        "The fields as a dict; fields added after runs existed are left out at their old value, so those runs' settings still match."
+        return {k: v for k, v in asdict(self).items() if _LATER_MODEL_FIELDS.get(k, object()) != v}
+
+_LATER_MODEL_FIELDS = dict(model_type="albert", generator_size=0.25)  # field: the value every run had before it existed
 
 # %% ../nbs/00_config.ipynb #6faf9e64
 def _albert(H, L, **kw): return {**dict(hidden_size=H, num_hidden_layers=L, num_attention_heads=max(1, H // 64),
@@ -81,12 +97,18 @@ def _albert(H, L, **kw): return {**dict(hidden_size=H, num_hidden_layers=L, num_
 def _bert(H, L): return dict(_albert(H, L), embedding_size=H, sharing="none", hidden_act="gelu",
                              hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
 
+def _electra(H, L, E, generator_size, **kw):  # ELECTRA Table 6 (appendix): exact GELU, dropout 0.1, no sharing
+    return dict(_bert(H, L), embedding_size=E, model_type="electra", generator_size=generator_size, **kw)
+
 PRESETS = {
     "tiny": _albert(256, 4, vocab_size=4000, num_attention_heads=4),
     "small": _albert(512, 6, vocab_size=16000, num_attention_heads=8),
     "base": _albert(768, 12), "large": _albert(1024, 24), "xlarge": _albert(2048, 24), "xxlarge": _albert(4096, 12),
     "bert-base": _bert(768, 12), "bert-large": _bert(1024, 24), "bert-xlarge": _bert(2048, 24),
     "bert-tiny": {**_bert(256, 4), "vocab_size": 4000, "num_attention_heads": 4},
+    "electra-small": _electra(256, 12, 128, 0.25, num_attention_heads=4),
+    "electra-base": _electra(768, 12, 768, 1 / 3),
+    "electra-tiny": _electra(256, 4, 128, 0.25, vocab_size=4000, num_attention_heads=4),
 }
 
 def get_config(preset: str = "base", # a name in `PRESETS`
@@ -128,6 +150,10 @@ class TrainConfig:
     eval_sequences: int = 256  # held-out sequences for the final MLM accuracy
     sentence_task: str = "sop"  # sentence-level loss (ALBERT section 4.6, Table 6): sop | nsp | none
     precision: str = "auto"  # matmul precision: auto (bf16 where the device has native bf16 matmul) | fp32 | bf16
+    optimizer: str = "lamb"  # lamb (ALBERT section 4.1) | adamw (BERT's and ELECTRA's Adam with decoupled weight decay)
+    rtd_weight: float = 50.0  # ELECTRA: the replaced-token-detection loss's weight beside the generator's MLM loss (lambda)
+    phase1_seq_length: int | None = None  # BERT's two phases (embryology B.2): this length first, max_seq_length after
+    phase1_fraction: float = 0.9  # the share of total_steps trained at phase1_seq_length
 
     def __post_init__(self):
         if self.sentence_task not in SENTENCE_TASKS:
@@ -141,6 +167,12 @@ class TrainConfig:
         if self.batch_size % self.grad_accum:
             raise ConfigError(f"TrainConfig.batch_size={self.batch_size} is not divisible by grad_accum={self.grad_accum}")
         if self.max_seq_length < 8: raise ConfigError("TrainConfig.max_seq_length must be at least 8")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"TrainConfig.optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        if self.phase1_seq_length is not None and not 8 <= self.phase1_seq_length < self.max_seq_length:
+            raise ConfigError(f"TrainConfig.phase1_seq_length={self.phase1_seq_length} must lie in [8, max_seq_length="
+                              f"{self.max_seq_length}): the first phase trains on shorter sequences (or set it to None)")
+        if not 0 < self.phase1_fraction < 1: raise ConfigError(f"TrainConfig.phase1_fraction={self.phase1_fraction} must lie in (0, 1)")
         if self.max_predictions is not None and self.max_predictions < 1:
             raise ConfigError(f"TrainConfig.max_predictions must be at least 1 (or None for ALBERT's cap), got {self.max_predictions}")
 
@@ -154,7 +186,9 @@ SENTENCE_TASKS = ("sop", "nsp", "none")  # ALBERT Table 6: sentence-order, BERT'
 # the classifier at chance for every checkpoint (measured), which tests nothing.
 CPU_FINETUNE = dict(max_train_examples=300, learning_rate=1e-4)
 PRECISIONS = ("auto", "fp32", "bf16")  # `embryo.model.resolve_precision` turns auto into fp32 or bf16 per device
-_LATER_FIELDS = dict(sentence_task="sop")  # field: the value every run had before the field existed
+OPTIMIZERS = ("lamb", "adamw")
+_LATER_FIELDS = dict(sentence_task="sop", optimizer="lamb", rtd_weight=50.0, phase1_seq_length=None,
+                     phase1_fraction=0.9)  # field: the value every run had before the field existed
 
 _ALBERT_TRAIN = dict(batch_size=4096, learning_rate=0.00176, total_steps=125_000, warmup_steps=3125)
 TRAIN_PRESETS = {
@@ -165,9 +199,18 @@ TRAIN_PRESETS = {
                   tokenizer_vocab_size=16000, checkpoint_every=[[500, 5000], [1000, None]], log_every=50),
     "base": dict(),  # the embryology paper's ALBERT-base (appendix B.1)
     **{p: dict(_ALBERT_TRAIN) for p in ("large", "xlarge", "xxlarge")},
-    **{p: dict(_ALBERT_TRAIN, sentence_task="nsp") for p in ("bert-base", "bert-large", "bert-xlarge")},  # BERT-style
+    **{p: dict(_ALBERT_TRAIN, sentence_task="nsp") for p in ("bert-large", "bert-xlarge")},  # BERT-style
+    # the embryology paper's BERT-base (appendix B.2): BERT's recipe, 128 tokens for 90% of the steps, then 512
+    "bert-base": dict(batch_size=256, learning_rate=1e-4, warmup_steps=10_000, total_steps=1_000_000, optimizer="adamw",
+                      sentence_task="nsp", phase1_seq_length=128, phase1_fraction=0.9),
+    # ELECTRA Table 6: Adam, linear decay after 10k warmup steps, 15% masking, no sentence loss
+    "electra-small": dict(batch_size=128, max_seq_length=128, learning_rate=5e-4, warmup_steps=10_000, total_steps=1_000_000,
+                          optimizer="adamw", sentence_task="none"),
+    "electra-base": dict(batch_size=256, learning_rate=2e-4, warmup_steps=10_000, total_steps=766_000, optimizer="adamw",
+                         sentence_task="none"),
 }
 TRAIN_PRESETS["bert-tiny"] = dict(TRAIN_PRESETS["tiny"], sentence_task="nsp")
+TRAIN_PRESETS["electra-tiny"] = dict(TRAIN_PRESETS["tiny"], sentence_task="none")  # tiny's recipe, as the BERT twin
 
 def get_train_config(preset: str = "base", **overrides) -> TrainConfig:
     "The `TrainConfig` of `preset` with `overrides`; unknown names raise a `ConfigError` listing the valid ones."

@@ -466,7 +466,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
                  ) -> list[dict]:
     "World-knowledge P@1 per relation of one checkpoint (full and common vocabulary), written to the results database."
     run_dir = Path(run_dir)
-    model = load_checkpoint(run_dir, int(step), device)
+    model = load_checkpoint(run_dir, int(step), device, mlm=True)
     tok = D.load_tokenizer(run_dir)
     allrels = load_facts(facts)
     chosen = select_relations(allrels, relations)

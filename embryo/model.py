@@ -26,8 +26,8 @@ __all__ = ['ACT', 'PAPER_PARAMS', 'TIED_KEYS', 'EMBEDDING_PROJECTION', 'AlbertEm
            'AlbertLayerGroup', 'share_layers', 'AlbertTransformer', 'extended_mask', 'num_parameters', 'AlbertModel',
            'AlbertMLMHead', 'AlbertSOPHead', 'PretrainingOutput', 'AlbertForPreTraining', 'count_parameters',
            'param_table', 'write_param_tables', 'native_bf16', 'resolve_precision', 'autocast', 'CheckpointError',
-           'to_hf_config', 'from_hf_config', 'add_identity_projection', 'hf_state_dict', 'save_pretrained',
-           'load_safetensors', 'load_pretrained']
+           'to_hf_config', 'from_hf_config', 'add_identity_projection', 'hf_state_dict', 'write_safetensors',
+           'save_pretrained', 'load_safetensors', 'load_pretrained']
 
 # %% ../nbs/01_model.ipynb #736c51b7
 class AlbertEmbeddings(nn.Module):
@@ -373,21 +373,26 @@ def hf_state_dict(model: AlbertForPreTraining) -> dict:
     return add_identity_projection(sd, c.hidden_size) if c.embedding_size == c.hidden_size else sd
 
 # %% ../nbs/01_model.ipynb #29b7b6e6
-def save_pretrained(model: AlbertForPreTraining, folder) -> Path:
-    "Write `config.json` and `model.safetensors` into `folder` (each via a temporary file, fsync'd, and a rename)."
+def write_safetensors(state_dict: dict, folder) -> Path:
+    "Write `folder/model.safetensors` via a temporary file, fsync'd, and a rename: a crash leaves the old file or the new one."
     from safetensors.torch import save_file
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(folder, ".model.safetensors.")
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".model.safetensors.{temp_tag()}.", suffix=".tmp"); os.close(fd)
     try:
-        save_file(hf_state_dict(model), tmp, metadata={"format": "pt"})
+        save_file({k: v.contiguous() for k, v in state_dict.items()}, tmp, metadata={"format": "pt"})
         with open(tmp, "rb+") as f: os.fsync(f.fileno())  # the bytes on disk before the name: no renamed, truncated file
         os.replace(tmp, folder / "model.safetensors")
         fsync_dir(folder)
     finally:
         if os.path.exists(tmp): os.unlink(tmp)
-    atomic_write(folder / "config.json", to_hf_config(model.config).to_json_string())
-    return folder
+    return folder / "model.safetensors"
+
+def save_pretrained(model: AlbertForPreTraining, folder) -> Path:
+    "Write `config.json` and `model.safetensors` into `folder` (each via a temporary file, fsync'd, and a rename)."
+    write_safetensors(hf_state_dict(model), folder)
+    atomic_write(Path(folder) / "config.json", to_hf_config(model.config).to_json_string())
+    return Path(folder)
 
 def load_safetensors(f: Path) -> dict:
     "The tensors of a safetensors file; a truncated or corrupt file is a `CheckpointError` naming it."

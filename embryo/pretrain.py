@@ -28,17 +28,19 @@ from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_trai
                            clean_stale_temps, fsync_dir, temp_tag, stale_temp,
                            RUN_CONFIG, run_config_file, migrate_run_config, add_pretrain_args)
 from .model import AlbertForPreTraining, CheckpointError, load_pretrained, autocast, resolve_precision, load_safetensors
+from .electra import ElectraPair, GENERATOR, is_electra, load_electra, pretraining_model
 from . import data as D
 
 # %% auto #0
 __all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'STEP_LABEL', 'FIXTURE', 'Lamb', 'param_groups',
-           'lr_at', 'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint',
-           'load_checkpoint', 'save_checkpoint', 'RunLocked', 'run_lock', 'clean_run', 'rng_state', 'set_rng_state',
-           'save_resume', 'load_resume', 'Batches', 'run_config', 'run_corpus', 'corpus_file', 'sentence_name',
-           'prepare_run', 'write_tokenizer_files', 'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log',
-           'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'save_figure', 'step_axis',
-           'loss_drop', 'plot_pretraining', 'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config',
-           'heldout_curve', 'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
+           'make_optimizer', 'lr_at', 'phase1_steps', 'seq_length_at', 'checkpoint_steps', 'CheckpointNotFound',
+           'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'RunLocked',
+           'run_lock', 'clean_run', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
+           'run_corpus', 'corpus_file', 'sentence_name', 'prepare_run', 'examples_of', 'write_tokenizer_files',
+           'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log', 'prefetched', 'train_step', 'train',
+           'heldout_examples', 'evaluate_heldout', 'save_figure', 'step_axis', 'loss_drop', 'plot_pretraining',
+           'run_model_type', 'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve',
+           'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -81,11 +83,24 @@ def param_groups(model, weight_decay: float) -> list[dict]:
         (plain if p.ndim < 2 or "LayerNorm" in n or "layer_norm" in n else decay).append(p)
     return [dict(params=decay, weight_decay=weight_decay, adapt=True), dict(params=plain, weight_decay=0.0, adapt=False)]
 
+def make_optimizer(model, tc: TrainConfig) -> torch.optim.Optimizer:
+    "The run's optimizer: LAMB (ALBERT), or AdamW (BERT's and ELECTRA's Adam with decoupled weight decay), same groups."
+    groups, kw = param_groups(model, tc.weight_decay), dict(lr=tc.learning_rate, betas=(tc.adam_beta1, tc.adam_beta2), eps=tc.adam_epsilon)
+    return Lamb(groups, **kw) if tc.optimizer == "lamb" else torch.optim.AdamW(groups, **kw, foreach=True)
+
 # %% ../nbs/03_pretrain.ipynb #b5cc25c6
 def lr_at(step: int, tc: TrainConfig) -> float:
     "Learning rate after `step` optimizer steps: linear warmup, then linear decay to zero."
     if step < tc.warmup_steps: return tc.learning_rate * (step + 1) / tc.warmup_steps
     return tc.learning_rate * max(0.0, (tc.total_steps - step) / max(1, tc.total_steps - tc.warmup_steps))
+
+def phase1_steps(tc: TrainConfig) -> int:
+    "The last step of the first phase (shorter sequences, `phase1_seq_length`); 0 when the run has one phase."
+    return round(tc.phase1_fraction * tc.total_steps) if tc.phase1_seq_length else 0
+
+def seq_length_at(step: int, tc: TrainConfig) -> int:
+    "The sequence length of optimizer step `step` (1-based): BERT trains 128 tokens for 90% of its steps, 512 after (B.2)."
+    return tc.phase1_seq_length if step <= phase1_steps(tc) else tc.max_seq_length
 
 def checkpoint_steps(tc: TrainConfig) -> list[int]:
     "Steps to save: 0, powers of two up to `checkpoint_pow2_until`, then each `[every, until]` segment, and the last step."
@@ -135,9 +150,11 @@ def find_checkpoint(run_dir, step: int) -> Path:
     raise CheckpointNotFound(f"{run_dir} has no checkpoint for step {step}; it has {_steps_text(steps)}. "
                              "Pass one of those, or run the pretraining further.")
 
-def load_checkpoint(run_dir, step: int, device="cpu") -> AlbertForPreTraining:
-    "The model saved at `step` of the run, in eval mode."
-    return load_pretrained(find_checkpoint(run_dir, step), map_location=device)
+def load_checkpoint(run_dir, step: int, device="cpu", mlm: bool = False) -> AlbertForPreTraining:
+    "The model saved at `step` of the run, in eval mode; of an ELECTRA run, the discriminator, or the generator with `mlm` (the half with vocabulary scores)."
+    folder = find_checkpoint(run_dir, step)
+    if is_electra(folder): return load_electra(folder, GENERATOR if mlm else "discriminator", device)
+    return load_pretrained(folder, map_location=device)
 
 def _replace_dir(tmp: Path, final: Path):
     "Move the finished folder `tmp` to `final`, replacing an older one without a moment where neither exists."
@@ -156,8 +173,9 @@ def save_checkpoint(model, run_dir, step: int) -> Path:
     tmp = final.with_name(f".{final.name}.{temp_tag()}.tmp")
     if tmp.exists(): shutil.rmtree(tmp)
     model.save_pretrained(tmp)
-    for name in D.HF_TOKENIZER_FILES:
-        if (Path(run_dir) / name).exists(): shutil.copyfile(Path(run_dir) / name, tmp / name)
+    for folder in (tmp, tmp / GENERATOR):  # an ELECTRA checkpoint's generator is a model folder of its own
+        for name in D.HF_TOKENIZER_FILES if (folder / "config.json").exists() else ():
+            if (Path(run_dir) / name).exists(): shutil.copyfile(Path(run_dir) / name, folder / name)
     _replace_dir(tmp, final)
     return final
 
@@ -256,11 +274,14 @@ def load_resume(model, opt, run_dir) -> int:
     else: return -1
     restart = (f"delete {cand} and rerun the same command: the run restarts from step 0 and, being deterministic, "
                "rewrites the same checkpoints")
-    try: sd = load_safetensors(cand / "model.safetensors")
+    try:
+        if isinstance(model, ElectraPair): model.load_weights(cand)
+        else: sd = load_safetensors(cand / "model.safetensors")
     except CheckpointError as e: raise CheckpointError(f"{str(e).split(': the file')[0]}: the resume point is truncated or corrupt; {restart}") from None
-    with torch.no_grad():
-        for k, v in model.state_dict().items():
-            if k in sd: v.copy_(sd[k])
+    if not isinstance(model, ElectraPair):
+        with torch.no_grad():
+            for k, v in model.state_dict().items():
+                if k in sd: v.copy_(sd[k])
     f = cand / "trainer_state.pt"
     try: st = torch.load(f, map_location="cpu", weights_only=True)  # loading a resume point never runs code
     except Exception as e:
@@ -403,9 +424,9 @@ def corpus_file(tc: TrainConfig) -> Path | str:
         return tc.corpus  # a hub dataset name: `read_corpus` loads it, or says why it cannot
     raise D.CorpusError(f"corpus {tc.corpus!r} does not exist; pass {CORPUS_FORMS} (embryo pretrain --set corpus=...)")
 
-def sentence_name(sentence_task: str) -> str:
-    "The name of the sentence-level loss a run trains: nsp for BERT's next-sentence task, else sop (the head ALBERT has)."
-    return "nsp" if sentence_task == "nsp" else "sop"
+def sentence_name(sentence_task: str, model_type: str = "albert") -> str:
+    "The name of a run's second loss: rtd for ELECTRA's replaced-token detection, nsp for BERT's next-sentence task, else sop (ALBERT's head)."
+    return "rtd" if model_type == "electra" else "nsp" if sentence_task == "nsp" else "sop"
 
 def _say(on: bool, run_dir, what: str, t0: float | None = None):
     "One line of what the start of a run is building (or how long it took), when `on`."
@@ -440,12 +461,18 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
         cached = (D.data_dir() / "datasets" / key / "dataset_info.json").exists()
         _say(verbose, run_dir, f"{'loading the cached' if cached else 'building the'} {sentence_name(tc.sentence_task)} "
                                f"examples of {tc.max_seq_length} tokens{'' if cached else ' (tokenising the whole corpus, once)'} ...")
-    ds = D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=tc.max_seq_length, seed=tc.seed,
+    ds = examples_of(tok, tc, tc.max_seq_length)
+    _say(verbose, run_dir, f"{len(ds):,} examples ready; corpus, vocabulary and examples took", t0)
+    return tok, ds
+
+def examples_of(tok, tc: TrainConfig, max_seq_length: int):
+    "The run's example dataset at `max_seq_length` (built once per corpus, tokenizer and settings, then cached)."
+    text = corpus_file(tc)
+    ds = D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=max_seq_length, seed=tc.seed,
                          short_seq_prob=tc.short_seq_prob, sentence_task=tc.sentence_task)
     if len(ds) == 0: raise D.CorpusError(f"corpus {text} gives no training examples: a sentence pair needs documents of two "
                                          "sentences or more (one sentence a line, a blank line between documents); add text")
-    _say(verbose, run_dir, f"{len(ds):,} examples ready; corpus, vocabulary and examples took", t0)
-    return tok, ds
+    return ds
 
 def write_tokenizer_files(run_dir, model_max_length: int = 512) -> list[str]:
     "Write the Hugging Face tokenizer files of the run's `spiece.model` into the run folder (those missing); returns their names."
@@ -523,10 +550,13 @@ def prefetched(make, steps):
             if i + 1 < len(steps): upcoming = pool.submit(make, steps[i + 1])
             yield s, ready
 
-def train_step(model, batches: list[dict], n_masked: int, n_seq: int, world: int, device, ddp=None,
-               sentence_loss: bool = True, precision: str = "auto") -> torch.Tensor:
-    "Forward and backward over the micro-batches of one step; returns the summed [mlm loss, sop loss, mlm correct, sop correct]."
+def train_step(model, batches: list[dict], n_masked: int, n_second: int, world: int, device, ddp=None,
+               second_weight: float = 1.0, precision: str = "auto") -> torch.Tensor:
+    """Forward and backward over the micro-batches of one step; returns the summed [mlm loss, second loss, mlm correct,
+    second correct]. The second loss is the sentence loss over `n_second` sequences (ALBERT, BERT), or ELECTRA's
+    replaced-token detection over `n_second` real tokens; `second_weight` is 0 (no sentence loss), 1, or ELECTRA's 50."""
     stats = torch.zeros(4, device=device, dtype=torch.float64)
+    electra = isinstance(model, ElectraPair)
     for i, b in enumerate(batches):
         b = {k: v.to(device, non_blocking=True) for k, v in b.items()}
         sync = ddp is None or i == len(batches) - 1
@@ -534,10 +564,13 @@ def train_step(model, batches: list[dict], n_masked: int, n_seq: int, world: int
             out = (ddp or model)(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"], logits="masked")
             target = b["labels"][b["labels"] != -100]
             mlm = out.mlm_loss * len(target) if len(target) else out.prediction_logits.sum() * 0  # the model's mean, as a sum
-            sop = F.cross_entropy(out.sop_logits.float(), b["sentence_order_label"], reduction="sum")
-            ((mlm / n_masked + (sop / n_seq if sentence_loss else 0.0)) * world).backward()
-        stats += torch.stack([mlm.detach(), sop.detach(), (out.prediction_logits.argmax(-1) == target).sum(),
-                              (out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum()]).double()
+            if electra: second, second_hits = out.rtd_loss_sum, out.rtd_correct
+            else:
+                second = F.cross_entropy(out.sop_logits.float(), b["sentence_order_label"], reduction="sum")
+                second_hits = (out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum()
+            ((mlm / n_masked + (second / n_second * second_weight if second_weight else 0.0)) * world).backward()
+        stats += torch.stack([mlm.detach(), second.detach(), (out.prediction_logits.argmax(-1) == target).sum(),
+                              second_hits]).double()
     return stats
 
 def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,
@@ -570,14 +603,19 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
     if rank == 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override, verbose=progress)
     if world > 1: dist.barrier()
     if rank != 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override)  # reads what rank 0 cached
+    T1 = phase1_steps(tc)
     data = Batches(ds, tok, tc)
+    if T1:  # BERT's first phase: its own examples at the shorter length, its own example stream
+        tc1 = replace(tc, max_seq_length=tc.phase1_seq_length, phase1_seq_length=None)
+        data1 = Batches(examples_of(tok, tc1, tc1.max_seq_length), tok, tc1)
+    source = lambda step: (data1, step) if step <= T1 else (data, step - T1)  # (batches, step within its phase)
     torch.manual_seed(tc.seed)
     t0 = time.perf_counter()
-    model = AlbertForPreTraining(mc).to(dev)
+    model = pretraining_model(mc).to(dev)
     if rank == 0: _say(progress, run_dir, f"model built on {dev}: {model.num_parameters():,} parameters", t0)
     precision = resolve_precision(tc.precision, dev)
     if rank == 0 and progress: print(f"pretrain {run_dir}: precision {precision} (setting {tc.precision!r} on {dev.type})", flush=True)
-    opt = Lamb(param_groups(model, tc.weight_decay), lr=tc.learning_rate, betas=(tc.adam_beta1, tc.adam_beta2), eps=tc.adam_epsilon)
+    opt = make_optimizer(model, tc)
     start = saved = load_resume(model, opt, run_dir)
     log_file = run_dir / "logs" / "train.jsonl"
     if start < 0:
@@ -585,19 +623,23 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
         if rank == 0: save_checkpoint(model, run_dir, 0)
     if rank == 0: atomic_write(log_file, "".join(json.dumps(r) + "\n" for r in _read_log(log_file, start)))
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else None
-    sentence = sentence_name(tc.sentence_task)  # the log names the sentence loss after the task trained
+    sentence = sentence_name(tc.sentence_task, mc.model_type)  # the log names the second loss after the task trained
+    electra = mc.model_type == "electra"
+    weight = tc.rtd_weight if electra else float(tc.sentence_task != "none")
     saves, last = set(checkpoint_steps(tc)), min(tc.total_steps, stop_after or tc.total_steps)
     bar = tqdm(total=tc.total_steps, initial=start, desc=f"pretrain {run_dir.name}", disable=not progress or rank != 0)
     t0, tokens = time.perf_counter(), 0
     model.train()
-    step_batches = lambda step: [data.collate(ks) for ks in np.array_split(list(data.indices(step))[rank::world], tc.grad_accum)]
+    def step_batches(step):
+        src, s = source(step)
+        return [src.collate(ks) for ks in np.array_split(list(src.indices(s))[rank::world], tc.grad_accum)]
     with open(log_file, "a") as log:
         for step, batches in prefetched(step_batches, range(start + 1, last + 1)):
-            counts = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches),
-                                   sum(len(b["input_ids"]) for b in batches)], dtype=torch.float64)
+            counts = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches),  # masked tokens
+                                   sum(int(b["attention_mask"].sum()) if electra else len(b["input_ids"]) for b in batches)],
+                                  dtype=torch.float64)  # what the second loss averages over: tokens (RTD) or sequences
             if world > 1: dist.all_reduce(counts)
-            stats = train_step(model, batches, counts[0].item(), counts[1].item(), world, dev, ddp, tc.sentence_task != "none",
-                               precision)
+            stats = train_step(model, batches, counts[0].item(), counts[1].item(), world, dev, ddp, weight, precision)
             if world > 1: dist.all_reduce(stats)
             mlm_loss, sop_loss = (stats[0] / counts[0]).item(), (stats[1] / counts[1]).item()
             if not math.isfinite(mlm_loss + sop_loss):
@@ -615,10 +657,10 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
             if rank == 0:
                 if step % tc.log_every == 0 or step == 1 or step == tc.total_steps:
                     dt = time.perf_counter() - t0
-                    rec = {"step": step, "loss": mlm_loss + sop_loss * (tc.sentence_task != "none"), "mlm_loss": mlm_loss,
+                    rec = {"step": step, "loss": mlm_loss + sop_loss * weight, "mlm_loss": mlm_loss,
                            "mlm_accuracy": (stats[2] / counts[0]).item(), f"{sentence}_loss": sop_loss,
                            f"{sentence}_accuracy": (stats[3] / counts[1]).item(), "lr": lr, "tokens_per_s": tokens / dt,
-                           "precision": precision}
+                           "precision": precision, **({"seq_length": max(b["input_ids"].shape[1] for b in batches)} if T1 else {})}
                     log.write(json.dumps(rec) + "\n"); log.flush()
                     bar.set_postfix(loss=f"{rec['loss']:.3f}", mlm_acc=f"{rec['mlm_accuracy']:.3f}")
                     t0, tokens = time.perf_counter(), 0
@@ -647,7 +689,7 @@ HELDOUT_MASK_PROB = 0.15  # held-out text is masked at BERT's rate, whatever the
 
 @torch.no_grad()
 def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: int = 32) -> dict:
-    "MLM accuracy (beside the most-frequent-token baseline) and sentence-head accuracy on held-out SOP and NSP pairs."
+    "MLM accuracy (beside the most-frequent-token baseline) and sentence-head accuracy on held-out SOP and NSP pairs (ELECTRA: replaced-token detection accuracy beside always answering 'original')."
     examples = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)[: tc.eval_sequences]
     tc = replace(tc, mask_prob=HELDOUT_MASK_PROB, max_predictions=max(1, round(HELDOUT_MASK_PROB * tc.max_seq_length)))
     counts = np.zeros(tok.vocab_size, dtype=np.int64)
@@ -657,6 +699,7 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
     model.eval()
     data = Batches(examples, tok, tc)  # masks seeded by (seed, 0, example): the same held-out masks every time
     hits = n = sop_hits = base = 0
+    rtd = np.zeros(3, dtype=np.int64)  # ELECTRA: tokens labelled right, real tokens, tokens left original
     for s in range(0, len(examples), batch_size):
         b = data.collate(range(s, min(s + batch_size, len(examples))))
         b = {k: v.to(device) for k, v in b.items()}
@@ -664,7 +707,18 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
         m = b["labels"] != -100
         hits += int((out.prediction_logits.argmax(-1)[m] == b["labels"][m]).sum()); n += int(m.sum())
         base += int((b["labels"][m] == top).sum())
-        sop_hits += int((out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum())
+        if out.sop_logits is not None: sop_hits += int((out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum())
+        if isinstance(model, ElectraPair):  # the discriminator on the generator's samples: the same samples every time
+            with torch.random.fork_rng(devices=[device] if torch.device(device).type == "cuda" else []):
+                torch.manual_seed(tc.seed + s)
+                o = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"])
+            rtd += [int(o.rtd_correct), int(o.n_tokens), int(o.n_tokens - o.replaced)]
+    if isinstance(model, ElectraPair) or out.sop_logits is None:  # no sentence head
+        model.train()
+        return dict(heldout_sequences=len(examples), masked_tokens=n, mlm_accuracy=hits / max(n, 1),
+                    baseline_accuracy=base / max(n, 1), baseline_token=tok.pieces[top],
+                    **(dict(rtd_accuracy=rtd[0] / max(rtd[1], 1), rtd_baseline=rtd[2] / max(rtd[1], 1), rtd_tokens=int(rtd[1]))
+                       if isinstance(model, ElectraPair) else {}))
     nsp = heldout_examples(tok, tc.max_seq_length, seed=tc.seed, sentence_task="nsp")[: tc.eval_sequences]
     nsp_data, nsp_hits = Batches(nsp, tok, tc), 0
     for s in range(0, len(nsp), batch_size):
@@ -724,8 +778,10 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     sentence = run_sentence_task(run_dir)
     step = [r["step"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4))
-    key = next((k for k in ("nsp_loss", "sop_loss") if k in rows[0]), "sop_loss")  # the sentence loss the log recorded
-    for k, c, label in (("loss", "k", "loss"), ("mlm_loss", "tab:blue", "mlm loss"), (key, "tab:orange", f"{sentence} loss")):
+    key = next((k for k in ("rtd_loss", "nsp_loss", "sop_loss") if k in rows[0]), "sop_loss")  # the second loss the log recorded
+    sentence = key[:-5] if key == "rtd_loss" else sentence
+    for k, c, label in (("loss", "k", "loss" + (" (mlm + 50 rtd)" if key == "rtd_loss" else "")), ("mlm_loss", "tab:blue", "mlm loss"),
+                        (key, "tab:orange", f"{sentence} loss")):
         ax.plot(step, [r[k] for r in rows], c, label=label)
     drop = loss_drop(rows)
     if drop: ax.axvline(drop["step"], color="tab:red", ls=":", lw=1.5,
@@ -737,6 +793,12 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     ax.legend(h1 + h2, l1 + l2, loc="center left", fontsize=8)
     ax.set_title(f"Fig. 2a: pretraining loss over steps ({run_dir.name})")
     return save_figure(fig, out_dir or run_dir / "figures", "fig2a_pretraining_loss")
+
+def run_model_type(run_dir) -> str:
+    "The model type a run trained (albert, which includes BERT, or electra), from its config; albert for a folder without one."
+    f = run_config_file(run_dir)
+    try: return json.loads(f.read_text()).get("model", {}).get("model_type", "albert")
+    except (OSError, ValueError): return "albert"
 
 def run_sentence_task(run_dir) -> str:
     "The sentence-level task the run trained (sop, nsp or none), from its config; sop for a folder without one."
@@ -793,7 +855,7 @@ def heldout_curve(run_dir, steps=None, device: str = "cpu") -> list[dict]:
     tok, ds = prepare_run(run_dir, preset, mc, tc)
     out = []
     for step in steps if steps is not None else list_steps(run_dir):
-        e = evaluate_heldout(load_checkpoint(run_dir, step, device), tok, tc, torch.device(device), ds)
+        e = evaluate_heldout(load_checkpoint(run_dir, step, device, mlm=True), tok, tc, torch.device(device), ds)
         out.append(dict(step=step, tokens=step * tc.batch_size * tc.max_seq_length, mlm_accuracy=e["mlm_accuracy"],
                         baseline_accuracy=e["baseline_accuracy"]))
     return out
@@ -848,9 +910,11 @@ def pretrain_from_args(a) -> dict:
     else: preset, mc, tc = a.preset, get_config(a.preset, **m), get_train_config(a.preset, **t)
     res = train(run, preset, mc, tc, device=a.device, progress=not a.no_progress, figures_dir=a.figures, override=override)
     if res:
-        s = sentence_name(tc.sentence_task)
+        s = sentence_name(tc.sentence_task, mc.model_type)
+        second = (f", {s.upper()} accuracy {res[f'{s}_accuracy']:.3f}" if f"{s}_accuracy" in res else "") + \
+                 (f" (always 'original': {res['rtd_baseline']:.3f})" if s == "rtd" else "")
         print(f"held-out MLM accuracy {res['mlm_accuracy']:.3f} vs most-frequent-token baseline {res['baseline_accuracy']:.3f} "
-              f"(always '{res['baseline_token']}'), {s.upper()} accuracy {res[f'{s}_accuracy']:.3f}, "
+              f"(always '{res['baseline_token']}'){second}, "
               f"{res['masked_tokens']} masked tokens in {res['heldout_sequences']} held-out sequences")
     return res
 

@@ -264,7 +264,7 @@ def evaluate_step(run_dir, step: int, device: str = "cpu", max_words: int = 300,
     tok = D.load_tokenizer(run_dir)
     sentences = sentences if sentences is not None else tagged_sentences()
     ranks = token_ranks(token_counts(run_dir, tok), tok.special_ids)
-    rows = evaluate_model(load_checkpoint(run_dir, step, device), tok, sentences, ranks, max_words, device)
+    rows = evaluate_model(load_checkpoint(run_dir, step, device, mlm=True), tok, sentences, ranks, max_words, device)
     write_results(run_dir, ANALYSIS, step, rows)
     return pd.DataFrame(rows)
 

@@ -26,6 +26,7 @@ from . import data as D
 from .config import atomic_write
 from .glue import SETTINGS, SPLIT_SEED, Task, collate, finetune, max_seq_length, schedule, seed_rows, subsample
 from .model import EMBEDDING_PROJECTION, add_identity_projection, autocast
+from .electra import ElectraEncoder
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
 from .results import markdown_table, read_results, write_results
 
@@ -284,10 +285,13 @@ class AlbertForQuestionAnswering(nn.Module):
         return (F.cross_entropy(logits[..., 0].float(), positions[:, 0]) + F.cross_entropy(logits[..., 1].float(), positions[:, 1])) / 2
 
     def hf_state_dict(self) -> dict:
-        "The weights under `transformers.AlbertForQuestionAnswering`'s keys (no pooler; the identity projection when E == H)."
-        sd = {f"albert.{k}": v for k, v in self.albert.state_dict().items() if not k.startswith("pooler.")}
+        "The weights under the keys of transformers' `AlbertForQuestionAnswering` (no pooler; the identity projection when E == H), or `ElectraForQuestionAnswering` on an ELECTRA discriminator."
+        if isinstance(self.albert, ElectraEncoder):
+            sd = {f"electra.{k}": v for k, v in self.albert.electra.state_dict().items()}
+        else:
+            sd = {f"albert.{k}": v for k, v in self.albert.state_dict().items() if not k.startswith("pooler.")}
+            if f"{EMBEDDING_PROJECTION}.weight" not in sd: add_identity_projection(sd, self.qa_outputs.in_features)
         sd.update({f"qa_outputs.{k}": v for k, v in self.qa_outputs.state_dict().items()})
-        if f"{EMBEDDING_PROJECTION}.weight" not in sd: add_identity_projection(sd, self.qa_outputs.in_features)
         return sd
 
 # %% ../nbs/05a_squad.ipynb #2e3f8c38

@@ -25,19 +25,20 @@ from typing import Sequence
 import pandas as pd
 
 from .config import atomic_write, clean_stale_temps, temp_tag, CPU_FINETUNE
-from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, train_log, complete_run, sentence_name, run_sentence_task
+from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, train_log, complete_run, sentence_name, run_sentence_task, run_model_type
 from .results import DB_NAME, db_path, done_steps, log_job, read_log, computed_with, options_digest, set_computed_with
 
 
 # %% auto #0
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR',
            'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS',
-           'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name',
-           'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel',
-           'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError', 'check_value',
-           'check_parameters', 'check_options', 'options_text', 'plan', 'summary_table', 'sweep', 'report_sections',
-           'write_report', 'redraw_all', 'reproduce', 'publish_report', 'results_markdown', 'sync_notebooks',
-           'checkout_figures', 'notebook_pages']
+           'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
+           'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path',
+           'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess',
+           'ParameterError', 'check_value', 'check_parameters', 'check_options', 'options_text', 'plan',
+           'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce', 'publish_report',
+           'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages', 'trend', 'side_by_side_verdict',
+           'model_family', 'compare_runs']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -509,10 +510,11 @@ def _pretraining_verdict(run_dir) -> str:
     f = Path(run_dir) / "logs" / "eval.json"
     if not f.exists(): return ""
     e = json.loads(f.read_text())
-    task = sentence_name(run_sentence_task(run_dir))
+    task = sentence_name(run_sentence_task(run_dir), run_model_type(run_dir))
     s = (f"Held-out masked-LM accuracy {e['mlm_accuracy']:.1%} against {e['baseline_accuracy']:.1%} for always "
-         f"predicting the most frequent token; {'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy "
-         f"{e[f'{task}_accuracy']:.1%} (chance 50%).")
+         f"predicting the most frequent token; " + (
+         f"replaced-token detection accuracy {e['rtd_accuracy']:.1%} (always answering 'original': {e['rtd_baseline']:.1%})."
+         if task == "rtd" else f"{'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy {e[f'{task}_accuracy']:.1%} (chance 50%)."))
     d = loss_drop(train_log(run_dir))
     if d: s += (f" The MLM loss falls most sharply around step {d['step']:,}: from {d['before']:.2f} to {d['after']:.2f} "
                 f"nats, mean over the {d['ratio'] - 1:.0%} of steps before and after it (marked in the figure).")
@@ -578,7 +580,7 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
         if done_steps(run_dir, a): paths += analysis_module(a).redraw(run_dir, figures_dir)
     return paths
 
-CPU_PRESETS = ("tiny", "bert-tiny")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT twin)
+CPU_PRESETS = ("tiny", "bert-tiny", "electra-tiny")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT and ELECTRA twins)
 REPRODUCE_STEPS = {"glue": 4, "probing": 9, "reconstruction": 13, "knowledge": 13}  # on the CPU presets, the slower analyses run on this many log-spaced steps (attention: every step)
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}  # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
 USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run {run} --analyses squad "
@@ -615,7 +617,7 @@ def publish_report(run_dir, figures_dir="figures") -> list[Path]:
 # %% ../nbs/10_sweep.ipynb #d7236a80
 NOTEBOOKS = {**ANALYSES, "ablations": "09_albert_ablations"}  # analysis -> its notebook, each with a results cell
 RESULTS_MARK = "<!-- embryo:results {analysis} -->"  # the first line of the notebook cell that sync_notebooks rewrites
-TWINS = {"bert-tiny": "The BERT twin"}  # figures/<folder>/ of another run, as the results cells name it
+TWINS = {"bert-tiny": "The BERT twin", "electra-tiny": "The ELECTRA twin"}  # figures/<folder>/ of another run, as the results cells name it
 
 def _figure_sets(figures_root) -> list[tuple[str, Path, dict]]:
     "(title, folder, report) of the default run's figures (the root) and of each other run's folder under it."
@@ -713,4 +715,101 @@ def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None,
             body, _ = HTMLExporter().from_notebook_node(nb)
             paths.append(atomic_write(out_dir / f"{src.stem}.html", body))
             print(f"wrote {paths[-1]} ({time.time() - t0:.0f} s)", flush=True)
+    return paths
+
+# %% ../nbs/10_sweep.ipynb #9b8bd093
+def _best_layer_mean(df):
+    f = df[df.metric == "f1"]
+    return f.groupby(["step", "task"]).value.max().groupby("step").mean()
+
+def _glue_score(df):
+    s = df[(df.metric == "score") & df.task.isin(["glue", "builtin"])]
+    return s[s.task == ("glue" if (s.task == "glue").any() else "builtin")].groupby("step").value.mean()
+
+SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary of the analysis's rows)
+    "reconstruction": ("Fig. 9", "mask prediction accuracy (all words)",
+                       lambda df: df[(df.task == "mask_prediction") & (df.metric == "all")].groupby("step").value.mean()),
+    "probing": ("Fig. 11", "probe F1 of the best layer (mean over tasks)", _best_layer_mean),
+    "attention": ("Fig. 4", "diagonal mass of the most diagonal head (mean over layers)",
+                  lambda df: df[(df.metric == "diagonal") & (df["head"] >= 0)].groupby(["step", "layer"]).value.max()
+                  .groupby("step").mean()),
+    "glue": ("Fig. 13c", "GLUE score (mean over tasks)", _glue_score),
+    "knowledge": ("Fig. 14", "world-knowledge P@1 (mean over relations)",
+                  lambda df: df[df.metric == "p@1"].groupby("step").value.mean()),
+    "squad": ("Figs. 12, 13", "SQuAD 2.0 (mean of F1 and exact match)",
+              lambda df: df[(df.metric == "score") & (df.task == "squad_v2")].groupby("step").value.mean()),
+}
+RISE, EARLY = 0.02, 0.5  # a run rises when it gains this much; early when 90% of the gain comes within this share of training
+
+def trend(series: pd.Series, total_steps: int) -> dict:
+    "Gain from the first step to the best, and the step (and share of training) by which 90% of that gain is reached."
+    s = series.sort_index()
+    gain = float(s.max() - s.iloc[0])
+    at = int(s.index[(s - s.iloc[0] >= 0.9 * gain).to_numpy().argmax()]) if gain > 0 else None
+    return dict(first=float(s.iloc[0]), best=float(s.max()), last=float(s.iloc[-1]), gain=gain, step90=at,
+                share90=None if at is None else at / max(total_steps, 1), rises=gain >= RISE,
+                early=at is not None and at / max(total_steps, 1) <= EARLY)
+
+def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
+    "One sentence: does every run show the paper's trend (a rise, mostly early) for `analysis`?"
+    what = SIDE_BY_SIDE[analysis][1]
+    parts = [f"{name}: {t['first']:.3f} -> best {t['best']:.3f} (+{t['gain']:.3f})"
+             + (f", 90% of it by step {t['step90']:,} ({t['share90']:.0%} of training)" if t["step90"] is not None else "")
+             for name, t in trends.items()]
+    flat = [n for n, t in trends.items() if not t["rises"]]
+    late = [n for n, t in trends.items() if t["rises"] and not t["early"]]
+    if flat: head = f"The trend does not generalise on these runs: {', '.join(flat)} gain less than {RISE} in {what}."
+    elif late: head = f"Every run rises in {what}, but {', '.join(late)} reach 90% of their gain only after {EARLY:.0%} of training."
+    else: head = f"The trend generalises: every run rises in {what} and reaches 90% of its gain within the first {EARLY:.0%} of training."
+    return head + " " + "; ".join(parts) + "."
+
+# %% ../nbs/10_sweep.ipynb #6c1e282f
+def model_family(run_dir) -> str:
+    "ALBERT, BERT or ELECTRA: what a run trained, from its settings (BERT is our model with no sharing and E = H)."
+    from embryo.pretrain import read_run_config
+    _, mc, _ = read_run_config(run_dir)
+    if mc.model_type == "electra": return "ELECTRA"
+    return "BERT" if mc.sharing == "none" and mc.embedding_size == mc.hidden_size else "ALBERT"
+
+def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
+    "One figure per analysis with a curve per run (Figs. 9, 11, 13c, 14 side by side), `compare.md` with the verdicts, `compare.json`."
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from embryo.pretrain import read_run_config, save_figure, step_axis
+    from embryo.results import read_results
+    runs = [Path(r) for r in runs]
+    if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
+    for r in runs:
+        if not (r / DB_NAME).exists(): raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
+    names = {r: f"{model_family(r)} ({r.name})" for r in runs}
+    total = {r: read_run_config(r)[2].total_steps for r in runs}
+    out, paths, report = Path(out_dir), [], {}
+    md = ["# Three models side by side: does the trend generalise?", "",
+          "Each analysis summarised by one number per step, one curve per run (`compare_runs`, notebook 10). A run *rises* "
+          f"when it gains at least {RISE} from its first step to its best; *early* when 90% of that gain comes within the "
+          f"first {EARLY:.0%} of its training.", ""]
+    for a, (fig_no, what, summarise) in SIDE_BY_SIDE.items():
+        series = {}
+        for r in runs:
+            s = summarise(read_results(r, a)) if a in available_analyses() else pd.Series(dtype=float)
+            if len(s): series[r] = s
+        if len(series) < 2: continue  # fewer than two runs have this analysis: nothing to set side by side
+        trends = {names[r]: trend(s, total[r]) for r, s in series.items()}
+        verdict = side_by_side_verdict(a, trends)
+        fig, ax = plt.subplots(figsize=(6.4, 3.8))
+        for r, s in series.items():
+            ax.plot(s.index, s.values, "o-", ms=3, label=names[r])
+        step_axis(ax, [int(x) for s in series.values() for x in s.index]); ax.set_ylabel(what)
+        ax.legend(fontsize=8); ax.set_title(f"{fig_no}, side by side: {what}", fontsize=10)
+        paths += save_figure(fig, out, f"fig_compare_{a}")
+        report[a] = dict(paper=fig_no, drawn=what, verdict=verdict, runs={n: t for n, t in trends.items()})
+        md += [f"## {a}: {what} ({fig_no})", "", f"![{a}](fig_compare_{a}.png)", "",
+               "| run | first | best | gain | 90% of the gain by step | share of training |", "|---|---:|---:|---:|---:|---:|"]
+        fmt = lambda v, spec: "" if v is None else format(v, spec)
+        md += [f"| {n} | {t['first']:.3f} | {t['best']:.3f} | {t['gain']:+.3f} | {fmt(t['step90'], ',')} | {fmt(t['share90'], '.0%')} |"
+               for n, t in trends.items()]
+        md += ["", f"**Verdict.** {verdict}", ""]
+    if not report: raise SweepError(f"no analysis has results in two or more of {', '.join(map(str, runs))}: sweep them first")
+    paths.append(atomic_write(out / "compare.md", "\n".join(md)))
+    paths.append(atomic_write(out / "compare.json", json.dumps(dict(runs=[str(r) for r in runs], analyses=report), indent=2) + "\n"))
     return paths

@@ -25,18 +25,20 @@ def test_notebook(nb, capsys):
 # so a demo or test cell that holds only for the fixture fails here.
 OTHER_RUN = dict(vocab_size=600, tokenizer_vocab_size=600, max_seq_length=32, num_hidden_layers=3, num_attention_heads=4,
                  sharing="none", embedding_size=64, sentence_task="nsp", total_steps=8, eval_sequences=32)
+# The same as an ELECTRA pair (notebook 01a): the analyses read the generator or the discriminator through one interface.
+OTHER_RUNS = {"bert-like": OTHER_RUN, "electra": dict(OTHER_RUN, model_type="electra", sentence_task="none")}
 ANALYSIS_NBS = [p for p in NBS if p.stem[:2] in ("04", "05", "06", "07", "08")]  # 09 takes no run: it trains its own
 OPTIONS = {"04": dict(max_words=100), "05": dict(max_train_examples=64, max_dev_examples=200),  # small caps: seconds, not minutes
            "05a": dict(squad_dir=str(Path(__file__).parent / "data" / "squad2"), max_train_examples=4)}
 
 
-@pytest.fixture(scope="module")
-def other_run(tmp_path_factory):
-    "A copy of the differently configured micro run (built once under the data dir), with a results database of its own."
+@pytest.fixture(scope="module", params=list(OTHER_RUNS))
+def other_run(request, tmp_path_factory):
+    "A copy of a differently configured micro run (built once under the data dir), with a results database of its own."
     import shutil
     from embryo.pretrain import fixture_run
-    dst = tmp_path_factory.mktemp("run") / "other"
-    shutil.copytree(fixture_run(**OTHER_RUN), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume"))
+    dst = tmp_path_factory.mktemp("run") / request.param
+    shutil.copytree(fixture_run(**OTHER_RUNS[request.param]), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume"))
     return dst
 
 
@@ -54,5 +56,6 @@ def test_analysis_notebook_on_other_run(nb, other_run, tmp_path):
                             parameters=dict(run_dir=str(other_run), step=step, figures_dir=str(tmp_path / "figures"),
                                             **OPTIONS.get(nb.stem.split("_")[0], {})))
     except pm.PapermillExecutionError as e:
-        pytest.fail(f"{nb.name} fails on a run configured unlike the fixture ({OTHER_RUN}): {e.ename}: {e.evalue}\n"
+        pytest.fail(f"{nb.name} fails on a run configured unlike the fixture ({other_run.name}: {OTHER_RUNS[other_run.name]}): "
+                    f"{e.ename}: {e.evalue}\n"
                     + "".join(e.traceback[-3:]), pytrace=False)
