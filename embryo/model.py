@@ -242,6 +242,9 @@ def count_parameters(config: ModelConfig, # the model to count
                      part: str = "model", # "model" (AlbertModel: with pooler), "encoder" (no pooler), "all" (with MLM and SOP heads)
                     ) -> int:
     "Distinct parameters of the model `config` describes, built on the meta device (no memory is allocated)."
+    if config.model_type != "albert":
+        raise ConfigError(f"count_parameters counts ALBERT and BERT models; for model_type={config.model_type!r} use "
+                          "embryo.electra.ElectraPair(config).num_parameters()")
     with torch.device("meta"): model = AlbertForPreTraining(config)
     parts = {"all": (model, ()), "model": (model.albert, ()), "encoder": (model.albert, ("pooler",))}
     if part not in parts: raise ValueError(f"part must be one of {', '.join(parts)}, got {part!r}")
