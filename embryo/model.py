@@ -344,7 +344,8 @@ EMBEDDING_PROJECTION = "albert.encoder.embedding_hidden_mapping_in"
 def to_hf_config(c: ModelConfig):
     "The `transformers.AlbertConfig` that computes what `c` computes (sharing in `num_hidden_groups`)."
     from transformers import AlbertConfig
-    kw = {f.name: getattr(c, f.name) for f in fields(ModelConfig) if f.name != "sharing"}
+    kw = {f.name: getattr(c, f.name) for f in fields(ModelConfig) if f.name not in ("sharing", "model_type", "generator_size")}
+    if c.model_type != "albert": raise ConfigError(f"to_hf_config writes ALBERT configs; model_type={c.model_type!r} has its own (embryo.electra)")
     return AlbertConfig(**kw, num_hidden_groups=1 if c.sharing == "all" else c.num_hidden_layers, inner_group_num=1,
                         embryo_sharing=c.sharing, architectures=["AlbertForPreTraining"])
 

@@ -192,3 +192,13 @@ def test_unsupported_transformers_configs(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="config.json is not valid JSON"):
         load_pretrained(tmp_path)
+
+
+def test_checkpoint_config_has_albert_keys_only():
+    "config.json holds transformers' AlbertConfig fields and embryo_sharing, nothing of embryo's own (model_type is ALBERT's)."
+    import json as _json
+    from transformers import AlbertConfig
+    from embryo.model import to_hf_config
+    got = _json.loads(to_hf_config(get_config("tiny")).to_json_string())
+    assert set(got) - set(AlbertConfig().to_dict()) == {"embryo_sharing"}, set(got) - set(AlbertConfig().to_dict())
+    assert got["model_type"] == "albert"
