@@ -24,21 +24,21 @@ from typing import Sequence
 
 import pandas as pd
 
-from .config import atomic_write, clean_stale_temps, temp_tag, CPU_FINETUNE
+from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
 from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, train_log, complete_run, sentence_name, run_sentence_task, run_model_type
-from .results import DB_NAME, db_path, done_steps, log_job, read_log, computed_with, options_digest, set_computed_with
+from .results import DB_NAME, connect, db_path, done_steps, log_job, read_log, computed_with, options_digest, set_computed_with
 
 
 # %% auto #0
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR',
-           'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS',
-           'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
-           'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path',
-           'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess',
-           'ParameterError', 'check_value', 'check_parameters', 'check_options', 'options_text', 'plan',
-           'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce', 'publish_report',
-           'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages', 'trend', 'side_by_side_verdict',
-           'model_family', 'compare_runs']
+           'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'RUN_BUNDLE', 'BUNDLED', 'NOTEBOOKS',
+           'RESULTS_MARK', 'TWINS', 'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SweepError', 'nbs_dir', 'available_analyses',
+           'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job',
+           'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill',
+           'run_inprocess', 'ParameterError', 'check_value', 'check_parameters', 'check_options', 'options_text',
+           'plan', 'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce',
+           'publish_report', 'bundle_run', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages',
+           'trend', 'side_by_side_verdict', 'model_family', 'compare_runs']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -608,10 +608,37 @@ def reproduce(args):
     publish_report(run, figures)
 
 def publish_report(run_dir, figures_dir="figures") -> list[Path]:
-    "Write the report (index.html, report.json) and, when `figures_dir` is the checkout's figures, the notebooks' results cells."
-    paths = [write_report(run_dir, figures_dir)]
+    "Write the report (index.html, report.json), the run's results beside it (`bundle_run`) and, when `figures_dir` is the checkout's figures, the notebooks' results cells."
+    paths = [write_report(run_dir, figures_dir), *bundle_run(run_dir, figures_dir)]
     if (root := checkout_figures(figures_dir)) is not None: paths += sync_notebooks(root)
     for p in paths: print(f"wrote {p}")
+    return paths
+
+# %% ../nbs/10_sweep.ipynb #958d1f2e
+RUN_BUNDLE = "run"  # under a figures folder: the run's results, settings and training log (`bundle_run`)
+BUNDLED = ("pretrain_config.json", "logs/train.jsonl", "logs/eval.json")  # besides the results database
+
+def bundle_run(run_dir, figures_dir="figures") -> list[Path]:
+    "Copy the run's results database, settings and training log into `figures_dir/run/`, a folder that reads as the run for its results."
+    import sqlite3
+    run_dir, out = Path(run_dir), Path(figures_dir) / RUN_BUNDLE
+    if out.resolve() == run_dir.resolve(): return []  # the bundle itself: nothing to copy
+    paths = []
+    for name in BUNDLED:
+        src = run_config_file(run_dir) if name == "pretrain_config.json" else run_dir / name  # an old run's config.json too
+        if src.exists(): paths.append(atomic_write(out / name, src.read_text(encoding="utf-8")))
+    if db_path(run_dir, DB_NAME).exists():
+        out.mkdir(parents=True, exist_ok=True)
+        clean_stale_temps(out, f".{DB_NAME}.")
+        tmp = out / f".{DB_NAME}.{temp_tag()}.tmp"  # the temporary name atomic_write gives, so a killed copy is cleaned alike
+        try:
+            with connect(run_dir) as con:
+                dst = sqlite3.connect(tmp, isolation_level=None)
+                try: con.backup(dst); dst.execute("VACUUM")
+                finally: dst.close()
+            os.replace(tmp, out / DB_NAME); fsync_dir(out)
+        finally: tmp.unlink(missing_ok=True)
+        paths.append(out / DB_NAME)
     return paths
 
 # %% ../nbs/10_sweep.ipynb #d7236a80
@@ -781,7 +808,7 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
     for r in runs:
         if not (r / DB_NAME).exists(): raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
-    names = {r: f"{model_family(r)} ({r.name})" for r in runs}
+    names = {r: f"{model_family(r)} ({read_run_config(r)[0] if r.name == RUN_BUNDLE else r.name})" for r in runs}  # a bundle by its preset
     total = {r: read_run_config(r)[2].total_steps for r in runs}
     out, paths, report = Path(out_dir), [], {}
     md = ["# Three models side by side: does the trend generalise?", "",
