@@ -111,7 +111,7 @@ def pretrain_variant(root, variant: Variant, scale: dict, seed: int, steps: int,
 def downstream_scores(run_dir, step: int, device: str = "cpu", **finetune) -> dict[str, float]:
     "Dev score (percent) of each built-in task after finetuning checkpoint `step` with `finetune` (`glue.evaluate_step`'s options)."
     df = glue.evaluate_step(run_dir, step, device=device, tasks=glue.BUILTIN_TASKS, progress=False, **finetune)
-    score = df[df["metric"] == "score"].set_index("task")["value"]
+    score = df[(df["metric"] == "score") & (df["seed"] == -1)].set_index("task")["value"]  # the mean over finetuning seeds
     return {t: 100 * float(score[t]) for t in glue.BUILTIN_TASKS}
 
 def run_scores(run_dir, device: str = "cpu", downstream: bool = False, finetune: dict | None = None) -> dict:

@@ -561,11 +561,11 @@ def evaluate_step(run_dir, step: int, device="cpu",
                  dict(task=agg, metric="chance", value=float(np.mean([g[0][0]["chance"] for g in got])), n=len(got))]
         rows += seed_rows(agg, per_seed, seed, len(got))
     write_results(run_dir, ANALYSIS, step, rows, samples, sets)
-    return pd.DataFrame(rows).assign(step=step)
+    return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
 
 def seed_rows(task: str, scores: list[float], first_seed: int, n: int) -> list[dict]:
-    "Rows of each finetuning seed's score (`score/seed{k}`) and, with two or more seeds, their standard deviation."
-    rows = [dict(task=task, metric=f"score/seed{first_seed + k}", value=float(v), n=n) for k, v in enumerate(scores)]
+    "Rows of each finetuning seed's score (metric `score`, `seed` k) and, with two or more seeds, their standard deviation."
+    rows = [dict(task=task, seed=first_seed + k, metric="score", value=float(v), n=n) for k, v in enumerate(scores)]
     if len(scores) > 1: rows.append(dict(task=task, metric="score_sd", value=float(np.std(scores, ddof=1)), n=len(scores)))
     return rows
 
@@ -589,7 +589,7 @@ REPORT = [
 
 def scores_table(run_dir) -> pd.DataFrame:
     "Step x task table of the stored scores (x100), aggregates last."
-    df = read_results(run_dir, ANALYSIS, metric="score")
+    df = read_results(run_dir, ANALYSIS, metric="score", seed=-1)  # the mean over finetuning seeds
     if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet: run evaluate_step(run_dir, step) first")
     t = df.pivot_table(index="step", columns="task", values="value") * 100
     cols = [c for c in (*TASKS, *AGGREGATES) if c in t.columns]
@@ -600,15 +600,14 @@ def _chance(run_dir) -> pd.Series:
     return df.groupby("task").value.mean() * 100
 
 def seed_scores(run_dir, task: str) -> pd.DataFrame:
-    "Step x seed table of `task`'s score (x100) from each finetuning seed (`score/seed{k}` rows)."
-    df = read_results(run_dir, ANALYSIS, task=task)
-    df = df[df.metric.str.startswith("score/seed")]
+    "Step x seed table of `task`'s score (x100) from each finetuning seed (the `score` rows with `seed` >= 0)."
+    df = read_results(run_dir, ANALYSIS, task=task, metric="score")
+    df = df[df.seed >= 0]
     if df.empty: return pd.DataFrame()
-    return df.assign(seed=df.metric.str.slice(len("score/seed")).astype(int)).pivot_table(
-        index="step", columns="seed", values="value") * 100
+    return df.pivot_table(index="step", columns="seed", values="value") * 100
 
 def _agg_label(run_dir, agg: str) -> str:
-    n = read_results(run_dir, ANALYSIS, task=agg, metric="score").n
+    n = read_results(run_dir, ANALYSIS, task=agg, metric="score", seed=-1).n
     return AGGREGATES[agg].format(n=int(n.max()) if len(n) else 0)
 
 # %% ../nbs/05_glue.ipynb #c410f696

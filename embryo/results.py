@@ -15,20 +15,21 @@ from typing import Iterable
 import pandas as pd
 
 # %% auto #0
-__all__ = ['DB_NAME', 'COLUMNS', 'SETTING_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'TASK_NAMES', 'DEFAULTS', 'RUNNING', 'db_path',
-           'migrate', 'connect', 'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps',
-           'describe_results', 'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with',
-           'merge_results', 'markdown_table']
+__all__ = ['DB_NAME', 'COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TASK_NAMES',
+           'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'connect', 'write_results', 'read_results',
+           'read_settings', 'read_samples', 'done_steps', 'describe_results', 'log_job', 'read_log', 'options_digest',
+           'set_computed_with', 'computed_with', 'merge_results', 'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
 DB_NAME = "results.sqlite"
-COLUMNS = ("analysis", "step", "task", "layer", "head", "metric", "value", "n", "created_at")
+COLUMNS = ("analysis", "step", "task", "layer", "head", "seed", "metric", "value", "n", "created_at")
 SETTING_COLUMNS = ("analysis", "step", "task", "name", "value", "created_at")
+SAMPLE_COLUMNS = ("analysis", "step", "task", "item", "text", "created_at")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
     analysis TEXT NOT NULL, step INTEGER NOT NULL, task TEXT NOT NULL, layer INTEGER NOT NULL DEFAULT -1,
-    head INTEGER NOT NULL DEFAULT -1, metric TEXT NOT NULL, value REAL, n INTEGER, created_at REAL NOT NULL,
-    PRIMARY KEY (analysis, step, task, layer, head, metric));
+    head INTEGER NOT NULL DEFAULT -1, seed INTEGER NOT NULL DEFAULT -1, metric TEXT NOT NULL, value REAL, n INTEGER,
+    created_at REAL NOT NULL, PRIMARY KEY (analysis, step, task, layer, head, seed, metric));
 CREATE TABLE IF NOT EXISTS settings (
     analysis TEXT NOT NULL, step INTEGER NOT NULL, task TEXT NOT NULL, name TEXT NOT NULL, value REAL,
     created_at REAL NOT NULL, PRIMARY KEY (analysis, step, task, name));
@@ -48,30 +49,42 @@ def db_path(run_dir, name: str | None = None) -> Path:
     p = Path(run_dir)
     return p if p.suffix == ".sqlite" else p / (name or os.environ.get("EMBRYO_RESULTS") or DB_NAME)
 
-# Databases written before `head` and `settings` existed: heads were packed into metric names (`cls/h0`), and GLUE's
-# finetuning settings were metric rows. `migrate` rewrites such a database in place, once, on its first connection.
+# Databases written by earlier versions: before `head` and `settings` existed, heads were packed into metric names
+# (`cls/h0`) and GLUE's finetuning settings were metric rows; before `seed` existed, each finetuning seed's score was
+# metric `score/seed<k>`. `migrate` rewrites such a database in place, once, on its first connection.
 _PACKED_HEAD = __import__("re").compile(r"(.+)/h(\d+)")
+_PACKED_SEED = __import__("re").compile(r"score/seed(\d+)")
 LEGACY_SETTINGS = {"glue": ("seed", "learning_rate", "batch_size", "train_steps", "warmup_steps", "train_examples",
                             "max_seq_length")}
+SEEDED = ("glue", "squad")  # the analyses that finetune, each finetuning seed's score a row
+
+def unpack(analysis: str, metric: str, head: int | None = None) -> tuple[int, int, str]:
+    "(head, seed, metric) of an old row: its head and seed out of the metric's name; `head` None where the table had no `head`."
+    if head is None:
+        m = _PACKED_HEAD.fullmatch(metric) if analysis == "attention" else None  # the one analysis that packed heads
+        head, metric = (int(m[2]), m[1]) if m else (-1, metric)
+    s = _PACKED_SEED.fullmatch(metric) if analysis in SEEDED else None
+    return head, int(s[1]) if s else -1, "score" if s else metric
 
 def migrate(con) -> bool:
-    "Bring an old-format database (no `head` column) to the current schema in one transaction; False if nothing to do."
+    "Bring an old-format database (no `head`, or no `seed` column) to the current schema in one transaction; False if nothing to do."
     cols = lambda: [r[1] for r in con.execute("PRAGMA table_info(results)")]
-    if not cols() or "head" in cols(): return False
+    if not cols() or "seed" in cols(): return False
     con.execute("BEGIN IMMEDIATE")
     try:
-        if "head" in cols(): con.execute("ROLLBACK"); return False  # another process migrated it meanwhile
-        old = con.execute("SELECT analysis, step, task, layer, metric, value, n, created_at FROM results").fetchall()
-        con.execute("ALTER TABLE results RENAME TO results_before_head")
+        have = cols()
+        if "seed" in have: con.execute("ROLLBACK"); return False  # another process migrated it meanwhile
+        old = con.execute(f"SELECT analysis, step, task, layer, {'head' if 'head' in have else 'NULL'}, metric, value, n, "
+                          "created_at FROM results").fetchall()
+        con.execute("ALTER TABLE results RENAME TO results_before_migration")
         for stmt in filter(str.strip, SCHEMA.split(";")): con.execute(stmt)  # not executescript: it would commit
         rows, settings = [], []
-        for a, step, task, layer, metric, value, n, at in old:
-            if metric in LEGACY_SETTINGS.get(a, ()): settings.append((a, step, task, metric, value, at)); continue
-            m = _PACKED_HEAD.fullmatch(metric) if a == "attention" else None  # the one analysis that packed heads
-            rows.append((a, step, task, layer, int(m[2]) if m else -1, m[1] if m else metric, value, n, at))
+        for a, step, task, layer, head, metric, value, n, at in old:
+            if head is None and metric in LEGACY_SETTINGS.get(a, ()): settings.append((a, step, task, metric, value, at)); continue
+            rows.append((a, step, task, layer, *unpack(a, metric, head), value, n, at))
         con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})", rows)
         con.executemany(f"INSERT INTO settings ({', '.join(SETTING_COLUMNS)}) VALUES ({','.join('?' * len(SETTING_COLUMNS))})", settings)
-        con.execute("DROP TABLE results_before_head")
+        con.execute("DROP TABLE results_before_migration")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK"); raise
@@ -97,7 +110,7 @@ def _check_rows(rows: list[dict]):
     for i, r in enumerate(rows):
         missing = [k for k in ("task", "metric", "value") if k not in r]
         if missing: raise ValueError(f"result row {i} lacks {', '.join(missing)}: {r}")
-        extra = set(r) - {"task", "layer", "head", "metric", "value", "n"}
+        extra = set(r) - {"task", "layer", "head", "seed", "metric", "value", "n"}
         if extra: raise ValueError(f"result row {i} has unknown field(s) {', '.join(sorted(extra))}: {r}")
 
 def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], samples: Iterable[dict] = (),
@@ -115,11 +128,12 @@ def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], sampl
                 con.execute("DELETE FROM samples WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
                 con.execute("DELETE FROM settings WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
             con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
-                            [(analysis, int(step), r["task"], int(r.get("layer", -1)), int(r.get("head", -1)), r["metric"],
-                              None if r["value"] is None else float(r["value"]), r.get("n"), now) for r in rows])
+                            [(analysis, int(step), r["task"], int(r.get("layer", -1)), int(r.get("head", -1)),
+                              int(r.get("seed", -1)), r["metric"], None if r["value"] is None else float(r["value"]),
+                              r.get("n"), now) for r in rows])
             con.executemany(f"INSERT INTO settings ({', '.join(SETTING_COLUMNS)}) VALUES ({','.join('?' * len(SETTING_COLUMNS))})",
                             [(analysis, int(step), s["task"], s["name"], float(s["value"]), now) for s in settings])
-            con.executemany("INSERT INTO samples VALUES (?,?,?,?,?,?)",
+            con.executemany(f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({','.join('?' * len(SAMPLE_COLUMNS))})",
                             [(analysis, int(step), s["task"], str(s["item"]), s["text"], now) for s in samples])
             con.execute("COMMIT")
         except BaseException:
@@ -139,7 +153,7 @@ def read_results(run_dir, analysis: str | None = None, **where) -> pd.DataFrame:
         conds.append(f"{k} IN ({','.join('?' * len(vs))})"); args += vs
     if conds: sql += " WHERE " + " AND ".join(conds)
     with connect(run_dir) as con:
-        return pd.read_sql_query(sql + " ORDER BY analysis, task, metric, layer, head, step", con, params=args)
+        return pd.read_sql_query(sql + " ORDER BY analysis, task, metric, layer, head, seed, step", con, params=args)
 
 def read_settings(run_dir, analysis: str, **where) -> pd.DataFrame:
     "The settings `analysis` ran with, one row per (step, task, name), filtered by any column=value."
@@ -155,7 +169,7 @@ def read_settings(run_dir, analysis: str, **where) -> pd.DataFrame:
 
 def read_samples(run_dir, analysis: str, task: str | None = None) -> pd.DataFrame:
     "The text samples of `analysis` (optionally one task) as a DataFrame."
-    if not db_path(run_dir).exists(): return pd.DataFrame(columns=["analysis", "step", "task", "item", "text", "created_at"])
+    if not db_path(run_dir).exists(): return pd.DataFrame(columns=SAMPLE_COLUMNS)
     sql, args = "SELECT * FROM samples WHERE analysis=?", [analysis]
     if task is not None: sql += " AND task=?"; args.append(task)
     with connect(run_dir) as con:
@@ -172,20 +186,22 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
     "reconstruction": "the input: `reconstruction` (unmasked tokens) or `mask_prediction` (masked); metric `all`, "
                       "`pos/<class>`, `verb/<form>`, `freq/<rank range>` (accuracy on that subset of tokens)",
     "glue": "a GLUE task (`sst2`, `mrpc`, ...) or a built-in task (`polarity`, ...), and `glue` / `builtin`, their mean; "
-            "metric `score`, the task's own metrics, `score/seed<k>` (one finetuning seed's score); settings in `settings`",
-    "squad": "`squad_v2`; metrics as the official evaluation script names them, `score` = mean of exact and F1",
+            "metric `score` (`seed` -1: the mean over finetuning seeds; `seed` k: seed k's), `score_sd` (their spread), "
+            "the task's own metrics; settings in `settings`",
+    "squad": "`squad_v2`; metrics as the official evaluation script names them, `score` = mean of exact and F1 (per `seed` "
+             "as in glue)",
     "knowledge": "a LAMA relation (`P17`, ...), and `all`; metric `p@1` over all facts, `p@1_common` over one-token answers",
     "probing": "a probing task (`pos`, `const`, `srl`, `coref` on OntoNotes; `pos_brown`, `*_silver` built in); per `layer`",
     "attention": "the text the maps are taken on (`brown`); per `layer` and `head`; metric the attention pattern's mass",
 }
 
 def describe_results(run_dir) -> pd.DataFrame:
-    "What a run's database holds: per (analysis, task), the steps, layers, heads and metrics, and what `task` names there."
+    "What a run's database holds: per (analysis, task), the steps, layers, heads, seeds and metrics, and what `task` names there."
     df = read_results(run_dir)
-    if df.empty: return pd.DataFrame(columns=["analysis", "task", "steps", "layers", "heads", "metrics", "task names"])
+    if df.empty: return pd.DataFrame(columns=["analysis", "task", "steps", "layers", "heads", "seeds", "metrics", "task names"])
     g = df.groupby(["analysis", "task"], sort=True)
     out = g.agg(steps=("step", "nunique"), layers=("layer", lambda s: int((s.unique() >= 0).sum())),
-                heads=("head", lambda s: int((s.unique() >= 0).sum())),
+                heads=("head", lambda s: int((s.unique() >= 0).sum())), seeds=("seed", lambda s: int((s.unique() >= 0).sum())),
                 metrics=("metric", lambda s: ", ".join(sorted(s.unique())))).reset_index()
     return out.assign(**{"task names": out.analysis.map(lambda a: TASK_NAMES.get(a, "(an analysis this version does not know)"))})
 
@@ -231,7 +247,7 @@ def _groups(con, table: str, key: str = "analysis, step, task") -> dict:
     return {tuple(r[:-1]): r[-1] for r in con.execute(f"SELECT {key}, MAX(created_at) FROM {table} GROUP BY {key}")}
 
 def merge_results(run_dir, sources: Iterable) -> dict:
-    "Copy the results, samples and sweep log of each source database (or run folder) into `run_dir`'s main database."
+    "Copy the results, samples, settings and sweep log of each source database (or run folder) into `run_dir`'s main database."
     target = db_path(run_dir, DB_NAME)  # the main file, whatever shard this process writes
     counts = dict(results=0, samples=0, settings=0, sweep_log=0)
     for src in sources:
@@ -243,12 +259,12 @@ def merge_results(run_dir, sources: Iterable) -> dict:
             con.execute("ATTACH DATABASE ? AS src", (str(src),))
             con.execute("BEGIN IMMEDIATE")
             try:
-                for table in ("results", "samples", "settings"):
-                    mine, theirs = _groups(con, table), _groups(con, f"src.{table}")
+                for table, cols in (("results", COLUMNS), ("samples", SAMPLE_COLUMNS), ("settings", SETTING_COLUMNS)):
+                    mine, theirs, cols = _groups(con, table), _groups(con, f"src.{table}"), ", ".join(cols)  # every column by name
                     for g, t in theirs.items():
                         if g in mine and mine[g] >= t: continue
                         con.execute(f"DELETE FROM {table} WHERE analysis=? AND step=? AND task=?", g)
-                        counts[table] += con.execute(f"INSERT INTO {table} SELECT * FROM src.{table} "
+                        counts[table] += con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM src.{table} "
                                                      "WHERE analysis=? AND step=? AND task=?", g).rowcount
                 if con.execute("SELECT 1 FROM src.sqlite_master WHERE name='computed_with'").fetchone():  # older shards lack it
                     con.execute("INSERT INTO computed_with SELECT * FROM src.computed_with WHERE true ON CONFLICT(analysis, step) "

@@ -373,7 +373,7 @@ def evaluate_step(run_dir, step: int, device="cpu",
     sets = [dict(task=TASK, name=k, value=float(settings[k])) for k in SETTINGS + WINDOW_SETTINGS]  # the settings table, as glue
     samples = [dict(task=TASK, item="settings", text=json.dumps(settings)), dict(task=TASK, item="predictions", text=json.dumps(preds))]
     write_results(run_dir, ANALYSIS, step, rows, samples, sets)
-    return pd.DataFrame(rows).assign(step=step)
+    return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
 
 # %% ../nbs/05a_squad.ipynb #30152479
 REPORT = [dict(zip(("file", "paper", "caption", "finding"), r)) for r in (  # for the sweep's report, like every analysis's
@@ -390,7 +390,7 @@ METRICS = ("score", "exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "
 
 def scores_table(run_dir) -> pd.DataFrame:
     "Step x metric table (x100) of the stored SQuAD 2.0 results."
-    df = read_results(run_dir, ANALYSIS, task=TASK)
+    df = read_results(run_dir, ANALYSIS, task=TASK, seed=-1)  # the finetuning seeds' mean (one seed: its score)
     if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet: run evaluate_step(run_dir, step, squad_dir=...) first")
     t = df.pivot_table(index="step", columns="metric", values="value")
     return t[[c for c in METRICS if c in t.columns]] * 100

@@ -750,7 +750,7 @@ def _best_layer_mean(df):
     return f.groupby(["step", "task"]).value.max().groupby("step").mean()
 
 def _glue_score(df):
-    s = df[(df.metric == "score") & df.task.isin(["glue", "builtin"])]
+    s = df[(df.metric == "score") & (df.seed == -1) & df.task.isin(["glue", "builtin"])]  # the mean over finetuning seeds
     return s[s.task == ("glue" if (s.task == "glue").any() else "builtin")].groupby("step").value.mean()
 
 SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary of the analysis's rows)
@@ -764,7 +764,7 @@ SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary o
     "knowledge": ("Fig. 14", "world-knowledge P@1 (mean over relations)",
                   lambda df: df[df.metric == "p@1"].groupby("step").value.mean()),
     "squad": ("Figs. 12, 13", "SQuAD 2.0 (mean of F1 and exact match)",
-              lambda df: df[(df.metric == "score") & (df.task == "squad_v2")].groupby("step").value.mean()),
+              lambda df: df[(df.metric == "score") & (df.seed == -1) & (df.task == "squad_v2")].groupby("step").value.mean()),
 }
 RISE, EARLY = 0.02, 0.5  # a run rises when it gains this much; early when 90% of the gain comes within this share of training
 

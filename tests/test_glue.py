@@ -141,8 +141,8 @@ def test_glue_tasks_on_layout_files_with_mnli_start(fixture_copy):
     rows = G.evaluate_step(fixture_copy, 30, tasks="rte,stsb,cola", glue_dir=GLUE, **FAST)
     db = read_results(fixture_copy, G.ANALYSIS, step=30)
     assert set(db.task) == {"mnli", "rte", "stsb", "cola", "glue"} and len(db) == len(rows)  # MNLI ran first, for RTE/STS-B
-    score = {t: v for t, m, v in zip(db.task, db.metric, db.value) if m == "score"}
-    metric = lambda t, m: db[(db.task == t) & (db.metric == m)].value.iloc[0]
+    score = {t: v for t, m, k, v in zip(db.task, db.metric, db.seed, db.value) if m == "score" and k == -1}  # the mean over seeds
+    metric = lambda t, m: db[(db.task == t) & (db.metric == m) & (db.seed == -1)].value.iloc[0]
     assert score["mnli"] == pytest.approx((metric("mnli", "accuracy_matched") + metric("mnli", "accuracy_mismatched")) / 2)
     assert score["stsb"] == metric("stsb", "spearman") and score["cola"] == metric("cola", "matthews")
     assert score["glue"] == pytest.approx(np.mean([score[t] for t in ("mnli", "rte", "stsb", "cola")]))
@@ -160,10 +160,12 @@ def test_builtin_step_is_stored_replaced_and_drawn(fixture_copy, tmp_path):
     rows = G.evaluate_step(fixture_copy, 16, seed=3, **FAST)
     db = read_results(fixture_copy, G.ANALYSIS, step=16)
     assert set(db.task) == {"polarity", "uncertainty", "builtin"} and len(db) == len(rows)
-    assert set(db[db.task == "polarity"].metric) == {"accuracy", "score", "chance", "score/seed3", "train_loss"}
+    assert set(db[db.task == "polarity"].metric) == {"accuracy", "score", "chance", "train_loss"}
+    assert sorted(zip(*db[db.task == "polarity"][["seed", "metric"]].values.T)) == \
+        [(-1, "accuracy"), (-1, "chance"), (-1, "score"), (-1, "train_loss"), (3, "score")]  # seed 3's score: seed = 3, not in the metric
     st = read_settings(fixture_copy, G.ANALYSIS, step=16, task="polarity")
     assert set(st.name) == set(G.SETTINGS) and st[st.name == "seed"].value.iloc[0] == 3
-    assert db[(db.task == "polarity") & (db.metric == "score")].n.iloc[0] == 64  # max_dev_examples
+    assert db[(db.task == "polarity") & (db.metric == "score")].n.tolist() == [64, 64]  # max_dev_examples, the mean and seed 3
     assert db[(db.task == "builtin") & (db.metric == "chance")].value.iloc[0] == pytest.approx(0.5, abs=0.1)
     n_all = len(read_results(fixture_copy, G.ANALYSIS))
     G.evaluate_step(fixture_copy, 16, seed=3, **FAST)
@@ -183,9 +185,10 @@ def test_seeds_store_each_score_their_mean_and_spread_and_the_verdict_weighs_the
         G.evaluate_step(fixture_copy, step, seeds=2, **FAST)
     db = read_results(fixture_copy, G.ANALYSIS, step=30)
     for task in ("polarity", "uncertainty", "builtin"):
-        v = lambda m: db[(db.task == task) & (db.metric == m)].value.iloc[0]
-        assert v("score") == pytest.approx((v("score/seed0") + v("score/seed1")) / 2)
-        assert v("score_sd") == pytest.approx(abs(v("score/seed0") - v("score/seed1")) / 2 ** 0.5)
+        v = lambda m, seed=-1: db[(db.task == task) & (db.metric == m) & (db.seed == seed)].value.item()
+        assert v("score") == pytest.approx((v("score", 0) + v("score", 1)) / 2)
+        assert v("score_sd") == pytest.approx(abs(v("score", 0) - v("score", 1)) / 2 ** 0.5)
+        assert sorted(db[(db.task == task) & (db.metric == "score")].seed) == [-1, 0, 1]
     seeds = G.seed_scores(fixture_copy, "builtin")  # steps x seeds (other tests of this module store seed 3 at step 16)
     assert {0, 1} <= set(seeds.columns) and {0, 30} <= set(seeds.index)
     a, b = seeds.loc[0].dropna(), seeds.loc[30].dropna()

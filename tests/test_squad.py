@@ -211,9 +211,11 @@ def test_a_step_is_stored_replaced_and_drawn(fixture_copy, tmp_path):
     S.evaluate_step(fixture_copy, 0, seed=2, **FAST)
     db = read_results(fixture_copy, S.ANALYSIS, step=30)
     assert set(db.task) == {"squad_v2"} and len(db) == len(rows)
-    v = dict(zip(db.metric, db.value)); n = dict(zip(db.metric, db.n))
-    assert {"exact", "f1", "score", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "chance", "score/seed0",
-            "train_loss"} <= set(v)
+    mean = db[db.seed == -1]
+    v = dict(zip(mean.metric, mean.value)); n = dict(zip(mean.metric, mean.n))
+    assert {"exact", "f1", "score", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "chance", "train_loss"} <= set(v)
+    assert db[db.seed >= 0][["seed", "metric", "value"]].values.tolist() == [[0, "score", v["score"]]]  # the one seed's score
+    assert read_results(fixture_copy, S.ANALYSIS, step=0, seed=2).metric.tolist() == ["score"]
     st = read_settings(fixture_copy, S.ANALYSIS, step=30)
     st = dict(zip(st.name, st.value))  # the finetuning settings: their own table, as glue's
     assert {"train_steps", "learning_rate", "max_seq_length", "doc_stride", "train_windows"} <= set(st)
