@@ -176,6 +176,7 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
     "squad": "`squad_v2`; metrics as the official evaluation script names them, `score` = mean of exact and F1",
     "knowledge": "a LAMA relation (`P17`, ...), and `all`; metric `p@1` over all facts, `p@1_common` over one-token answers",
     "probing": "a probing task (`pos`, `const`, `srl`, `coref` on OntoNotes; `pos_brown`, `*_silver` built in); per `layer`",
+    "similarity": "the tokens compared (`brown`: held-out Brown words); per `layer`; metric `<cka|svcca|pwcca>_<final|previous>`, the checkpoint compared with in `settings`",
     "attention": "the text the maps are taken on (`brown`); per `layer` and `head`; metric the attention pattern's mass",
 }
 

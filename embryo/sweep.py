@@ -47,6 +47,7 @@ ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook
     "squad": "05a_squad",
     "knowledge": "06_knowledge",
     "probing": "07_probing",
+    "similarity": "07a_similarity",
     "attention": "08_attention",
 }
 
