@@ -213,6 +213,8 @@ def plot_similarity(run_dir, reference: str = "final"):
     if reference not in REFERENCES: raise ValueError(f"reference must be one of {', '.join(REFERENCES)}; got {reference!r}")
     df = similarity_results(run_dir)
     L = int(df.layer.max())
+    low = df[df.metric.str.endswith(f"_{reference}")].value.min()  # the previous checkpoint is close: zoom in to where the values are
+    lo = -0.02 if reference == "final" or not low < 1 else min(0.9, np.floor((low - 0.005) * 50) / 50)
     fig, axes = plt.subplots(1, len(MEASURES), figsize=(4.6 * len(MEASURES) + 1.2, 4.2), sharey=True, layout="constrained")
     for ax, m in zip(axes, MEASURES):
         t = curves(df, f"{m}_{reference}")
@@ -223,8 +225,8 @@ def plot_similarity(run_dir, reference: str = "final"):
         if t.empty: ax.text(0.5, 0.5, "one step only:\nno previous checkpoint", ha="center", va="center", transform=ax.transAxes, color="0.4")
         step_axis(ax, sorted(df.step.unique()), label="pretraining step" + (" of the later checkpoint" if reference == "previous" else "")
                   + " (symlog)")
-        ax.set_ylim(-0.02, 1.02); ax.grid(alpha=0.3); ax.set_title(TITLES[m], fontsize=10)
-    axes[0].set_ylabel(f"similarity to the {reference} checkpoint (0-1)")
+        ax.set_ylim(lo, 1.005 if reference == "previous" else 1.02); ax.grid(alpha=0.3); ax.set_title(TITLES[m], fontsize=10)
+    axes[0].set_ylabel(f"similarity to the {reference} checkpoint (1 = the same up to the measure's invariances)", fontsize=8)
     axes[0].legend(fontsize=7, loc="lower right")
     what = {"final": f"to the final checkpoint (step {int(df.final_step.max())})",
             "previous": "to the previous saved checkpoint"}[reference]
