@@ -192,6 +192,7 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
              "as in glue)",
     "knowledge": "a LAMA relation (`P17`, ...), and `all`; metric `p@1` over all facts, `p@1_common` over one-token answers",
     "probing": "a probing task (`pos`, `const`, `srl`, `coref` on OntoNotes; `pos_brown`, `*_silver` built in); per `layer`",
+    "similarity": "the tokens compared (`brown`: held-out Brown words); per `layer`; metric `<cka|svcca|pwcca>_<final|previous>`, the checkpoint compared with in `settings`",
     "attention": "the text the maps are taken on (`brown`); per `layer` and `head`; metric the attention pattern's mass",
 }
 

@@ -47,6 +47,7 @@ ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook
     "squad": "05a_squad",
     "knowledge": "06_knowledge",
     "probing": "07_probing",
+    "similarity": "07a_similarity",
     "attention": "08_attention",
 }
 
@@ -581,7 +582,7 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
     return paths
 
 CPU_PRESETS = ("tiny", "bert-tiny", "electra-tiny")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT and ELECTRA twins)
-REPRODUCE_STEPS = {"glue": 4, "probing": 9, "reconstruction": 13, "knowledge": 13}  # on the CPU presets, the slower analyses run on this many log-spaced steps (attention: every step)
+REPRODUCE_STEPS = {"glue": 4, "probing": 9, "similarity": 9, "reconstruction": 13, "knowledge": 13}  # on the CPU presets, the slower analyses run on this many log-spaced steps (attention: every step)
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}  # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
 USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run {run} --analyses squad "
                       "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>`"}  # analyses reproduce skips

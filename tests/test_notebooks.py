@@ -43,7 +43,7 @@ def other_run(request, tmp_path_factory):
 
 
 def test_found_analysis_notebooks():
-    assert [p.stem.split("_")[0] for p in ANALYSIS_NBS] == ["04", "05", "05a", "06", "07", "08"], ANALYSIS_NBS
+    assert [p.stem.split("_")[0] for p in ANALYSIS_NBS] == ["04", "05", "05a", "06", "07", "07a", "08"], ANALYSIS_NBS
 
 
 @pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])
