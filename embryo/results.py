@@ -198,7 +198,7 @@ TRANSITION_METRICS = {"drop": "drop", "loss_before": "before", "loss_after": "af
 
 def write_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
     "Store the run's loss transitions (`embryo.pretrain.run_transitions`) as analysis `pretraining`, replacing those stored before."
-    from .pretrain import run_transitions
+    from embryo.pretrain import run_transitions
     found, now = run_transitions(run_dir, key), time.time()
     with connect(run_dir) as con:
         con.execute("BEGIN IMMEDIATE")
