@@ -300,7 +300,7 @@ def plot_diagonal(run_dir, task: str = "brown"):
         if len(base): ax.axhline(base.mean(), color="0.5", ls="--", lw=1, label="a head attending evenly")
         if len(first): ax.axvline(first[0], color="tab:red", ls=":", lw=1.5,
                                   label=f"step {first[0]}: first head with {NEIGHBOUR_RATIO}x an even spread on token i-1 or i+1")
-        step_axis(ax); ax.grid(alpha=0.3)
+        step_axis(ax, run_dir=run_dir); ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     a.set_ylabel("attention mass on positions i-1, i, i+1 (fraction)")
     a.set_title("(a) mean over heads (band: range over heads)", fontsize=10)

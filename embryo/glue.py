@@ -627,7 +627,7 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
             ax.vlines(multi.index, multi.min(axis=1), multi.max(axis=1), color=c, lw=1,
                       label=f"range over {multi.shape[1]} finetuning seeds")
         if a in chance: ax.axhline(chance[a], color=c, ls="--", lw=1, label=f"chance ({a}): {chance[a]:.1f}")
-    step_axis(ax, t.index)
+    step_axis(ax, t.index, run_dir=run_dir)
     ax.set_ylabel("score on the dev split (x100)"); ax.legend(fontsize=8); ax.grid(alpha=0.3)
     what = "GLUE score" if "glue" in aggs else "downstream score of built-in tasks (not GLUE)"
     ax.set_title(f"Fig. 5a: {what} over pretraining ({run_dir.name})", fontsize=10)
@@ -648,7 +648,7 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
         ax.plot([s.idxmax()], [s.max()], "x", color="tab:red", ms=10, mew=2, clip_on=False, label=f"best: step {s.idxmax()}")
         if name in chance: ax.axhline(chance[name], color="grey", ls="--", lw=1, label="chance")
         ax.set_title(f"{task.title} ({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)
-        step_axis(ax, t.index, fontsize=8); ax.margins(y=0.12)
+        step_axis(ax, t.index, fontsize=8, run_dir=run_dir); ax.margins(y=0.12)
         ax.set_ylabel(f"{task.metric} (x100)", fontsize=8); ax.legend(fontsize=7); ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names):]: ax.axis("off")
     fig.suptitle(f"Fig. 5b / Fig. 12: each task on its dev split over pretraining, best step x ({run_dir.name})", fontsize=10)

@@ -508,12 +508,12 @@ def fig6_relations(available: Sequence[str], k: int = 7) -> list[str]:
     return ([r for r in FIG6_RELATIONS if r in available] + rest)[:k]
 
 # %% ../nbs/06_knowledge.ipynb #74a298df
-def _curves(ax, df, relation, label=True):
+def _curves(ax, df, relation, label=True, run_dir=None):
     for metric, ls in zip(METRICS, ("-", "--")):
         d = df[(df.task == relation) & (df.metric == metric)].sort_values("step")
         name = f"{relation} {RELATION_LABELS.get(relation, '')}".strip() if label and metric == METRICS[0] else None
         ax.plot(d.step, d.value, ls, marker="o", ms=3, color=relation_colour(relation), label=name)
-    step_axis(ax, df.step.unique(), label=None)
+    step_axis(ax, df.step.unique(), label=None, run_dir=run_dir)
 
 def _ylim(df) -> tuple[float, float]:
     "P@1 axis from 0 to just above the largest value (at least 0.05, at most 1), so small values stay visible."
@@ -527,7 +527,7 @@ def plot_fig6(run_dir, out_dir=None) -> list[Path]:
     run_dir = Path(run_dir); df = knowledge_results(run_dir)
     rels = fig6_relations(sorted(df.task.unique()))
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for r in rels: _curves(ax, df, r)
+    for r in rels: _curves(ax, df, r, run_dir=run_dir)
     ax.set_ylim(*_ylim(df[df.task.isin(rels)]))
     ax.set_xlabel(STEP_LABEL)
     ax.set_ylabel("P@1 (fraction of cloze queries, 0-1)")
@@ -549,7 +549,7 @@ def plot_fig14(run_dir, out_dir=None) -> list[Path]:
     cols = min(4, len(rels)); nrows = math.ceil(len(rels) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 2.4 * nrows + 0.6), sharex=True, sharey=True, squeeze=False)
     for ax, r in zip(axes.flat, rels):
-        _curves(ax, df, r, label=False)
+        _curves(ax, df, r, label=False, run_dir=run_dir)
         n = df[(df.task == r) & (df.metric == METRICS[0])].sort_values("step").n.iloc[-1]
         label = RELATION_LABELS.get(r, "")
         label = label if len(label) <= 28 else label[:label.rfind(" ", 0, 27)] + "…"

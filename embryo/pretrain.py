@@ -32,15 +32,16 @@ from .electra import ElectraPair, GENERATOR, is_electra, load_electra, pretraini
 from . import data as D
 
 # %% auto #0
-__all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'STEP_LABEL', 'FIXTURE', 'Lamb', 'param_groups',
-           'make_optimizer', 'lr_at', 'phase1_steps', 'seq_length_at', 'checkpoint_steps', 'CheckpointNotFound',
-           'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'RunLocked',
-           'run_lock', 'clean_run', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
-           'run_corpus', 'corpus_file', 'sentence_name', 'prepare_run', 'examples_of', 'write_tokenizer_files',
-           'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log', 'prefetched', 'train_step', 'train',
-           'heldout_examples', 'evaluate_heldout', 'save_figure', 'step_axis', 'loss_drop', 'plot_pretraining',
-           'run_model_type', 'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve',
-           'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
+__all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'TRANSITIONS_FILE', 'STEP_LABEL',
+           'TRANSITION_LABEL', 'TRANSITION_STYLE', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer', 'lr_at',
+           'phase1_steps', 'seq_length_at', 'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps',
+           'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'RunLocked', 'run_lock', 'clean_run', 'rng_state',
+           'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config', 'run_corpus', 'corpus_file',
+           'sentence_name', 'prepare_run', 'examples_of', 'write_tokenizer_files', 'complete_run', 'TrainingDiverged',
+           'DiskFull', 'train_log', 'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout',
+           'transitions', 'run_transitions', 'save_figure', 'step_axis', 'plot_pretraining', 'run_model_type',
+           'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves',
+           'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -731,6 +732,73 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
                 sop_accuracy=sop_hits / max(len(examples), 1), nsp_accuracy=nsp_hits / max(len(nsp), 1),
                 nsp_sequences=len(nsp))
 
+# %% ../nbs/03_pretrain.ipynb #f8165332
+def transitions(run_dir_or_rows, key: str = "mlm_loss",
+                per_decade: int = 20,      # grid points per decade of steps
+                smooth: float = 0.1,       # Gaussian smoothing, in decades of steps
+                penalty: float = 3.0,      # PELT's cost of one more change point (variance of the pace x grid points)
+                min_size: float = 0.1,     # the shortest segment, in decades
+                window: float = 0.1,       # the loss before/after is the mean over this many decades either side
+                min_records: int = 3,      # each window is widened until it holds this many records
+                z: float = 3.0,            # the drop beyond the neighbours' pace, in standard errors of the window means
+                min_drop: float = 0.01,    # and in nats
+               ) -> list[dict]:
+    "The steps where the logged `key` drops faster than before and after: change points in its pace per log-step (PELT, L2 cost)."
+    import ruptures
+    from scipy.ndimage import gaussian_filter1d
+    rows = train_log(run_dir_or_rows) if isinstance(run_dir_or_rows, (str, Path)) else list(run_dir_or_rows)
+    rows = [r for r in rows if r["step"] > 0 and key in r and np.isfinite(r[key])]  # step 0 has no log-step
+    if len(rows) < 4: return []
+    steps, loss = np.array([r["step"] for r in rows], dtype=float), np.array([r[key] for r in rows], dtype=float)
+    x = np.log10(steps)
+    noise = 1.4826 * np.median(np.abs(np.diff(loss))) / np.sqrt(2)  # per record; consecutive records differ little by trend
+    grid = np.arange(x.min(), x.max() + 0.5 / per_decade, 1 / per_decade)
+    cell = np.clip(np.round((x - grid[0]) * per_decade).astype(int), 0, len(grid) - 1)
+    n, total = np.bincount(cell, minlength=len(grid)), np.bincount(cell, loss, minlength=len(grid))
+    y = np.interp(grid, grid[n > 0], total[n > 0] / n[n > 0])
+    pace = -np.gradient(gaussian_filter1d(y, smooth * per_decade, mode="nearest") if smooth else y, grid)
+    m = max(2, round(min_size * per_decade))
+    if len(pace) < 3 * m or not pace.std() > 0: return []
+    ends = ruptures.Pelt(model="l2", min_size=m, jump=1).fit((pace / pace.std())[:, None]).predict(pen=penalty)
+    edges = [0] + ends
+    means = [pace[a:b].mean() for a, b in zip(edges[:-1], edges[1:])]
+    out = []
+    for k in range(1, len(means) - 1):
+        if not means[k - 1] < means[k] > means[k + 1]: continue
+        a, b = edges[k], edges[k + 1]
+        lo, hi, w = grid[a] - 0.5 / per_decade, grid[b - 1] + 0.5 / per_decade, window  # the segment, in log10 steps
+        while True:
+            bw, aw = loss[(x >= lo - w) & (x < lo)], loss[(x > hi) & (x <= hi + w)]
+            if (len(bw) >= min_records and len(aw) >= min_records) or w > 1: break
+            w *= 1.5
+        if not len(bw) or not len(aw): continue
+        before, after = float(bw.mean()), float(aw.mean())
+        trend = max(means[k - 1], means[k + 1], 0.0) * (hi - lo + w)  # what the neighbours' pace drops between the windows' centres
+        if before - after - trend < max(min_drop, z * noise * np.sqrt(1 / len(bw) + 1 / len(aw))): continue
+        peak = a + int(np.argmax(pace[a:b]))
+        step = int(steps[np.argmin(np.abs(x - grid[peak]))])  # the logged step nearest the fastest fall
+        out.append(dict(step=step, before=before, after=after, drop=before - after, rate=float(pace[peak]),
+                        start_step=int(steps[x >= lo].min()), end_step=int(steps[x <= hi].max())))
+    return out
+
+TRANSITIONS_FILE = "transitions.json"  # in the run's logs/, beside train.jsonl
+
+def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
+    "The run's `transitions` with default settings, cached in `logs/transitions.json` and recomputed when the log has grown."
+    log = Path(run_dir) / "logs" / "train.jsonl"
+    if not log.exists(): return []
+    f, size = log.parent / TRANSITIONS_FILE, log.stat().st_size
+    try:
+        cached = json.loads(f.read_text())
+        if cached["log_bytes"] == size and cached["key"] == key: return cached["transitions"]
+    except (OSError, ValueError, KeyError): pass
+    found = transitions(run_dir, key)
+    try: atomic_write(f, json.dumps(dict(key=key, log_bytes=size, method="PELT, L2 cost on the pace per log10 step (embryo.pretrain.transitions)",
+                                         transitions=found), indent=1) + "\n")
+    except OSError: pass  # a run folder we may not write to: the transitions are still drawn
+    return found
+
+
 # %% ../nbs/03_pretrain.ipynb #eafdef11
 def save_figure(fig, out_dir, name: str) -> list[Path]:
     "Save `fig` as `name`.png and `name`.svg in `out_dir`, each through a temporary file and a rename; then close it."
@@ -744,9 +812,11 @@ def save_figure(fig, out_dir, name: str) -> list[Path]:
     return paths
 
 STEP_LABEL = "pretraining step (optimizer updates, symlog scale)"
+TRANSITION_LABEL = "loss drop (change point)"  # the loss's phase transitions (`transitions`), drawn alike in every figure over steps
+TRANSITION_STYLE = dict(color="tab:red", ls=":", lw=1.2, alpha=0.8, zorder=1)
 
-def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None):
-    "Pretraining steps on `ax`'s x-axis, the same in every figure: symlog (step 0 shows), no negative side, room for the first and last markers."
+def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run_dir=None):
+    "Pretraining steps on `ax`'s x-axis, the same in every figure: symlog (step 0 shows), no negative side, room for the first and last markers; `run_dir`'s loss transitions marked."
     from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
     hi = max(steps) if steps is not None and len(steps) else ax.dataLim.x1  # the last step drawn
     ax.set_xscale("symlog", linthresh=1, linscale=0.5)
@@ -754,22 +824,13 @@ def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None):
     ax.xaxis.set_major_locator(SymmetricalLogLocator(base=10, linthresh=1))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 0 else ""))
     if label: ax.set_xlabel(label, fontsize=fontsize)
+    marked = any(l.get_gid() == "loss-transition" for l in ax.lines)  # a second call on the same axes draws nothing twice
+    for i, t in enumerate(run_transitions(run_dir) if run_dir is not None and not marked else []):
+        ax.axvline(t["step"], **TRANSITION_STYLE, label=TRANSITION_LABEL if i == 0 else None, gid="loss-transition")
     return ax
 
-def loss_drop(rows: list[dict], key: str = "mlm_loss", ratio: float = 1.25, min_records: int = 5) -> dict | None:
-    "The step where the logged `key` falls most: mean over (step/ratio, step] minus mean over (step, step*ratio]."
-    steps, v = np.array([r["step"] for r in rows]), np.array([r[key] for r in rows], dtype=float)
-    best = None
-    for s in steps:
-        before, after = v[(steps > s / ratio) & (steps <= s)], v[(steps > s) & (steps <= s * ratio)]
-        if len(before) < min_records or len(after) < min_records: continue
-        drop = before.mean() - after.mean()
-        if best is None or drop > best["drop"]:
-            best = dict(step=int(s), drop=float(drop), before=float(before.mean()), after=float(after.mean()), ratio=ratio)
-    return best
-
 def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
-    "Fig. 2a of the embryology paper for this run: losses and MLM accuracy over steps, the sharpest loss drop marked."
+    "Fig. 2a of the embryology paper for this run: losses and MLM accuracy over steps, the MLM loss's transitions marked."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     run_dir = Path(run_dir)
@@ -783,10 +844,10 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     for k, c, label in (("loss", "k", "loss" + (" (mlm + 50 rtd)" if key == "rtd_loss" else "")), ("mlm_loss", "tab:blue", "mlm loss"),
                         (key, "tab:orange", f"{sentence} loss")):
         ax.plot(step, [r[k] for r in rows], c, label=label)
-    drop = loss_drop(rows)
-    if drop: ax.axvline(drop["step"], color="tab:red", ls=":", lw=1.5,
-                        label=f"sharpest MLM loss drop: step {drop['step']:,} ({drop['before']:.2f} -> {drop['after']:.2f})")
-    step_axis(ax, step); ax.set_ylabel("loss (nats per prediction)")
+    step_axis(ax, step, run_dir=run_dir); ax.set_ylabel("loss (nats per prediction)")
+    for t in run_transitions(run_dir):  # the same marks as every figure over steps, with what each drop was
+        ax.annotate(f"{t['before']:.2f} -> {t['after']:.2f}", (t["step"], 1), xycoords=("data", "axes fraction"), rotation=90,
+                    va="top", ha="right", fontsize=7, color=TRANSITION_STYLE["color"])
     ax2 = ax.twinx(); ax2.plot(step, [r["mlm_accuracy"] for r in rows], "tab:green", ls="--", label="MLM accuracy")
     ax2.set_ylabel("MLM accuracy (fraction of masked tokens)"); ax2.set_ylim(0, 1)
     h1, l1 = ax.get_legend_handles_labels(); h2, l2 = ax2.get_legend_handles_labels()

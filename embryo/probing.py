@@ -503,13 +503,13 @@ def _layer_colour(layer: int, n_layers: int):
 def _task_order(names) -> list[str]:
     return sorted(names, key=lambda t: (list(TASKS).index(t) if t in TASKS else 99, t))
 
-def _layer_panel(ax, df, task, title, n_layers, control=False):
+def _layer_panel(ax, df, task, title, n_layers, control=False, run_dir=None):
     for metric, ls in (("f1", "-"),) + ((("control_f1", ":"),) if control else ()):
         t = layer_curves(df, task, metric)
         for l in t.columns:
             ax.plot(t.index, t[l], ls, marker="." if ls == "-" else None, color=_layer_colour(l, n_layers),
                     label=f"layer {l}" if ls == "-" else None)
-    step_axis(ax, label=None); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
+    step_axis(ax, label=None, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_title(textwrap.fill(title, 48), fontsize=9)
 
 def _absent(ax, title, text):
@@ -532,7 +532,7 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     for i, t in enumerate(_task_order(df.task.unique())):
         c = layer_curves(df, t)
         if layer in c: ax.plot(c.index, c[layer], "-o", ms=3, color=f"C{i}", label=f"{t} F1")
-    step_axis(ax); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
+    step_axis(ax, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_ylabel("micro-F1 / MLM accuracy (fraction, 0-1)")
     ax.legend(fontsize=7, loc="upper left")
     sizes = task_sizes(df)
@@ -550,7 +550,7 @@ def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.1 * rows + 0.5), squeeze=False)
     for ax, (task, title, absent) in zip(axes.flat, panels):
         if absent: _absent(ax, title, absent)
-        else: _layer_panel(ax, df, task, title, n_layers, control)
+        else: _layer_panel(ax, df, task, title, n_layers, control, run_dir)
     for ax in axes.flat[len(panels):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel("pretraining step (symlog)")
     for ax in axes[:, 0]: ax.set_ylabel("test micro-F1 (0-1)")

@@ -322,7 +322,7 @@ def _plot_set(run_dir, fig_id: str):
                 ax.plot(t.index, y, marker=".", color=f"C{i}", label=g.replace("_", " "))
             if not ax.lines: ax.text(0.5, 0.5, "accuracy at the last step is 0 in every group:\nnothing to rescale",
                                      ha="center", va="center", transform=ax.transAxes, color="0.4")
-            step_axis(ax, t.index, label="pretraining step (symlog)" if row == 1 else None)
+            step_axis(ax, t.index, label="pretraining step (symlog)" if row == 1 else None, run_dir=run_dir)
             ax.set_ylabel(("accuracy / accuracy at last step" if rescale else "accuracy") + " (fraction)")
             ax.set_title(f"({'ab'[row]}) {task.replace('_', ' ')}, {'rescaled' if rescale else 'raw'}")
             ax.grid(alpha=0.3)

@@ -16,9 +16,10 @@ import pandas as pd
 
 # %% auto #0
 __all__ = ['DB_NAME', 'COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TASK_NAMES',
-           'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'connect', 'write_results', 'read_results',
-           'read_settings', 'read_samples', 'done_steps', 'describe_results', 'log_job', 'read_log', 'options_digest',
-           'set_computed_with', 'computed_with', 'merge_results', 'markdown_table']
+           'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'connect', 'write_results',
+           'read_results', 'read_settings', 'read_samples', 'done_steps', 'describe_results', 'write_transitions',
+           'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with', 'merge_results',
+           'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
 DB_NAME = "results.sqlite"
@@ -193,6 +194,9 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
     "knowledge": "a LAMA relation (`P17`, ...), and `all`; metric `p@1` over all facts, `p@1_common` over one-token answers",
     "probing": "a probing task (`pos`, `const`, `srl`, `coref` on OntoNotes; `pos_brown`, `*_silver` built in); per `layer`",
     "similarity": "the tokens compared (`brown`: held-out Brown words); per `layer`; metric `<cka|svcca|pwcca>_<final|previous>`, the checkpoint compared with in `settings`",
+    "pretraining": "the logged loss (`mlm_loss`) whose phase transitions `embryo.pretrain.transitions` found: one `step` per "
+                   "transition; metric `drop`, `loss_before`, `loss_after` (nats), `rate` (nats per decade of steps), "
+                   "`start_step`, `end_step` (written by `write_transitions`)",
     "attention": "the text the maps are taken on (`brown`); per `layer` and `head`; metric the attention pattern's mass",
 }
 
@@ -205,6 +209,27 @@ def describe_results(run_dir) -> pd.DataFrame:
                 heads=("head", lambda s: int((s.unique() >= 0).sum())), seeds=("seed", lambda s: int((s.unique() >= 0).sum())),
                 metrics=("metric", lambda s: ", ".join(sorted(s.unique())))).reset_index()
     return out.assign(**{"task names": out.analysis.map(lambda a: TASK_NAMES.get(a, "(an analysis this version does not know)"))})
+
+# %% ../nbs/03a_results.ipynb #1f43c8e0
+TRANSITION_METRICS = {"drop": "drop", "loss_before": "before", "loss_after": "after", "rate": "rate", "start_step": "start_step",
+                      "end_step": "end_step"}  # metric -> the field of `embryo.pretrain.transitions`' dicts
+
+def write_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
+    "Store the run's loss transitions (`embryo.pretrain.run_transitions`) as analysis `pretraining`, replacing those stored before."
+    from embryo.pretrain import run_transitions
+    found, now = run_transitions(run_dir, key), time.time()
+    with connect(run_dir) as con:
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            con.execute("DELETE FROM results WHERE analysis='pretraining' AND task=?", (key,))
+            con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
+                            [("pretraining", t["step"], key, -1, -1, m, float(t[f]), None, now)
+                             for t in found for m, f in TRANSITION_METRICS.items()])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK"); raise
+    return found
+
 
 # %% ../nbs/03a_results.ipynb #0037fa71
 def log_job(run_dir, analysis: str, step: int, status: str, seconds: float | None = None, error: str | None = None,

@@ -224,7 +224,7 @@ def plot_similarity(run_dir, reference: str = "final"):
             ax.axhline(SETTLED_CKA, color="0.4", ls="--", lw=1, label=f"settled: CKA >= {SETTLED_CKA}")
         if t.empty: ax.text(0.5, 0.5, "one step only:\nno previous checkpoint", ha="center", va="center", transform=ax.transAxes, color="0.4")
         step_axis(ax, sorted(df.step.unique()), label="pretraining step" + (" of the later checkpoint" if reference == "previous" else "")
-                  + " (symlog)")
+                  + " (symlog)", run_dir=run_dir)
         ax.set_ylim(lo, 1.005 if reference == "previous" else 1.02); ax.grid(alpha=0.3); ax.set_title(TITLES[m], fontsize=10)
     axes[0].set_ylabel(f"similarity to the {reference} checkpoint (1 = the same up to the measure's invariances)", fontsize=8)
     axes[0].legend(fontsize=7, loc="lower right")

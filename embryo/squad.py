@@ -406,7 +406,7 @@ def plot_fig12_squad(run_dir, out_dir=None) -> list[Path]:
     best = t["score"].idxmax()
     ax.plot([best], [t["score"].max()], "x", color="tab:red", ms=10, mew=2, label=f"best: step {best}")
     ax.axhline(t["chance"].iloc[-1], ls="--", color="grey", lw=1, label=f"no answer to every question: {t['chance'].iloc[-1]:.1f}")
-    step_axis(ax, t.index)
+    step_axis(ax, t.index, run_dir=run_dir)
     ax.set_ylabel("SQuAD 2.0 dev (x100)"); ax.legend(fontsize=7); ax.grid(alpha=0.3)
     ax.set_title(f"Fig. 12 (SQuAD 2.0 panel): dev score over pretraining ({run_dir.name})", fontsize=9)
     return save_figure(fig, out_dir or run_dir / "figures", "fig12_squad")

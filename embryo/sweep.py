@@ -25,8 +25,8 @@ from typing import Sequence
 import pandas as pd
 
 from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
-from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, loss_drop, train_log, complete_run, sentence_name, run_sentence_task, run_model_type
-from .results import DB_NAME, connect, db_path, done_steps, log_job, read_log, computed_with, options_digest, set_computed_with
+from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, run_transitions, train_log, complete_run, sentence_name, run_sentence_task, run_model_type
+from .results import DB_NAME, connect, db_path, done_steps, log_job, read_log, computed_with, options_digest, set_computed_with, write_transitions
 
 
 # %% auto #0
@@ -516,9 +516,12 @@ def _pretraining_verdict(run_dir) -> str:
          f"predicting the most frequent token; " + (
          f"replaced-token detection accuracy {e['rtd_accuracy']:.1%} (always answering 'original': {e['rtd_baseline']:.1%})."
          if task == "rtd" else f"{'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy {e[f'{task}_accuracy']:.1%} (chance 50%)."))
-    d = loss_drop(train_log(run_dir))
-    if d: s += (f" The MLM loss falls most sharply around step {d['step']:,}: from {d['before']:.2f} to {d['after']:.2f} "
-                f"nats, mean over the {d['ratio'] - 1:.0%} of steps before and after it (marked in the figure).")
+    ts, n = run_transitions(run_dir), len(train_log(run_dir))
+    if ts: s += (f" The MLM loss drops faster than before and after at {len(ts)} step{'s' * (len(ts) > 1)} (change points "
+                 f"of its pace per log-step, marked in every figure over steps): " + "; ".join(
+                 f"step {t['step']:,}, from {t['before']:.2f} to {t['after']:.2f} nats ({t['rate']:.2f} nats per decade of steps "
+                 f"at its fastest)" for t in ts) + ".")
+    elif n: s += f" No phase transition: in its {n} logged records the MLM loss never drops faster than before and after."
     return s
 
 def report_sections(run_dir) -> list[dict]:
@@ -574,6 +577,7 @@ def write_report(run_dir, figures_dir="figures") -> Path:
 def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
     "Redraw the pretraining figure and every analysis's figures of `run_dir` into `figures_dir`."
     from embryo.pretrain import plot_pretraining, plot_recipe_curves
+    if (Path(run_dir) / "logs" / "train.jsonl").exists(): write_transitions(run_dir)  # stored with the run's other results
     paths = plot_pretraining(run_dir, figures_dir) if (Path(run_dir) / "logs").is_dir() else []
     recipes = Path(figures_dir) / "recipe_curves.csv"  # committed with the figures: the recipe search behind `tiny`
     if recipes.exists(): paths += plot_recipe_curves(recipes, figures_dir)
