@@ -48,6 +48,7 @@ ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook
     "knowledge": "06_knowledge",
     "probing": "07_probing",
     "attention": "08_attention",
+    "syntax": "08a_syntax",
 }
 
 class SweepError(ValueError):
