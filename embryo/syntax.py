@@ -32,7 +32,7 @@ __all__ = ['ANALYSIS', 'TASKS', 'METRICS', 'REPORT', 'Parsed', 'neighbours', 'si
 ANALYSIS = "syntax"  # the `analysis` name of this notebook's rows in the results database
 TASKS = {"silver": "spaCy's dependency arcs on the held-out Brown sentences (silver)",
          "gold": "the arcs of the user's CoNLL-U treebank (gold)"}
-METRICS = ("uas", "uas_best", "uas_adjacent", "uas_previous", "uas_next")
+METRICS = ("uas", "uas_best", "uas_adjacent", "uas_previous", "uas_next", "uas_random")
 
 @dataclass
 class Parsed:
@@ -167,13 +167,14 @@ def syntax_counts(model, inputs, device="cpu") -> dict[str, np.ndarray | int]:
     with one_thread(): return _syntax_counts(model, inputs, device)
 
 def _syntax_counts(model, inputs, device):
-    hits, words, base = None, 0, {"previous": 0, "next": 0}
+    hits, words, base = None, 0, {"previous": 0, "next": 0, "random": 0.0}
     for ids, spans, s in inputs:
         maps, _ = attention_maps(model, ids, device, batch_size=1)  # (L, H, T, T): this one sentence's maps
         c = correct(choices(word_attention(maps, spans)), s.heads)
         hits = c if hits is None else hits + c
         words += len(s.words)
         for k, ch in adjacent_choices(len(s.words)).items(): base[k] += int(correct(ch, s.heads))
+        base["random"] += sum(len(x) for x in neighbours(s.heads)) / (len(s.words) - 1)  # a uniform choice's expected hits
     if hits is None: raise ValueError("no sentence could be scored: none has two words or more that align with the "
                                       "model's pieces and fit its positions")
     return dict(hits=hits, words=words, sentences=len(inputs), **base)
@@ -188,7 +189,8 @@ def step_rows(counts: dict, task: str) -> list[dict]:
     rows += [dict(task=task, layer=l + 1, head=-1, metric="uas_best", value=float(uas[l].max()), n=n) for l in range(L)]
     prev, nxt = counts["previous"] / n, counts["next"] / n
     return rows + [dict(task=task, layer=-1, head=-1, metric=m, value=float(v), n=n)
-                   for m, v in (("uas_adjacent", max(prev, nxt)), ("uas_previous", prev), ("uas_next", nxt))]
+                   for m, v in (("uas_adjacent", max(prev, nxt)), ("uas_previous", prev), ("uas_next", nxt),
+                                ("uas_random", counts["random"] / n))]
 
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int, # the checkpoint to score
@@ -229,6 +231,7 @@ def best_curves(run_dir, task: str = "silver") -> pd.DataFrame:
     t = df[df.metric == "uas_best"].pivot_table(index="step", columns="layer", values="value").sort_index()
     t["best"] = t.max(axis=1)
     t["adjacent"] = df[df.metric == "uas_adjacent"].groupby("step").value.mean()
+    t["random"] = df[df.metric == "uas_random"].groupby("step").value.mean()
     return t
 
 def _layer_colours(layers: Sequence[int]) -> dict[int, tuple]:
@@ -249,6 +252,7 @@ def plot_syntax(run_dir):
         colours = _layer_colours(layers)
         for l in layers: ax.plot(t.index, t[l], marker=".", color=colours[l], label=f"layer {l}, best head")
         ax.plot(t.index, t["adjacent"], ls="--", color="0.4", label="baseline: always the adjacent word")
+        ax.plot(t.index, t["random"], ls=":", color="0.4", label="chance: a random other word")
         n = int(read_results(run_dir, ANALYSIS, task=task, metric="uas_adjacent").n.iloc[-1])
         ax.set_title(f"{'silver arcs (spaCy, held-out Brown)' if task == 'silver' else 'gold arcs (treebank)'}, {n:,} words",
                      fontsize=10)
@@ -270,6 +274,7 @@ def syntax_table(run_dir, task: str = "silver") -> pd.DataFrame:
                         f"UAS at step {last}": at(last).max(), "mean over heads, last step": at(last).mean()}
     t = pd.DataFrame.from_dict(rows, orient="index").rename_axis("layer")
     t["adjacent baseline, last step"] = df[(df.metric == "uas_adjacent") & (df.step == last)].value.mean()
+    t["chance, last step"] = df[(df.metric == "uas_random") & (df.step == last)].value.mean()
     return t
 
 # %% ../nbs/08a_syntax.ipynb #09c69225
@@ -279,7 +284,7 @@ def task_sentence(run_dir, task: str = "silver") -> str:
     b, a = t["best"], t["adjacent"]
     s0, s1 = int(t.index[0]), int(t.index[-1])
     last_layer = int(t.loc[s1, [c for c in t.columns if isinstance(c, (int, np.integer))]].astype(float).idxmax())
-    what = "silver arcs (spaCy)" if task == "silver" else "gold arcs (treebank)"
+    what = ("silver arcs (spaCy" if task == "silver" else "gold arcs (treebank") + f", chance {t['random'].iloc[-1]:.3f})"
     if len(t) < 2:
         return (f"Against {what}, only step {s0} is evaluated: the best head (layer {last_layer}) has UAS {b.iloc[0]:.3f}, "
                 f"{'above' if b.iloc[0] > a.iloc[0] else 'not above'} the adjacent-word baseline ({a.iloc[0]:.3f}); "
@@ -309,12 +314,12 @@ REPORT = [
          caption="For every layer, the UAS of its best attention head over pretraining steps: the share of words whose "
                  "most-attended other word (pieces summed, [CLS]/[SEP] and self excluded) is their parent or child in "
                  "the dependency parse; silver arcs from spaCy on held-out Brown sentences (gold arcs from a CoNLL-U "
-                 "treebank where given). Dashed: a baseline that always chooses the adjacent word.",
+                 "treebank where given). Dashed: a baseline that always chooses the adjacent word; dotted: chance.",
          finding="Chen et al. (2023) find that syntactic attention structure appears abruptly in a short window early "
                  "in BERT pretraining, together with a sudden drop in the MLM loss; the embryology paper does not measure it."),
     dict(file="table_syntax_uas", paper="Beyond the paper: Chen et al. 2023 (quantitative Fig. 4)",
          caption="Per layer and task: the best head at the last step, its UAS at the first and last step, the mean UAS "
-                 "over heads, and the adjacent-word baseline.",
+                 "over heads, the adjacent-word baseline and chance.",
          finding="Heads whose attention follows dependency arcs beat the adjacent-word baseline once SAS has formed."),
 ]
 
