@@ -198,6 +198,7 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
                    "transition; metric `drop`, `loss_before`, `loss_after` (nats), `rate` (nats per decade of steps), "
                    "`start_step`, `end_step` (written by `write_transitions`)",
     "attention": "the text the maps are taken on (`brown`); per `layer` and `head`; metric the attention pattern's mass",
+    "syntax": "the dependency arcs scored against: `silver` (spaCy on held-out Brown) or `gold` (a CoNLL-U treebank); metric `uas` per `layer` and `head`, `uas_best` per layer, `uas_adjacent`/`uas_previous`/`uas_next` (baselines, layer -1)",
 }
 
 def describe_results(run_dir) -> pd.DataFrame:

@@ -49,6 +49,7 @@ ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook
     "probing": "07_probing",
     "similarity": "07a_similarity",
     "attention": "08_attention",
+    "syntax": "08a_syntax",
 }
 
 class SweepError(ValueError):

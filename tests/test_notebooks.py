@@ -29,7 +29,8 @@ OTHER_RUN = dict(vocab_size=600, tokenizer_vocab_size=600, max_seq_length=32, nu
 OTHER_RUNS = {"bert-like": OTHER_RUN, "electra": dict(OTHER_RUN, model_type="electra", sentence_task="none")}
 ANALYSIS_NBS = [p for p in NBS if p.stem[:2] in ("04", "05", "06", "07", "08")]  # 09 takes no run: it trains its own
 OPTIONS = {"04": dict(max_words=100), "05": dict(max_train_examples=64, max_dev_examples=200),  # small caps: seconds, not minutes
-           "05a": dict(squad_dir=str(Path(__file__).parent / "data" / "squad2"), max_train_examples=4)}
+           "05a": dict(squad_dir=str(Path(__file__).parent / "data" / "squad2"), max_train_examples=4),
+           "08a": dict(max_sentences=100, treebank=str(Path(__file__).parent / "data" / "treebank"))}
 
 
 @pytest.fixture(scope="module", params=list(OTHER_RUNS))
@@ -43,7 +44,7 @@ def other_run(request, tmp_path_factory):
 
 
 def test_found_analysis_notebooks():
-    assert [p.stem.split("_")[0] for p in ANALYSIS_NBS] == ["04", "05", "05a", "06", "07", "07a", "08"], ANALYSIS_NBS
+    assert [p.stem.split("_")[0] for p in ANALYSIS_NBS] == ["04", "05", "05a", "06", "07", "07a", "08", "08a"], ANALYSIS_NBS
 
 
 @pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])
