@@ -114,6 +114,12 @@ def _check_rows(rows: list[dict]):
         extra = set(r) - {"task", "layer", "head", "seed", "metric", "value", "n"}
         if extra: raise ValueError(f"result row {i} has unknown field(s) {', '.join(sorted(extra))}: {r}")
 
+def _insert_results(con, analysis: str, rows: list[tuple[int, dict]], now: float):
+    "Insert (step, row) pairs of `analysis`; a row's layer, head and seed default to -1 (not applicable)."
+    con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
+                    [(analysis, int(step), r["task"], int(r.get("layer", -1)), int(r.get("head", -1)), int(r.get("seed", -1)),
+                      r["metric"], None if r["value"] is None else float(r["value"]), r.get("n"), now) for step, r in rows])
+
 def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], samples: Iterable[dict] = (),
                   settings: Iterable[dict] = ()) -> int:
     "Replace the results, text `samples` (task, item, text) and `settings` (task, name, value) of `analysis` at `step` for the tasks given."
@@ -128,10 +134,7 @@ def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], sampl
                 con.execute("DELETE FROM results WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
                 con.execute("DELETE FROM samples WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
                 con.execute("DELETE FROM settings WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
-            con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
-                            [(analysis, int(step), r["task"], int(r.get("layer", -1)), int(r.get("head", -1)),
-                              int(r.get("seed", -1)), r["metric"], None if r["value"] is None else float(r["value"]),
-                              r.get("n"), now) for r in rows])
+            _insert_results(con, analysis, [(int(step), r) for r in rows], now)
             con.executemany(f"INSERT INTO settings ({', '.join(SETTING_COLUMNS)}) VALUES ({','.join('?' * len(SETTING_COLUMNS))})",
                             [(analysis, int(step), s["task"], s["name"], float(s["value"]), now) for s in settings])
             con.executemany(f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({','.join('?' * len(SAMPLE_COLUMNS))})",
@@ -223,9 +226,8 @@ def write_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
         con.execute("BEGIN IMMEDIATE")
         try:
             con.execute("DELETE FROM results WHERE analysis='pretraining' AND task=?", (key,))
-            con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
-                            [("pretraining", t["step"], key, -1, -1, m, float(t[f]), None, now)
-                             for t in found for m, f in TRANSITION_METRICS.items()])
+            _insert_results(con, "pretraining", [(t["step"], dict(task=key, metric=m, value=t[f]))
+                                                 for t in found for m, f in TRANSITION_METRICS.items()], now)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK"); raise
