@@ -25,8 +25,8 @@ from .results import write_results, read_results, read_samples, markdown_table
 __all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'NEIGHBOUR_RATIO', 'REPORT', 'UnknownTask',
            'check_task', 'parse_ints', 'choose_maps', 'input_ids', 'attention_maps', 'uniform_diagonal', 'map_stats',
            'step_rows', 'map_samples', 'evaluate_step', 'head_metrics', 'stored_maps', 'grid_steps', 'emergence_step',
-           'emergence_table', 'paper_layers', 'order_reproduced', 'input_length', 'neighbour_heads', 'plot_maps_grid',
-           'write_gif', 'plot_diagonal', 'neighbour_sentence', 'verdict', 'redraw']
+           'emergence_table', 'paper_layers', 'order_reproduced', 'input_length', 'neighbour_heads', 'layer_colours',
+           'plot_maps_grid', 'write_gif', 'plot_diagonal', 'neighbour_sentence', 'verdict', 'redraw']
 
 # %% ../nbs/08_attention.ipynb #d8a8cb67
 ANALYSIS = "attention"  # the `analysis` name of this notebook's rows in the results database
@@ -208,7 +208,7 @@ def neighbour_heads(run_dir, task: str = "brown", ratio: float = NEIGHBOUR_RATIO
     return best.assign(even=even, ratio=best.value / even, at_least=best.value / even >= ratio)
 
 # %% ../nbs/08_attention.ipynb #f000af89
-def _layer_colours(layers: Sequence[int]) -> dict[int, tuple]:
+def layer_colours(layers: Sequence[int]) -> dict[int, tuple]:
     "One colour per layer, from dark (layer 1) to light (the last layer), the same in every figure."
     import matplotlib.pyplot as plt
     top = max(layers)
@@ -283,7 +283,7 @@ def plot_diagonal(run_dir, task: str = "brown"):
     d = h[h.metric == "diagonal"]
     em = emergence_table(run_dir, task)
     base = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value
-    colours = _layer_colours(sorted(d.layer.unique()))
+    colours = layer_colours(sorted(d.layer.unique()))
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True, layout="constrained")
     for layer, g in d.groupby("layer"):
         t = g.pivot(index="step", columns="head", values="value").sort_index()

@@ -32,9 +32,9 @@ from .results import write_results, read_results, markdown_table
 __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', 'SPLITS', 'SPACY_MODEL', 'SPLIT_SHARES', 'REPORT',
            'UnknownTask', 'select_tasks', 'brown_sentences', 'sentence_splits', 'silver_annotation', 'phrase_label',
            'dependency_constituents', 'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks', 'token_spans',
-           'span_means', 'cache_file', 'task_features', 'control_labels', 'train_probes', 'micro_f1', 'probe_task',
-           'evaluate_step', 'probing_results', 'task_sizes', 'layer_curves', 'plot_fig2b', 'plot_fig3', 'plot_fig10',
-           'plot_fig11', 'verdict', 'best_layer_gain', 'selectivity_table', 'redraw']
+           'span_means', 'weights_id', 'cache_file', 'task_features', 'control_labels', 'train_probes', 'micro_f1',
+           'probe_task', 'evaluate_step', 'probing_results', 'task_sizes', 'layer_curves', 'layer_colour', 'plot_fig2b',
+           'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain', 'selectivity_table', 'redraw']
 
 # %% ../nbs/07_probing.ipynb #d53027ac
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -256,7 +256,7 @@ def span_means(model, tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple
     return out, kept
 
 # %% ../nbs/07_probing.ipynb #88e783b0
-def _weights_id(run_dir, step: int, tok) -> str:
+def weights_id(run_dir, step: int, tok) -> str:
     "What the cached vectors depend on: the checkpoint's weights file (size, mtime) and the tokenizer."
     f = find_checkpoint(run_dir, step)
     w = next((f / n for n in ("model.safetensors", "pytorch_model.bin") if (f / n).exists()), f)
@@ -294,7 +294,7 @@ def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run_dir
     keys = [k for *_, k in spans]
     cached, cfeats, ckept, wid, f = {}, None, None, None, None
     if run_dir is not None:
-        wid, f = _weights_id(run_dir, step, tok), cache_file(run_dir, step)
+        wid, f = weights_id(run_dir, step, tok), cache_file(run_dir, step)
         cached, cfeats, ckept = _load_cache(f, wid)
     todo = [i for i, k in enumerate(keys) if k not in cached]
     max_len = getattr(getattr(model, "config", None), "max_position_embeddings", 512)
@@ -496,7 +496,7 @@ def layer_curves(df: pd.DataFrame, task: str, metric: str = "f1") -> pd.DataFram
     return d.pivot_table(index="step", columns="layer", values="value").sort_index()
 
 # %% ../nbs/07_probing.ipynb #3bba94d1
-def _layer_colour(layer: int, n_layers: int):
+def layer_colour(layer: int, n_layers: int):
     import matplotlib
     return matplotlib.colormaps["viridis"](layer / max(n_layers, 1))
 
@@ -507,7 +507,7 @@ def _layer_panel(ax, df, task, title, n_layers, control=False, run_dir=None):
     for metric, ls in (("f1", "-"),) + ((("control_f1", ":"),) if control else ()):
         t = layer_curves(df, task, metric)
         for l in t.columns:
-            ax.plot(t.index, t[l], ls, marker="." if ls == "-" else None, color=_layer_colour(l, n_layers),
+            ax.plot(t.index, t[l], ls, marker="." if ls == "-" else None, color=layer_colour(l, n_layers),
                     label=f"layer {l}" if ls == "-" else None)
     step_axis(ax, label=None, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_title(textwrap.fill(title, 48), fontsize=9)
@@ -554,7 +554,7 @@ def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False)
     for ax in axes.flat[len(panels):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel("pretraining step (symlog)")
     for ax in axes[:, 0]: ax.set_ylabel("test micro-F1 (0-1)")
-    handles = [plt.Line2D([], [], color=_layer_colour(l, n_layers), marker=".", label=f"layer {l}") for l in range(n_layers + 1)]
+    handles = [plt.Line2D([], [], color=layer_colour(l, n_layers), marker=".", label=f"layer {l}") for l in range(n_layers + 1)]
     if control: handles.append(plt.Line2D([], [], color="0.4", ls=":", label="control task"))
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="layer (0 = embeddings)")
     fig.suptitle(suptitle, fontsize=10); fig.tight_layout()

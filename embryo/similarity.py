@@ -19,7 +19,7 @@ import pandas as pd
 from . import data as D
 from .config import atomic_write
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
-from .probing import _layer_colour, _weights_id, brown_sentences, span_means
+from .probing import layer_colour, weights_id, brown_sentences, span_means
 from .results import markdown_table, read_results, read_settings, write_results
 
 # %% auto #0
@@ -137,7 +137,7 @@ def representations(run_dir, step: int, device="cpu", max_tokens: int = 4096, se
     run_dir, step = Path(run_dir), int(step)
     tok = D.load_tokenizer(run_dir)
     texts, spans = token_sample(max_tokens, seed)
-    key = f"{_weights_id(run_dir, step, tok)}|{_sample_key(texts, spans)}"
+    key = f"{weights_id(run_dir, step, tok)}|{_sample_key(texts, spans)}"
     if cache and (got := _read_cache(cache_file(run_dir, step), key)) is not None: return got
     model = load_checkpoint(run_dir, step, device).eval()
     reps, kept = span_means(model, tok, texts, spans, device, batch_tokens, model.config.max_position_embeddings)
@@ -219,7 +219,7 @@ def plot_similarity(run_dir, reference: str = "final"):
     for ax, m in zip(axes, MEASURES):
         t = curves(df, f"{m}_{reference}")
         for l in t.columns:
-            ax.plot(t.index, t[l], marker=".", color=_layer_colour(l, L), label=f"layer {l}" + (" (embeddings)" if l == 0 else ""))
+            ax.plot(t.index, t[l], marker=".", color=layer_colour(l, L), label=f"layer {l}" + (" (embeddings)" if l == 0 else ""))
         if m == "cka" and reference == "final":
             ax.axhline(SETTLED_CKA, color="0.4", ls="--", lw=1, label=f"settled: CKA >= {SETTLED_CKA}")
         if t.empty: ax.text(0.5, 0.5, "one step only:\nno previous checkpoint", ha="center", va="center", transform=ax.transAxes, color="0.4")

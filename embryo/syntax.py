@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .attention import attention_maps
+from .attention import attention_maps, layer_colours
 from .config import atomic_write
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
 from .probing import brown_sentences, silver_annotation
@@ -234,12 +234,6 @@ def best_curves(run_dir, task: str = "silver") -> pd.DataFrame:
     t["random"] = df[df.metric == "uas_random"].groupby("step").value.mean()
     return t
 
-def _layer_colours(layers: Sequence[int]) -> dict[int, tuple]:
-    "One colour per layer, dark (layer 1) to light (the last layer), as in notebook 08."
-    import matplotlib.pyplot as plt
-    top = max(layers)
-    return {l: plt.cm.viridis(0.85 * (l - 1) / max(top - 1, 1)) for l in layers}
-
 def plot_syntax(run_dir):
     "The best head's UAS over steps, one line per layer, the adjacent baseline dashed; one panel per task."
     import matplotlib.pyplot as plt
@@ -249,7 +243,7 @@ def plot_syntax(run_dir):
     for ax, task in zip(axes[0], tasks):
         t = best_curves(run_dir, task)
         layers = [c for c in t.columns if isinstance(c, (int, np.integer))]
-        colours = _layer_colours(layers)
+        colours = layer_colours(layers)
         for l in layers: ax.plot(t.index, t[l], marker=".", color=colours[l], label=f"layer {l}, best head")
         ax.plot(t.index, t["adjacent"], ls="--", color="0.4", label="baseline: always the adjacent word")
         ax.plot(t.index, t["random"], ls=":", color="0.4", label="chance: a random other word")
