@@ -304,14 +304,14 @@ def verdict(run_dir) -> str:
 
 # %% ../nbs/08a_syntax.ipynb #aafa0b67
 REPORT = [
-    dict(file="syntax_uas", paper="Beyond the paper: Chen et al. 2023 (quantitative Fig. 4)",
+    dict(file="syntax_uas", paper="Embryology Fig. 4 (beyond the paper: Chen et al. 2023's syntactic attention)",
          caption="For every layer, the UAS of its best attention head over pretraining steps: the share of words whose "
                  "most-attended other word (pieces summed, [CLS]/[SEP] and self excluded) is their parent or child in "
                  "the dependency parse; silver arcs from spaCy on held-out Brown sentences (gold arcs from a CoNLL-U "
                  "treebank where given). Dashed: a baseline that always chooses the adjacent word; dotted: chance.",
          finding="Chen et al. (2023) find that syntactic attention structure appears abruptly in a short window early "
                  "in BERT pretraining, together with a sudden drop in the MLM loss; the embryology paper does not measure it."),
-    dict(file="table_syntax_uas", paper="Beyond the paper: Chen et al. 2023 (quantitative Fig. 4)",
+    dict(file="table_syntax_uas", paper="Embryology Fig. 4 (beyond the paper: Chen et al. 2023's syntactic attention)",
          caption="Per layer and task: the best head at the last step, its UAS at the first and last step, the mean UAS "
                  "over heads, the adjacent-word baseline and chance.",
          finding="Heads whose attention follows dependency arcs beat the adjacent-word baseline once SAS has formed."),
