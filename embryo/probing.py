@@ -32,9 +32,10 @@ from .results import write_results, read_results, markdown_table
 __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', 'SPLITS', 'SPACY_MODEL', 'SPLIT_SHARES', 'REPORT',
            'UnknownTask', 'select_tasks', 'brown_sentences', 'sentence_splits', 'silver_annotation', 'phrase_label',
            'dependency_constituents', 'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks', 'token_spans',
-           'span_means', 'weights_id', 'cache_file', 'task_features', 'control_labels', 'train_probes', 'micro_f1',
-           'probe_task', 'evaluate_step', 'probing_results', 'task_sizes', 'layer_curves', 'layer_colour', 'plot_fig2b',
-           'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain', 'selectivity_table', 'redraw']
+           'span_means', 'weights_id', 'cache_file', 'task_features', 'control_labels', 'torch_threads', 'train_probes',
+           'micro_f1', 'probe_task', 'evaluate_step', 'probing_results', 'task_sizes', 'layer_curves', 'layer_colour',
+           'plot_fig2b', 'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain', 'selectivity_table',
+           'redraw']
 
 # %% ../nbs/07_probing.ipynb #d53027ac
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -330,8 +331,8 @@ def control_labels(keys: Sequence[str], labels: Sequence[str], train: np.ndarray
     return [str(pick[k]) for k in keys]
 
 @contextmanager
-def _torch_threads(n: int):
-    "Run the block with at most `n` torch threads (the probes' matmuls are too small to gain from more)."
+def torch_threads(n: int):
+    "Run the block with at most `n` torch threads (for work too small to gain from more: the probes, one-sentence forward passes)."
     old = torch.get_num_threads(); torch.set_num_threads(max(1, min(n, old)))
     try: yield
     finally: torch.set_num_threads(old)
@@ -342,7 +343,7 @@ def train_probes(X: np.ndarray, # (n, P, D) features of P layers
                  n_classes: int, lr: float = 1e-2, batch_size: int = 512, max_epochs: int = 30, patience: int = 5,
                  seed: int = 0, threads: int = 1) -> np.ndarray:
     "Test predictions (V, P, n_test) of V x P linear probes trained as one model, each early-stopped on its dev accuracy."
-    with _torch_threads(threads): return _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed)
+    with torch_threads(threads): return _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed)
 
 def _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed):
     g = torch.Generator().manual_seed(seed)

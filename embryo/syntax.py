@@ -5,7 +5,6 @@
 # %% ../nbs/08a_syntax.ipynb #1e88ef66
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -18,13 +17,13 @@ from . import data as D
 from .attention import attention_maps, layer_colours
 from .config import atomic_write
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
-from .probing import brown_sentences, silver_annotation
+from .probing import brown_sentences, silver_annotation, torch_threads
 from .reconstruction import align
 from .results import write_results, read_results, markdown_table
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'METRICS', 'REPORT', 'Parsed', 'neighbours', 'silver_sentences', 'TreebankError', 'read_conllu',
-           'read_treebank', 'word_attention', 'choices', 'correct', 'adjacent_choices', 'sentence_inputs', 'one_thread',
+           'read_treebank', 'word_attention', 'choices', 'correct', 'adjacent_choices', 'sentence_inputs',
            'syntax_counts', 'step_rows', 'evaluate_step', 'syntax_results', 'stored_tasks', 'best_curves',
            'plot_syntax', 'syntax_table', 'task_sentence', 'verdict', 'redraw']
 
@@ -155,16 +154,9 @@ def sentence_inputs(tok, sents: Sequence[Parsed], max_sentences: int = 500, max_
         out.append((torch.tensor([[tok.cls_id, *ids, tok.sep_id]]), spans, s))
     return out, passed
 
-@contextmanager
-def one_thread():
-    "Run the block with one torch thread: a one-sentence forward pass is too small to gain from more, and loses much on a busy CPU."
-    old = torch.get_num_threads(); torch.set_num_threads(1)
-    try: yield
-    finally: torch.set_num_threads(old)
-
 def syntax_counts(model, inputs, device="cpu") -> dict[str, np.ndarray | int]:
     "Words chosen correctly per (layer, head), by the adjacent baselines, and the number of words and sentences scored."
-    with one_thread(): return _syntax_counts(model, inputs, device)
+    with torch_threads(1): return _syntax_counts(model, inputs, device)  # a one-sentence forward pass gains nothing from more, and loses much on a busy CPU
 
 def _syntax_counts(model, inputs, device):
     hits, words, base = None, 0, {"previous": 0, "next": 0, "random": 0.0}
