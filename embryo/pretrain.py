@@ -32,16 +32,16 @@ from .electra import ElectraPair, GENERATOR, is_electra, load_electra, pretraini
 from . import data as D
 
 # %% auto #0
-__all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'TRANSITIONS_FILE', 'STEP_LABEL',
-           'TRANSITION_LABEL', 'TRANSITION_STYLE', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer', 'lr_at',
-           'phase1_steps', 'seq_length_at', 'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps',
-           'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'RunLocked', 'run_lock', 'clean_run', 'rng_state',
-           'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config', 'run_corpus', 'corpus_file',
-           'sentence_name', 'prepare_run', 'examples_of', 'write_tokenizer_files', 'complete_run', 'TrainingDiverged',
-           'DiskFull', 'train_log', 'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout',
-           'transitions', 'run_transitions', 'save_figure', 'step_axis', 'plot_pretraining', 'run_model_type',
-           'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves',
-           'split_overrides', 'pretrain_from_args', 'main']
+__all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD',
+           'STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer',
+           'lr_at', 'phase1_steps', 'seq_length_at', 'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir',
+           'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'RunLocked', 'run_lock', 'clean_run',
+           'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config', 'run_corpus',
+           'corpus_file', 'sentence_name', 'prepare_run', 'examples_of', 'write_tokenizer_files', 'complete_run',
+           'TrainingDiverged', 'DiskFull', 'train_log', 'prefetched', 'train_step', 'train', 'heldout_examples',
+           'evaluate_heldout', 'transitions', 'run_transitions', 'save_figure', 'step_axis', 'plot_pretraining',
+           'run_model_type', 'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve',
+           'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -743,7 +743,7 @@ def transitions(run_dir_or_rows, key: str = "mlm_loss",
                 z: float = 3.0,            # the drop beyond the neighbours' pace, in standard errors of the window means
                 min_drop: float = 0.01,    # and in nats
                ) -> list[dict]:
-    "The steps where the logged `key` drops faster than before and after: change points in its pace per log-step (PELT, L2 cost)."
+    "The steps where the logged `key` drops faster than before and after (or than before, if the log ends inside the drop): change points in its pace per log-step (PELT, L2 cost)."
     import ruptures
     from scipy.ndimage import gaussian_filter1d
     rows = train_log(run_dir_or_rows) if isinstance(run_dir_or_rows, (str, Path)) else list(run_dir_or_rows)
@@ -763,25 +763,28 @@ def transitions(run_dir_or_rows, key: str = "mlm_loss",
     edges = [0] + ends
     means = [pace[a:b].mean() for a, b in zip(edges[:-1], edges[1:])]
     out = []
-    for k in range(1, len(means) - 1):
-        if not means[k - 1] < means[k] > means[k + 1]: continue
+    for k in range(1, len(means)):
+        open_ = k == len(means) - 1  # the last segment: the log ends while the loss still falls at this pace
+        if not means[k - 1] < means[k] or (not open_ and not means[k] > means[k + 1]): continue
         a, b = edges[k], edges[k + 1]
         lo, hi, w = grid[a] - 0.5 / per_decade, grid[b - 1] + 0.5 / per_decade, window  # the segment, in log10 steps
-        while True:
-            bw, aw = loss[(x >= lo - w) & (x < lo)], loss[(x > hi) & (x <= hi + w)]
+        while True:  # after an open drop, the loss of the log's last `w` decades
+            bw, aw = loss[(x >= lo - w) & (x < lo)], loss[x > x.max() - w] if open_ else loss[(x > hi) & (x <= hi + w)]
             if (len(bw) >= min_records and len(aw) >= min_records) or w > 1: break
             w *= 1.5
         if not len(bw) or not len(aw): continue
         before, after = float(bw.mean()), float(aw.mean())
-        trend = max(means[k - 1], means[k + 1], 0.0) * (hi - lo + w)  # what the neighbours' pace drops between the windows' centres
+        # what the neighbours' pace drops between the windows' centres (an open drop has a neighbour before it only)
+        trend = max(means[k - 1], 0.0) * (hi - lo) if open_ else max(means[k - 1], means[k + 1], 0.0) * (hi - lo + w)
         if before - after - trend < max(min_drop, z * noise * np.sqrt(1 / len(bw) + 1 / len(aw))): continue
         peak = a + int(np.argmax(pace[a:b]))
         step = int(steps[np.argmin(np.abs(x - grid[peak]))])  # the logged step nearest the fastest fall
         out.append(dict(step=step, before=before, after=after, drop=before - after, rate=float(pace[peak]),
-                        start_step=int(steps[x >= lo].min()), end_step=int(steps[x <= hi].max())))
+                        start_step=int(steps[x >= lo].min()), end_step=int(steps[x <= hi].max()), open=open_))
     return out
 
 TRANSITIONS_FILE = "transitions.json"  # in the run's logs/, beside train.jsonl
+TRANSITIONS_METHOD = "PELT, L2 cost on the pace per log10 step, open drops at the log's end (embryo.pretrain.transitions)"  # a cache of another method is recomputed
 
 def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
     "The run's `transitions` with default settings, cached in `logs/transitions.json` and recomputed when the log has grown."
@@ -790,10 +793,10 @@ def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
     f, size = log.parent / TRANSITIONS_FILE, log.stat().st_size
     try:
         cached = json.loads(f.read_text())
-        if cached["log_bytes"] == size and cached["key"] == key: return cached["transitions"]
+        if cached["log_bytes"] == size and cached["key"] == key and cached["method"] == TRANSITIONS_METHOD: return cached["transitions"]
     except (OSError, ValueError, KeyError): pass
     found = transitions(run_dir, key)
-    try: atomic_write(f, json.dumps(dict(key=key, log_bytes=size, method="PELT, L2 cost on the pace per log10 step (embryo.pretrain.transitions)",
+    try: atomic_write(f, json.dumps(dict(key=key, log_bytes=size, method=TRANSITIONS_METHOD,
                                          transitions=found), indent=1) + "\n")
     except OSError: pass  # a run folder we may not write to: the transitions are still drawn
     return found

@@ -199,7 +199,7 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
     "similarity": "the tokens compared (`brown`: held-out Brown words); per `layer`; metric `<cka|svcca|pwcca>_<final|previous>`, the checkpoint compared with in `settings`",
     "pretraining": "the logged loss (`mlm_loss`) whose phase transitions `embryo.pretrain.transitions` found: one `step` per "
                    "transition; metric `drop`, `loss_before`, `loss_after` (nats), `rate` (nats per decade of steps), "
-                   "`start_step`, `end_step` (written by `write_transitions`)",
+                   "`start_step`, `end_step`, `open` (1: the log ends inside the drop; written by `write_transitions`)",
     "attention": "the text the maps are taken on (`brown`); per `layer` and `head`; metric the attention pattern's mass",
     "syntax": "the dependency arcs scored against: `silver` (spaCy on held-out Brown) or `gold` (a CoNLL-U treebank); metric `uas` per `layer` and `head`, `uas_best` per layer, `uas_adjacent`/`uas_previous`/`uas_next` (baselines, layer -1)",
 }
@@ -216,7 +216,7 @@ def describe_results(run_dir) -> pd.DataFrame:
 
 # %% ../nbs/03a_results.ipynb #1f43c8e0
 TRANSITION_METRICS = {"drop": "drop", "loss_before": "before", "loss_after": "after", "rate": "rate", "start_step": "start_step",
-                      "end_step": "end_step"}  # metric -> the field of `embryo.pretrain.transitions`' dicts
+                      "end_step": "end_step", "open": "open"}  # metric -> the field of `embryo.pretrain.transitions`' dicts
 
 def write_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
     "Store the run's loss transitions (`embryo.pretrain.run_transitions`) as analysis `pretraining`, replacing those stored before."

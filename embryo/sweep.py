@@ -517,12 +517,14 @@ def _pretraining_verdict(run_dir) -> str:
          f"predicting the most frequent token; " + (
          f"replaced-token detection accuracy {e['rtd_accuracy']:.1%} (always answering 'original': {e['rtd_baseline']:.1%})."
          if task == "rtd" else f"{'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy {e[f'{task}_accuracy']:.1%} (chance 50%)."))
-    ts, n = run_transitions(run_dir), len(train_log(run_dir))
-    if ts: s += (f" The MLM loss drops faster than before and after at {len(ts)} step{'s' * (len(ts) > 1)} (change points "
+    ts = run_transitions(run_dir)
+    if ts: s += (f" The MLM loss has {len(ts)} phase transition{'s' * (len(ts) > 1)}, where it drops faster than before and after, "
+                 f"or until the log ends (change points "
                  f"of its pace per log-step, marked in every figure over steps): " + "; ".join(
                  f"step {t['step']:,}, from {t['before']:.2f} to {t['after']:.2f} nats ({t['rate']:.2f} nats per decade of steps "
-                 f"at its fastest)" for t in ts) + ".")
-    elif n: s += f" No phase transition: in its {n} logged records the MLM loss never drops faster than before and after."
+                 f"at its fastest" + (f"; steps {t['start_step']:,} to {t['end_step']:,}, still dropping when the log ends)"
+                                      if t.get("open") else ")") for t in ts) + ".")
+    elif n := len(train_log(run_dir)): s += f" No phase transition: in its {n} logged records the MLM loss never drops faster than before and after."
     return s
 
 def report_sections(run_dir) -> list[dict]:

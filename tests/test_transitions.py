@@ -71,3 +71,25 @@ def test_attention_figure_marks_the_transition_and_the_database_holds_it(fixture
     marks = [l for ax in fig.axes for l in ax.lines if l.get_gid() == "loss-transition"]
     assert marks and {float(l.get_xdata()[0]) for l in marks} == {found[0]["step"]}
     assert any(l.get_label() == TRANSITION_LABEL for l in marks)
+
+
+TINY_LOG = np.r_[1, np.arange(50, 8001, 50)]  # the default run's log: every 50th of 8,000 steps
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_drop_the_log_ends_inside_is_found_and_marked_open(seed):
+    "A short run stops mid-transition: the last segment falls faster than the one before and has nothing after it."
+    noise = np.random.default_rng(seed).normal(0, 0.05, len(TINY_LOG))
+    power = 5 + 3 * TINY_LOG ** -0.3
+    assert transitions(rows(power + noise, TINY_LOG)) == []
+    found = transitions(rows(power + sigmoid(6000, 0.7, 0.1, TINY_LOG) + noise, TINY_LOG))
+    assert [t["open"] for t in found] == [True], found
+    assert abs(np.log10(found[0]["step"] / 6000)) < 0.1 and found[0]["end_step"] == 8000 and found[0]["drop"] > 0.4, found
+
+
+def test_the_committed_default_run_marks_its_loss_drop():
+    "figures/run/ holds the default run's training log: its loss leaves the plateau near 6 nats between steps 3,000 and 6,000."
+    from pathlib import Path
+    log = Path(__file__).parents[1] / "figures" / "run" / "logs" / "train.jsonl"
+    found = transitions(log.parents[1])
+    assert len(found) == 1 and 3000 <= found[0]["step"] <= 6000 and found[0]["drop"] > 0.5, found
