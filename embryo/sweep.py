@@ -815,7 +815,13 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
     for r in runs:
-        if not (r / DB_NAME).exists(): raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
+        if (r / DB_NAME).exists(): continue
+        if (r / RUN_BUNDLE / DB_NAME).exists():
+            raise SweepError(f"{r} is a figures folder, not a run: pass its run bundle instead (--run {r / RUN_BUNDLE})")
+        if (r / "index.html").exists() or (r / "report.json").exists():
+            raise SweepError(f"{r} is a figures folder without its run bundle ({r / RUN_BUNDLE}): write it from the run that made "
+                             f"these figures (embryo report --run <that run> --figures {r}), then pass --run {r / RUN_BUNDLE}")
+        raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
     names = {r: f"{model_family(r)} ({read_run_config(r)[0] if r.name == RUN_BUNDLE else r.name})" for r in runs}  # a bundle by its preset
     total = {r: read_run_config(r)[2].total_steps for r in runs}
     out, paths, report = Path(out_dir), [], {}

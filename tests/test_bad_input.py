@@ -119,9 +119,16 @@ def case_disk_full(tmp):
                 run=mnt / "run", unmount=mnt)
 
 
+def case_figures_folder_to_compare(tmp):
+    figs = tmp / "figures"; figs.mkdir(); (figs / "index.html").write_text("<html></html>")  # an older report: no run/ beside it
+    run = _copy_fixture(tmp / "run")
+    return dict(input="compare --run <a figures folder without run/>", args=["compare", "--run", str(figs), "--run", str(run),
+                "--figures", str(tmp / "compare")], names=f"embryo report --run <that run> --figures {figs}", error="SweepError", run=figs)
+
+
 CASES = [case_empty_corpus, case_non_utf8_corpus, case_one_line_corpus, case_missing_corpus, case_garbage_config,
          case_truncated_resume, case_malicious_trainer_state, case_truncated_checkpoint, case_pickle_only_step,
-         case_mistyped_option, case_misspelt_option, case_disk_full]
+         case_mistyped_option, case_misspelt_option, case_disk_full, case_figures_folder_to_compare]
 
 
 def left_on_disk(run: Path) -> str:
