@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 'cmd_report', 'cmd_compare', 'cmd_reproduce',
-           'parser', 'main']
+__all__ = ['cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 'cmd_report', 'cmd_compare', 'cmd_seeds',
+           'cmd_reproduce', 'parser', 'main']
 
 # %% ../nbs/11_cli.ipynb #72b94369
 def cmd_params(args):
@@ -73,6 +73,11 @@ def cmd_compare(args):
     from embryo.sweep import compare_runs
     for p in compare_runs(args.run, args.figures): print(f"wrote {p}")
 
+def cmd_seeds(args):
+    "Draw the seeds of one recipe together: each seed's curve, the mean and a bootstrap band per analysis, with verdicts."
+    from embryo.sweep import seed_bands
+    for p in seed_bands(args.run, args.figures): print(f"wrote {p}")
+
 def cmd_reproduce(args):
     "Fetch, pretrain, sweep every analysis, redraw every figure and table into figures/, write figures/index.html."
     from embryo.sweep import reproduce
@@ -115,12 +120,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--run", required=True, type=Path, action="append",
                    help="a swept run folder; give it two times or more (--run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
     s.add_argument("--figures", default=Path("figures/compare"), type=Path, help="folder for the figures (default: figures/compare)")
+    s = add("seeds", cmd_seeds, "draw runs of one recipe that differ in their seed together: per analysis each seed, the mean "
+            "and a 95% bootstrap band over seeds, verdicts with intervals")
+    s.add_argument("--run", required=True, type=Path, action="append",
+                   help="a swept run folder; give it two times or more (--run runs/tiny --run runs/tiny-seed1 --run runs/tiny-seed2)")
+    s.add_argument("--figures", default=Path("figures/seeds"), type=Path, help="folder for the figures (default: figures/seeds)")
     s = add("reproduce", cmd_reproduce, "fetch, pretrain a run (--preset, default tiny), sweep every analysis over its "
             "checkpoints, redraw figures/ and its index.html")
     add_pretrain_args(s, figures_help="folder for every figure and table, Fig. 2a included (default: figures)")
     s.add_argument("--mode", choices=["inprocess", "papermill"], default="inprocess",
                    help="how the sweep runs: inprocess (default here, unlike embryo sweep) because reproducing runs every "
                         "analysis at many steps and skips a kernel start per job; papermill also keeps each executed notebook")
+    s.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="train and analyse N seeds of the preset into sibling runs (runs/<preset>, runs/<preset>-seed1, ...) and "
+                        "draw them with bootstrap bands into <figures>/seeds/ (default: 1, no bands)")
     return p
 
 def main(argv=None):

@@ -31,14 +31,15 @@ from .results import DB_NAME, connect, db_path, done_steps, log_job, read_log, c
 
 # %% auto #0
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR',
-           'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'RUN_BUNDLE', 'BUNDLED', 'NOTEBOOKS',
-           'RESULTS_MARK', 'TWINS', 'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SweepError', 'nbs_dir', 'available_analyses',
-           'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job',
-           'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill',
-           'run_inprocess', 'ParameterError', 'check_value', 'check_parameters', 'check_options', 'options_text',
-           'plan', 'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce',
-           'publish_report', 'bundle_run', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages',
-           'trend', 'side_by_side_verdict', 'model_family', 'compare_runs']
+           'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'SEEDS_DIR', 'RUN_BUNDLE', 'BUNDLED',
+           'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SEED_RESAMPLES', 'SweepError',
+           'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps',
+           'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel',
+           'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError', 'check_value', 'check_parameters',
+           'check_options', 'options_text', 'plan', 'summary_table', 'sweep', 'report_sections', 'write_report',
+           'redraw_all', 'reproduce', 'reproduce_seeds', 'publish_report', 'bundle_run', 'results_markdown',
+           'sync_notebooks', 'checkout_figures', 'notebook_pages', 'trend', 'side_by_side_verdict', 'model_family',
+           'compare_runs', 'seed_run_dirs', 'seed_bootstrap', 'seed_bands']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -598,6 +599,7 @@ def reproduce(args):
     "The main job: parameter tables, the pretraining run, every analysis over its checkpoints, every figure, the executed notebooks, the report."
     from embryo.pretrain import pretrain_from_args
     from embryo.model import write_param_tables
+    if (n := getattr(args, "seeds", 1) or 1) > 1: return reproduce_seeds(args, n)
     figures = Path(args.figures or "figures")
     run = Path(args.run_dir or Path("runs") / args.preset)
     for p in write_param_tables(figures): print(f"wrote {p}")
@@ -611,9 +613,26 @@ def reproduce(args):
         print(sweep(run, [a], log_spaced(steps, k) if k else None, mode=getattr(args, "mode", "inprocess"),
                     options=opts, redraw=False).to_string())
     for p in redraw_all(run, figures): print(f"wrote {p}")
-    try: notebook_pages(run, figures / PAGES_DIR, options=REPRODUCE_OPTIONS if args.preset in CPU_PRESETS else None)
-    except Exception as e: print(f"notebook pages not written ({_error_text(e)}); the figures and the report are")
+    if getattr(args, "pages", True):
+        try: notebook_pages(run, figures / PAGES_DIR, options=REPRODUCE_OPTIONS if args.preset in CPU_PRESETS else None)
+        except Exception as e: print(f"notebook pages not written ({_error_text(e)}); the figures and the report are")
     publish_report(run, figures)
+
+SEEDS_DIR = "seeds"  # under the figures folder: the seed bands, and each further seed's own figures in seed<k>/
+
+def reproduce_seeds(args, seeds: int) -> list[Path]:
+    "`reproduce` for seeds 0..seeds-1 of the preset into sibling runs (seed 0 is the usual run and figures; the others under figures/seeds/seed<k>, without executed pages), then the seed bands."
+    import argparse
+    figures = Path(args.figures or "figures")
+    runs = seed_run_dirs(args.run_dir or Path("runs") / args.preset, seeds)
+    for k, run in enumerate(runs):
+        print(f"=== seed {k} of {seeds}: {run}", flush=True)
+        reproduce(argparse.Namespace(**{**vars(args), "seeds": 1, "run_dir": run, "pages": k == 0,
+                                        "figures": figures if k == 0 else figures / SEEDS_DIR / f"seed{k}",
+                                        "set": list(getattr(args, "set", None) or []) + ([f"seed={k}"] if k else [])}))
+    paths = seed_bands(runs, figures / SEEDS_DIR)
+    for p in paths: print(f"wrote {p}")
+    return paths
 
 def publish_report(run_dir, figures_dir="figures") -> list[Path]:
     "Write the report (index.html, report.json), the run's results beside it (`bundle_run`) and, when `figures_dir` is the checkout's figures, the notebooks' results cells."
@@ -853,4 +872,80 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     if not report: raise SweepError(f"no analysis has results in two or more of {', '.join(map(str, runs))}: sweep them first")
     paths.append(atomic_write(out / "compare.md", "\n".join(md)))
     paths.append(atomic_write(out / "compare.json", json.dumps(dict(runs=[str(r) for r in runs], analyses=report), indent=2) + "\n"))
+    return paths
+
+# %% ../nbs/10_sweep.ipynb #6f471e8b
+import numpy as np
+
+SEED_RESAMPLES = 2000  # bootstrap resamples of the seeds
+
+def seed_run_dirs(run_dir, seeds: int) -> list[Path]:
+    "The sibling runs of `seeds` seeds: the run itself (seed 0, the default) and `<run>-seed<k>` beside it."
+    run = Path(run_dir)
+    return [run] + [run.parent / f"{run.name}-seed{k}" for k in range(1, seeds)]
+
+def seed_bootstrap(curves, resamples: int = SEED_RESAMPLES, level: float = 0.95, rng_seed: int = 0):
+    "Mean over seeds (rows of `curves`) at each step (columns), the resampled means (resamples x steps), the band's low and high edges."
+    curves = np.asarray(curves, dtype=float)
+    boot = curves[np.random.default_rng(rng_seed).integers(0, len(curves), (resamples, len(curves)))].mean(1)
+    q = (1 - level) / 2
+    return curves.mean(0), boot, np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
+
+def _gain_and_step90(curves, steps):
+    "Per curve (rows): gain from the first step to the best, and the first step with 90% of it (NaN without a gain)."
+    curves, steps = np.atleast_2d(curves), np.asarray(steps, dtype=float)
+    gain = curves.max(1) - curves[:, 0]
+    reached = (curves - curves[:, :1]) >= 0.9 * gain[:, None]
+    return gain, np.where(gain > 1e-9, steps[reached.argmax(1)], np.nan)  # a gain below rounding is none
+
+def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, level: float = 0.95) -> list[Path]:
+    "Per analysis, each seed's curve, the mean and a bootstrap band over seeds, with verdicts stating their intervals (`seeds.md`, `seeds.json`)."
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from embryo.pretrain import read_run_config, save_figure, step_axis
+    from embryo.results import read_results
+    runs = [Path(r) for r in runs]
+    if len(runs) < 2: raise SweepError("seed bands need two seeds or more (embryo reproduce --seeds 3, or --run runs/tiny --run runs/tiny-seed1 ...)")
+    for r in runs:
+        if not (r / DB_NAME).exists(): raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
+    seed = {r: read_run_config(r)[2].seed for r in runs}
+    total = read_run_config(runs[0])[2].total_steps
+    out, paths, report = Path(out_dir), [], {}
+    md = ["# Seeds and confidence", "",
+          f"{len(runs)} runs of one recipe that differ in their seed ({', '.join(f'{r.name}: seed {seed[r]}' for r in runs)}). "
+          f"Bands: the {level:.0%} percentile interval of the mean over {resamples:,} resamples of the seeds with replacement "
+          "(`seed_bands`, notebook 10); the examples are not resampled.", ""]
+    q = [(1 - level) / 2, 1 - (1 - level) / 2]
+    for a, (fig_no, what, summarise) in SIDE_BY_SIDE.items():
+        series = {r: s for r in runs if len(s := summarise(read_results(r, a)))}
+        steps = sorted(set.intersection(*(set(s.index) for s in series.values()))) if len(series) >= 2 else []
+        if len(steps) < 2: continue  # fewer than two seeds share two steps of this analysis
+        curves = np.stack([series[r].reindex(steps).to_numpy(dtype=float) for r in series])
+        mean, boot, lo, hi = seed_bootstrap(curves, resamples, level)
+        (gain,), (at,) = _gain_and_step90(mean, steps)
+        bgain, bat = _gain_and_step90(boot, steps)
+        rises = float((bgain >= RISE).mean())
+        early = float(((bgain >= RISE) & (bat / max(total, 1) <= EARLY)).mean())
+        glo, ghi = np.quantile(bgain, q)
+        alo, ahi = np.nanquantile(bat, q) if np.isfinite(bat).any() else (np.nan, np.nan)
+        verdict = (f"Mean of {len(series)} seeds: {mean[0]:.3f} at step {steps[0]:,} -> best {mean.max():.3f}, a gain of {gain:+.3f} "
+                   f"({level:.0%} interval over seeds {glo:+.3f} to {ghi:+.3f})"
+                   + (f"; 90% of it by step {int(at):,} (interval {int(alo):,} to {int(ahi):,})" if np.isfinite(at) else "")
+                   + f". It rises (gains at least {RISE}) in {rises:.0%} of the resamples, and within the first {EARLY:.0%} of "
+                   f"training in {early:.0%}. Seed to seed at the last step: {curves[:, -1].min():.3f} to {curves[:, -1].max():.3f}.")
+        fig, ax = plt.subplots(figsize=(6.4, 3.8))
+        for r, c in zip(series, curves): ax.plot(steps, c, "-", lw=0.8, alpha=0.6, label=f"seed {seed[r]}")
+        ax.fill_between(steps, lo, hi, color="k", alpha=0.15, lw=0, label=f"{level:.0%} band (bootstrap over seeds)")
+        ax.plot(steps, mean, "ko-", ms=3, lw=1.6, label=f"mean of {len(series)} seeds")
+        step_axis(ax, steps, run_dir=runs[0]); ax.set_ylabel(what)
+        ax.legend(fontsize=7); ax.set_title(f"{fig_no}, {len(series)} seeds: {what}", fontsize=10)
+        paths += save_figure(fig, out, f"fig_seeds_{a}")
+        report[a] = dict(paper=fig_no, drawn=what, verdict=verdict, steps=[int(s) for s in steps], mean=mean.tolist(),
+                         band=[lo.tolist(), hi.tolist()], seeds={str(seed[r]): c.tolist() for r, c in zip(series, curves)},
+                         gain=gain, gain_interval=[glo, ghi], share_rising=rises, share_early=early)
+        md += [f"## {a}: {what} ({fig_no})", "", f"![{a}](fig_seeds_{a}.png)", "", f"**Verdict.** {verdict}", ""]
+    if not report: raise SweepError(f"no analysis has results at two common steps in two or more of {', '.join(map(str, runs))}: sweep them first")
+    paths.append(atomic_write(out / "seeds.md", "\n".join(md)))
+    paths.append(atomic_write(out / "seeds.json", json.dumps(dict(runs=[str(r) for r in runs], level=level, resamples=resamples,
+                                                                  analyses=report), indent=2) + "\n"))
     return paths

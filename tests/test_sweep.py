@@ -303,3 +303,19 @@ def test_committed_report_json_matches_index(root):
         assert [s["file"] for s in rep["sections"]] == re.findall(r"<section id='(?!notebooks')([^']+)'>", page), d
         for s in rep["sections"]:
             if s["verdict"]: assert html.escape(s["verdict"]) in page, (d, s["file"])
+
+
+def test_reproduce_seeds_trains_sibling_runs_and_draws_their_bands(monkeypatch, tmp_path):
+    "`embryo reproduce --seeds 3`: seed 0 is the usual run and figures; seeds 1, 2 go beside it, with --set seed=k; then the bands."
+    from embryo import cli, sweep as S
+    calls, drawn = [], []
+    monkeypatch.setattr(S, "reproduce", lambda a: calls.append(a) if getattr(a, "seeds", 1) == 1 else S.reproduce_seeds(a, a.seeds))
+    monkeypatch.setattr(S, "seed_bands", lambda runs, out: drawn.append((runs, out)) or [])
+    args = cli.parser().parse_args(["reproduce", "--preset", "tiny", "--seeds", "3", "--figures", str(tmp_path / "figures"),
+                                    "--run-dir", str(tmp_path / "runs" / "tiny"), "--set", "total_steps=64"])
+    S.reproduce_seeds(args, args.seeds)
+    assert [c.run_dir.name for c in calls] == ["tiny", "tiny-seed1", "tiny-seed2"]
+    assert [c.set for c in calls] == [["total_steps=64"], ["total_steps=64", "seed=1"], ["total_steps=64", "seed=2"]]
+    assert [Path(c.figures).relative_to(tmp_path).as_posix() for c in calls] == ["figures", "figures/seeds/seed1", "figures/seeds/seed2"]
+    assert [c.pages for c in calls] == [True, False, False] and all(c.seeds == 1 for c in calls)
+    assert drawn == [([c.run_dir for c in calls], tmp_path / "figures" / "seeds")]
