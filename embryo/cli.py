@@ -121,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
                    help="a swept run folder; give it two times or more (--run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
     s.add_argument("--figures", default=Path("figures/compare"), type=Path, help="folder for the figures (default: figures/compare)")
     s = add("seeds", cmd_seeds, "draw runs of one recipe that differ in their seed together: per analysis each seed, the mean "
-            "and a 95% bootstrap band over seeds, verdicts with intervals")
+            "and a 95%% bootstrap band over seeds, verdicts with intervals")
     s.add_argument("--run", required=True, type=Path, action="append",
                    help="a swept run folder; give it two times or more (--run runs/tiny --run runs/tiny-seed1 --run runs/tiny-seed2)")
     s.add_argument("--figures", default=Path("figures/seeds"), type=Path, help="folder for the figures (default: figures/seeds)")
