@@ -599,7 +599,9 @@ def reproduce(args):
     "The main job: parameter tables, the pretraining run, every analysis over its checkpoints, every figure, the executed notebooks, the report."
     from embryo.pretrain import pretrain_from_args
     from embryo.model import write_param_tables
-    if (n := getattr(args, "seeds", 1) or 1) > 1: return reproduce_seeds(args, n)
+    n = getattr(args, "seeds", None)
+    if n is not None and n < 1: raise SweepError(f"--seeds {n}: give the number of seeds to train, 1 or more (e.g. --seeds 3)")
+    if n and n > 1: return reproduce_seeds(args, n)
     figures = Path(args.figures or "figures")
     run = Path(args.run_dir or Path("runs") / args.preset)
     for p in write_param_tables(figures): print(f"wrote {p}")

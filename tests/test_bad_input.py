@@ -126,9 +126,15 @@ def case_figures_folder_to_compare(tmp):
                 "--figures", str(tmp / "compare")], names=f"embryo report --run <that run> --figures {figs}", error="SweepError", run=figs)
 
 
+def case_zero_seeds(tmp):
+    return dict(input="reproduce --seeds 0", args=["reproduce", "--seeds", "0", "--run-dir", str(tmp / "run"), "--figures", str(tmp / "figures")],
+                names="--seeds 0", error="SweepError", run=tmp / "run")
+
+
 CASES = [case_empty_corpus, case_non_utf8_corpus, case_one_line_corpus, case_missing_corpus, case_garbage_config,
          case_truncated_resume, case_malicious_trainer_state, case_truncated_checkpoint, case_pickle_only_step,
-         case_mistyped_option, case_misspelt_option, case_disk_full, case_figures_folder_to_compare]
+         case_mistyped_option, case_misspelt_option, case_disk_full, case_figures_folder_to_compare,
+         case_zero_seeds]
 
 
 def left_on_disk(run: Path) -> str:
