@@ -574,6 +574,13 @@ def write_report(run_dir, figures_dir="figures") -> Path:
     pages = sorted((figures_dir / PAGES_DIR).glob("*.html"))
     if pages: parts.append("<section id='notebooks'><h2>The analysis notebooks, executed on this run</h2><ul>" + "".join(
         f"<li><a href='{PAGES_DIR}/{e(p.name)}'>{e(p.stem)}</a></li>" for p in pages) + "</ul></section>")
+    more = [(f"{d.name}/index.html", TWINS.get(d.name, f"The run in {d.name}/") + ": its report")
+            for d in sorted(figures_dir.iterdir()) if d.is_dir() and (d / "index.html").exists()] if figures_dir.is_dir() else []
+    more += [(f"{d}/{d}.md", what) for d, what in (("compare", "ALBERT, BERT and ELECTRA side by side (embryo compare)"),
+                                                    (SEEDS_DIR, "Seeds and confidence bands (embryo seeds)"))
+             if (figures_dir / d / f"{d}.md").exists()]
+    if more: parts.append("<section id='more'><h2>More results beside these</h2><ul>" + "".join(
+        f"<li><a href='{e(href)}'>{e(what)}</a></li>" for href, what in more) + "</ul></section>")
     atomic_write(figures_dir / REPORT_JSON, json.dumps(dict(run=str(run_dir), sections=shown), indent=1) + "\n")
     return atomic_write(figures_dir / "index.html", "\n".join(parts) + "\n")
 

@@ -319,3 +319,13 @@ def test_reproduce_seeds_trains_sibling_runs_and_draws_their_bands(monkeypatch, 
     assert [Path(c.figures).relative_to(tmp_path).as_posix() for c in calls] == ["figures", "figures/seeds/seed1", "figures/seeds/seed2"]
     assert [c.pages for c in calls] == [True, False, False] and all(c.seeds == 1 for c in calls)
     assert drawn == [([c.run_dir for c in calls], tmp_path / "figures" / "seeds")]
+
+
+def test_report_links_the_results_beside_it(fixture_copy, tmp_path):
+    "figures/index.html links the twins' reports, the side-by-side comparison and the seed bands found in its folder."
+    figs = tmp_path / "figures"
+    for f in ("bert-tiny/index.html", "compare/compare.md", "seeds/seeds.md", "notes/readme.txt"):
+        (figs / f).parent.mkdir(parents=True, exist_ok=True); (figs / f).write_text("x")
+    page = write_report(fixture_copy, figs).read_text()
+    assert "href='bert-tiny/index.html'>The BERT twin: its report<" in page
+    assert "href='compare/compare.md'" in page and "href='seeds/seeds.md'" in page and "notes/" not in page
