@@ -31,7 +31,7 @@ from .results import DB_NAME, connect, db_path, done_steps, log_job, read_log, c
 
 # %% auto #0
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR',
-           'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'SEEDS_DIR', 'RUN_BUNDLE', 'BUNDLED',
+           'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'RUN_BUNDLE', 'BUNDLED',
            'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SEED_RESAMPLES', 'SweepError',
            'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps',
            'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel',
@@ -548,6 +548,8 @@ def _table_html(csv: Path) -> str:
 REPORT_JSON = "report.json"  # beside index.html: its sections and verdicts, which the notebooks' results cells are written from
 PAGES_DIR = "notebooks"  # under the figures folder: the analysis notebooks executed on the run, as HTML
 
+SEEDS_DIR = "seeds"  # under the figures folder: the seed bands, and each further seed's own figures in seed<k>/
+
 def write_report(run_dir, figures_dir="figures") -> Path:
     "Write `figures_dir/index.html` (every figure and table present, its paper reference, finding and verdict) and `report.json`."
     figures_dir = Path(figures_dir)
@@ -626,8 +628,6 @@ def reproduce(args):
         try: notebook_pages(run, figures / PAGES_DIR, options=REPRODUCE_OPTIONS if args.preset in CPU_PRESETS else None)
         except Exception as e: print(f"notebook pages not written ({_error_text(e)}); the figures and the report are")
     publish_report(run, figures)
-
-SEEDS_DIR = "seeds"  # under the figures folder: the seed bands, and each further seed's own figures in seed<k>/
 
 def reproduce_seeds(args, seeds: int) -> list[Path]:
     "`reproduce` for seeds 0..seeds-1 of the preset into sibling runs (seed 0 is the usual run and figures; the others under figures/seeds/seed<k>, without executed pages), then the seed bands."
