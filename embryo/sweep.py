@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
@@ -32,14 +33,15 @@ from .results import DB_NAME, connect, db_path, done_steps, log_job, read_log, c
 # %% auto #0
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR',
            'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'RUN_BUNDLE', 'BUNDLED',
-           'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SEED_RESAMPLES', 'SweepError',
-           'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps',
-           'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel',
-           'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError', 'check_value', 'check_parameters',
-           'check_options', 'options_text', 'plan', 'summary_table', 'sweep', 'report_sections', 'write_report',
-           'redraw_all', 'reproduce', 'reproduce_seeds', 'publish_report', 'bundle_run', 'results_markdown',
-           'sync_notebooks', 'checkout_figures', 'notebook_pages', 'trend', 'side_by_side_verdict', 'model_family',
-           'compare_runs', 'seed_run_dirs', 'seed_bootstrap', 'seed_bands']
+           'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SEED_RESAMPLES', 'ROUNDING',
+           'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name',
+           'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel',
+           'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError', 'check_value',
+           'check_parameters', 'check_options', 'options_text', 'plan', 'summary_table', 'sweep', 'report_sections',
+           'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'publish_report', 'bundle_run',
+           'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages', 'gain_and_step90', 'trend',
+           'side_by_side_verdict', 'model_family', 'swept_run', 'compare_runs', 'seed_run_dirs', 'seed_bootstrap',
+           'seed_bands']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -804,11 +806,18 @@ SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary o
 }
 RISE, EARLY = 0.02, 0.5  # a run rises when it gains this much; early when 90% of the gain comes within this share of training
 
+def gain_and_step90(curves, steps, min_gain: float = 0.0):
+    "Per curve (rows of `curves`, over `steps`): gain from the first step to the best, and the first step holding 90% of it (NaN for a gain of `min_gain` or less)."
+    curves, steps = np.atleast_2d(np.asarray(curves, dtype=float)), np.asarray(steps, dtype=float)
+    gain = curves.max(1) - curves[:, 0]
+    reached = (curves - curves[:, :1]) >= 0.9 * gain[:, None]
+    return gain, np.where(gain > min_gain, steps[reached.argmax(1)], np.nan)
+
 def trend(series: pd.Series, total_steps: int) -> dict:
     "Gain from the first step to the best, and the step (and share of training) by which 90% of that gain is reached."
     s = series.sort_index()
-    gain = float(s.max() - s.iloc[0])
-    at = int(s.index[(s - s.iloc[0] >= 0.9 * gain).to_numpy().argmax()]) if gain > 0 else None
+    (gain,), (at,) = gain_and_step90(s.to_numpy(dtype=float), s.index)
+    gain, at = float(gain), None if np.isnan(at) else int(at)
     return dict(first=float(s.iloc[0]), best=float(s.max()), last=float(s.iloc[-1]), gain=gain, step90=at,
                 share90=None if at is None else at / max(total_steps, 1), rises=gain >= RISE,
                 early=at is not None and at / max(total_steps, 1) <= EARLY)
@@ -834,6 +843,16 @@ def model_family(run_dir) -> str:
     if mc.model_type == "electra": return "ELECTRA"
     return "BERT" if mc.sharing == "none" and mc.embedding_size == mc.hidden_size else "ALBERT"
 
+def swept_run(r: Path) -> Path:
+    "`r` when it holds a results database; otherwise a SweepError saying what to pass or run instead (a figures folder: its run bundle)."
+    if (r / DB_NAME).exists(): return r
+    if (r / RUN_BUNDLE / DB_NAME).exists():
+        raise SweepError(f"{r} is a figures folder, not a run: pass its run bundle instead (--run {r / RUN_BUNDLE})")
+    if (r / "index.html").exists() or (r / "report.json").exists():
+        raise SweepError(f"{r} is a figures folder without its run bundle ({r / RUN_BUNDLE}): write it from the run that made "
+                         f"these figures (embryo report --run <that run> --figures {r}), then pass --run {r / RUN_BUNDLE}")
+    raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
+
 def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     "One figure per analysis with a curve per run (Figs. 9, 11, 13c, 14 side by side), `compare.md` with the verdicts, `compare.json`."
     import matplotlib; matplotlib.use("Agg")
@@ -842,14 +861,7 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     from embryo.results import read_results
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
-    for r in runs:
-        if (r / DB_NAME).exists(): continue
-        if (r / RUN_BUNDLE / DB_NAME).exists():
-            raise SweepError(f"{r} is a figures folder, not a run: pass its run bundle instead (--run {r / RUN_BUNDLE})")
-        if (r / "index.html").exists() or (r / "report.json").exists():
-            raise SweepError(f"{r} is a figures folder without its run bundle ({r / RUN_BUNDLE}): write it from the run that made "
-                             f"these figures (embryo report --run <that run> --figures {r}), then pass --run {r / RUN_BUNDLE}")
-        raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
+    for r in runs: swept_run(r)
     names = {r: f"{model_family(r)} ({read_run_config(r)[0] if r.name == RUN_BUNDLE else r.name})" for r in runs}  # a bundle by its preset
     total = {r: read_run_config(r)[2].total_steps for r in runs}
     out, paths, report = Path(out_dir), [], {}
@@ -884,9 +896,8 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     return paths
 
 # %% ../nbs/10_sweep.ipynb #6f471e8b
-import numpy as np
-
 SEED_RESAMPLES = 2000  # bootstrap resamples of the seeds
+ROUNDING = 1e-9  # a gain of a mean over seeds this small is rounding, no gain
 
 def seed_run_dirs(run_dir, seeds: int) -> list[Path]:
     "The sibling runs of `seeds` seeds: the run itself (seed 0, the default) and `<run>-seed<k>` beside it."
@@ -900,13 +911,6 @@ def seed_bootstrap(curves, resamples: int = SEED_RESAMPLES, level: float = 0.95,
     q = (1 - level) / 2
     return curves.mean(0), boot, np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
 
-def _gain_and_step90(curves, steps):
-    "Per curve (rows): gain from the first step to the best, and the first step with 90% of it (NaN without a gain)."
-    curves, steps = np.atleast_2d(curves), np.asarray(steps, dtype=float)
-    gain = curves.max(1) - curves[:, 0]
-    reached = (curves - curves[:, :1]) >= 0.9 * gain[:, None]
-    return gain, np.where(gain > 1e-9, steps[reached.argmax(1)], np.nan)  # a gain below rounding is none
-
 def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, level: float = 0.95) -> list[Path]:
     "Per analysis, each seed's curve, the mean and a bootstrap band over seeds, with verdicts stating their intervals (`seeds.md`, `seeds.json`)."
     import matplotlib; matplotlib.use("Agg")
@@ -915,10 +919,8 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
     from embryo.results import read_results
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("seed bands need two seeds or more (embryo reproduce --seeds 3, or --run runs/tiny --run runs/tiny-seed1 ...)")
-    for r in runs:
-        if not (r / DB_NAME).exists(): raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
-    seed = {r: read_run_config(r)[2].seed for r in runs}
-    total = read_run_config(runs[0])[2].total_steps
+    train = {swept_run(r): read_run_config(r)[2] for r in runs}
+    seed, total = {r: tc.seed for r, tc in train.items()}, train[runs[0]].total_steps
     out, paths, report = Path(out_dir), [], {}
     md = ["# Seeds and confidence", "",
           f"{len(runs)} runs of one recipe that differ in their seed ({', '.join(f'{r.name}: seed {seed[r]}' for r in runs)}). "
@@ -931,8 +933,8 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
         if len(steps) < 2: continue  # fewer than two seeds share two steps of this analysis
         curves = np.stack([series[r].reindex(steps).to_numpy(dtype=float) for r in series])
         mean, boot, lo, hi = seed_bootstrap(curves, resamples, level)
-        (gain,), (at,) = _gain_and_step90(mean, steps)
-        bgain, bat = _gain_and_step90(boot, steps)
+        (gain,), (at,) = gain_and_step90(mean, steps, ROUNDING)
+        bgain, bat = gain_and_step90(boot, steps, ROUNDING)
         rises = float((bgain >= RISE).mean())
         early = float(((bgain >= RISE) & (bat / max(total, 1) <= EARLY)).mean())
         glo, ghi = np.quantile(bgain, q)
