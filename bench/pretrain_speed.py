@@ -12,9 +12,10 @@ n-gram masking included), forward and backward (`train_step`), gradient clipping
 2. embryo vs transformers (`AlbertForPreTraining` with the very same weights, scoring every position), both driven
    by the same loop in fp32: tokens/s and their ratio.
 On a GPU also `base` at sequence length 128 in bf16, with MFU: the model's own FLOPs per token
-(`AlbertForPreTraining.flops_per_token`) x tokens/s / the GPU's peak dense bf16 FLOP/s.
+(`AlbertForPreTraining.flops_per_token`, the MLM head counted at the masked positions it decodes) x tokens/s / the GPU's
+peak dense bf16 FLOP/s; for each batch size in `--gpu-batch`, and with `--compile` also under `torch.compile`.
 
-    python bench/pretrain_speed.py [--steps 8] [--presets tiny base] [--peak-tflops 989]
+    python bench/pretrain_speed.py [--steps 8] [--presets tiny base] [--gpu-batch 128 256] [--compile] [--peak-tflops 989]
 """
 import argparse
 import tempfile
@@ -27,7 +28,7 @@ import transformers
 from embryo import data as D
 from embryo.config import get_config, get_train_config
 from embryo.model import AlbertForPreTraining, native_bf16, resolve_precision
-from embryo.pretrain import Batches, Lamb, corpus_slice, param_groups, prefetched, train_step
+from embryo.pretrain import Batches, Lamb, corpus_slice, data_workers, param_groups, prefetched, train_step
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, no sparsity
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
@@ -55,8 +56,12 @@ def bench_data(tc):
     return tok, D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=tc.max_seq_length, seed=0)
 
 
-def loop(model, data, tc, device, steps, precision="fp32", prefetch=False, profile=False):
-    "tokens/s of `steps` optimizer steps (after two warm-up steps), data preparation included; with `profile`, the profiler too."
+def loop(model, data, tc, device, steps, precision="fp32", prefetch=False, profile=False, stats=None, premade=False):
+    """tokens/s of `steps` optimizer steps (after two warm-up steps from the same stream of batches, so that starting
+    the data workers is not timed), data preparation included (as `train` prepares it
+    with `prefetch`: a thread on a CPU, worker processes on a GPU), or left out with `premade` (four batches made before
+    the clock starts, used in turn); with `profile`, the profiler too. `stats` (a dict), if given, receives the share of
+    tokens that were masked (predicted)."""
     opt = Lamb(param_groups(model, tc.weight_decay), lr=1e-4)
     model.train()
     make = lambda s: [data.collate(data.indices(s))]
@@ -68,17 +73,24 @@ def loop(model, data, tc, device, steps, precision="fp32", prefetch=False, profi
         opt.step(); opt.zero_grad(set_to_none=True)
         return sum(int(b["attention_mask"].sum()) for b in batches)
 
-    for s in (1, 2): step(make(s))
+    todo = range(1, steps + 3)
+    if premade:
+        made = [make(s) for s in range(3, 7)]
+        stream = ((s, made[s % 4]) for s in todo)
+    elif prefetch: stream = prefetched(make, todo, data_workers("auto", device), device.type == "cuda")
+    else: stream = ((s, make(s)) for s in todo)
+    stream = iter(stream)
+    for _ in (1, 2): step(next(stream)[1])
     if device.type == "cuda": torch.cuda.synchronize()
-    todo = range(3, steps + 3)
-    stream = prefetched(make, todo) if prefetch else ((s, make(s)) for s in todo)
     prof = torch.profiler.profile() if profile else None
-    t, tokens = time.perf_counter(), 0
+    t, tokens, masked = time.perf_counter(), 0, 0
     if prof: prof.__enter__()
-    for _, batches in stream: tokens += step(batches)
+    for _, batches in stream:
+        tokens += step(batches); masked += sum(int((b["labels"] != -100).sum()) for b in batches)
     if device.type == "cuda": torch.cuda.synchronize()
     seconds = time.perf_counter() - t
     if prof: prof.__exit__(None, None, None)
+    if stats is not None: stats["predicted"] = masked / tokens
     return tokens / seconds, prof
 
 
@@ -102,26 +114,46 @@ def fast_vs_fp32(tok, ds, tc, steps, device):
     base, _ = loop(fresh(mc, device), data, tc, device, steps, "fp32", prefetch=False)
     fast, _ = loop(fresh(mc, device), data, tc, device, steps, "auto", prefetch=True)
     _, prof = loop(fresh(mc, device), data, tc, device, max(2, steps // 2), "auto", prefetch=True, profile=True)
+    if device.type == "cuda":  # which half of the fast path pays on a GPU: the precision, or the data workers
+        print(f"   fp32 with data workers {loop(fresh(mc, device), data, tc, device, steps, 'fp32', prefetch=True)[0]:,.0f} tok/s; "
+              f"bf16 with data on the critical path {loop(fresh(mc, device), data, tc, device, steps, 'auto')[0]:,.0f} tok/s")
     return base, fast, outside_matmul_share(prof)
 
 
-def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32"):
+def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32", compiled=False):
+    """tokens/s of transformers' model and embryo's (and, with `compiled`, embryo's under `torch.compile`) on the same
+    weights and batches; with the model FLOPs per token of each (transformers decodes every position, embryo the masked)."""
     mc = get_config(preset, vocab_size=max(get_config(preset).vocab_size, tok.vocab_size))
     data = Batches(ds, tok, tc)
     ours = fresh(mc, device)
     with tempfile.TemporaryDirectory() as d:  # the very same weights in transformers
         ours.save_pretrained(d)
         theirs = transformers.AlbertForPreTraining.from_pretrained(d, attn_implementation="sdpa").to(device)
-    return ours.flops_per_token(tc.max_seq_length), {
-        "transformers": loop(HFAdapter(theirs), data, tc, device, steps, precision)[0],
-        "embryo": loop(ours, data, tc, device, steps, precision, prefetch=True)[0]}
+    stats, seq = {}, tc.max_seq_length
+    speed = {"transformers": loop(HFAdapter(theirs), data, tc, device, steps, precision)[0],
+             "embryo": loop(ours, data, tc, device, steps, precision, prefetch=True, stats=stats)[0]}
+    if device.type == "cuda": speed["embryo, no data"] = loop(ours, data, tc, device, steps, precision, premade=True)[0]
+    flops = {"transformers": ours.flops_per_token(seq), "embryo": ours.flops_per_token(seq, predicted=stats["predicted"])}
+    flops["embryo, no data"] = flops["embryo"]
+    if compiled:
+        try:
+            t = time.perf_counter()
+            speed["embryo compiled"] = loop(torch.compile(fresh(mc, device), dynamic=True), data, tc, device, steps, precision,
+                                            prefetch=True)[0]
+            print(f"   (torch.compile: {time.perf_counter() - t:.0f} s for the compile and the timed steps)")
+            flops["embryo compiled"] = flops["embryo"]
+        except Exception as e:  # a compile failure is a finding to print, not a reason to lose the other rows
+            print(f"   torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    return flops, speed
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--presets", nargs="+", default=["tiny", "base"], help="presets for the embryo-vs-transformers table")
     p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--gpu-batch", type=int, default=128, help="sequences per step for the bf16 GPU row")
+    p.add_argument("--gpu-batch", type=int, nargs="*", default=[128, 256, 512],
+                   help="sequences per step for the bf16 GPU rows (none: no GPU rows)")
+    p.add_argument("--compile", action="store_true", help="also time embryo's model under torch.compile on the GPU")
     p.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s of the GPU (default: by name)")
     a = p.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -147,16 +179,18 @@ def main():
         return
     name = torch.cuda.get_device_name()
     peak = a.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-    gtc = get_train_config("base", batch_size=a.gpu_batch, max_seq_length=128, tokenizer_vocab_size=tc.tokenizer_vocab_size)
-    gtok, gds = bench_data(gtc)
-    fpt, r = hf_vs_embryo("base", gtok, gds, gtc, a.steps, device, precision="bf16")
-    print(f"\n3. base, batch {a.gpu_batch} x 128, bf16 on {name}: transformers {r['transformers']:,.0f} tok/s, "
-          f"embryo {r['embryo']:,.0f} tok/s")
-    if peak:
-        print(f"MFU: embryo {fpt * r['embryo'] / (peak * 1e12):.1%}, transformers {fpt * r['transformers'] / (peak * 1e12):.1%} "
-              f"({fpt / 1e9:.2f} GFLOP/token, peak {peak:.0f} TFLOP/s)")
-    else:
-        print(f"MFU: unknown peak for {name}; pass --peak-tflops")
+    print(f"\n3. base at sequence length 128, bf16 autocast, on {name}; MFU against a peak of "
+          + (f"{peak:.0f} TFLOP/s" if peak else "? (unknown GPU: pass --peak-tflops)"))
+    print(f"embryo: its training loop, batches masked by {data_workers('auto', device)} worker processes; 'no data': the "
+          "same step on four batches made beforehand; transformers: batches made on the critical path")
+    print(f"{'batch':>6}  {'model':<16}{'tok/s':>12}{'GFLOP/token':>13}{'MFU':>8}")
+    for batch in a.gpu_batch:
+        gtc = get_train_config("base", batch_size=batch, max_seq_length=128, tokenizer_vocab_size=tc.tokenizer_vocab_size)
+        gtok, gds = bench_data(gtc)
+        flops, speed = hf_vs_embryo("base", gtok, gds, gtc, a.steps, device, precision="bf16", compiled=a.compile)
+        for k, v in speed.items():
+            mfu = f"{flops[k] * v / (peak * 1e12):.1%}" if peak else "?"
+            print(f"{batch:>6}  {k:<16}{v:>12,.0f}{flops[k] / 1e9:>13.3f}{mfu:>8}")
 
 
 if __name__ == "__main__":

@@ -314,6 +314,8 @@ def add_pretrain_args(p: argparse.ArgumentParser, # the parser of a command that
                    "under torchrun write --run-dir, since torchrun takes --run for its own --run-path")
     p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="override any ModelConfig or TrainConfig field")
     p.add_argument("--device", default="auto", help="where to pretrain: auto (a GPU if there is one), cpu, cuda, cuda:1, ...")
+    p.add_argument("--data-workers", default="auto", help="processes that mask the coming batches: auto (none on a CPU, where "
+                   "a thread does it; up to 4 per GPU), or a number (0: a thread); the batches are the same either way")
     p.add_argument("--figures", type=Path, help=figures_help)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--override", action="store_true", help="change training settings (--set) of a run that has checkpoints: "

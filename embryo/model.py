@@ -229,12 +229,13 @@ class AlbertForPreTraining(nn.Module):
         return PretrainingOutput(loss, mlm_loss, sop_loss, prediction_logits, sop_logits, tuple(hidden_states),
                                  tuple(attentions) if output_attentions else None)
 
-    def flops_per_token(self, seq_len: int, training: bool = True) -> float:
-        "Matmul FLOPs per token (2 per multiply-add; training = 3x forward), for MFU: every layer application counts."
+    def flops_per_token(self, seq_len: int, training: bool = True, predicted: float = 1.0) -> float:
+        """Matmul FLOPs per token (2 per multiply-add; training = 3x forward), for MFU: every layer application counts.
+        `predicted`: the share of tokens the MLM head decodes (pretraining decodes only the masked ones, `logits="masked"`)."""
         c = self.config
         H, I, E, V, L = c.hidden_size, c.intermediate_size, c.embedding_size, c.vocab_size, c.num_hidden_layers
         per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H  # projections + FFN + (QK^T, AV)
-        fwd = L * per_layer + (2 * E * H if E != H else 0) + 2 * (H * E + E * V)  # + embedding projection + MLM head
+        fwd = L * per_layer + (2 * E * H if E != H else 0) + 2 * (H * E + E * V) * predicted  # + embedding projection + MLM head
         return (3 if training else 1) * fwd
 
 # %% ../nbs/01_model.ipynb #89ad0454

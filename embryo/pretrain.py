@@ -35,13 +35,13 @@ from . import data as D
 __all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD',
            'STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer',
            'lr_at', 'phase1_steps', 'seq_length_at', 'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir',
-           'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'RunLocked', 'run_lock', 'clean_run',
-           'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config', 'run_corpus',
-           'corpus_file', 'sentence_name', 'prepare_run', 'examples_of', 'write_tokenizer_files', 'complete_run',
-           'TrainingDiverged', 'DiskFull', 'train_log', 'prefetched', 'train_step', 'train', 'heldout_examples',
-           'evaluate_heldout', 'transitions', 'run_transitions', 'save_figure', 'step_axis', 'plot_pretraining',
-           'run_model_type', 'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve',
-           'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
+           'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'RunLocked', 'forget_inherited_locks',
+           'run_lock', 'clean_run', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
+           'run_corpus', 'corpus_file', 'sentence_name', 'prepare_run', 'examples_of', 'write_tokenizer_files',
+           'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log', 'data_workers', 'prefetched', 'train_step',
+           'train', 'heldout_examples', 'evaluate_heldout', 'transitions', 'run_transitions', 'save_figure',
+           'step_axis', 'plot_pretraining', 'run_model_type', 'run_sentence_task', 'corpus_slice', 'fixture_run',
+           'read_run_config', 'heldout_curve', 'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -186,6 +186,7 @@ class RunLocked(RuntimeError):
 
 LOCK_FILE = ".lock"
 _held: dict[Path, int] = {}  # run folders this process holds, with how many nested `run_lock`s
+_lock_fds: dict[Path, int] = {}  # and the open lock file of each
 
 def _lock_holder(f: Path) -> dict:
     "What the holder wrote into the lock file (pid, host, since), {} while it has not yet."
@@ -196,6 +197,12 @@ def _lock_holder(f: Path) -> dict:
         except (OSError, ValueError): pass
         time.sleep(0.05)
     return {}
+
+def forget_inherited_locks(*_):
+    """In a forked child (a data worker): close the lock files it inherited, so that a killed writer's lock is free at
+    once, not held on by its children until they notice that their parent is gone."""
+    for fd in _lock_fds.values(): os.close(fd)
+    _lock_fds.clear(); _held.clear()
 
 @contextmanager
 def run_lock(run_dir, wait: bool = False):
@@ -220,10 +227,10 @@ def run_lock(run_dir, wait: bool = False):
         before = _lock_holder(f) if os.fstat(fd).st_size else {}  # a holder that never released: it was killed
         me = dict(pid=os.getpid(), host=socket.gethostname(), since=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         os.ftruncate(fd, 0); os.pwrite(fd, json.dumps(me).encode(), 0); os.fsync(fd)
-        _held[key] = 1
+        _held[key], _lock_fds[key] = 1, fd
         try: yield before
         finally:
-            del _held[key]
+            del _held[key], _lock_fds[key]
             os.ftruncate(fd, 0)  # released cleanly: an empty lock file names nobody
     finally: os.close(fd)  # closing releases the flock
 
@@ -541,9 +548,31 @@ def train_log(run_dir) -> list[dict]:
     "Every record of the run's training log (`logs/train.jsonl`): step, losses, accuracies, learning rate, tokens/s."
     return _read_log(Path(run_dir) / "logs" / "train.jsonl", 1 << 62)
 
-def prefetched(make, steps):
-    "Yield `(s, make(s))` for each of `steps`, making the next one in a background thread while the caller works on this one."
+class _Steps(torch.utils.data.Dataset):
+    "The batches of `steps`, one item a step, for the worker processes of a `DataLoader`."
+    def __init__(self, make, steps): self.make, self.steps = make, list(steps)
+    def __len__(self): return len(self.steps)
+    def __getitem__(self, i): return self.steps[i], self.make(self.steps[i])
+
+def data_workers(workers, device, world: int = 1) -> int:
+    """Processes that mask the coming steps' batches: `workers` when it is a number; for 'auto', none on a CPU (a thread
+    does it: the cores are busy training) and, per GPU process, up to 4 of the CPU cores it can have (one is its own)."""
+    if workers != "auto":
+        if str(workers).isdigit(): return int(workers)
+        raise ConfigError(f"data_workers must be 'auto' or a number of processes (0: a thread), got {workers!r}")
+    if torch.device(device).type == "cpu": return 0
+    return max(1, min(4, (os.cpu_count() or 2) // world - 1))
+
+def prefetched(make, steps, workers: int = 0, pin_memory: bool = False):
+    """Yield `(s, make(s))` for each of `steps`, in order. With no `workers` the next one is made in a background thread
+    while the caller works on this one; with `workers` processes (a forked `DataLoader`), two steps per worker are made
+    ahead. `make` is deterministic in `s`, so the same batches come out either way."""
     steps = list(steps)
+    if workers and steps:
+        yield from torch.utils.data.DataLoader(_Steps(make, steps), batch_size=None, num_workers=workers, prefetch_factor=2,
+                                               pin_memory=pin_memory, multiprocessing_context="fork",
+                                               worker_init_fn=forget_inherited_locks)
+        return
     with ThreadPoolExecutor(1) as pool:
         upcoming = pool.submit(make, steps[0]) if steps else None
         for i, s in enumerate(steps):
@@ -576,8 +605,9 @@ def train_step(model, batches: list[dict], n_masked: int, n_second: int, world: 
 
 def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,
           device: str = "auto", stop_after: int | None = None, progress: bool = True, figures_dir=None,
-          override: bool = False) -> dict:
-    "Pretrain (or resume) the run in `run_dir`, its only writer; returns the final held-out evaluation. `stop_after` ends early at that step."
+          override: bool = False, data_workers="auto") -> dict:
+    """Pretrain (or resume) the run in `run_dir`, its only writer; returns the final held-out evaluation. `stop_after` ends
+    early at that step; `data_workers` processes mask the coming batches (`data_workers`: 'auto', or a number)."""
     run_dir = Path(run_dir)
     rank, world = _dist()
     with run_lock(run_dir) if rank == 0 else nullcontext({}) as before:
@@ -585,7 +615,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
             if before: print(f"pretrain {run_dir}: taking over the lock of pid {before.get('pid')} on {before.get('host')} "
                              f"(since {before.get('since')}), which ended without releasing it", flush=True)
             for line in clean_run(run_dir): print(f"pretrain {run_dir}: {line} (left by a killed writer)", flush=True)
-        try: return _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, override)
+        try: return _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, override, data_workers)
         except (OSError, RuntimeError) as e:
             if not _disk_full(e, run_dir): raise
             if rank == 0: clean_run(run_dir)  # this writer's half-written temporary folders
@@ -594,7 +624,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
                            f"free some space (or pass a --run folder on another disk) and rerun the same command; training "
                            f"resumes from its last resume point (last checkpoint: step {steps[-1] if steps else 'none'})") from None
 
-def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, override) -> dict:
+def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, override, workers) -> dict:
     from tqdm.auto import tqdm
     mc, tc = mc or get_config(preset), tc or get_train_config(preset)
     rank, world = _dist()
@@ -635,7 +665,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
         src, s = source(step)
         return [src.collate(ks) for ks in np.array_split(list(src.indices(s))[rank::world], tc.grad_accum)]
     with open(log_file, "a") as log:
-        for step, batches in prefetched(step_batches, range(start + 1, last + 1)):
+        for step, batches in prefetched(step_batches, range(start + 1, last + 1), data_workers(workers, dev, world), dev.type == "cuda"):
             counts = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches),  # masked tokens
                                    sum(int(b["attention_mask"].sum()) if electra else len(b["input_ids"]) for b in batches)],
                                   dtype=torch.float64)  # what the second loss averages over: tokens (RTD) or sequences
@@ -972,7 +1002,8 @@ def pretrain_from_args(a) -> dict:
         try: mc, tc = replace(mc, **m), replace(tc, **t)
         except TypeError as e: raise ConfigError(f"--set: {e}") from None
     else: preset, mc, tc = a.preset, get_config(a.preset, **m), get_train_config(a.preset, **t)
-    res = train(run, preset, mc, tc, device=a.device, progress=not a.no_progress, figures_dir=a.figures, override=override)
+    res = train(run, preset, mc, tc, device=a.device, progress=not a.no_progress, figures_dir=a.figures, override=override,
+                data_workers=a.data_workers)
     if res:
         s = sentence_name(tc.sentence_task, mc.model_type)
         second = (f", {s.upper()} accuracy {res[f'{s}_accuracy']:.3f}" if f"{s}_accuracy" in res else "") + \

@@ -101,6 +101,22 @@ def test_a_second_writer_is_refused_and_the_first_run_is_untouched(tmp_path):
         assert not [p for p in run.rglob("*") if p.name.endswith((".tmp", ".old"))]
 
 
+def test_a_killed_writers_data_workers_do_not_hold_its_lock(tmp_path):
+    "Data worker processes are forked from the writer: once it is killed its lock is free at once, not when they notice."
+    script = f"""
+import time
+from embryo.pretrain import run_lock, prefetched
+with run_lock({str(tmp_path)!r}):
+    for s, _ in prefetched(lambda s: (time.sleep(0.05), s), range(1, 100), workers=2):
+        if s == 3: print("ready", flush=True); time.sleep(60)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.kill(); proc.wait()
+    with P.run_lock(tmp_path) as before:  # taken over at once (its workers are still alive), naming the killed writer
+        assert before["pid"] == proc.pid
+
+
 def test_a_dead_writers_lock_and_temporary_files_are_taken_over(tmp_path):
     "A lock naming a killed process is taken over and said so; that process's temporary folders go, a live one's stay."
     dead = subprocess.Popen([sys.executable, "-c", "pass"]); dead.wait()
