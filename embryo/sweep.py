@@ -34,14 +34,14 @@ from .results import DB_NAME, connect, db_path, done_steps, log_job, read_log, c
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR',
            'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'RUN_BUNDLE', 'BUNDLED',
            'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SEED_RESAMPLES', 'ROUNDING',
-           'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard', 'shard_db_name',
-           'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel',
-           'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError', 'check_value',
-           'check_parameters', 'check_options', 'options_text', 'plan', 'summary_table', 'sweep', 'report_sections',
-           'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'publish_report', 'bundle_run',
-           'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages', 'gain_and_step90', 'trend',
-           'side_by_side_verdict', 'model_family', 'swept_run', 'compare_runs', 'seed_run_dirs', 'seed_bootstrap',
-           'seed_bands']
+           'SEED_PANELS', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard',
+           'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook',
+           'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError',
+           'check_value', 'check_parameters', 'check_options', 'options_text', 'plan', 'summary_table', 'sweep',
+           'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'publish_report',
+           'bundle_run', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages', 'gain_and_step90',
+           'trend', 'side_by_side_verdict', 'model_family', 'swept_run', 'compare_runs', 'seed_run_dirs',
+           'seed_bootstrap', 'band_stats', 'seed_bands', 'seed_panels']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -911,8 +911,23 @@ def seed_bootstrap(curves, resamples: int = SEED_RESAMPLES, level: float = 0.95,
     q = (1 - level) / 2
     return curves.mean(0), boot, np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
 
+def band_stats(curves, steps, total: int, resamples: int = SEED_RESAMPLES, level: float = 0.95, sign: int = 1) -> dict:
+    """The mean over seeds (rows of `curves`) and its band; the gain from the first step to the best (a drop, for `sign`
+    -1) and the step holding 90% of it, each with its interval over the resamples; how often a resample rises (gains at
+    least `RISE`) and rises early (within `EARLY` of the `total` steps)."""
+    mean, boot, lo, hi = seed_bootstrap(curves, resamples, level)
+    q = [(1 - level) / 2, 1 - (1 - level) / 2]
+    (gain,), (at,) = gain_and_step90(sign * mean, steps, ROUNDING)
+    bgain, bat = gain_and_step90(sign * boot, steps, ROUNDING)
+    glo, ghi = np.quantile(bgain, q)
+    alo, ahi = np.nanquantile(bat, q) if np.isfinite(bat).any() else (np.nan, np.nan)
+    return dict(mean=mean, lo=lo, hi=hi, gain=gain, gain_interval=[glo, ghi], step90=at, step90_interval=[alo, ahi],
+                share_rising=float((bgain >= RISE).mean()),
+                share_early=float(((bgain >= RISE) & (bat / max(total, 1) <= EARLY)).mean()))
+
 def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, level: float = 0.95) -> list[Path]:
-    "Per analysis, each seed's curve, the mean and a bootstrap band over seeds, with verdicts stating their intervals (`seeds.md`, `seeds.json`)."
+    """Per analysis, each seed's curve, the mean and a bootstrap band over seeds, with verdicts stating their intervals;
+    then every figure over steps by its panels (`SEED_PANELS`); `seeds.md`, `seeds.json`."""
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from embryo.pretrain import read_run_config, save_figure, step_axis
@@ -926,37 +941,131 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
           f"{len(runs)} runs of one recipe that differ in their seed ({', '.join(f'{r.name}: seed {seed[r]}' for r in runs)}). "
           f"Bands: the {level:.0%} percentile interval of the mean over {resamples:,} resamples of the seeds with replacement "
           "(`seed_bands`, notebook 10); the examples are not resampled.", ""]
-    q = [(1 - level) / 2, 1 - (1 - level) / 2]
     for a, (fig_no, what, summarise) in SIDE_BY_SIDE.items():
         series = {r: s for r in runs if len(s := summarise(read_results(r, a)))}
         steps = sorted(set.intersection(*(set(s.index) for s in series.values()))) if len(series) >= 2 else []
         if len(steps) < 2: continue  # fewer than two seeds share two steps of this analysis
         curves = np.stack([series[r].reindex(steps).to_numpy(dtype=float) for r in series])
-        mean, boot, lo, hi = seed_bootstrap(curves, resamples, level)
-        (gain,), (at,) = gain_and_step90(mean, steps, ROUNDING)
-        bgain, bat = gain_and_step90(boot, steps, ROUNDING)
-        rises = float((bgain >= RISE).mean())
-        early = float(((bgain >= RISE) & (bat / max(total, 1) <= EARLY)).mean())
-        glo, ghi = np.quantile(bgain, q)
-        alo, ahi = np.nanquantile(bat, q) if np.isfinite(bat).any() else (np.nan, np.nan)
-        verdict = (f"Mean of {len(series)} seeds: {mean[0]:.3f} at step {steps[0]:,} -> best {mean.max():.3f}, a gain of {gain:+.3f} "
+        b = band_stats(curves, steps, total, resamples, level)
+        mean, (glo, ghi), at, (alo, ahi) = b["mean"], b["gain_interval"], b["step90"], b["step90_interval"]
+        verdict = (f"Mean of {len(series)} seeds: {mean[0]:.3f} at step {steps[0]:,} -> best {mean.max():.3f}, a gain of {b['gain']:+.3f} "
                    f"({level:.0%} interval over seeds {glo:+.3f} to {ghi:+.3f})"
                    + (f"; 90% of it by step {int(at):,} (interval {int(alo):,} to {int(ahi):,})" if np.isfinite(at) else "")
-                   + f". It rises (gains at least {RISE}) in {rises:.0%} of the resamples, and within the first {EARLY:.0%} of "
-                   f"training in {early:.0%}. Seed to seed at the last step: {curves[:, -1].min():.3f} to {curves[:, -1].max():.3f}.")
+                   + f". It rises (gains at least {RISE}) in {b['share_rising']:.0%} of the resamples, and within the first {EARLY:.0%} of "
+                   f"training in {b['share_early']:.0%}. Seed to seed at the last step: {curves[:, -1].min():.3f} to {curves[:, -1].max():.3f}.")
         fig, ax = plt.subplots(figsize=(6.4, 3.8))
         for r, c in zip(series, curves): ax.plot(steps, c, "-", lw=0.8, alpha=0.6, label=f"seed {seed[r]}")
-        ax.fill_between(steps, lo, hi, color="k", alpha=0.15, lw=0, label=f"{level:.0%} band (bootstrap over seeds)")
+        ax.fill_between(steps, b["lo"], b["hi"], color="k", alpha=0.15, lw=0, label=f"{level:.0%} band (bootstrap over seeds)")
         ax.plot(steps, mean, "ko-", ms=3, lw=1.6, label=f"mean of {len(series)} seeds")
         step_axis(ax, steps, run_dir=runs[0]); ax.set_ylabel(what)
         ax.legend(fontsize=7); ax.set_title(f"{fig_no}, {len(series)} seeds: {what}", fontsize=10)
         paths += save_figure(fig, out, f"fig_seeds_{a}")
         report[a] = dict(paper=fig_no, drawn=what, verdict=verdict, steps=[int(s) for s in steps], mean=mean.tolist(),
-                         band=[lo.tolist(), hi.tolist()], seeds={str(seed[r]): c.tolist() for r, c in zip(series, curves)},
-                         gain=gain, gain_interval=[glo, ghi], share_rising=rises, share_early=early)
+                         band=[b["lo"].tolist(), b["hi"].tolist()], seeds={str(seed[r]): c.tolist() for r, c in zip(series, curves)},
+                         gain=b["gain"], gain_interval=[glo, ghi], share_rising=b["share_rising"], share_early=b["share_early"])
         md += [f"## {a}: {what} ({fig_no})", "", f"![{a}](fig_seeds_{a}.png)", "", f"**Verdict.** {verdict}", ""]
     if not report: raise SweepError(f"no analysis has results at two common steps in two or more of {', '.join(map(str, runs))}: sweep them first")
+    panels, lines = {}, []
+    for name in SEED_PANELS:
+        drawn = seed_panels(runs, name, out, seed, total, resamples, level)
+        if drawn: paths += drawn[0]; panels[name] = drawn[1]; lines += drawn[2]
+    if panels: md += ["# Every figure over steps, panel by panel", "",
+                      "The same bands for each layer, task, part of speech, verb form, frequency band or relation that the "
+                      "paper's figures over steps draw (`seed_panels`). *first* and *last*: the mean over seeds at the first and "
+                      f"last step; then the mean's gain from the first step to its best (for the loss: its drop) with its "
+                      f"{level:.0%} interval, the step by which 90% of it comes, and the share of resamples that gain at least "
+                      f"{RISE}, and do so within the first {EARLY:.0%} of training.", ""] + lines
     paths.append(atomic_write(out / "seeds.md", "\n".join(md)))
     paths.append(atomic_write(out / "seeds.json", json.dumps(dict(runs=[str(r) for r in runs], level=level, resamples=resamples,
-                                                                  analyses=report), indent=2) + "\n"))
+                                                                  analyses=report, panels=panels), indent=2) + "\n"))
     return paths
+
+# %% ../nbs/10_sweep.ipynb #72e67894
+def _pivot(df, col: str, strip: str = "") -> pd.DataFrame:
+    "A column per value of `col` (a layer as 'layer N', a metric without its prefix `strip`), a row per step."
+    t = df.pivot_table(index="step", columns=col, values="value", aggfunc="mean")
+    t.columns = [f"layer {c}" if col == "layer" else str(c).removeprefix(strip) for c in t.columns]
+    return t
+
+def _mask_prediction(df, prefix: str) -> pd.DataFrame:
+    return _pivot(df[(df.task == "mask_prediction") & df.metric.str.startswith(prefix)], "metric", prefix)
+
+SEED_PANELS = {  # figure -> (paper figure, analysis (None: the training log), what is drawn, a column per panel, +1 or -1 if lower is better)
+    "loss": ("Fig. 2a", None, "MLM loss (nats per prediction)", None, -1),
+    "reconstruction_by_pos": ("Fig. 1", "reconstruction", "mask prediction accuracy", lambda df: _mask_prediction(df, "pos/"), 1),
+    "reconstruction_by_verb_form": ("Fig. 7", "reconstruction", "mask prediction accuracy", lambda df: _mask_prediction(df, "verb/"), 1),
+    "reconstruction_by_frequency": ("Fig. 8", "reconstruction", "mask prediction accuracy", lambda df: _mask_prediction(df, "freq/"), 1),
+    "probing_by_task": ("Figs. 2b, 10, 11", "probing", "probe F1 of the best layer",
+                        lambda df: df[df.metric == "f1"].groupby(["step", "task"]).value.max().unstack("task"), 1),
+    "probing_pos_by_layer": ("Fig. 3", "probing", "POS probe F1 (pos_brown)",
+                             lambda df: _pivot(df[(df.metric == "f1") & (df.task == "pos_brown")], "layer"), 1),
+    "attention_by_layer": ("Fig. 4", "attention", "diagonal mass of the most diagonal head",
+                           lambda df: _pivot(df[(df.metric == "diagonal") & (df["head"] >= 0)]
+                                             .groupby(["step", "layer"]).value.max().reset_index(), "layer"), 1),
+    "syntax_by_layer": ("Chen et al. 2023", "syntax", "UAS of the best head", lambda df: _pivot(df[df.metric == "uas_best"], "layer"), 1),
+    "similarity_by_layer": ("Kornblith et al. 2019", "similarity", "linear CKA to the last checkpoint",
+                            lambda df: _pivot(df[df.metric == "cka_final"], "layer"), 1),
+    "glue_by_task": ("Fig. 12", "glue", "score (mean over finetuning seeds)",
+                     lambda df: _pivot(df[(df.metric == "score") & (df.seed == -1)], "task"), 1),
+    "knowledge_by_relation": ("Fig. 14", "knowledge", "P@1", lambda df: _pivot(df[df.metric == "p@1"], "task"), 1),
+}
+
+def _panel_tables(runs, analysis, table) -> dict:
+    "Each run's table (a column per panel, a row per step) of `analysis`, or of its training log's MLM loss; runs without rows left out."
+    from embryo.pretrain import train_log
+    from embryo.results import read_results
+    if analysis is None:
+        logs = {r: [x for x in train_log(r) if x.get("mlm_loss") is not None] for r in runs}
+        return {r: pd.DataFrame({"MLM loss": [x["mlm_loss"] for x in l]}, index=[x["step"] for x in l]) for r, l in logs.items() if l}
+    if analysis not in available_analyses(): return {}
+    return {r: t for r in runs if len(t := table(read_results(r, analysis)))}
+
+def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = SEED_RESAMPLES, level: float = 0.95):
+    """The figure `SEED_PANELS[name]` over seeds: a panel per layer, task, POS... with each seed's curve, the mean and its
+    band; returns (paths, report, markdown lines), or None when fewer than two seeds have it."""
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from embryo.pretrain import save_figure, step_axis
+    fig_no, analysis, what, table, sign = SEED_PANELS[name]
+    tabs = _panel_tables(runs, analysis, table)
+    if len(tabs) < 2: return None
+    panels = {}
+    for g in [c for c in next(iter(tabs.values())).columns if all(c in t.columns for t in tabs.values())]:
+        steps = sorted(set.intersection(*(set(t[g].dropna().index) for t in tabs.values())))
+        if len(steps) < 2: continue
+        curves = np.stack([t[g].reindex(steps).to_numpy(dtype=float) for t in tabs.values()])
+        panels[g] = (steps, curves, band_stats(curves, steps, total, resamples, level, sign))
+    if not panels: return None
+    cols = min(4, len(panels)); rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows + 0.5), squeeze=False)
+    for ax, (g, (steps, curves, b)) in zip(axes.flat, panels.items()):
+        for r, c in zip(tabs, curves): ax.plot(steps, c, "-", lw=0.7, alpha=0.6, label=f"seed {seed[r]}")
+        ax.fill_between(steps, b["lo"], b["hi"], color="k", alpha=0.15, lw=0, label=f"{level:.0%} band")
+        ax.plot(steps, b["mean"], "k-", lw=1.4, label=f"mean of {len(tabs)}")
+        step_axis(ax, steps, fontsize=7, run_dir=runs[0]); ax.tick_params(labelsize=7)
+        ax.set_title(str(g), fontsize=9); ax.set_ylabel(what, fontsize=7)
+    for ax in axes.flat[len(panels):]: ax.set_visible(False)
+    axes.flat[0].legend(fontsize=6)
+    fig.suptitle(f"{fig_no}, {len(tabs)} seeds: {what}, mean and {level:.0%} band over seeds", fontsize=10)
+    fig.tight_layout()
+    paths = save_figure(fig, out, f"fig_seeds_{name}")
+    word = "drop" if sign < 0 else "gain"
+    sure = [g for g, (_, _, b) in panels.items() if b["share_rising"] >= level]
+    verdict = (f"{len(sure)} of {len(panels)} panels {word} at least {RISE} in {level:.0%} of the resamples or more"
+               + (f" ({', '.join(map(str, sure))})" if sure else "") + ".")
+    fmt = lambda v, spec="+.3f": "" if v is None or not np.isfinite(v) else format(v, spec)
+    lines = [f"## {name}: {what} ({fig_no})", "", f"![{name}](fig_seeds_{name}.png)", "", f"**Verdict.** {verdict}", "",
+             f"| panel | first | last | {word} (interval) | 90% of it by step (interval) | {word}s {RISE}+ | and early |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for g, (steps, curves, b) in panels.items():
+        (glo, ghi), (alo, ahi) = b["gain_interval"], b["step90_interval"]
+        lines.append(f"| {g} | {b['mean'][0]:.3f} | {b['mean'][-1]:.3f} | {fmt(b['gain'])} ({fmt(glo)} to {fmt(ghi)}) | "
+                     + (f"{fmt(b['step90'], ',.0f')} ({fmt(alo, ',.0f')} to {fmt(ahi, ',.0f')})" if np.isfinite(b["step90"]) else "")
+                     + f" | {b['share_rising']:.0%} | {b['share_early']:.0%} |")
+    report = dict(paper=fig_no, analysis=analysis, drawn=what, sign=sign, verdict=verdict, panels={
+        str(g): dict(steps=[int(s) for s in steps], mean=b["mean"].tolist(), band=[b["lo"].tolist(), b["hi"].tolist()],
+                     seeds={str(seed[r]): c.tolist() for r, c in zip(tabs, curves)}, gain=b["gain"],
+                     gain_interval=b["gain_interval"], step90=None if not np.isfinite(b["step90"]) else int(b["step90"]),
+                     share_rising=b["share_rising"], share_early=b["share_early"])
+        for g, (steps, curves, b) in panels.items()})
+    return paths, report, lines + [""]
