@@ -25,8 +25,8 @@ from .results import write_results, read_results, markdown_table
 __all__ = ['ANALYSIS', 'POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS', 'PENN_CLASS', 'PENN_FORM', 'BROWN_CLASS',
            'BROWN_FORM', 'GROUP_SETS', 'REPORT', 'brown_base_tag', 'brown_class', 'penn_class', 'Sentence',
            'read_conll2012_pos', 'tagged_sentences', 'sentence_text', 'align', 'token_counts', 'token_ranks',
-           'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'evaluate_model', 'evaluate_step', 'curves',
-           'half_steps', 'learning_order', 'redraw', 'verdict']
+           'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'example_samples', 'evaluate_words', 'evaluate_model',
+           'evaluate_step', 'curves', 'half_steps', 'learning_order', 'redraw', 'verdict']
 
 # %% ../nbs/04_reconstruction.ipynb #ca174f21
 ANALYSIS = "reconstruction"  # the `analysis` name of this notebook's rows in the results database
@@ -237,9 +237,17 @@ def accuracy_rows(items: Sequence[Item], recon: Sequence[bool], masked: Sequence
         rows += [dict(task=task, metric=g, value=float(np.mean(v)), n=len(v)) for g, v in sorted(by.items())]
     return rows
 
-def evaluate_model(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray, max_words: int = 300,
-                   device="cpu") -> list[dict]:
-    "Token reconstruction and mask prediction accuracy of `model` per group of words."
+def example_samples(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[bool]) -> list[dict]:
+    """Every word's score, for resampling the words (`embryo.sweep.multibootstrap`): per task a `hits` sample, one
+    character a word ('1' right, '0' wrong), and a `groups` sample, each word's groups ('|' between) in the same order."""
+    groups = ";".join("|".join(it.groups) for it in items)
+    return [s for task, hits in (("reconstruction", recon), ("mask_prediction", masked))
+            for s in (dict(task=task, item="hits", text="".join("1" if h else "0" for h in hits)),
+                      dict(task=task, item="groups", text=groups))]
+
+def evaluate_words(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray, max_words: int = 300,
+                   device="cpu") -> tuple[list[Item], list[bool], list[bool]]:
+    "The evaluated words, and whether `model` reconstructs each one (unmasked) and predicts it (masked)."
     ids_all, items = select_words(sentences, tok, ranks, max_words)
     model.eval().to(device)
     used = sorted({it.sentence for it in items})
@@ -256,16 +264,22 @@ def evaluate_model(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray,
         seqs.append((s, list(range(it.start, it.end))))
     masked = [bool((got == np.array(ids_all[it.sentence][it.start:it.end])).all())
               for it, got in zip(items, _predict(model, seqs, tok, device))]
-    return accuracy_rows(items, recon, masked)
+    return items, recon, masked
+
+def evaluate_model(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray, max_words: int = 300,
+                   device="cpu") -> list[dict]:
+    "Token reconstruction and mask prediction accuracy of `model` per group of words."
+    return accuracy_rows(*evaluate_words(model, tok, sentences, ranks, max_words, device))
 
 def evaluate_step(run_dir, step: int, device: str = "cpu", max_words: int = 300, sentences=None) -> pd.DataFrame:
-    "Evaluate the checkpoint at `step` of `run_dir` and write its rows to the run's results database."
+    "Evaluate the checkpoint at `step` of `run_dir` and write its rows, and every word's score, to the run's results database."
     find_checkpoint(run_dir, step)  # a clear error listing the steps that exist
     tok = D.load_tokenizer(run_dir)
     sentences = sentences if sentences is not None else tagged_sentences()
     ranks = token_ranks(token_counts(run_dir, tok), tok.special_ids)
-    rows = evaluate_model(load_checkpoint(run_dir, step, device, mlm=True), tok, sentences, ranks, max_words, device)
-    write_results(run_dir, ANALYSIS, step, rows)
+    items, recon, masked = evaluate_words(load_checkpoint(run_dir, step, device, mlm=True), tok, sentences, ranks, max_words, device)
+    rows = accuracy_rows(items, recon, masked)
+    write_results(run_dir, ANALYSIS, step, rows, samples=example_samples(items, recon, masked))
     return pd.DataFrame(rows)
 
 # %% ../nbs/04_reconstruction.ipynb #c8461a87

@@ -34,14 +34,15 @@ from .results import DB_NAME, connect, db_path, done_steps, log_job, read_log, c
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR',
            'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'RUN_BUNDLE', 'BUNDLED',
            'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SEED_RESAMPLES', 'ROUNDING',
-           'SEED_PANELS', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module', 'parse_shard',
-           'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path', 'sweep_notebook',
-           'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess', 'ParameterError',
-           'check_value', 'check_parameters', 'check_options', 'options_text', 'plan', 'summary_table', 'sweep',
-           'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'publish_report',
-           'bundle_run', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages', 'gain_and_step90',
-           'trend', 'side_by_side_verdict', 'model_family', 'swept_run', 'compare_runs', 'seed_run_dirs',
-           'seed_bootstrap', 'band_stats', 'seed_bands', 'seed_panels']
+           'SEED_PANELS', 'EXAMPLE_GROUPS', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
+           'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path',
+           'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess',
+           'ParameterError', 'check_value', 'check_parameters', 'check_options', 'options_text', 'plan',
+           'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds',
+           'publish_report', 'bundle_run', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages',
+           'gain_and_step90', 'trend', 'side_by_side_verdict', 'model_family', 'swept_run', 'compare_runs',
+           'seed_run_dirs', 'seed_bootstrap', 'multibootstrap', 'band_stats', 'seed_bands', 'seed_examples',
+           'example_hits', 'seed_panels']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -911,17 +912,32 @@ def seed_bootstrap(curves, resamples: int = SEED_RESAMPLES, level: float = 0.95,
     q = (1 - level) / 2
     return curves.mean(0), boot, np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
 
-def band_stats(curves, steps, total: int, resamples: int = SEED_RESAMPLES, level: float = 0.95, sign: int = 1) -> dict:
-    """The mean over seeds (rows of `curves`) and its band; the gain from the first step to the best (a drop, for `sign`
-    -1) and the step holding 90% of it, each with its interval over the resamples; how often a resample rises (gains at
-    least `RISE`) and rises early (within `EARLY` of the `total` steps)."""
-    mean, boot, lo, hi = seed_bootstrap(curves, resamples, level)
+def multibootstrap(hits, resamples: int = SEED_RESAMPLES, level: float = 0.95, rng_seed: int = 0):
+    """`hits`: (seeds, steps, examples) scores of the same examples. The mean over seeds and examples at each step, the
+    resampled means and the band's edges, seeds and examples drawn with replacement together (the same examples at every
+    seed and step), as MultiBERTs' multibootstrap (Sellam et al., 2022) does."""
+    H = np.asarray(hits, dtype=float)
+    K, _, N = H.shape
+    rng = np.random.default_rng(rng_seed)
+    seeds = np.stack([np.bincount(rng.integers(0, K, K), minlength=K) for _ in range(resamples)])  # times each seed is drawn
+    examples = rng.multinomial(N, np.full(N, 1 / N), size=resamples)  # times each example is drawn
+    boot = np.einsum("bk,ksn,bn->bs", seeds, H, examples, optimize=True) / (K * N)
+    q = (1 - level) / 2
+    return H.mean((0, 2)), boot, np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
+
+def band_stats(curves, steps, total: int, resamples: int = SEED_RESAMPLES, level: float = 0.95, sign: int = 1,
+               hits=None) -> dict:
+    """The mean over seeds (rows of `curves`) and its band, resampling the seeds, or seeds and examples where the
+    examples' scores `hits` (seeds, steps, examples) are given; the gain from the first step to the best (a drop, for
+    `sign` -1) and the step holding 90% of it, each with its interval over the resamples; how often a resample rises
+    (gains at least `RISE`) and rises early (within `EARLY` of the `total` steps)."""
+    mean, boot, lo, hi = (seed_bootstrap(curves, resamples, level) if hits is None else multibootstrap(hits, resamples, level))
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     (gain,), (at,) = gain_and_step90(sign * mean, steps, ROUNDING)
     bgain, bat = gain_and_step90(sign * boot, steps, ROUNDING)
     glo, ghi = np.quantile(bgain, q)
     alo, ahi = np.nanquantile(bat, q) if np.isfinite(bat).any() else (np.nan, np.nan)
-    return dict(mean=mean, lo=lo, hi=hi, gain=gain, gain_interval=[glo, ghi], step90=at, step90_interval=[alo, ahi],
+    return dict(mean=mean, lo=lo, hi=hi, resampled="seeds" if hits is None else "seeds and examples", gain=gain, gain_interval=[glo, ghi], step90=at, step90_interval=[alo, ahi],
                 share_rising=float((bgain >= RISE).mean()),
                 share_early=float(((bgain >= RISE) & (bat / max(total, 1) <= EARLY)).mean()))
 
@@ -939,30 +955,33 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
     out, paths, report = Path(out_dir), [], {}
     md = ["# Seeds and confidence", "",
           f"{len(runs)} runs of one recipe that differ in their seed ({', '.join(f'{r.name}: seed {seed[r]}' for r in runs)}). "
-          f"Bands: the {level:.0%} percentile interval of the mean over {resamples:,} resamples of the seeds with replacement "
-          "(`seed_bands`, notebook 10); the examples are not resampled.", ""]
+          f"Bands: the {level:.0%} percentile interval of the mean over {resamples:,} resamples with replacement (`seed_bands`, "
+          "notebook 10): of the seeds and of the evaluated words together for mask prediction (MultiBERTs' multibootstrap; the "
+          "runs store every word's score), of the seeds alone for the other analyses (they store per-step summaries).", ""]
     for a, (fig_no, what, summarise) in SIDE_BY_SIDE.items():
         series = {r: s for r in runs if len(s := summarise(read_results(r, a)))}
         steps = sorted(set.intersection(*(set(s.index) for s in series.values()))) if len(series) >= 2 else []
         if len(steps) < 2: continue  # fewer than two seeds share two steps of this analysis
         curves = np.stack([series[r].reindex(steps).to_numpy(dtype=float) for r in series])
-        b = band_stats(curves, steps, total, resamples, level)
+        ex = seed_examples(list(series), a) if a == "reconstruction" else None
+        b = band_stats(curves, steps, total, resamples, level, hits=ex and example_hits(ex, list(series), steps, "all"))
         mean, (glo, ghi), at, (alo, ahi) = b["mean"], b["gain_interval"], b["step90"], b["step90_interval"]
         verdict = (f"Mean of {len(series)} seeds: {mean[0]:.3f} at step {steps[0]:,} -> best {mean.max():.3f}, a gain of {b['gain']:+.3f} "
-                   f"({level:.0%} interval over seeds {glo:+.3f} to {ghi:+.3f})"
+                   f"({level:.0%} interval over {b['resampled']} {glo:+.3f} to {ghi:+.3f})"
                    + (f"; 90% of it by step {int(at):,} (interval {int(alo):,} to {int(ahi):,})" if np.isfinite(at) else "")
                    + f". It rises (gains at least {RISE}) in {b['share_rising']:.0%} of the resamples, and within the first {EARLY:.0%} of "
                    f"training in {b['share_early']:.0%}. Seed to seed at the last step: {curves[:, -1].min():.3f} to {curves[:, -1].max():.3f}.")
         fig, ax = plt.subplots(figsize=(6.4, 3.8))
         for r, c in zip(series, curves): ax.plot(steps, c, "-", lw=0.8, alpha=0.6, label=f"seed {seed[r]}")
-        ax.fill_between(steps, b["lo"], b["hi"], color="k", alpha=0.15, lw=0, label=f"{level:.0%} band (bootstrap over seeds)")
+        ax.fill_between(steps, b["lo"], b["hi"], color="k", alpha=0.15, lw=0, label=f"{level:.0%} band (bootstrap over {b['resampled']})")
         ax.plot(steps, mean, "ko-", ms=3, lw=1.6, label=f"mean of {len(series)} seeds")
         step_axis(ax, steps, run_dir=runs[0]); ax.set_ylabel(what)
         ax.legend(fontsize=7); ax.set_title(f"{fig_no}, {len(series)} seeds: {what}", fontsize=10)
         paths += save_figure(fig, out, f"fig_seeds_{a}")
         report[a] = dict(paper=fig_no, drawn=what, verdict=verdict, steps=[int(s) for s in steps], mean=mean.tolist(),
                          band=[b["lo"].tolist(), b["hi"].tolist()], seeds={str(seed[r]): c.tolist() for r, c in zip(series, curves)},
-                         gain=b["gain"], gain_interval=[glo, ghi], share_rising=b["share_rising"], share_early=b["share_early"])
+                         gain=b["gain"], gain_interval=[glo, ghi], share_rising=b["share_rising"], share_early=b["share_early"],
+                         resampled=b["resampled"])
         md += [f"## {a}: {what} ({fig_no})", "", f"![{a}](fig_seeds_{a}.png)", "", f"**Verdict.** {verdict}", ""]
     if not report: raise SweepError(f"no analysis has results at two common steps in two or more of {', '.join(map(str, runs))}: sweep them first")
     panels, lines = {}, []
@@ -991,6 +1010,7 @@ def _mask_prediction(df, prefix: str) -> pd.DataFrame:
     return _pivot(df[(df.task == "mask_prediction") & df.metric.str.startswith(prefix)], "metric", prefix)
 
 SEED_PANELS = {  # figure -> (paper figure, analysis (None: the training log), what is drawn, a column per panel, +1 or -1 if lower is better)
+    # reconstruction's panels are named by their words' group without its prefix ('pos/', 'verb/', 'freq/')
     "loss": ("Fig. 2a", None, "MLM loss (nats per prediction)", None, -1),
     "reconstruction_by_pos": ("Fig. 1", "reconstruction", "mask prediction accuracy", lambda df: _mask_prediction(df, "pos/"), 1),
     "reconstruction_by_verb_form": ("Fig. 7", "reconstruction", "mask prediction accuracy", lambda df: _mask_prediction(df, "verb/"), 1),
@@ -1009,6 +1029,28 @@ SEED_PANELS = {  # figure -> (paper figure, analysis (None: the training log), w
                      lambda df: _pivot(df[(df.metric == "score") & (df.seed == -1)], "task"), 1),
     "knowledge_by_relation": ("Fig. 14", "knowledge", "P@1", lambda df: _pivot(df[df.metric == "p@1"], "task"), 1),
 }
+
+EXAMPLE_GROUPS = {"reconstruction_by_pos": "pos/", "reconstruction_by_verb_form": "verb/", "reconstruction_by_frequency": "freq/"}
+
+def seed_examples(runs, analysis: str = "reconstruction", task: str = "mask_prediction"):
+    """Every run's stored scores of each evaluated word, {run: {step: 0/1 array}}, with the words' groups; None unless
+    every run has them and all evaluated the same words (same groups in the same order) at every step."""
+    from embryo.results import read_samples
+    hits, groups = {}, set()
+    for r in runs:
+        s = read_samples(r, analysis, task)
+        if not len(s): return None
+        hits[r] = {int(x.step): np.frombuffer(x.text.encode(), np.uint8) == ord("1") for x in s[s["item"] == "hits"].itertuples()}
+        groups |= set(s[s["item"] == "groups"].text)
+    if len(groups) != 1: return None
+    return hits, [g.split("|") for g in groups.pop().split(";")]
+
+def example_hits(ex, runs, steps, group: str):
+    "(seeds, steps, words) scores of the words in `group` ('all': every word) from `seed_examples`, or None if a step is missing."
+    hits, groups = ex
+    if any(s not in hits[r] for r in runs for s in steps): return None
+    keep = np.array([group == "all" or group in g for g in groups])
+    return np.stack([[hits[r][s][keep] for s in steps] for r in runs]) if keep.any() else None
 
 def _panel_tables(runs, analysis, table) -> dict:
     "Each run's table (a column per panel, a row per step) of `analysis`, or of its training log's MLM loss; runs without rows left out."
@@ -1029,12 +1071,13 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
     fig_no, analysis, what, table, sign = SEED_PANELS[name]
     tabs = _panel_tables(runs, analysis, table)
     if len(tabs) < 2: return None
-    panels = {}
+    panels, ex = {}, seed_examples(list(tabs), analysis) if name in EXAMPLE_GROUPS else None
     for g in [c for c in next(iter(tabs.values())).columns if all(c in t.columns for t in tabs.values())]:
         steps = sorted(set.intersection(*(set(t[g].dropna().index) for t in tabs.values())))
         if len(steps) < 2: continue
         curves = np.stack([t[g].reindex(steps).to_numpy(dtype=float) for t in tabs.values()])
-        panels[g] = (steps, curves, band_stats(curves, steps, total, resamples, level, sign))
+        hits = ex and example_hits(ex, list(tabs), steps, EXAMPLE_GROUPS[name] + str(g))
+        panels[g] = (steps, curves, band_stats(curves, steps, total, resamples, level, sign, hits))
     if not panels: return None
     cols = min(4, len(panels)); rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows + 0.5), squeeze=False)
@@ -1046,7 +1089,8 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
         ax.set_title(str(g), fontsize=9); ax.set_ylabel(what, fontsize=7)
     for ax in axes.flat[len(panels):]: ax.set_visible(False)
     axes.flat[0].legend(fontsize=6)
-    fig.suptitle(f"{fig_no}, {len(tabs)} seeds: {what}, mean and {level:.0%} band over seeds", fontsize=10)
+    over = " and ".join(sorted({b["resampled"] for _, _, b in panels.values()}))
+    fig.suptitle(f"{fig_no}, {len(tabs)} seeds: {what}, mean and {level:.0%} band over {over}", fontsize=10)
     fig.tight_layout()
     paths = save_figure(fig, out, f"fig_seeds_{name}")
     word = "drop" if sign < 0 else "gain"
@@ -1054,7 +1098,8 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
     verdict = (f"{len(sure)} of {len(panels)} panels {word} at least {RISE} in {level:.0%} of the resamples or more"
                + (f" ({', '.join(map(str, sure))})" if sure else "") + ".")
     fmt = lambda v, spec="+.3f": "" if v is None or not np.isfinite(v) else format(v, spec)
-    lines = [f"## {name}: {what} ({fig_no})", "", f"![{name}](fig_seeds_{name}.png)", "", f"**Verdict.** {verdict}", "",
+    lines = [f"## {name}: {what} ({fig_no})", "", f"![{name}](fig_seeds_{name}.png)", "",
+             f"**Verdict.** {verdict} Bands and intervals resample the {over}.", "",
              f"| panel | first | last | {word} (interval) | 90% of it by step (interval) | {word}s {RISE}+ | and early |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for g, (steps, curves, b) in panels.items():
@@ -1062,7 +1107,7 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
         lines.append(f"| {g} | {b['mean'][0]:.3f} | {b['mean'][-1]:.3f} | {fmt(b['gain'])} ({fmt(glo)} to {fmt(ghi)}) | "
                      + (f"{fmt(b['step90'], ',.0f')} ({fmt(alo, ',.0f')} to {fmt(ahi, ',.0f')})" if np.isfinite(b["step90"]) else "")
                      + f" | {b['share_rising']:.0%} | {b['share_early']:.0%} |")
-    report = dict(paper=fig_no, analysis=analysis, drawn=what, sign=sign, verdict=verdict, panels={
+    report = dict(paper=fig_no, analysis=analysis, drawn=what, sign=sign, verdict=verdict, resampled=over, panels={
         str(g): dict(steps=[int(s) for s in steps], mean=b["mean"].tolist(), band=[b["lo"].tolist(), b["hi"].tolist()],
                      seeds={str(seed[r]): c.tolist() for r, c in zip(tabs, curves)}, gain=b["gain"],
                      gain_interval=b["gain_interval"], step90=None if not np.isfinite(b["step90"]) else int(b["step90"]),
