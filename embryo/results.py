@@ -16,10 +16,10 @@ import pandas as pd
 
 # %% auto #0
 __all__ = ['DB_NAME', 'COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TASK_NAMES',
-           'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'connect', 'write_results',
-           'read_results', 'read_settings', 'read_samples', 'done_steps', 'describe_results', 'write_transitions',
-           'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with', 'merge_results',
-           'markdown_table']
+           'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'use_wal', 'connect',
+           'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps', 'describe_results',
+           'write_transitions', 'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with',
+           'merge_results', 'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
 DB_NAME = "results.sqlite"
@@ -91,6 +91,21 @@ def migrate(con) -> bool:
         con.execute("ROLLBACK"); raise
     return True
 
+def use_wal(con, path, timeout: float):
+    """Put the database in WAL mode, retrying until `timeout`: the switch needs the file to itself and SQLite does not wait
+    for it (its busy handler is not called), so two processes creating one database together could fail at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if con.execute("PRAGMA journal_mode").fetchone()[0] == "wal": return  # WAL is kept in the file: after the first open, nothing to do
+            if con.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal": return  # a refused switch returns the old mode
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e): raise
+        if time.monotonic() > deadline:
+            raise sqlite3.OperationalError(f"database is locked: {path} could not be put in WAL mode within {timeout:.0f} s; "
+                                           "another process holds it (a stuck sweep?); stop it or wait, then run again")
+        time.sleep(0.02)
+
 @contextmanager
 def connect(run_dir, timeout: float = 60.0):
     "A connection to the run's database (created on first use) in WAL mode; commits on success, rolls back on error."
@@ -99,7 +114,7 @@ def connect(run_dir, timeout: float = 60.0):
     con = sqlite3.connect(path, timeout=timeout, isolation_level=None)  # explicit BEGIN/COMMIT below
     try:
         con.execute("PRAGMA busy_timeout = %d" % int(timeout * 1000))
-        con.execute("PRAGMA journal_mode = WAL")
+        use_wal(con, path, timeout)
         migrate(con)
         con.executescript(SCHEMA)
         yield con

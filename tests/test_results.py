@@ -163,3 +163,27 @@ def test_every_analysis_says_what_its_task_names():
     write_results(tmp := __import__("tempfile").mkdtemp(), "probing", 4, [dict(task="pos_brown", layer=1, metric="f1", value=0.5)])
     d = describe_results(tmp)
     assert d[["analysis", "task", "steps", "layers", "heads", "seeds", "metrics"]].values.tolist() == [["probing", "pos_brown", 1, 1, 0, 0, "f1"]]
+
+
+
+def _log_at_once(run, step, barrier, errors):
+    from embryo.results import log_job
+    barrier.wait()  # every process opens the database at the same moment
+    try: log_job(run, "knowledge", step, "done")
+    except Exception as e: errors.put(repr(e))
+
+
+def test_processes_creating_one_database_together_all_get_in(tmp_path):
+    """Eight processes open a database none has created yet, 20 times over (as a sweep's workers do): none fails. Switching a
+    new file to WAL needs it alone and SQLite's busy wait does not cover that switch; without the retry most rounds had a
+    process fail with 'database is locked' (CI's papermill sweep test did)."""
+    import multiprocessing as mp
+    from embryo.results import read_log
+    ctx = mp.get_context("fork")
+    for trial in range(20):
+        run, barrier, errors = tmp_path / f"r{trial}", ctx.Barrier(8), ctx.Queue()
+        procs = [ctx.Process(target=_log_at_once, args=(run, s, barrier, errors)) for s in range(8)]
+        for p in procs: p.start()
+        for p in procs: p.join(60)
+        assert errors.empty(), (trial, errors.get())
+        assert sorted(read_log(run).step) == list(range(8))
