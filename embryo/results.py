@@ -5,6 +5,7 @@
 # %% ../nbs/03a_results.ipynb #8274005c
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -12,11 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['DB_NAME', 'COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TASK_NAMES',
-           'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'use_wal', 'connect',
+__all__ = ['DB_NAME', 'COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED',
+           'TASK_NAMES', 'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'use_wal',
+           'connect', 'text_digest', 'encode_scores', 'decode_scores', 'score_rows', 'read_scores', 'read_examples',
            'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps', 'describe_results',
            'write_transitions', 'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with',
            'merge_results', 'markdown_table']
@@ -26,6 +29,7 @@ DB_NAME = "results.sqlite"
 COLUMNS = ("analysis", "step", "task", "layer", "head", "seed", "metric", "value", "n", "created_at")
 SETTING_COLUMNS = ("analysis", "step", "task", "name", "value", "created_at")
 SAMPLE_COLUMNS = ("analysis", "step", "task", "item", "text", "created_at")
+SCORE_COLUMNS = ("analysis", "step", "task", "key", "examples", "scores", "created_at")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
     analysis TEXT NOT NULL, step INTEGER NOT NULL, task TEXT NOT NULL, layer INTEGER NOT NULL DEFAULT -1,
@@ -40,6 +44,12 @@ CREATE TABLE IF NOT EXISTS samples (
 CREATE TABLE IF NOT EXISTS sweep_log (
     analysis TEXT NOT NULL, step INTEGER NOT NULL, status TEXT NOT NULL, seconds REAL, error TEXT, notebook TEXT,
     mode TEXT, created_at REAL NOT NULL, PRIMARY KEY (analysis, step));
+CREATE TABLE IF NOT EXISTS scores (
+    analysis TEXT NOT NULL, step INTEGER NOT NULL, task TEXT NOT NULL, key TEXT NOT NULL, examples TEXT NOT NULL,
+    scores TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (analysis, step, task, key));
+CREATE TABLE IF NOT EXISTS examples (
+    analysis TEXT NOT NULL, task TEXT NOT NULL, digest TEXT NOT NULL, items TEXT NOT NULL,
+    PRIMARY KEY (analysis, task, digest));
 CREATE TABLE IF NOT EXISTS computed_with (
     analysis TEXT NOT NULL, step INTEGER NOT NULL, digest TEXT NOT NULL, options TEXT NOT NULL, created_at REAL NOT NULL,
     PRIMARY KEY (analysis, step));
@@ -121,6 +131,58 @@ def connect(run_dir, timeout: float = 60.0):
     finally:
         con.close()
 
+# %% ../nbs/03a_results.ipynb #bb9b80a6
+def text_digest(text: str) -> str:
+    "A short hash of a text (16 hex digits of its SHA-256)."
+    import hashlib
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+def encode_scores(scores) -> str:
+    "Examples' scores as text: a character each ('1' or '0') where every score is 1 or 0, else a JSON list."
+    a = np.asarray(scores, dtype=float).reshape(-1)
+    if np.isin(a, (0.0, 1.0)).all(): return (a.astype(np.uint8) + ord("0")).tobytes().decode()
+    return json.dumps([round(float(x), 6) for x in a])
+
+def decode_scores(text: str) -> np.ndarray:
+    "The scores `encode_scores` wrote, as floats."
+    if text.startswith("["): return np.array(json.loads(text), dtype=float)
+    return (np.frombuffer(text.encode(), np.uint8) == ord("1")).astype(float)
+
+def score_rows(task: str, scores: dict, examples) -> list[dict]:
+    "`write_results`' `scores` of one task: per key (a layer, a seed...) one score per example of `examples` (each a string)."
+    return [dict(task=task, key=str(k), scores=v, examples=list(examples)) for k, v in scores.items()]
+
+def _check_scores(s: dict) -> dict:
+    missing = [k for k in ("task", "key", "scores", "examples") if k not in s]
+    if missing: raise ValueError(f"scores of {s.get('task')!r} lack {', '.join(missing)}")
+    text, items = encode_scores(s["scores"]), json.dumps([str(e) for e in s["examples"]], ensure_ascii=False)
+    n = len(np.asarray(s["scores"]).reshape(-1))
+    if n != len(s["examples"]):
+        raise ValueError(f"scores of task {s['task']!r}, key {s['key']!r}: {n} scores for {len(s['examples'])} examples; give one score per example")
+    return dict(task=s["task"], key=str(s["key"]), scores=text, items=items, digest=text_digest(items))
+
+def _insert_scores(con, analysis: str, step: int, scores: list[dict], now: float):
+    "Insert checked `scores` of `analysis` at `step`, and their examples' descriptions where not stored yet."
+    con.executemany("INSERT OR IGNORE INTO examples VALUES (?,?,?,?)", {(analysis, s["task"], s["digest"], s["items"]) for s in scores})
+    con.executemany(f"INSERT INTO scores ({', '.join(SCORE_COLUMNS)}) VALUES ({','.join('?' * len(SCORE_COLUMNS))})",
+                    [(analysis, step, s["task"], s["key"], s["digest"], s["scores"], now) for s in scores])
+
+def read_scores(run_dir, analysis: str, task: str | None = None) -> pd.DataFrame:
+    "The examples' scores of `analysis` (optionally one task): a row per (step, task, key), `scores` an array, `examples` its digest."
+    cols = ["step", "task", "key", "examples", "scores"]
+    if not db_path(run_dir).exists(): return pd.DataFrame(columns=cols)
+    sql, args = "SELECT step, task, key, examples, scores FROM scores WHERE analysis=?", [analysis]
+    if task is not None: sql += " AND task=?"; args.append(task)
+    with connect(run_dir) as con: df = pd.read_sql_query(sql + " ORDER BY task, key, step", con, params=args)
+    return df.assign(scores=[decode_scores(t) for t in df.scores])
+
+def read_examples(run_dir, analysis: str, task: str, digest: str) -> list[str]:
+    "The descriptions of the examples that scores with `digest` scored."
+    with connect(run_dir) as con:
+        got = con.execute("SELECT items FROM examples WHERE analysis=? AND task=? AND digest=?", (analysis, task, digest)).fetchone()
+    if got is None: raise LookupError(f"{db_path(run_dir)} has no examples {digest} of {analysis}/{task}; the database is incomplete: sweep {analysis} again")
+    return json.loads(got[0])
+
 # %% ../nbs/03a_results.ipynb #038fa1dc
 def _check_rows(rows: list[dict]):
     for i, r in enumerate(rows):
@@ -136,12 +198,13 @@ def _insert_results(con, analysis: str, rows: list[tuple[int, dict]], now: float
                       r["metric"], None if r["value"] is None else float(r["value"]), r.get("n"), now) for step, r in rows])
 
 def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], samples: Iterable[dict] = (),
-                  settings: Iterable[dict] = ()) -> int:
-    "Replace the results, text `samples` (task, item, text) and `settings` (task, name, value) of `analysis` at `step` for the tasks given."
-    rows, samples, settings = list(rows), list(samples), list(settings)
+                  settings: Iterable[dict] = (), scores: Iterable[dict] = ()) -> int:
+    """Replace the results, text `samples` (task, item, text), `settings` (task, name, value) and examples' `scores`
+    (task, key, scores, examples: `score_rows`) of `analysis` at `step` for the tasks given."""
+    rows, samples, settings, scores = list(rows), list(samples), list(settings), [_check_scores(s) for s in scores]
     _check_rows(rows)
     now = time.time()
-    tasks = sorted({r["task"] for r in rows} | {s["task"] for s in samples} | {s["task"] for s in settings})
+    tasks = sorted({r["task"] for r in rows} | {s["task"] for s in samples} | {s["task"] for s in settings} | {s["task"] for s in scores})
     with connect(run_dir) as con:
         con.execute("BEGIN IMMEDIATE")
         try:
@@ -149,6 +212,8 @@ def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], sampl
                 con.execute("DELETE FROM results WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
                 con.execute("DELETE FROM samples WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
                 con.execute("DELETE FROM settings WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
+                con.execute("DELETE FROM scores WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
+            _insert_scores(con, analysis, int(step), scores, now)
             _insert_results(con, analysis, [(int(step), r) for r in rows], now)
             con.executemany(f"INSERT INTO settings ({', '.join(SETTING_COLUMNS)}) VALUES ({','.join('?' * len(SETTING_COLUMNS))})",
                             [(analysis, int(step), s["task"], s["name"], float(s["value"]), now) for s in settings])
@@ -269,8 +334,7 @@ RUNNING = "running"  # the digest of a job under way: it matches no options
 
 def options_digest(options_text: str) -> str:
     "A short hash of a canonical options text (JSON with sorted keys)."
-    import hashlib
-    return hashlib.sha256(options_text.encode()).hexdigest()[:16]
+    return text_digest(options_text)
 
 def set_computed_with(run_dir, analysis: str, step: int, options_text: str | None):
     "Record what the results of (analysis, step) were computed with; `None` marks the job as running."
@@ -293,7 +357,7 @@ def _groups(con, table: str, key: str = "analysis, step, task") -> dict:
 def merge_results(run_dir, sources: Iterable) -> dict:
     "Copy the results, samples, settings and sweep log of each source database (or run folder) into `run_dir`'s main database."
     target = db_path(run_dir, DB_NAME)  # the main file, whatever shard this process writes
-    counts = dict(results=0, samples=0, settings=0, sweep_log=0)
+    counts = dict(results=0, samples=0, settings=0, scores=0, sweep_log=0)
     for src in sources:
         src = db_path(src, DB_NAME)
         if not src.is_file(): raise FileNotFoundError(f"no results database at {src}")
@@ -303,7 +367,8 @@ def merge_results(run_dir, sources: Iterable) -> dict:
             con.execute("ATTACH DATABASE ? AS src", (str(src),))
             con.execute("BEGIN IMMEDIATE")
             try:
-                for table, cols in (("results", COLUMNS), ("samples", SAMPLE_COLUMNS), ("settings", SETTING_COLUMNS)):
+                con.execute("INSERT OR IGNORE INTO examples SELECT * FROM src.examples")  # by content: never replaced
+                for table, cols in (("results", COLUMNS), ("samples", SAMPLE_COLUMNS), ("settings", SETTING_COLUMNS), ("scores", SCORE_COLUMNS)):
                     mine, theirs, cols = _groups(con, table), _groups(con, f"src.{table}"), ", ".join(cols)  # every column by name
                     for g, t in theirs.items():
                         if g in mine and mine[g] >= t: continue

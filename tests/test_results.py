@@ -53,7 +53,7 @@ def test_old_database_is_migrated_heads_and_settings_apart(tmp_path):
     assert read_results(tmp_path, "attention", step=4).value.tolist() == [0.4]
     con = sqlite3.connect(tmp_path / DB_NAME)
     assert [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")] == \
-        ["computed_with", "results", "samples", "settings", "sweep_log"]  # the old table is gone
+        ["computed_with", "examples", "results", "samples", "scores", "settings", "sweep_log"]  # the old table is gone
 
 
 def test_old_shard_merges_into_a_new_database(tmp_path):
@@ -121,7 +121,7 @@ def test_database_with_heads_but_no_seeds_is_migrated_seeds_apart(tmp_path):
     assert con.execute("SELECT status FROM sweep_log").fetchall() == [("done",)]
     assert con.execute("SELECT digest FROM computed_with").fetchall() == [("abc",)]
     assert [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")] == \
-        ["computed_with", "results", "samples", "settings", "sweep_log"]  # the old table is gone
+        ["computed_with", "examples", "results", "samples", "scores", "settings", "sweep_log"]  # the old table is gone
     key = [r[1] for r in sorted(con.execute("PRAGMA table_info(results)"), key=lambda r: r[5]) if r[5]]
     assert key == ["analysis", "step", "task", "layer", "head", "seed", "metric"]
     con.close()
