@@ -28,7 +28,7 @@ import torch
 from . import data as D
 from .config import atomic_write, split_names
 from .pretrain import load_checkpoint, list_steps, save_figure, step_axis, STEP_LABEL
-from .results import write_results, read_results, read_samples
+from .results import write_results, read_results, read_samples, score_rows
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'METRICS', 'TABLE8', 'RELATION_LABELS', 'FIG6_RELATIONS', 'KNOWLEDGE_SOURCES', 'BUILTIN_RELATIONS',
@@ -477,21 +477,24 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     queries = {r: build_queries(allrels[r], tok, max_facts, max_len, answers[r]) for r in chosen}
     flat = [q for r in chosen for q in queries[r]]
     full, com = predict(model, flat, common, tok.pad_id, device, batch_size) if flat else ([], [])
-    rows, samples, tracked, k = [], [], [], 0
+    rows, samples, scores, tracked, k = [], [], [], [], 0
     for r in chosen:
         qs = queries[r]
         if not qs: continue
         gold = [q.answer_ids for q in qs]
+        hits = {}
         for metric, pred in zip(METRICS, (full[k:k + len(qs)], com[k:k + len(qs)])):
             value, n = precision_at_1(pred, gold)
             rows.append(dict(task=r, metric=metric, value=value, n=n))
+            hits[metric] = [float(int(p) in set(a)) for p, a in zip(pred, gold)]  # each fact's score: P@1 is their mean
+        scores += score_rows(r, hits, [f"{q.subject} -> {' | '.join(q.answers)}" for q in qs])
         tracked += [(q, full[k + j]) for j, q in enumerate(qs[:n_tracked])]
         k += len(qs)
     for (q, p), sentence in zip(tracked, model_sentences(model, [q for q, _ in tracked], tok, device)):
         text = dict(query=render(allrels[q.relation].template, q.subject), answers=list(q.answers), output=sentence,
                     prediction=tok.decode([p]), correct=p in q.answer_ids)
         samples.append(dict(task=q.relation, item=q.subject, text=json.dumps(text, ensure_ascii=False)))
-    if write: write_results(run_dir, ANALYSIS, int(step), rows, samples)
+    if write: write_results(run_dir, ANALYSIS, int(step), rows, samples, scores=scores)
     return rows
 
 # %% ../nbs/06_knowledge.ipynb #99b29671

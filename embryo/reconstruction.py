@@ -19,13 +19,13 @@ from . import data as D
 from .config import atomic_write, run_config_file
 from .model import autocast
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis, corpus_file
-from .results import write_results, read_results, markdown_table
+from .results import write_results, read_results, markdown_table, score_rows
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS', 'PENN_CLASS', 'PENN_FORM', 'BROWN_CLASS',
            'BROWN_FORM', 'GROUP_SETS', 'REPORT', 'brown_base_tag', 'brown_class', 'penn_class', 'Sentence',
            'read_conll2012_pos', 'tagged_sentences', 'sentence_text', 'align', 'token_counts', 'token_ranks',
-           'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'example_samples', 'evaluate_words', 'evaluate_model',
+           'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'word_scores', 'evaluate_words', 'evaluate_model',
            'evaluate_step', 'curves', 'half_steps', 'learning_order', 'redraw', 'verdict']
 
 # %% ../nbs/04_reconstruction.ipynb #ca174f21
@@ -237,13 +237,12 @@ def accuracy_rows(items: Sequence[Item], recon: Sequence[bool], masked: Sequence
         rows += [dict(task=task, metric=g, value=float(np.mean(v)), n=len(v)) for g, v in sorted(by.items())]
     return rows
 
-def example_samples(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[bool]) -> list[dict]:
-    """Every word's score, for resampling the words (`embryo.sweep.multibootstrap`): per task a `hits` sample, one
-    character a word ('1' right, '0' wrong), and a `groups` sample, each word's groups ('|' between) in the same order."""
-    groups = ";".join("|".join(it.groups) for it in items)
+def word_scores(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[bool]) -> list[dict]:
+    """Every word's score, for resampling the words (`embryo.sweep.multibootstrap`): per task, key `correct`, 1 or 0 a
+    word; each word described as `<sentence>:<start>-<end>` and its groups, '|' between."""
+    words = ["|".join((f"{it.sentence}:{it.start}-{it.end}", *it.groups)) for it in items]
     return [s for task, hits in (("reconstruction", recon), ("mask_prediction", masked))
-            for s in (dict(task=task, item="hits", text="".join("1" if h else "0" for h in hits)),
-                      dict(task=task, item="groups", text=groups))]
+            for s in score_rows(task, {"correct": np.asarray(hits, dtype=float)}, words)]
 
 def evaluate_words(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray, max_words: int = 300,
                    device="cpu") -> tuple[list[Item], list[bool], list[bool]]:
@@ -279,7 +278,7 @@ def evaluate_step(run_dir, step: int, device: str = "cpu", max_words: int = 300,
     ranks = token_ranks(token_counts(run_dir, tok), tok.special_ids)
     items, recon, masked = evaluate_words(load_checkpoint(run_dir, step, device, mlm=True), tok, sentences, ranks, max_words, device)
     rows = accuracy_rows(items, recon, masked)
-    write_results(run_dir, ANALYSIS, step, rows, samples=example_samples(items, recon, masked))
+    write_results(run_dir, ANALYSIS, step, rows, scores=word_scores(items, recon, masked))
     return pd.DataFrame(rows)
 
 # %% ../nbs/04_reconstruction.ipynb #c8461a87
