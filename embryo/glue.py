@@ -29,7 +29,7 @@ from . import data as D
 from .config import atomic_write, split_names, run_config_file, CPU_FINETUNE  # CPU_FINETUNE: the CPU-sized models' finetuning settings
 from .model import autocast
 from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint, step_axis
-from .results import write_results, read_results, markdown_table
+from .results import write_results, read_results, markdown_table, score_rows
 
 DEFAULT_MAX_TRAIN = 500  # training examples per task by default: both built-in tasks finetune in minutes on a CPU
 
@@ -40,8 +40,8 @@ __all__ = ['DEFAULT_MAX_TRAIN', 'ANALYSIS', 'TASKS', 'GLUE_TASKS', 'SCORE_TASKS'
            'Example', 'GlueDataError', 'read_tsv', 'read_table', 'load_task', 'read_pattern_csv', 'split_builtin',
            'builtin_is_complete', 'build_builtin', 'fetch_builtin', 'builtin_files', 'encode', 'collate',
            'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict', 'metrics',
-           'chance_score', 'subsample', 'run_task', 'evaluate_step', 'seed_rows', 'scores_table', 'seed_scores',
-           'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
+           'chance_score', 'subsample', 'example_scores', 'run_task', 'evaluate_step', 'seed_rows', 'scores_table',
+           'seed_scores', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
 
 # %% ../nbs/05_glue.ipynb #4f6774d3
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
@@ -481,9 +481,19 @@ def subsample(examples: list, n: int | None, seed: int) -> list:
     if n is None or len(examples) <= n: return examples
     return [examples[i] for i in sorted(np.random.default_rng(seed).permutation(len(examples))[:n])]
 
+def example_scores(task: Task, outputs: dict, data: dict) -> tuple[np.ndarray, list[str]] | None:
+    """Each dev example's score (1 if predicted right) and a description of it, where the task's score is their mean
+    (accuracy on one dev set); None for other metrics (F1, Matthews, Spearman) and for two dev sets."""
+    if task.metric != "accuracy" or len(task.dev) != 1 or not task.labels: return None
+    (s,) = task.dev
+    out = outputs[s]
+    pred = out.argmax(-1) if out.ndim == 2 else out
+    return ((pred == np.array([e.label for e in data[s]])).astype(float),
+            [f"{s}:{i} {e.text_a[:60]}" for i, e in enumerate(data[s])])
+
 def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, max_train_examples=None,
-             learning_rate=None, device="cpu", progress=True, max_dev_examples=None) -> tuple[dict, dict, nn.Module]:
-    "Finetune a copy of `albert` on `task` and score its dev set(s): (metrics, settings, the finetuned model)."
+             learning_rate=None, device="cpu", progress=True, max_dev_examples=None) -> tuple[dict, dict, nn.Module, tuple | None]:
+    "Finetune a copy of `albert` on `task` and score its dev set(s): (metrics, settings, the finetuned model, `example_scores`)."
     train = subsample(data["train"], max_train_examples, seed)
     data = {s: subsample(data[s], max_dev_examples, SPLIT_SEED) for s in task.dev}
     steps, warmup = schedule(task, len(train))
@@ -494,8 +504,8 @@ def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, m
     t0 = time.time()
     loss = finetune(model, encode(tok, train, max_len), [e.label for e in train], steps, warmup, lr, task.batch_size,
                     seed, device, desc=f"{task.name} step", progress=progress)
-    per_dev = {s: metrics(task, predict(model, encode(tok, data[s], max_len), device=device), [e.label for e in data[s]])
-               for s in task.dev}
+    outputs = {s: predict(model, encode(tok, data[s], max_len), device=device) for s in task.dev}
+    per_dev = {s: metrics(task, outputs[s], [e.label for e in data[s]]) for s in task.dev}
     m = dict(next(iter(per_dev.values()))) if len(per_dev) == 1 else {
         f"{k}_{s.removeprefix('dev_')}": v for s, d in per_dev.items() for k, v in d.items()}
     m["score"] = float(np.mean([d[task.metric] for d in per_dev.values()]))
@@ -504,7 +514,7 @@ def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, m
                     train_examples=len(train), max_seq_length=max_len, train_loss=loss,
                     classifier_dropout=task.classifier_dropout, albert_dropout=task.albert_dropout,
                     dev_examples={s: len(data[s]) for s in task.dev}, seconds=round(time.time() - t0, 1))
-    return m, settings, model
+    return m, settings, model, example_scores(task, outputs, data)
 
 def _data_name(glue_dir) -> str:
     "Where the task data came from, as the stored settings record it."
@@ -537,13 +547,15 @@ def evaluate_step(run_dir, step: int, device="cpu",
         for name in names:
             task = TASKS[name]
             init = start_from.get("mnli") if task.from_mnli and from_mnli else None
-            m, settings, model = run_task(task, init if init is not None else pre.albert, tok, data[name],
+            m, settings, model, scored = run_task(task, init if init is not None else pre.albert, tok, data[name],
                                           max_seq_length(run_dir, pre, task), s, max_train_examples, learning_rate,
                                           device, progress, max_dev_examples)
             if name == "mnli": start_from["mnli"] = model.albert
-            runs[name].append((m, settings, init is not None))
-    rows, samples, sets = [], [], []
+            runs[name].append((m, settings, init is not None, scored))
+    rows, samples, sets, scores = [], [], [], []
     for name, got in runs.items():
+        if all(g[3] is not None for g in got):  # each dev example's score per finetuning seed (notebook 10 resamples them)
+            scores += score_rows(name, {f"seed{seed + k}": g[3][0] for k, g in enumerate(got)}, got[0][3][1])
         settings = got[0][1]
         n_dev = sum(settings["dev_examples"].values())
         rows += [dict(task=name, metric=k, value=float(np.mean([g[0][k] for g in got])), n=n_dev) for k in got[0][0]]
@@ -560,7 +572,7 @@ def evaluate_step(run_dir, step: int, device="cpu",
         rows += [dict(task=agg, metric="score", value=float(np.mean(per_seed)), n=len(got)),
                  dict(task=agg, metric="chance", value=float(np.mean([g[0][0]["chance"] for g in got])), n=len(got))]
         rows += seed_rows(agg, per_seed, seed, len(got))
-    write_results(run_dir, ANALYSIS, step, rows, samples, sets)
+    write_results(run_dir, ANALYSIS, step, rows, samples, sets, scores)
     return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
 
 def seed_rows(task: str, scores: list[float], first_seed: int, n: int) -> list[dict]:

@@ -26,7 +26,7 @@ from . import data as D
 from .config import atomic_write, split_names
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis, train_log
 from .reconstruction import align, brown_base_tag
-from .results import write_results, read_results, markdown_table
+from .results import write_results, read_results, markdown_table, score_rows
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', 'SPLITS', 'SPACY_MODEL', 'SPLIT_SHARES', 'REPORT',
@@ -403,14 +403,15 @@ def _layers(layers, n_layers: int) -> list[int]:
     return sorted({int(l) for l in layers})
 
 def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequence[int], seed: int = 0,
-               **train_kw) -> list[dict]:
-    "Result rows of one task: F1, control F1 and selectivity per layer, and the task's sizes (layer -1)."
+               **train_kw) -> tuple[list[dict], list[dict]]:
+    """Result rows of one task: F1, control F1 and selectivity per layer, and the task's sizes (layer -1); and each test
+    target's score per layer (key `layer<l>`, 1 if the probe labels it right: micro-F1 of one label a target is their mean)."""
     split = task.splits[kept]
     labels = np.asarray(task.labels)[kept]
     if not all((split == s).any() for s in SPLITS) or len(set(labels[split == "train"])) < 2:
         print(f"probing: {task.name} skipped: it needs targets in train, dev and test and two labels in train "
               f"(has {', '.join(f'{s} {(split == s).sum()}' for s in SPLITS)})")
-        return []
+        return [], []
     classes = sorted(set(labels))
     cid = {c: i for i, c in enumerate(classes)}
     ctl = control_labels(np.asarray(task.keys)[kept].tolist(), labels, split == "train", seed)
@@ -425,7 +426,8 @@ def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequenc
                  dict(task=task.name, layer=l, metric="selectivity", value=f - c, n=int(te.sum()))]
     rows += [dict(task=task.name, metric=f"n_{s}", value=float((split == s).sum()), n=int((split == s).sum())) for s in SPLITS]
     rows.append(dict(task=task.name, metric="n_classes", value=float(len(classes)), n=len(classes)))
-    return rows
+    keys = np.asarray(task.keys)[kept][te]
+    return rows, score_rows(task.name, {f"layer{l}": (Y[0, te] == pred[0, j]).astype(float) for j, l in enumerate(layers)}, keys)
 
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int, # the checkpoint to evaluate
@@ -456,9 +458,11 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     for n in empty: print(f"probing: {n} skipped: the data has no {n} targets")
     built = {n: t for n, t in built.items() if len(t)}
     feats = task_features(model, tok, built, device, run_dir if cache else None, step)
-    rows = []
-    for n, t in built.items(): rows += probe_task(t, *feats[n], lays, seed, **train_kw)
-    if write and rows: write_results(run_dir, ANALYSIS, step, rows)
+    rows, scores = [], []
+    for n, t in built.items():
+        r, s = probe_task(t, *feats[n], lays, seed, **train_kw)
+        rows += r; scores += s
+    if write and rows: write_results(run_dir, ANALYSIS, step, rows, scores=scores)
     return pd.DataFrame(rows, columns=["task", "layer", "metric", "value", "n"]).fillna({"layer": -1}).astype({"layer": int})
 
 # %% ../nbs/07_probing.ipynb #f4068ba1
