@@ -34,15 +34,15 @@ from .results import DB_NAME, connect, db_path, done_steps, log_job, read_log, c
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR',
            'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'RUN_BUNDLE', 'BUNDLED',
            'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SEED_RESAMPLES', 'ROUNDING',
-           'SEED_PANELS', 'EXAMPLE_GROUPS', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
-           'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path',
-           'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess',
-           'ParameterError', 'check_value', 'check_parameters', 'check_options', 'options_text', 'plan',
-           'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds',
-           'publish_report', 'bundle_run', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages',
-           'gain_and_step90', 'trend', 'side_by_side_verdict', 'model_family', 'swept_run', 'compare_runs',
-           'seed_run_dirs', 'seed_bootstrap', 'multibootstrap', 'band_stats', 'seed_bands', 'seed_examples',
-           'example_hits', 'seed_panels']
+           'SEED_PANELS', 'BEST_LAYER', 'SEED_MEAN', 'EXAMPLE_PARTS', 'SweepError', 'nbs_dir', 'available_analyses',
+           'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job',
+           'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill',
+           'run_inprocess', 'ParameterError', 'check_value', 'check_parameters', 'check_options', 'options_text',
+           'plan', 'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce',
+           'reproduce_seeds', 'publish_report', 'bundle_run', 'results_markdown', 'sync_notebooks', 'checkout_figures',
+           'notebook_pages', 'gain_and_step90', 'trend', 'side_by_side_verdict', 'model_family', 'swept_run',
+           'compare_runs', 'seed_run_dirs', 'seed_bootstrap', 'stratum_weights', 'multibootstrap', 'band_stats',
+           'seed_bands', 'side_parts', 'stored_scores', 'example_matrix', 'curve_band', 'seed_panels']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -912,26 +912,38 @@ def seed_bootstrap(curves, resamples: int = SEED_RESAMPLES, level: float = 0.95,
     q = (1 - level) / 2
     return curves.mean(0), boot, np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
 
-def multibootstrap(hits, resamples: int = SEED_RESAMPLES, level: float = 0.95, rng_seed: int = 0):
+def stratum_weights(strata) -> np.ndarray:
+    "Each example's share of a mean in which every stratum (a task's examples) counts once and its examples equally."
+    strata = np.asarray(strata)
+    _, inverse, counts = np.unique(strata, return_inverse=True, return_counts=True)
+    return 1 / (counts[inverse] * len(counts))
+
+def multibootstrap(hits, resamples: int = SEED_RESAMPLES, level: float = 0.95, rng_seed: int = 0, strata=None):
     """`hits`: (seeds, steps, examples) scores of the same examples. The mean over seeds and examples at each step, the
     resampled means and the band's edges, seeds and examples drawn with replacement together (the same examples at every
-    seed and step), as MultiBERTs' multibootstrap (Sellam et al., 2022) does."""
+    seed and step), as MultiBERTs' multibootstrap (Sellam et al., 2022) does. `strata`: a label per example (its task)
+    for a mean over tasks of unequal size: the examples are drawn within each task, and each task counts once."""
     H = np.asarray(hits, dtype=float)
     K, _, N = H.shape
+    strata = np.zeros(N, int) if strata is None else np.asarray(strata)
     rng = np.random.default_rng(rng_seed)
     seeds = np.stack([np.bincount(rng.integers(0, K, K), minlength=K) for _ in range(resamples)])  # times each seed is drawn
-    examples = rng.multinomial(N, np.full(N, 1 / N), size=resamples)  # times each example is drawn
-    boot = np.einsum("bk,ksn,bn->bs", seeds, H, examples, optimize=True) / (K * N)
+    drawn = np.zeros((resamples, N))  # times each example is drawn, within its stratum
+    for t in np.unique(strata):
+        idx = np.flatnonzero(strata == t)
+        drawn[:, idx] = rng.multinomial(len(idx), np.full(len(idx), 1 / len(idx)), size=resamples)
+    w = stratum_weights(strata)
+    boot = np.einsum("bk,ksn,bn->bs", seeds, H, drawn * w, optimize=True) / K
     q = (1 - level) / 2
-    return H.mean((0, 2)), boot, np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
+    return np.einsum("ksn,n->s", H, w) / K, boot, np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
 
 def band_stats(curves, steps, total: int, resamples: int = SEED_RESAMPLES, level: float = 0.95, sign: int = 1,
-               hits=None) -> dict:
+               hits=None, strata=None) -> dict:
     """The mean over seeds (rows of `curves`) and its band, resampling the seeds, or seeds and examples where the
-    examples' scores `hits` (seeds, steps, examples) are given; the gain from the first step to the best (a drop, for
+    examples' scores `hits` (seeds, steps, examples) are given (with their `strata`); the gain from the first step to the best (a drop, for
     `sign` -1) and the step holding 90% of it, each with its interval over the resamples; how often a resample rises
     (gains at least `RISE`) and rises early (within `EARLY` of the `total` steps)."""
-    mean, boot, lo, hi = (seed_bootstrap(curves, resamples, level) if hits is None else multibootstrap(hits, resamples, level))
+    mean, boot, lo, hi = (seed_bootstrap(curves, resamples, level) if hits is None else multibootstrap(hits, resamples, level, strata=strata))
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     (gain,), (at,) = gain_and_step90(sign * mean, steps, ROUNDING)
     bgain, bat = gain_and_step90(sign * boot, steps, ROUNDING)
@@ -956,15 +968,16 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
     md = ["# Seeds and confidence", "",
           f"{len(runs)} runs of one recipe that differ in their seed ({', '.join(f'{r.name}: seed {seed[r]}' for r in runs)}). "
           f"Bands: the {level:.0%} percentile interval of the mean over {resamples:,} resamples with replacement (`seed_bands`, "
-          "notebook 10): of the seeds and of the evaluated words together for mask prediction (MultiBERTs' multibootstrap; the "
-          "runs store every word's score), of the seeds alone for the other analyses (they store per-step summaries).", ""]
+          "notebook 10): of the seeds and of the examples together (MultiBERTs' multibootstrap) where the runs store each example's "
+          "score (mask prediction's words, probing's test targets, GLUE's dev examples, knowledge's facts), of the seeds alone "
+          "elsewhere (attention, syntax and similarity store per-step summaries); each figure and verdict says which.", ""]
     for a, (fig_no, what, summarise) in SIDE_BY_SIDE.items():
         series = {r: s for r in runs if len(s := summarise(read_results(r, a)))}
         steps = sorted(set.intersection(*(set(s.index) for s in series.values()))) if len(series) >= 2 else []
         if len(steps) < 2: continue  # fewer than two seeds share two steps of this analysis
         curves = np.stack([series[r].reindex(steps).to_numpy(dtype=float) for r in series])
-        ex = seed_examples(list(series), a) if a == "reconstruction" else None
-        b = band_stats(curves, steps, total, resamples, level, hits=ex and example_hits(ex, list(series), steps, "all"))
+        parts = side_parts(a, read_results(runs[0], a))
+        b = curve_band(curves, steps, total, resamples, level, 1, parts and stored_scores(list(series), a), list(series), parts, a)
         mean, (glo, ghi), at, (alo, ahi) = b["mean"], b["gain_interval"], b["step90"], b["step90_interval"]
         verdict = (f"Mean of {len(series)} seeds: {mean[0]:.3f} at step {steps[0]:,} -> best {mean.max():.3f}, a gain of {b['gain']:+.3f} "
                    f"({level:.0%} interval over {b['resampled']} {glo:+.3f} to {ghi:+.3f})"
@@ -1030,27 +1043,77 @@ SEED_PANELS = {  # figure -> (paper figure, analysis (None: the training log), w
     "knowledge_by_relation": ("Fig. 14", "knowledge", "P@1", lambda df: _pivot(df[df.metric == "p@1"], "task"), 1),
 }
 
-EXAMPLE_GROUPS = {"reconstruction_by_pos": "pos/", "reconstruction_by_verb_form": "verb/", "reconstruction_by_frequency": "freq/"}
+BEST_LAYER, SEED_MEAN = "best layer", "mean over seeds"  # keys of `example_matrix` that choose among a task's stored keys
 
-def seed_examples(runs, analysis: str = "reconstruction", task: str = "mask_prediction"):
-    """Every run's stored scores of each evaluated word, {run: {step: 0/1 array}}, with the words' groups; None unless
-    every run has them and all evaluated the same words (same groups in the same order) at every step."""
-    from embryo.results import read_samples
-    hits, groups = {}, set()
+EXAMPLE_PARTS = {  # a SEED_PANELS figure -> its panel's examples: (task, key, group) parts, counted equally
+    "reconstruction_by_pos": lambda g: [("mask_prediction", "correct", f"pos/{g}")],
+    "reconstruction_by_verb_form": lambda g: [("mask_prediction", "correct", f"verb/{g}")],
+    "reconstruction_by_frequency": lambda g: [("mask_prediction", "correct", f"freq/{g}")],
+    "probing_by_task": lambda g: [(g, BEST_LAYER, None)],
+    "probing_pos_by_layer": lambda g: [("pos_brown", g.replace(" ", ""), None)],  # panel 'layer 3': key 'layer3'
+    "glue_by_task": lambda g: [(g, SEED_MEAN, None)],
+    "knowledge_by_relation": lambda g: [(g, "p@1", None)],
+}
+
+def side_parts(analysis: str, df: pd.DataFrame) -> list | None:
+    "The examples of `SIDE_BY_SIDE[analysis]`'s curve as (task, key, group) parts of `example_matrix`, from the run's rows `df`; None: not a mean of examples' scores."
+    if analysis == "reconstruction": return [("mask_prediction", "correct", None)]
+    if analysis == "probing": return [(t, BEST_LAYER, None) for t in sorted(df[df.metric == "f1"].task.unique())]
+    if analysis == "knowledge": return [(t, "p@1", None) for t in sorted(df[df.metric == "p@1"].task.unique())]
+    if analysis == "glue":
+        from embryo.glue import BUILTIN_TASKS, SCORE_TASKS
+        members = SCORE_TASKS if (df.task == "glue").any() else BUILTIN_TASKS
+        return [(t, SEED_MEAN, None) for t in members if (df.task == t).any()]
+    return None
+
+def stored_scores(runs, analysis: str) -> tuple[dict, dict]:
+    """Each run's stored examples' scores of `analysis`, {run: {(task, key): {step: scores}}}, and each task's examples'
+    descriptions, {task: [str]}; a task is left out of the second unless every run scored the same examples at every step."""
+    from embryo.results import read_examples, read_scores
+    got, digests, where = {}, {}, {}
     for r in runs:
-        s = read_samples(r, analysis, task)
-        if not len(s): return None
-        hits[r] = {int(x.step): np.frombuffer(x.text.encode(), np.uint8) == ord("1") for x in s[s["item"] == "hits"].itertuples()}
-        groups |= set(s[s["item"] == "groups"].text)
-    if len(groups) != 1: return None
-    return hits, [g.split("|") for g in groups.pop().split(";")]
+        got[r] = {}
+        for x in read_scores(r, analysis).itertuples():
+            got[r].setdefault((x.task, x.key), {})[int(x.step)] = x.scores
+            digests.setdefault(x.task, set()).add(x.examples); where.setdefault(x.task, r)
+    return got, {t: read_examples(where[t], analysis, t, d.pop()) for t, d in digests.items() if len(d) == 1}
 
-def example_hits(ex, runs, steps, group: str):
-    "(seeds, steps, words) scores of the words in `group` ('all': every word) from `seed_examples`, or None if a step is missing."
-    hits, groups = ex
-    if any(s not in hits[r] for r in runs for s in steps): return None
-    keep = np.array([group == "all" or group in g for g in groups])
-    return np.stack([[hits[r][s][keep] for s in steps] for r in runs]) if keep.any() else None
+def _scores_at(got: dict, task: str, key: str, step: int):
+    "One run's scores of `task` at `step` under `key` (`BEST_LAYER`: the layer with the best mean; `SEED_MEAN`: the mean over finetuning seeds), or None."
+    have = {k: v[step] for (t, k), v in got.items() if t == task and step in v}
+    if key == BEST_LAYER:
+        layers = [v for k, v in have.items() if k.startswith("layer")]
+        return max(layers, key=np.mean) if layers else None
+    if key == SEED_MEAN:
+        seeds = [v for k, v in have.items() if k.startswith("seed")]
+        return np.mean(seeds, axis=0) if seeds else None
+    return have.get(key)
+
+def example_matrix(stored: tuple[dict, dict], runs, steps, parts) -> tuple[np.ndarray, np.ndarray] | None:
+    """The (seeds, steps, examples) scores of the examples `parts` name, (task, key, group) each (a group keeps the examples
+    it names after their description's first '|'), and each example's part (its stratum: the parts count equally); None
+    if a run lacks one at a step, or a part has no examples."""
+    got, items = stored
+    blocks, strata = [], []
+    for task, key, group in parts or []:
+        if task not in items: return None
+        keep = np.array([group is None or group in it.split("|")[1:] for it in items[task]], dtype=bool)
+        if not keep.any(): return None
+        block = [[_scores_at(got[r], task, key, s) for s in steps] for r in runs]
+        if any(v is None or len(v) != len(keep) for row in block for v in row): return None
+        blocks.append(np.array([[v[keep] for v in row] for row in block])); strata.append(np.full(keep.sum(), len(strata)))
+    if not blocks: return None
+    return np.concatenate(blocks, axis=2), np.concatenate(strata)
+
+def curve_band(curves, steps, total: int, resamples: int, level: float, sign: int, stored, runs, parts, label: str) -> dict:
+    """`band_stats` of one curve, over seeds and examples where `stored` (`stored_scores`) holds the scores of the
+    examples `parts` name and they average to the curves drawn; over seeds alone otherwise."""
+    m = example_matrix(stored, runs, steps, parts) if stored is not None and parts else None
+    if m is not None and not np.allclose(np.einsum("ksn,n->ks", m[0], stratum_weights(m[1])), curves, atol=1e-6):
+        print(f"{label}: the stored examples' scores do not average to the stored results (rerun the analysis); "
+              "its band resamples the seeds alone")
+        m = None
+    return band_stats(curves, steps, total, resamples, level, sign, *(m or (None, None)))
 
 def _panel_tables(runs, analysis, table) -> dict:
     "Each run's table (a column per panel, a row per step) of `analysis`, or of its training log's MLM loss; runs without rows left out."
@@ -1071,13 +1134,13 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
     fig_no, analysis, what, table, sign = SEED_PANELS[name]
     tabs = _panel_tables(runs, analysis, table)
     if len(tabs) < 2: return None
-    panels, ex = {}, seed_examples(list(tabs), analysis) if name in EXAMPLE_GROUPS else None
+    panels, stored = {}, stored_scores(list(tabs), analysis) if name in EXAMPLE_PARTS else None
     for g in [c for c in next(iter(tabs.values())).columns if all(c in t.columns for t in tabs.values())]:
         steps = sorted(set.intersection(*(set(t[g].dropna().index) for t in tabs.values())))
         if len(steps) < 2: continue
         curves = np.stack([t[g].reindex(steps).to_numpy(dtype=float) for t in tabs.values()])
-        hits = ex and example_hits(ex, list(tabs), steps, EXAMPLE_GROUPS[name] + str(g))
-        panels[g] = (steps, curves, band_stats(curves, steps, total, resamples, level, sign, hits))
+        parts = EXAMPLE_PARTS[name](str(g)) if stored else None
+        panels[g] = (steps, curves, curve_band(curves, steps, total, resamples, level, sign, stored, list(tabs), parts, f"{name}, {g}"))
     if not panels: return None
     cols = min(4, len(panels)); rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows + 0.5), squeeze=False)
