@@ -28,7 +28,7 @@ import transformers
 from embryo import data as D
 from embryo.config import get_config, get_train_config
 from embryo.model import AlbertForPreTraining, native_bf16, resolve_precision
-from embryo.pretrain import Batches, Lamb, corpus_slice, data_workers, param_groups, prefetched, train_step
+from embryo.pretrain import Batches, Lamb, corpus_slice, param_groups, prefetched, resolve_data_workers, train_step
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, no sparsity
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
@@ -77,7 +77,7 @@ def loop(model, data, tc, device, steps, precision="fp32", prefetch=False, profi
     if premade:
         made = [make(s) for s in range(3, 7)]
         stream = ((s, made[s % 4]) for s in todo)
-    elif prefetch: stream = prefetched(make, todo, data_workers("auto", device), device.type == "cuda")
+    elif prefetch: stream = prefetched(make, todo, resolve_data_workers("auto", device), device.type == "cuda")
     else: stream = ((s, make(s)) for s in todo)
     stream = iter(stream)
     for _ in (1, 2): step(next(stream)[1])
@@ -181,7 +181,7 @@ def main():
     peak = a.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
     print(f"\n3. base at sequence length 128, bf16 autocast, on {name}; MFU against a peak of "
           + (f"{peak:.0f} TFLOP/s" if peak else "? (unknown GPU: pass --peak-tflops)"))
-    print(f"embryo: its training loop, batches masked by {data_workers('auto', device)} worker processes; 'no data': the "
+    print(f"embryo: its training loop, batches masked by {resolve_data_workers('auto', device)} worker processes; 'no data': the "
           "same step on four batches made beforehand; transformers: batches made on the critical path")
     print(f"{'batch':>6}  {'model':<16}{'tok/s':>12}{'GFLOP/token':>13}{'MFU':>8}")
     for batch in a.gpu_batch:

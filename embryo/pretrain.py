@@ -38,10 +38,11 @@ __all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', '
            'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'RunLocked', 'forget_inherited_locks',
            'run_lock', 'clean_run', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
            'run_corpus', 'corpus_file', 'sentence_name', 'prepare_run', 'examples_of', 'write_tokenizer_files',
-           'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log', 'data_workers', 'prefetched', 'train_step',
-           'train', 'heldout_examples', 'evaluate_heldout', 'transitions', 'run_transitions', 'save_figure',
-           'step_axis', 'plot_pretraining', 'run_model_type', 'run_sentence_task', 'corpus_slice', 'fixture_run',
-           'read_run_config', 'heldout_curve', 'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
+           'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log', 'resolve_data_workers', 'prefetched',
+           'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'transitions', 'run_transitions',
+           'save_figure', 'step_axis', 'plot_pretraining', 'run_model_type', 'run_sentence_task', 'corpus_slice',
+           'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves', 'split_overrides',
+           'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -554,7 +555,7 @@ class _Steps(torch.utils.data.Dataset):
     def __len__(self): return len(self.steps)
     def __getitem__(self, i): return self.steps[i], self.make(self.steps[i])
 
-def data_workers(workers, device, world: int = 1) -> int:
+def resolve_data_workers(workers, device, world: int = 1) -> int:
     """Processes that mask the coming steps' batches: `workers` when it is a number; for 'auto', none on a CPU (a thread
     does it: the cores are busy training) and, per GPU process, up to 4 of the CPU cores it can have (one is its own)."""
     if workers != "auto":
@@ -607,7 +608,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
           device: str = "auto", stop_after: int | None = None, progress: bool = True, figures_dir=None,
           override: bool = False, data_workers="auto") -> dict:
     """Pretrain (or resume) the run in `run_dir`, its only writer; returns the final held-out evaluation. `stop_after` ends
-    early at that step; `data_workers` processes mask the coming batches (`data_workers`: 'auto', or a number)."""
+    early at that step; `data_workers` processes mask the coming batches (`resolve_data_workers`: 'auto', or a number)."""
     run_dir = Path(run_dir)
     rank, world = _dist()
     with run_lock(run_dir) if rank == 0 else nullcontext({}) as before:
@@ -665,7 +666,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
         src, s = source(step)
         return [src.collate(ks) for ks in np.array_split(list(src.indices(s))[rank::world], tc.grad_accum)]
     with open(log_file, "a") as log:
-        for step, batches in prefetched(step_batches, range(start + 1, last + 1), data_workers(workers, dev, world), dev.type == "cuda"):
+        for step, batches in prefetched(step_batches, range(start + 1, last + 1), resolve_data_workers(workers, dev, world), dev.type == "cuda"):
             counts = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches),  # masked tokens
                                    sum(int(b["attention_mask"].sum()) if electra else len(b["input_ids"]) for b in batches)],
                                   dtype=torch.float64)  # what the second loss averages over: tokens (RTD) or sequences
