@@ -1051,19 +1051,22 @@ EXAMPLE_PARTS = {  # a SEED_PANELS figure -> its panel's examples: (task, key, g
     "reconstruction_by_frequency": lambda g: [("mask_prediction", "correct", f"freq/{g}")],
     "probing_by_task": lambda g: [(g, BEST_LAYER, None)],
     "probing_pos_by_layer": lambda g: [("pos_brown", g.replace(" ", ""), None)],  # panel 'layer 3': key 'layer3'
-    "glue_by_task": lambda g: [(g, SEED_MEAN, None)],
+    "glue_by_task": lambda g: _glue_parts(g),
     "knowledge_by_relation": lambda g: [(g, "p@1", None)],
 }
+
+def _glue_parts(task: str) -> list:
+    "A GLUE panel's examples: the task's own, or each member task's for the aggregates `glue` and `builtin` (a mean over tasks)."
+    from embryo.glue import BUILTIN_TASKS, SCORE_TASKS
+    members = {"glue": SCORE_TASKS, "builtin": BUILTIN_TASKS}.get(task, (task,))
+    return [(t, SEED_MEAN, None) for t in members]
 
 def side_parts(analysis: str, df: pd.DataFrame) -> list | None:
     "The examples of `SIDE_BY_SIDE[analysis]`'s curve as (task, key, group) parts of `example_matrix`, from the run's rows `df`; None: not a mean of examples' scores."
     if analysis == "reconstruction": return [("mask_prediction", "correct", None)]
     if analysis == "probing": return [(t, BEST_LAYER, None) for t in sorted(df[df.metric == "f1"].task.unique())]
     if analysis == "knowledge": return [(t, "p@1", None) for t in sorted(df[df.metric == "p@1"].task.unique())]
-    if analysis == "glue":
-        from embryo.glue import BUILTIN_TASKS, SCORE_TASKS
-        members = SCORE_TASKS if (df.task == "glue").any() else BUILTIN_TASKS
-        return [(t, SEED_MEAN, None) for t in members if (df.task == t).any()]
+    if analysis == "glue": return _glue_parts("glue" if (df.task == "glue").any() else "builtin")
     return None
 
 def stored_scores(runs, analysis: str) -> tuple[dict, dict]:
@@ -1152,7 +1155,9 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
         ax.set_title(str(g), fontsize=9); ax.set_ylabel(what, fontsize=7)
     for ax in axes.flat[len(panels):]: ax.set_visible(False)
     axes.flat[0].legend(fontsize=6)
-    over = " and ".join(sorted({b["resampled"] for _, _, b in panels.values()}))
+    alone = [str(g) for g, (_, _, b) in panels.items() if b["resampled"] == "seeds"]
+    over = ("seeds" if len(alone) == len(panels) else "seeds and examples" if not alone
+            else f"seeds and examples ({', '.join(alone)}: the seeds alone)")
     fig.suptitle(f"{fig_no}, {len(tabs)} seeds: {what}, mean and {level:.0%} band over {over}", fontsize=10)
     fig.tight_layout()
     paths = save_figure(fig, out, f"fig_seeds_{name}")
@@ -1174,6 +1179,6 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
         str(g): dict(steps=[int(s) for s in steps], mean=b["mean"].tolist(), band=[b["lo"].tolist(), b["hi"].tolist()],
                      seeds={str(seed[r]): c.tolist() for r, c in zip(tabs, curves)}, gain=b["gain"],
                      gain_interval=b["gain_interval"], step90=None if not np.isfinite(b["step90"]) else int(b["step90"]),
-                     share_rising=b["share_rising"], share_early=b["share_early"])
+                     share_rising=b["share_rising"], share_early=b["share_early"], resampled=b["resampled"])
         for g, (steps, curves, b) in panels.items()})
     return paths, report, lines + [""]
