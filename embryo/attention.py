@@ -19,14 +19,14 @@ from . import data as D
 from .config import atomic_write
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
 from .reconstruction import tagged_sentences, sentence_text
-from .results import write_results, read_results, read_samples, markdown_table
+from .results import write_results, read_results, read_samples, markdown_table, score_rows
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'NEIGHBOUR_RATIO', 'REPORT', 'UnknownTask',
            'check_task', 'parse_ints', 'choose_maps', 'input_ids', 'attention_maps', 'uniform_diagonal', 'map_stats',
-           'step_rows', 'map_samples', 'evaluate_step', 'head_metrics', 'stored_maps', 'grid_steps', 'emergence_step',
-           'emergence_table', 'paper_layers', 'order_reproduced', 'input_length', 'neighbour_heads', 'layer_colours',
-           'plot_maps_grid', 'write_gif', 'plot_diagonal', 'neighbour_sentence', 'verdict', 'redraw']
+           'step_rows', 'map_samples', 'diagonal_scores', 'evaluate_step', 'head_metrics', 'stored_maps', 'grid_steps',
+           'emergence_step', 'emergence_table', 'paper_layers', 'order_reproduced', 'input_length', 'neighbour_heads',
+           'layer_colours', 'plot_maps_grid', 'write_gif', 'plot_diagonal', 'neighbour_sentence', 'verdict', 'redraw']
 
 # %% ../nbs/08_attention.ipynb #d8a8cb67
 ANALYSIS = "attention"  # the `analysis` name of this notebook's rows in the results database
@@ -78,17 +78,20 @@ def input_ids(tok, task: str = "brown", n_sentences: int = 256, seq_len: int = 2
 
 # %% ../nbs/08_attention.ipynb #4f7afe32
 @torch.no_grad()
-def attention_maps(model, ids: torch.Tensor, device="cpu", batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    "Attention maps averaged over the inputs, (L, heads, T, T), and the mean row entropy in nats, (L, heads)."
+def attention_maps(model, ids: torch.Tensor, device="cpu", batch_size: int = 64, by_input: bool = False):
+    """Attention maps averaged over the inputs, (L, heads, T, T), and the mean row entropy in nats, (L, heads); with
+    `by_input`, also each input's diagonal mass (inputs, L, heads), whose mean is the averaged map's (`map_stats`)."""
     model.eval().to(device)
-    total, ent = None, None
+    total, ent, diag = None, None, []
     for i in range(0, len(ids), batch_size):
         b = ids[i:i + batch_size].to(device)
         att = torch.stack(model(b, torch.ones_like(b), torch.zeros_like(b), output_attentions=True).attentions, 1).double()
         s = att.sum(0)  # (L, heads, T, T): the sentences of this batch summed
         e = -(att * att.clamp_min(1e-30).log()).sum(-1).mean(-1).sum(0)  # (L, heads)
         total, ent = (s, e) if total is None else (total + s, ent + e)
-    return (total / len(ids)).cpu().numpy(), (ent / len(ids)).cpu().numpy()
+        if by_input: diag.append(sum(torch.diagonal(att, offset=k, dim1=-2, dim2=-1).sum(-1) for k in (-1, 0, 1)) / att.shape[-1])
+    out = (total / len(ids)).cpu().numpy(), (ent / len(ids)).cpu().numpy()
+    return (*out, torch.cat(diag).cpu().numpy()) if by_input else out
 
 # %% ../nbs/08_attention.ipynb #cebacd09
 def uniform_diagonal(T: int) -> float:
@@ -119,6 +122,14 @@ def map_samples(maps: np.ndarray, task: str, layers: Sequence[int], heads: Seque
                                       map=np.round(maps[l - 1, h], 5).tolist())))
             for l in layers for h in heads]
 
+def diagonal_scores(diag: np.ndarray, task: str) -> list[dict]:
+    """Each input's diagonal mass under each layer's most diagonal head (key `layer<l>/best_head`, l from 1) and its mean over
+    the layers (`mean_of_layers`): the scores of the inputs whose means the figures draw, for resampling them (notebook 10)."""
+    best = diag.mean(0).argmax(-1)  # (L,): each layer's most diagonal head over these inputs
+    per_layer = {f"layer{l + 1}/best_head": diag[:, l, h] for l, h in enumerate(best)}
+    return score_rows(task, {**per_layer, "mean_of_layers": np.mean(list(per_layer.values()), axis=0)},
+                      [f"input {i}" for i in range(len(diag))])
+
 def evaluate_step(run_dir, step: int, device: str = "cpu", task: str = "brown", layers=None, heads=None,
                   n_sentences: int = 256, seq_len: int = 24, seed: int = 0) -> pd.DataFrame:
     "Attention statistics of every head and layer (and maps of the chosen ones) at `step`, written to the database."
@@ -127,9 +138,9 @@ def evaluate_step(run_dir, step: int, device: str = "cpu", task: str = "brown", 
     model = load_checkpoint(run_dir, step, device)
     layers, heads = choose_maps(model.config.num_hidden_layers, model.config.num_attention_heads, layers, heads)
     ids = input_ids(D.load_tokenizer(run_dir), task, n_sentences, seq_len, seed)
-    maps, ent = attention_maps(model, ids, device)
+    maps, ent, diag = attention_maps(model, ids, device, by_input=True)
     rows = step_rows(maps, ent, task, len(ids))
-    write_results(run_dir, ANALYSIS, step, rows, map_samples(maps, task, layers, heads, len(ids)))
+    write_results(run_dir, ANALYSIS, step, rows, map_samples(maps, task, layers, heads, len(ids)), scores=diagonal_scores(diag, task))
     return pd.DataFrame(rows)
 
 # %% ../nbs/08_attention.ipynb #696460dc

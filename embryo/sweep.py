@@ -969,8 +969,8 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
           f"{len(runs)} runs of one recipe that differ in their seed ({', '.join(f'{r.name}: seed {seed[r]}' for r in runs)}). "
           f"Bands: the {level:.0%} percentile interval of the mean over {resamples:,} resamples with replacement (`seed_bands`, "
           "notebook 10): of the seeds and of the examples together (MultiBERTs' multibootstrap) where the runs store each example's "
-          "score (mask prediction's words, probing's test targets, GLUE's dev examples, knowledge's facts), of the seeds alone "
-          "elsewhere (attention, syntax and similarity store per-step summaries); each figure and verdict says which.", ""]
+          "score (mask prediction's words, probing's test targets, GLUE's dev examples, knowledge's facts, attention's inputs, "
+          "syntax's words), of the seeds alone elsewhere (the loss; CKA, not a mean over examples); each figure and verdict says which.", ""]
     for a, (fig_no, what, summarise) in SIDE_BY_SIDE.items():
         series = {r: s for r in runs if len(s := summarise(read_results(r, a)))}
         steps = sorted(set.intersection(*(set(s.index) for s in series.values()))) if len(series) >= 2 else []
@@ -1045,14 +1045,16 @@ SEED_PANELS = {  # figure -> (paper figure, analysis (None: the training log), w
 
 BEST_LAYER, SEED_MEAN = "best layer", "mean over seeds"  # keys of `example_matrix` that choose among a task's stored keys
 
-EXAMPLE_PARTS = {  # a SEED_PANELS figure -> its panel's examples: (task, key, group) parts, counted equally
-    "reconstruction_by_pos": lambda g: [("mask_prediction", "correct", f"pos/{g}")],
-    "reconstruction_by_verb_form": lambda g: [("mask_prediction", "correct", f"verb/{g}")],
-    "reconstruction_by_frequency": lambda g: [("mask_prediction", "correct", f"freq/{g}")],
-    "probing_by_task": lambda g: [(g, BEST_LAYER, None)],
-    "probing_pos_by_layer": lambda g: [("pos_brown", g.replace(" ", ""), None)],  # panel 'layer 3': key 'layer3'
-    "glue_by_task": lambda g: _glue_parts(g),
-    "knowledge_by_relation": lambda g: [(g, "p@1", None)],
+EXAMPLE_PARTS = {  # a SEED_PANELS figure -> its panel's examples from (panel, the tasks with stored scores): (task, key, group) parts, counted equally
+    "reconstruction_by_pos": lambda g, tasks: [("mask_prediction", "correct", f"pos/{g}")],
+    "reconstruction_by_verb_form": lambda g, tasks: [("mask_prediction", "correct", f"verb/{g}")],
+    "reconstruction_by_frequency": lambda g, tasks: [("mask_prediction", "correct", f"freq/{g}")],
+    "probing_by_task": lambda g, tasks: [(g, BEST_LAYER, None)],
+    "probing_pos_by_layer": lambda g, tasks: [("pos_brown", g.replace(" ", ""), None)],  # panel 'layer 3': key 'layer3'
+    "attention_by_layer": lambda g, tasks: [(t, g.replace(" ", "") + "/best_head", None) for t in sorted(tasks)],  # each input's diagonal mass
+    "syntax_by_layer": lambda g, tasks: [(t, g.replace(" ", "") + "/best_head", None) for t in sorted(tasks)],  # each word's attachment
+    "glue_by_task": lambda g, tasks: _glue_parts(g),
+    "knowledge_by_relation": lambda g, tasks: [(g, "p@1", None)],
 }
 
 def _glue_parts(task: str) -> list:
@@ -1066,6 +1068,7 @@ def side_parts(analysis: str, df: pd.DataFrame) -> list | None:
     if analysis == "reconstruction": return [("mask_prediction", "correct", None)]
     if analysis == "probing": return [(t, BEST_LAYER, None) for t in sorted(df[df.metric == "f1"].task.unique())]
     if analysis == "knowledge": return [(t, "p@1", None) for t in sorted(df[df.metric == "p@1"].task.unique())]
+    if analysis == "attention": return [(t, "mean_of_layers", None) for t in sorted(df[df.metric == "diagonal"].task.unique())]
     if analysis == "glue": return _glue_parts("glue" if (df.task == "glue").any() else "builtin")
     return None
 
@@ -1142,7 +1145,7 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
         steps = sorted(set.intersection(*(set(t[g].dropna().index) for t in tabs.values())))
         if len(steps) < 2: continue
         curves = np.stack([t[g].reindex(steps).to_numpy(dtype=float) for t in tabs.values()])
-        parts = EXAMPLE_PARTS[name](str(g)) if stored else None
+        parts = EXAMPLE_PARTS[name](str(g), stored[1]) if stored else None
         panels[g] = (steps, curves, curve_band(curves, steps, total, resamples, level, sign, stored, list(tabs), parts, f"{name}, {g}"))
     if not panels: return None
     cols = min(4, len(panels)); rows = -(-len(panels) // cols)

@@ -19,13 +19,13 @@ from .config import atomic_write
 from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
 from .probing import brown_sentences, silver_annotation, torch_threads
 from .reconstruction import align
-from .results import write_results, read_results, markdown_table
+from .results import write_results, read_results, markdown_table, score_rows
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'METRICS', 'REPORT', 'Parsed', 'neighbours', 'silver_sentences', 'TreebankError', 'read_conllu',
-           'read_treebank', 'word_attention', 'choices', 'correct', 'adjacent_choices', 'sentence_inputs',
-           'syntax_counts', 'step_rows', 'evaluate_step', 'syntax_results', 'stored_tasks', 'best_curves',
-           'plot_syntax', 'syntax_table', 'task_sentence', 'verdict', 'redraw']
+           'read_treebank', 'word_attention', 'choices', 'word_correct', 'correct', 'adjacent_choices',
+           'sentence_inputs', 'syntax_counts', 'step_rows', 'uas_scores', 'evaluate_step', 'syntax_results',
+           'stored_tasks', 'best_curves', 'plot_syntax', 'syntax_table', 'task_sentence', 'verdict', 'redraw']
 
 # %% ../nbs/08a_syntax.ipynb #07d450a6
 ANALYSIS = "syntax"  # the `analysis` name of this notebook's rows in the results database
@@ -130,12 +130,16 @@ def choices(wmap: np.ndarray) -> np.ndarray:
     m[..., np.arange(W), np.arange(W)] = -np.inf
     return m.argmax(-1)
 
-def correct(choice: np.ndarray, heads: Sequence[int]) -> np.ndarray:
-    "(...,) how many words chose a word joined to them by an arc (parent or child)."
+def word_correct(choice: np.ndarray, heads: Sequence[int]) -> np.ndarray:
+    "(..., W) whether each word chose a word joined to it by an arc (parent or child)."
     W = len(heads)
     linked = np.zeros((W, W), dtype=bool)
     for i, ns in enumerate(neighbours(heads)): linked[i, list(ns)] = True
-    return linked[np.arange(W), choice].sum(-1)
+    return linked[np.arange(W), choice]
+
+def correct(choice: np.ndarray, heads: Sequence[int]) -> np.ndarray:
+    "(...,) how many words chose a word joined to them by an arc (parent or child)."
+    return word_correct(choice, heads).sum(-1)
 
 def adjacent_choices(W: int) -> dict[str, np.ndarray]:
     "The baseline's choices: the previous word (the first word: the second) and the next (the last word: the one before)."
@@ -159,17 +163,19 @@ def syntax_counts(model, inputs, device="cpu") -> dict[str, np.ndarray | int]:
     with torch_threads(1): return _syntax_counts(model, inputs, device)  # a one-sentence forward pass gains nothing from more, and loses much on a busy CPU
 
 def _syntax_counts(model, inputs, device):
-    hits, words, base = None, 0, {"previous": 0, "next": 0, "random": 0.0}
-    for ids, spans, s in inputs:
+    hits, words, base, by_word, names = None, 0, {"previous": 0, "next": 0, "random": 0.0}, [], []
+    for k, (ids, spans, s) in enumerate(inputs):
         maps, _ = attention_maps(model, ids, device, batch_size=1)  # (L, H, T, T): this one sentence's maps
-        c = correct(choices(word_attention(maps, spans)), s.heads)
+        w = word_correct(choices(word_attention(maps, spans)), s.heads)  # (L, H, W)
+        c = w.sum(-1)
         hits = c if hits is None else hits + c
+        by_word.append(w); names += [f"{k}:{i} {x}" for i, x in enumerate(s.words)]
         words += len(s.words)
         for k, ch in adjacent_choices(len(s.words)).items(): base[k] += int(correct(ch, s.heads))
         base["random"] += sum(len(x) for x in neighbours(s.heads)) / (len(s.words) - 1)  # a uniform choice's expected hits
     if hits is None: raise ValueError("no sentence could be scored: none has two words or more that align with the "
                                       "model's pieces and fit its positions")
-    return dict(hits=hits, words=words, sentences=len(inputs), **base)
+    return dict(hits=hits, words=words, sentences=len(inputs), word_hits=np.concatenate(by_word, -1), word_names=names, **base)
 
 # %% ../nbs/08a_syntax.ipynb #f27eaae9
 def step_rows(counts: dict, task: str) -> list[dict]:
@@ -184,6 +190,13 @@ def step_rows(counts: dict, task: str) -> list[dict]:
                    for m, v in (("uas_adjacent", max(prev, nxt)), ("uas_previous", prev), ("uas_next", nxt),
                                 ("uas_random", counts["random"] / n))]
 
+def uas_scores(counts: dict, task: str) -> list[dict]:
+    """Each word's score (1: the head chose a word joined to it by an arc) under each layer's best head (key
+    `layer<l>/best_head`, l from 1), whose mean is that layer's `uas_best`: for resampling the words (notebook 10)."""
+    best = counts["hits"].argmax(-1)
+    return score_rows(task, {f"layer{l + 1}/best_head": counts["word_hits"][l, h].astype(float) for l, h in enumerate(best)},
+                      counts["word_names"])
+
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int, # the checkpoint to score
                   device: str = "cpu",
@@ -195,12 +208,13 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     gold = read_treebank(treebank) if treebank is not None else None  # a bad treebank fails before the model loads
     model = load_checkpoint(run_dir, step, device)
     tok = D.load_tokenizer(run_dir)
-    rows = []
+    rows, scores = [], []
     for task, sents in (("silver", silver_sentences()), ("gold", gold)):
         if sents is None: continue
         inputs, _ = sentence_inputs(tok, sents, max_sentences, model.config.max_position_embeddings)
-        rows += step_rows(syntax_counts(model, inputs, device), task)
-    write_results(run_dir, ANALYSIS, step, rows)
+        counts = syntax_counts(model, inputs, device)
+        rows += step_rows(counts, task); scores += uas_scores(counts, task)
+    write_results(run_dir, ANALYSIS, step, rows, scores=scores)
     return pd.DataFrame(rows)
 
 # %% ../nbs/08a_syntax.ipynb #c4e32a95
