@@ -89,9 +89,9 @@ def attention_maps(model, ids: torch.Tensor, device="cpu", batch_size: int = 64,
         s = att.sum(0)  # (L, heads, T, T): the sentences of this batch summed
         e = -(att * att.clamp_min(1e-30).log()).sum(-1).mean(-1).sum(0)  # (L, heads)
         total, ent = (s, e) if total is None else (total + s, ent + e)
-        if by_input: diag.append(sum(torch.diagonal(att, offset=k, dim1=-2, dim2=-1).sum(-1) for k in (-1, 0, 1)) / att.shape[-1])
+        if by_input: diag.append(map_stats(att.cpu().numpy())["diagonal"])  # (batch, L, heads)
     out = (total / len(ids)).cpu().numpy(), (ent / len(ids)).cpu().numpy()
-    return (*out, torch.cat(diag).cpu().numpy()) if by_input else out
+    return (*out, np.concatenate(diag)) if by_input else out
 
 # %% ../nbs/08_attention.ipynb #cebacd09
 def uniform_diagonal(T: int) -> float:

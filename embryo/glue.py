@@ -39,9 +39,9 @@ __all__ = ['DEFAULT_MAX_TRAIN', 'ANALYSIS', 'TASKS', 'GLUE_TASKS', 'SCORE_TASKS'
            'SPLIT_SEED', 'SETTINGS', 'AGGREGATES', 'REPORT', 'Task', 'UnknownTask', 'select_tasks', 'schedule',
            'Example', 'GlueDataError', 'read_tsv', 'read_table', 'load_task', 'read_pattern_csv', 'split_builtin',
            'builtin_is_complete', 'build_builtin', 'fetch_builtin', 'builtin_files', 'encode', 'collate',
-           'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict', 'metrics',
-           'chance_score', 'subsample', 'example_scores', 'run_task', 'evaluate_step', 'seed_rows', 'scores_table',
-           'seed_scores', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
+           'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict', 'predicted_labels',
+           'metrics', 'chance_score', 'subsample', 'example_scores', 'run_task', 'evaluate_step', 'seed_rows',
+           'scores_table', 'seed_scores', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
 
 # %% ../nbs/05_glue.ipynb #4f6774d3
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
@@ -447,6 +447,10 @@ def predict(model, encoded, batch_size: int = 64, device="cpu", precision: str =
     return np.stack(out)
 
 # %% ../nbs/05_glue.ipynb #f7247623
+def predicted_labels(outputs: np.ndarray) -> np.ndarray:
+    "The predicted class of each example: the argmax of its logits, or the outputs themselves where they are labels already."
+    return outputs.argmax(-1) if outputs.ndim == 2 else outputs
+
 def metrics(task: Task, outputs: np.ndarray, gold) -> dict[str, float]:
     "The task's metrics of one dev set from the model's outputs: accuracy, f1, matthews or spearman (+ GLUE's second)."
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
@@ -456,7 +460,7 @@ def metrics(task: Task, outputs: np.ndarray, gold) -> dict[str, float]:
         pred = outputs.reshape(-1)
         if np.ptp(pred) == 0 or np.ptp(gold) == 0: return dict(spearman=0.0, pearson=0.0)
         return dict(spearman=float(spearmanr(pred, gold)[0]), pearson=float(pearsonr(pred, gold)[0]))
-    pred = outputs.argmax(-1) if outputs.ndim == 2 else outputs
+    pred = predicted_labels(outputs)
     m = dict(accuracy=float(accuracy_score(gold, pred)))
     if task.metric == "f1": m["f1"] = float(f1_score(gold, pred, pos_label=1, zero_division=0.0))
     if task.metric == "matthews": m["matthews"] = float(matthews_corrcoef(gold, pred))
@@ -486,9 +490,7 @@ def example_scores(task: Task, outputs: dict, data: dict) -> tuple[np.ndarray, l
     (accuracy on one dev set); None for other metrics (F1, Matthews, Spearman) and for two dev sets."""
     if task.metric != "accuracy" or len(task.dev) != 1 or not task.labels: return None
     (s,) = task.dev
-    out = outputs[s]
-    pred = out.argmax(-1) if out.ndim == 2 else out
-    return ((pred == np.array([e.label for e in data[s]])).astype(float),
+    return ((predicted_labels(outputs[s]) == np.array([e.label for e in data[s]])).astype(float),
             [f"{s}:{i} {e.text_a[:60]}" for i, e in enumerate(data[s])])
 
 def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, max_train_examples=None,

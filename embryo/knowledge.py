@@ -36,9 +36,9 @@ __all__ = ['ANALYSIS', 'METRICS', 'TABLE8', 'RELATION_LABELS', 'FIG6_RELATIONS',
            'FactsError', 'UnknownRelation', 'select_relations', 'load_lama', 'country_facts', 'city_facts',
            'wordnet_facts', 'clean_facts', 'write_lama', 'facts_are_complete', 'build_facts', 'fetch_facts',
            'load_facts', 'render', 'cloze_ids', 'single_token_id', 'Query', 'answer_sets', 'build_queries',
-           'relation_table', 'top1', 'precision_at_1', 'common_vocabulary', 'mask_logits', 'predict', 'model_sentences',
-           'ConstantModel', 'evaluate_step', 'knowledge_results', 'fig6_relations', 'plot_fig6', 'plot_fig14', 'table9',
-           'verdict', 'redraw']
+           'relation_table', 'top1', 'fact_hits', 'precision_at_1', 'common_vocabulary', 'mask_logits', 'predict',
+           'model_sentences', 'ConstantModel', 'evaluate_step', 'knowledge_results', 'fig6_relations', 'plot_fig6',
+           'plot_fig14', 'table9', 'verdict', 'redraw']
 
 # %% ../nbs/06_knowledge.ipynb #bba2ed36
 ANALYSIS = "knowledge"  # the `analysis` name of this notebook's rows in the results database
@@ -391,11 +391,15 @@ def top1(logits: torch.Tensor, # (N, V) scores at the [MASK] positions
     allowed = allowed.to(logits.device)
     return allowed[logits[:, allowed].argmax(-1)]
 
+def fact_hits(predictions: Sequence[int], answer_ids: Sequence[Sequence[int]]) -> list[float]:
+    "Each query's score: 1.0 if the prediction is one of its answer ids, else 0.0 (P@1 is their mean)."
+    if len(predictions) != len(answer_ids): raise ValueError(f"{len(predictions)} predictions for {len(answer_ids)} queries")
+    return [float(int(p) in set(a)) for p, a in zip(predictions, answer_ids)]
+
 def precision_at_1(predictions: Sequence[int], answer_ids: Sequence[Sequence[int]]) -> tuple[float | None, int]:
     "(P@1, number of queries): the fraction of predictions that are one of the query's answer ids."
-    n = len(answer_ids)
-    if len(predictions) != n: raise ValueError(f"{len(predictions)} predictions for {n} queries")
-    return (sum(int(p) in set(a) for p, a in zip(predictions, answer_ids)) / n if n else None), n
+    hits = fact_hits(predictions, answer_ids)
+    return (sum(hits) / len(hits) if hits else None), len(hits)
 
 def common_vocabulary(answers: dict[str, dict[str, dict[str, int]]]) -> list[int]:
     "The common vocabulary: every single-token object id of every relation (`{relation: answer_sets(...)}`), sorted."
@@ -486,7 +490,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
         for metric, pred in zip(METRICS, (full[k:k + len(qs)], com[k:k + len(qs)])):
             value, n = precision_at_1(pred, gold)
             rows.append(dict(task=r, metric=metric, value=value, n=n))
-            hits[metric] = [float(int(p) in set(a)) for p, a in zip(pred, gold)]  # each fact's score: P@1 is their mean
+            hits[metric] = fact_hits(pred, gold)  # each fact's score: P@1 is their mean
         scores += score_rows(r, hits, [f"{q.subject} -> {' | '.join(q.answers)}" for q in qs])
         tracked += [(q, full[k + j]) for j, q in enumerate(qs[:n_tracked])]
         k += len(qs)

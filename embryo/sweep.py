@@ -971,13 +971,18 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
           "notebook 10): of the seeds and of the examples together (MultiBERTs' multibootstrap) where the runs store each example's "
           "score (mask prediction's words, probing's test targets, GLUE's dev examples, knowledge's facts, attention's inputs, "
           "syntax's words), of the seeds alone elsewhere (the loss; CKA, not a mean over examples); each figure and verdict says which.", ""]
+    cache = {}
+    def scores_of(rs, a):  # each analysis's stored scores, read once for the side-by-side figure and every panel figure
+        if (tuple(rs), a) not in cache: cache[tuple(rs), a] = stored_scores(rs, a)
+        return cache[tuple(rs), a]
     for a, (fig_no, what, summarise) in SIDE_BY_SIDE.items():
-        series = {r: s for r in runs if len(s := summarise(read_results(r, a)))}
+        frames = {r: read_results(r, a) for r in runs}
+        series = {r: s for r in runs if len(s := summarise(frames[r]))}
         steps = sorted(set.intersection(*(set(s.index) for s in series.values()))) if len(series) >= 2 else []
         if len(steps) < 2: continue  # fewer than two seeds share two steps of this analysis
         curves = np.stack([series[r].reindex(steps).to_numpy(dtype=float) for r in series])
-        parts = side_parts(a, read_results(runs[0], a))
-        b = curve_band(curves, steps, total, resamples, level, 1, parts and stored_scores(list(series), a), list(series), parts, a)
+        parts = side_parts(a, frames[runs[0]])
+        b = curve_band(curves, steps, total, resamples, level, 1, parts and scores_of(list(series), a), list(series), parts, a)
         mean, (glo, ghi), at, (alo, ahi) = b["mean"], b["gain_interval"], b["step90"], b["step90_interval"]
         verdict = (f"Mean of {len(series)} seeds: {mean[0]:.3f} at step {steps[0]:,} -> best {mean.max():.3f}, a gain of {b['gain']:+.3f} "
                    f"({level:.0%} interval over {b['resampled']} {glo:+.3f} to {ghi:+.3f})"
@@ -999,7 +1004,7 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
     if not report: raise SweepError(f"no analysis has results at two common steps in two or more of {', '.join(map(str, runs))}: sweep them first")
     panels, lines = {}, []
     for name in SEED_PANELS:
-        drawn = seed_panels(runs, name, out, seed, total, resamples, level)
+        drawn = seed_panels(runs, name, out, seed, total, resamples, level, scores_of)
         if drawn: paths += drawn[0]; panels[name] = drawn[1]; lines += drawn[2]
     if panels: md += ["# Every figure over steps, panel by panel", "",
                       "The same bands for each layer, task, part of speech, verb form, frequency band or relation that the "
@@ -1045,14 +1050,18 @@ SEED_PANELS = {  # figure -> (paper figure, analysis (None: the training log), w
 
 BEST_LAYER, SEED_MEAN = "best layer", "mean over seeds"  # keys of `example_matrix` that choose among a task's stored keys
 
+def _best_head_parts(g: str, tasks) -> list:
+    "Panel 'layer 3' of attention or syntax: the examples scored under that layer's best head (key 'layer3/best_head'), per task."
+    return [(t, g.replace(" ", "") + "/best_head", None) for t in sorted(tasks)]
+
 EXAMPLE_PARTS = {  # a SEED_PANELS figure -> its panel's examples from (panel, the tasks with stored scores): (task, key, group) parts, counted equally
     "reconstruction_by_pos": lambda g, tasks: [("mask_prediction", "correct", f"pos/{g}")],
     "reconstruction_by_verb_form": lambda g, tasks: [("mask_prediction", "correct", f"verb/{g}")],
     "reconstruction_by_frequency": lambda g, tasks: [("mask_prediction", "correct", f"freq/{g}")],
     "probing_by_task": lambda g, tasks: [(g, BEST_LAYER, None)],
     "probing_pos_by_layer": lambda g, tasks: [("pos_brown", g.replace(" ", ""), None)],  # panel 'layer 3': key 'layer3'
-    "attention_by_layer": lambda g, tasks: [(t, g.replace(" ", "") + "/best_head", None) for t in sorted(tasks)],  # each input's diagonal mass
-    "syntax_by_layer": lambda g, tasks: [(t, g.replace(" ", "") + "/best_head", None) for t in sorted(tasks)],  # each word's attachment
+    "attention_by_layer": _best_head_parts,  # each input's diagonal mass
+    "syntax_by_layer": _best_head_parts,  # each word's attachment
     "glue_by_task": lambda g, tasks: _glue_parts(g),
     "knowledge_by_relation": lambda g, tasks: [(g, "p@1", None)],
 }
@@ -1131,16 +1140,18 @@ def _panel_tables(runs, analysis, table) -> dict:
     if analysis not in available_analyses(): return {}
     return {r: t for r in runs if len(t := table(read_results(r, analysis)))}
 
-def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = SEED_RESAMPLES, level: float = 0.95):
+def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = SEED_RESAMPLES, level: float = 0.95,
+                scores_of=stored_scores):
     """The figure `SEED_PANELS[name]` over seeds: a panel per layer, task, POS... with each seed's curve, the mean and its
-    band; returns (paths, report, markdown lines), or None when fewer than two seeds have it."""
+    band; returns (paths, report, markdown lines), or None when fewer than two seeds have it. `scores_of(runs, analysis)`:
+    the runs' stored scores (`stored_scores`, or a cache of it)."""
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from embryo.pretrain import save_figure, step_axis
     fig_no, analysis, what, table, sign = SEED_PANELS[name]
     tabs = _panel_tables(runs, analysis, table)
     if len(tabs) < 2: return None
-    panels, stored = {}, stored_scores(list(tabs), analysis) if name in EXAMPLE_PARTS else None
+    panels, stored = {}, scores_of(list(tabs), analysis) if name in EXAMPLE_PARTS else None
     for g in [c for c in next(iter(tabs.values())).columns if all(c in t.columns for t in tabs.values())]:
         steps = sorted(set.intersection(*(set(t[g].dropna().index) for t in tabs.values())))
         if len(steps) < 2: continue

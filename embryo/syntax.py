@@ -163,19 +163,18 @@ def syntax_counts(model, inputs, device="cpu") -> dict[str, np.ndarray | int]:
     with torch_threads(1): return _syntax_counts(model, inputs, device)  # a one-sentence forward pass gains nothing from more, and loses much on a busy CPU
 
 def _syntax_counts(model, inputs, device):
-    hits, words, base, by_word, names = None, 0, {"previous": 0, "next": 0, "random": 0.0}, [], []
-    for k, (ids, spans, s) in enumerate(inputs):
+    words, base, by_word, names = 0, {"previous": 0, "next": 0, "random": 0.0}, [], []
+    for n, (ids, spans, s) in enumerate(inputs):
         maps, _ = attention_maps(model, ids, device, batch_size=1)  # (L, H, T, T): this one sentence's maps
-        w = word_correct(choices(word_attention(maps, spans)), s.heads)  # (L, H, W)
-        c = w.sum(-1)
-        hits = c if hits is None else hits + c
-        by_word.append(w); names += [f"{k}:{i} {x}" for i, x in enumerate(s.words)]
+        by_word.append(word_correct(choices(word_attention(maps, spans)), s.heads))  # (L, H, W)
+        names += [f"{n}:{i} {x}" for i, x in enumerate(s.words)]
         words += len(s.words)
         for k, ch in adjacent_choices(len(s.words)).items(): base[k] += int(correct(ch, s.heads))
         base["random"] += sum(len(x) for x in neighbours(s.heads)) / (len(s.words) - 1)  # a uniform choice's expected hits
-    if hits is None: raise ValueError("no sentence could be scored: none has two words or more that align with the "
+    if not by_word: raise ValueError("no sentence could be scored: none has two words or more that align with the "
                                       "model's pieces and fit its positions")
-    return dict(hits=hits, words=words, sentences=len(inputs), word_hits=np.concatenate(by_word, -1), word_names=names, **base)
+    word_hits = np.concatenate(by_word, -1)  # (L, H, words)
+    return dict(hits=word_hits.sum(-1), words=words, sentences=len(inputs), word_hits=word_hits, word_names=names, **base)
 
 # %% ../nbs/08a_syntax.ipynb #f27eaae9
 def step_rows(counts: dict, task: str) -> list[dict]:
