@@ -6,9 +6,14 @@ n-gram masking included), forward and backward (`train_step`), gradient clipping
 1. fp32 eager vs the fast path, on the `tiny` preset's own batch (its sequence length, masking and batch size):
    - fp32 eager: `precision="fp32"`, each batch masked on the critical path;
    - fast path: `precision="auto"` (bf16 autocast where the device multiplies bf16 natively, detected at run time;
-     the math attention kernel on CPU) and the next batch masked in a background thread (`prefetched`), as `train` does.
-   Printed as tokens/s and their ratio, both measured in this run, then the share of the fast step's time spent
-   outside matrix multiplications (torch.profiler, self time of every op that is not a matmul).
+     the math attention kernel on CPU) and the next batch masked in a background thread (`prefetched`), as `train` does;
+   - fast path compiled: the same with `compile=true` (`torch.compile` of the model in fixed shapes, `compile_step`,
+     with torch's deterministic algorithms on, as `train` runs it); its compile is timed apart and printed (inductor
+     keeps what it built on disk, so a second run compiles faster).
+   Printed as tokens/s (the median of 3 rounds, each timing the three in turn) and their ratios to fp32 eager, all
+   measured in this run, then for each fast path the share of
+   its step's time spent outside matrix multiplications (torch.profiler, self time of every op that is not a matmul;
+   inside a compiled graph the fused kernels count as outside).
 2. embryo vs transformers (`AlbertForPreTraining` with the very same weights, scoring every position), both driven
    by the same loop in fp32: tokens/s and their ratio.
 On a GPU also `base` at sequence length 128 in bf16, with MFU: the model's own FLOPs per token
@@ -22,13 +27,15 @@ import tempfile
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 import transformers
 
 from embryo import data as D
 from embryo.config import get_config, get_train_config
 from embryo.model import AlbertForPreTraining, native_bf16, resolve_precision
-from embryo.pretrain import Batches, Lamb, corpus_slice, param_groups, prefetched, resolve_data_workers, train_step
+from embryo.pretrain import (Batches, Lamb, compile_step, corpus_slice, deterministic_kernels, param_groups, prefetched,
+                             resolve_data_workers, train_step)
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, no sparsity
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
@@ -44,7 +51,8 @@ class HFAdapter(torch.nn.Module):
         out = self.hf(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         logits = out.prediction_logits[labels != -100]
         mlm_loss = torch.nn.functional.cross_entropy(logits.float(), labels[labels != -100])
-        return SimpleNamespace(prediction_logits=logits, sop_logits=out.sop_logits, mlm_loss=mlm_loss)
+        return SimpleNamespace(prediction_logits=logits, sop_logits=out.sop_logits, mlm_loss=mlm_loss,
+                               mlm_labels=labels[labels != -100])
 
 
 def bench_data(tc):
@@ -56,19 +64,30 @@ def bench_data(tc):
     return tok, D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=tc.max_seq_length, seed=0)
 
 
-def loop(model, data, tc, device, steps, precision="fp32", prefetch=False, profile=False, stats=None, premade=False):
+def loop(model, data, tc, device, steps, precision="fp32", prefetch=False, profile=False, stats=None, premade=False,
+         compiled=False):
     """tokens/s of `steps` optimizer steps (after two warm-up steps from the same stream of batches, so that starting
     the data workers is not timed), data preparation included (as `train` prepares it
     with `prefetch`: a thread on a CPU, worker processes on a GPU), or left out with `premade` (four batches made before
     the clock starts, used in turn); with `profile`, the profiler too. `stats` (a dict), if given, receives the share of
-    tokens that were masked (predicted)."""
+    tokens that were masked (predicted). `compiled`: the step as `compile=true` trains it (`compile_step`; True compiles
+    `model` here, or pass what `compile_step(model)` returned). MLM hits are not counted, as `train` skips them on the
+    steps it does not log."""
+    if compiled is True: compiled = compile_step(model, device)
+    with deterministic_kernels(compiled is not False):
+        return _loop(model, data, tc, device, steps, precision, prefetch, profile, stats, premade,
+                     None if compiled is False else compiled)
+
+
+def _loop(model, data, tc, device, steps, precision, prefetch, profile, stats, premade, compiled):
     opt = Lamb(param_groups(model, tc.weight_decay), lr=1e-4)
     model.train()
     make = lambda s: [data.collate(data.indices(s))]
 
     def step(batches):
         n_masked = sum(int((b["labels"] != -100).sum()) for b in batches)
-        train_step(model, batches, n_masked, tc.batch_size, 1, device, precision=precision)
+        train_step(model, batches, n_masked, tc.batch_size, 1, device, precision=precision, compiled=compiled,
+                   predictions=data.cap if compiled is not None else None, count_hits=False)
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
         opt.step(); opt.zero_grad(set_to_none=True)
         return sum(int(b["attention_mask"].sum()) for b in batches)
@@ -108,16 +127,25 @@ def fresh(mc, device):
     return AlbertForPreTraining(mc).to(device)
 
 
-def fast_vs_fp32(tok, ds, tc, steps, device):
+def fast_vs_fp32(tok, ds, tc, steps, device, rounds=3):
+    """tokens/s of fp32 eager, the fast path and the compiled fast path: the median of `rounds` rounds that time each in
+    turn (a shared host's load then weighs on all three alike), and each fast path's share of time outside matmuls."""
     mc = get_config("tiny", vocab_size=tok.vocab_size)
     data = Batches(ds, tok, tc)
-    base, _ = loop(fresh(mc, device), data, tc, device, steps, "fp32", prefetch=False)
-    fast, _ = loop(fresh(mc, device), data, tc, device, steps, "auto", prefetch=True)
-    _, prof = loop(fresh(mc, device), data, tc, device, max(2, steps // 2), "auto", prefetch=True, profile=True)
+    models = [fresh(mc, device) for _ in range(3)]
+    t = time.perf_counter()
+    compiled = compile_step(models[2], device)
+    loop(models[2], data, tc, device, 1, "auto", compiled=compiled)  # the compile itself, timed apart
+    print(f"   (torch.compile of the step: {time.perf_counter() - t:.0f} s, once per run)")
+    paths = [dict(precision="fp32"), dict(precision="auto", prefetch=True), dict(precision="auto", prefetch=True, compiled=compiled)]
+    speeds = [[loop(m, data, tc, device, steps, **kw)[0] for m, kw in zip(models, paths)] for _ in range(rounds)]
+    base, fast, compiled_speed = (float(np.median(col)) for col in zip(*speeds))
+    outside = [outside_matmul_share(loop(m, data, tc, device, max(2, steps // 2), profile=True, **kw)[1])
+               for m, kw in zip(models[1:], paths[1:])]
     if device.type == "cuda":  # which half of the fast path pays on a GPU: the precision, or the data workers
         print(f"   fp32 with data workers {loop(fresh(mc, device), data, tc, device, steps, 'fp32', prefetch=True)[0]:,.0f} tok/s; "
               f"bf16 with data on the critical path {loop(fresh(mc, device), data, tc, device, steps, 'auto')[0]:,.0f} tok/s")
-    return base, fast, outside_matmul_share(prof)
+    return base, fast, compiled_speed, outside
 
 
 def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32", compiled=False):
@@ -138,8 +166,8 @@ def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32", compiled=
     if compiled:
         try:
             t = time.perf_counter()
-            speed["embryo compiled"] = loop(torch.compile(fresh(mc, device), dynamic=True), data, tc, device, steps, precision,
-                                            prefetch=True)[0]
+            speed["embryo compiled"] = loop(fresh(mc, device), data, tc, device, steps, precision, prefetch=True,
+                                            compiled=True)[0]
             print(f"   (torch.compile: {time.perf_counter() - t:.0f} s for the compile and the timed steps)")
             flops["embryo compiled"] = flops["embryo"]
         except Exception as e:  # a compile failure is a finding to print, not a reason to lose the other rows
@@ -162,10 +190,12 @@ def main():
     print(f"device {device}, torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")
     print(f"native bf16 matmul: {native_bf16(device)}, so precision 'auto' = {resolve_precision('auto', device)}")
     print(f"\n1. whole training step of the tiny preset (batch {tc.batch_size} x {tc.max_seq_length} tokens, "
-          f"{tc.mask_prob:.0%} masking), {a.steps} steps each, measured in this run")
-    base, fast, outside = fast_vs_fp32(tok, ds, tc, a.steps, device)
-    print(f"{'fp32 eager tok/s':>18}{'fast path tok/s':>17}{'ratio':>8}   share of fast step outside matmuls")
-    print(f"{base:>18,.0f}{fast:>17,.0f}{fast / base:>8.2f}   {outside:.0%}")
+          f"{tc.mask_prob:.0%} masking): the median of 3 rounds of {a.steps} steps each, the three paths in turn")
+    base, fast, compiled, outside = fast_vs_fp32(tok, ds, tc, a.steps, device)
+    print(f"{'':<22}{'tok/s':>10}{'ratio':>8}   share of the step outside matmuls")
+    print(f"{'fp32 eager':<22}{base:>10,.0f}{1:>8.2f}")
+    print(f"{'fast path':<22}{fast:>10,.0f}{fast / base:>8.2f}   {outside[0]:.0%}")
+    print(f"{'fast path, compiled':<22}{compiled:>10,.0f}{compiled / base:>8.2f}   {outside[1]:.0%}")
     print(f"\n2. embryo vs transformers (same weights, same loop, fp32, sequences of <= 128 tokens)")
     print(f"{'preset':<8}{'batch':>7}{'transformers tok/s':>20}{'embryo tok/s':>14}{'ratio':>8}")
     for preset in a.presets:

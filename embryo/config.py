@@ -150,6 +150,7 @@ class TrainConfig:
     eval_sequences: int = 256  # held-out sequences for the final MLM accuracy
     sentence_task: str = "sop"  # sentence-level loss (ALBERT section 4.6, Table 6): sop | nsp | none
     precision: str = "auto"  # matmul precision: auto (bf16 where the device has native bf16 matmul) | fp32 | bf16
+    compile: bool = False  # torch.compile the model's step (one graph in fixed shapes; needs a C++ compiler on a CPU)
     optimizer: str = "lamb"  # lamb (ALBERT section 4.1) | adamw (BERT's and ELECTRA's Adam with decoupled weight decay)
     rtd_weight: float = 50.0  # ELECTRA: the replaced-token-detection loss's weight beside the generator's MLM loss (lambda)
     phase1_seq_length: int | None = None  # BERT's two phases (embryology B.2): this length first, max_seq_length after
@@ -188,7 +189,7 @@ CPU_FINETUNE = dict(max_train_examples=300, learning_rate=1e-4)
 PRECISIONS = ("auto", "fp32", "bf16")  # `embryo.model.resolve_precision` turns auto into fp32 or bf16 per device
 OPTIMIZERS = ("lamb", "adamw")
 _LATER_FIELDS = dict(sentence_task="sop", optimizer="lamb", rtd_weight=50.0, phase1_seq_length=None,
-                     phase1_fraction=0.9)  # field: the value every run had before the field existed
+                     phase1_fraction=0.9, compile=False)  # field: the value every run had before the field existed
 
 _ALBERT_TRAIN = dict(batch_size=4096, learning_rate=0.00176, total_steps=125_000, warmup_steps=3125)
 TRAIN_PRESETS = {

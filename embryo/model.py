@@ -24,10 +24,10 @@ from .config import ModelConfig, ConfigError, SHARING, PRECISIONS, atomic_write,
 # %% auto #0
 __all__ = ['ACT', 'PAPER_PARAMS', 'TIED_KEYS', 'EMBEDDING_PROJECTION', 'AlbertEmbeddings', 'AlbertAttention', 'AlbertLayer',
            'AlbertLayerGroup', 'share_layers', 'AlbertTransformer', 'extended_mask', 'num_parameters', 'AlbertModel',
-           'AlbertMLMHead', 'AlbertSOPHead', 'PretrainingOutput', 'AlbertForPreTraining', 'count_parameters',
-           'param_table', 'write_param_tables', 'native_bf16', 'resolve_precision', 'autocast', 'CheckpointError',
-           'to_hf_config', 'from_hf_config', 'add_identity_projection', 'hf_state_dict', 'write_safetensors',
-           'save_pretrained', 'load_safetensors', 'load_pretrained']
+           'AlbertMLMHead', 'AlbertSOPHead', 'PretrainingOutput', 'gather_masked', 'AlbertForPreTraining',
+           'count_parameters', 'param_table', 'write_param_tables', 'native_bf16', 'resolve_precision', 'autocast',
+           'CheckpointError', 'to_hf_config', 'from_hf_config', 'add_identity_projection', 'hf_state_dict',
+           'write_safetensors', 'save_pretrained', 'load_safetensors', 'load_pretrained']
 
 # %% ../nbs/01_model.ipynb #736c51b7
 class AlbertEmbeddings(nn.Module):
@@ -125,8 +125,9 @@ class AlbertTransformer(nn.Module):
 
 # %% ../nbs/01_model.ipynb #0e51d396
 def extended_mask(attention_mask, dtype):
-    "A (B, T) 1 = keep / 0 = pad mask as the additive (B, 1, 1, T) mask attention adds to its scores; None if nothing is padded."
-    if attention_mask is None or bool(attention_mask.all()): return None
+    """A (B, T) 1 = keep / 0 = pad mask as the additive (B, 1, 1, T) mask attention adds to its scores; None if nothing is
+    padded (eager only: under `torch.compile` the check would wait on the device and break the graph, so the mask stays)."""
+    if attention_mask is None or (not torch.compiler.is_compiling() and bool(attention_mask.all())): return None
     return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
 def num_parameters(module: nn.Module, exclude=()) -> int:
@@ -180,10 +181,19 @@ class PretrainingOutput:
     loss: torch.Tensor | None  # mlm_loss + sop_loss, when labels are given
     mlm_loss: torch.Tensor | None
     sop_loss: torch.Tensor | None
-    prediction_logits: torch.Tensor | None  # (B, T, V), or (n_masked, V) with logits="masked"
+    prediction_logits: torch.Tensor | None  # (B, T, V); (n_masked, V) with logits="masked"; (B * n, V) with logits=n
     sop_logits: torch.Tensor  # (B, 2)
     hidden_states: tuple  # L + 1 tensors (B, T, H); index = layer, 0 = embedding output
     attentions: tuple | None  # L tensors (B, heads, T, T) when output_attentions=True
+    mlm_labels: torch.Tensor | None = None  # the target of each row of prediction_logits (-100: none), with labels
+
+def gather_masked(h, labels, n: int):
+    """The hidden states and labels of the first `n` labelled positions of each sequence, as (B * n, H) and (B * n,), the
+    rows of a sequence with fewer than `n` padded with label -100. The same targets as `h[labels != -100]` when no sequence
+    has more than `n` (the trainer checks), in shapes that do not depend on the data, as `torch.compile` needs."""
+    order = torch.argsort((labels == -100).to(torch.uint8), dim=1, stable=True)[:, :n]  # labelled positions first, in order
+    rows = torch.gather(h, 1, order[..., None].expand(-1, -1, h.shape[-1]))
+    return rows.reshape(-1, h.shape[-1]), torch.gather(labels, 1, order).reshape(-1)
 
 class AlbertForPreTraining(nn.Module):
     "ALBERT with the MLM and SOP heads, state-dict compatible with `transformers.AlbertForPreTraining`."
@@ -212,11 +222,11 @@ class AlbertForPreTraining(nn.Module):
                 output_attentions=False, logits="all") -> PretrainingOutput:
         hidden_states, attentions, pooled = self.albert(input_ids, attention_mask, token_type_ids, output_attentions)
         h = hidden_states[-1]
-        if logits == "masked":
-            if labels is None: raise ValueError("logits='masked' needs labels (-100 marks positions without a target)")
-            keep = labels != -100
-            h, labels = h[keep], labels[keep]
-        elif logits != "all": raise ValueError(f"logits must be 'all' or 'masked', got {logits!r}")
+        if logits != "all":
+            if labels is None: raise ValueError(f"logits={logits!r} needs labels (-100 marks positions without a target)")
+            if logits == "masked": h, labels = h[labels != -100], labels[labels != -100]
+            elif isinstance(logits, int) and logits > 0: h, labels = gather_masked(h, labels, logits)
+            else: raise ValueError(f"logits must be 'all', 'masked' or a number of positions per sequence, got {logits!r}")
         prediction_logits = self.predictions(h)
         sop_logits = self.sop_classifier(pooled)
         mlm_loss = sop_loss = loss = None
@@ -227,7 +237,7 @@ class AlbertForPreTraining(nn.Module):
             sop_loss = F.cross_entropy(sop_logits.float(), sentence_order_label)
             loss = sop_loss if loss is None else loss + sop_loss
         return PretrainingOutput(loss, mlm_loss, sop_loss, prediction_logits, sop_logits, tuple(hidden_states),
-                                 tuple(attentions) if output_attentions else None)
+                                 tuple(attentions) if output_attentions else None, labels)
 
     def flops_per_token(self, seq_len: int, training: bool = True, predicted: float = 1.0) -> float:
         """Matmul FLOPs per token (2 per multiply-add; training = 3x forward), for MFU: every layer application counts.

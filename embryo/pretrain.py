@@ -38,11 +38,11 @@ __all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', '
            'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'RunLocked', 'forget_inherited_locks',
            'run_lock', 'clean_run', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
            'run_corpus', 'corpus_file', 'sentence_name', 'prepare_run', 'examples_of', 'write_tokenizer_files',
-           'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log', 'resolve_data_workers', 'prefetched',
-           'train_step', 'train', 'heldout_examples', 'evaluate_heldout', 'transitions', 'run_transitions',
-           'save_figure', 'step_axis', 'plot_pretraining', 'run_model_type', 'run_sentence_task', 'corpus_slice',
-           'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves', 'split_overrides',
-           'pretrain_from_args', 'main']
+           'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log', 'resolve_data_workers', 'compile_step',
+           'deterministic_kernels', 'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout',
+           'transitions', 'run_transitions', 'save_figure', 'step_axis', 'plot_pretraining', 'run_model_type',
+           'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves',
+           'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -313,6 +313,7 @@ class Batches:
         self.ds, self.tok, self.tc, self.n = dataset, tokenizer, tc, len(dataset)
         if self.n == 0: raise ValueError("the pretraining dataset is empty: the corpus has no document with two segments")
         self._perm = {}
+        self.cap = tc.max_predictions or D.albert_max_predictions(tc.max_seq_length)  # masked positions per sequence, at most
 
     def example(self, k: int) -> tuple[int, int]:
         "(epoch, example index) of the k-th example drawn in the run."
@@ -334,7 +335,7 @@ class Batches:
             idx = [i for e, i in picks if e == epoch]
             parts.append(D.collate([self.ds[i] for i in idx], self.tok, self.tc.seed, epoch, idx, max_seq_length=T,
                                    mask_prob=self.tc.mask_prob, max_ngram=self.tc.max_ngram,
-                                   max_predictions=self.tc.max_predictions or D.albert_max_predictions(self.tc.max_seq_length)))
+                                   max_predictions=self.cap))
         return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
 # %% ../nbs/03_pretrain.ipynb #ee2b7ff8
@@ -564,6 +565,28 @@ def resolve_data_workers(workers, device, world: int = 1) -> int:
     if torch.device(device).type == "cpu": return 0
     return max(1, min(4, (os.cpu_count() or 2) // world - 1))
 
+def compile_step(model, device, electra: bool = False):
+    """`torch.compile` of `model` (or of its `DistributedDataParallel`) in fixed shapes, for `train_step(compiled=...)`;
+    a clear error where it cannot run: ELECTRA (its generator's samples change the discriminator's input every step),
+    or a CPU without a C++ compiler (inductor writes C++ kernels there)."""
+    if electra: raise ConfigError("compile=true is for ALBERT and BERT runs; an ELECTRA run trains eagerly: set compile=false")
+    if torch.device(device).type == "cpu" and not any(shutil.which(c) for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c):
+        raise ConfigError("compile=true needs a C++ compiler on a CPU (torch.compile builds C++ kernels there) and none of "
+                          "$CXX, g++, c++, clang++ was found: install one (Debian: apt install g++) or set compile=false")
+    return torch.compile(model, dynamic=False)
+
+@contextmanager
+def deterministic_kernels(on: bool = True):
+    """torch's deterministic algorithms while the block runs (`on`), warning where an op has none. A compiled step needs
+    them: otherwise inductor sums the embedding's gradient with atomic adds in whatever order the threads run, and a
+    resumed run drifts from the run trained in one go (measured: 1e-10 at step 1, 1e-7 by step 8)."""
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory  # (deterministic mode fills every new tensor: not needed)
+    if on: torch.use_deterministic_algorithms(True, warn_only=True); torch.utils.deterministic.fill_uninitialized_memory = False
+    try: yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1]); torch.utils.deterministic.fill_uninitialized_memory = fill
+
 def prefetched(make, steps, workers: int = 0, pin_memory: bool = False):
     """Yield `(s, make(s))` for each of `steps`, in order. With no `workers` the next one is made in a background thread
     while the caller works on this one; with `workers` processes (a forked `DataLoader`), two steps per worker are made
@@ -582,26 +605,37 @@ def prefetched(make, steps, workers: int = 0, pin_memory: bool = False):
             yield s, ready
 
 def train_step(model, batches: list[dict], n_masked: int, n_second: int, world: int, device, ddp=None,
-               second_weight: float = 1.0, precision: str = "auto") -> torch.Tensor:
+               second_weight: float = 1.0, precision: str = "auto", compiled=None, predictions: int | None = None,
+               count_hits: bool = True) -> torch.Tensor:
     """Forward and backward over the micro-batches of one step; returns the summed [mlm loss, second loss, mlm correct,
     second correct]. The second loss is the sentence loss over `n_second` sequences (ALBERT, BERT), or ELECTRA's
-    replaced-token detection over `n_second` real tokens; `second_weight` is 0 (no sentence loss), 1, or ELECTRA's 50."""
+    replaced-token detection over `n_second` real tokens; `second_weight` is 0 (no sentence loss), 1, or ELECTRA's 50.
+    `compiled` (`compile_step`) runs the batches in place of `ddp` or `model`, scoring `predictions` masked positions per
+    sequence (`logits=n`: the same targets, in shapes that do not change from step to step). With `count_hits=False` the
+    MLM hits stay 0: their argmax over the vocabulary is 3% of a compiled `tiny` step, so the trainer counts them only on
+    the steps it logs."""
     stats = torch.zeros(4, device=device, dtype=torch.float64)
     electra = isinstance(model, ElectraPair)
     for i, b in enumerate(batches):
+        per_sequence = (b["labels"] != -100).sum(1)  # counted before the batch leaves the host: no wait on the device
+        if predictions and per_sequence.max() > predictions:
+            raise ValueError(f"a sequence has {int(per_sequence.max())} masked positions, more than the {predictions} the compiled "
+                             "step scores: pass the data's max_predictions")
+        n = int(per_sequence.sum())
         b = {k: v.to(device, non_blocking=True) for k, v in b.items()}
         sync = ddp is None or i == len(batches) - 1
         with (torch.enable_grad() if sync else ddp.no_sync()), autocast(device, precision):
-            out = (ddp or model)(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"], logits="masked")
-            target = b["labels"][b["labels"] != -100]
-            mlm = out.mlm_loss * len(target) if len(target) else out.prediction_logits.sum() * 0  # the model's mean, as a sum
+            run = compiled if compiled is not None else ddp or model  # (a compiled module has no truth value)
+            out = run(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"], logits=predictions or "masked")
+            target = b["labels"][b["labels"] != -100] if electra else out.mlm_labels
+            mlm = out.mlm_loss * n if n else out.prediction_logits.sum() * 0  # the model's mean, as a sum
             if electra: second, second_hits = out.rtd_loss_sum, out.rtd_correct
             else:
                 second = F.cross_entropy(out.sop_logits.float(), b["sentence_order_label"], reduction="sum")
                 second_hits = (out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum()
             ((mlm / n_masked + (second / n_second * second_weight if second_weight else 0.0)) * world).backward()
-        stats += torch.stack([mlm.detach(), second.detach(), (out.prediction_logits.argmax(-1) == target).sum(),
-                              second_hits]).double()
+        hits = (out.prediction_logits.argmax(-1) == target).sum() if count_hits else torch.zeros((), device=device)
+        stats += torch.stack([mlm.detach(), second.detach(), hits, second_hits]).double()
     return stats
 
 def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,
@@ -646,7 +680,8 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
     model = pretraining_model(mc).to(dev)
     if rank == 0: _say(progress, run_dir, f"model built on {dev}: {model.num_parameters():,} parameters", t0)
     precision = resolve_precision(tc.precision, dev)
-    if rank == 0 and progress: print(f"pretrain {run_dir}: precision {precision} (setting {tc.precision!r} on {dev.type})", flush=True)
+    if rank == 0 and progress: print(f"pretrain {run_dir}: precision {precision} (setting {tc.precision!r} on {dev.type})"
+                                     + (", torch.compile" if tc.compile else ""), flush=True)
     opt = make_optimizer(model, tc)
     start = saved = load_resume(model, opt, run_dir)
     log_file = run_dir / "logs" / "train.jsonl"
@@ -655,6 +690,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
         if rank == 0: save_checkpoint(model, run_dir, 0)
     if rank == 0: atomic_write(log_file, "".join(json.dumps(r) + "\n" for r in _read_log(log_file, start)))
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else None
+    compiled = compile_step(ddp or model, dev, mc.model_type == "electra") if tc.compile else None
     sentence = sentence_name(tc.sentence_task, mc.model_type)  # the log names the second loss after the task trained
     electra = mc.model_type == "electra"
     weight = tc.rtd_weight if electra else float(tc.sentence_task != "none")
@@ -665,13 +701,15 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
     def step_batches(step):
         src, s = source(step)
         return [src.collate(ks) for ks in np.array_split(list(src.indices(s))[rank::world], tc.grad_accum)]
-    with open(log_file, "a") as log:
+    with open(log_file, "a") as log, deterministic_kernels(tc.compile):
         for step, batches in prefetched(step_batches, range(start + 1, last + 1), resolve_data_workers(workers, dev, world), dev.type == "cuda"):
             counts = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches),  # masked tokens
                                    sum(int(b["attention_mask"].sum()) if electra else len(b["input_ids"]) for b in batches)],
                                   dtype=torch.float64)  # what the second loss averages over: tokens (RTD) or sequences
             if world > 1: dist.all_reduce(counts)
-            stats = train_step(model, batches, counts[0].item(), counts[1].item(), world, dev, ddp, weight, precision)
+            logged = step % tc.log_every == 0 or step == 1 or step == tc.total_steps
+            stats = train_step(model, batches, counts[0].item(), counts[1].item(), world, dev, ddp, weight, precision,
+                               compiled, source(step)[0].cap if tc.compile else None, count_hits=logged)
             if world > 1: dist.all_reduce(stats)
             mlm_loss, sop_loss = (stats[0] / counts[0]).item(), (stats[1] / counts[1]).item()
             if not math.isfinite(mlm_loss + sop_loss):
@@ -687,12 +725,12 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
             opt.step(); opt.zero_grad(set_to_none=True)
             tokens += sum(int(b["attention_mask"].sum()) for b in batches) * world
             if rank == 0:
-                if step % tc.log_every == 0 or step == 1 or step == tc.total_steps:
+                if logged:
                     dt = time.perf_counter() - t0
                     rec = {"step": step, "loss": mlm_loss + sop_loss * weight, "mlm_loss": mlm_loss,
                            "mlm_accuracy": (stats[2] / counts[0]).item(), f"{sentence}_loss": sop_loss,
                            f"{sentence}_accuracy": (stats[3] / counts[1]).item(), "lr": lr, "tokens_per_s": tokens / dt,
-                           "precision": precision, **({"seq_length": max(b["input_ids"].shape[1] for b in batches)} if T1 else {})}
+                           "precision": precision, **({"compiled": True} if tc.compile else {}), **({"seq_length": max(b["input_ids"].shape[1] for b in batches)} if T1 else {})}
                     log.write(json.dumps(rec) + "\n"); log.flush()
                     bar.set_postfix(loss=f"{rec['loss']:.3f}", mlm_acc=f"{rec['mlm_accuracy']:.3f}")
                     t0, tokens = time.perf_counter(), 0
