@@ -174,6 +174,7 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig.phase1_seq_length={self.phase1_seq_length} must lie in [8, max_seq_length="
                               f"{self.max_seq_length}): the first phase trains on shorter sequences (or set it to None)")
         if not 0 < self.phase1_fraction < 1: raise ConfigError(f"TrainConfig.phase1_fraction={self.phase1_fraction} must lie in (0, 1)")
+        if not isinstance(self.compile, bool): raise ConfigError(f"TrainConfig.compile must be true or false, got {self.compile!r}")
         if self.max_predictions is not None and self.max_predictions < 1:
             raise ConfigError(f"TrainConfig.max_predictions must be at least 1 (or None for ALBERT's cap), got {self.max_predictions}")
 

@@ -38,11 +38,11 @@ __all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', '
            'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'RunLocked', 'forget_inherited_locks',
            'run_lock', 'clean_run', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
            'run_corpus', 'corpus_file', 'sentence_name', 'prepare_run', 'examples_of', 'write_tokenizer_files',
-           'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log', 'resolve_data_workers', 'compile_step',
-           'deterministic_kernels', 'prefetched', 'train_step', 'train', 'heldout_examples', 'evaluate_heldout',
-           'transitions', 'run_transitions', 'save_figure', 'step_axis', 'plot_pretraining', 'run_model_type',
-           'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve', 'plot_recipe_curves',
-           'split_overrides', 'pretrain_from_args', 'main']
+           'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log', 'resolve_data_workers', 'check_compile',
+           'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'train', 'heldout_examples',
+           'evaluate_heldout', 'transitions', 'run_transitions', 'save_figure', 'step_axis', 'plot_pretraining',
+           'run_model_type', 'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve',
+           'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -565,14 +565,18 @@ def resolve_data_workers(workers, device, world: int = 1) -> int:
     if torch.device(device).type == "cpu": return 0
     return max(1, min(4, (os.cpu_count() or 2) // world - 1))
 
-def compile_step(model, device, electra: bool = False):
-    """`torch.compile` of `model` (or of its `DistributedDataParallel`) in fixed shapes, for `train_step(compiled=...)`;
-    a clear error where it cannot run: ELECTRA (its generator's samples change the discriminator's input every step),
-    or a CPU without a C++ compiler (inductor writes C++ kernels there)."""
-    if electra: raise ConfigError("compile=true is for ALBERT and BERT runs; an ELECTRA run trains eagerly: set compile=false")
+def check_compile(device, model_type: str = "albert"):
+    """Raise a `ConfigError` where `compile=true` cannot run: ELECTRA (its generator's samples change the discriminator's
+    input every step), or a CPU without a C++ compiler (inductor writes C++ kernels there)."""
+    if model_type == "electra": raise ConfigError("compile=true is for ALBERT and BERT runs; an ELECTRA run trains eagerly: "
+                                                  "set compile=false")
     if torch.device(device).type == "cpu" and not any(shutil.which(c) for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c):
         raise ConfigError("compile=true needs a C++ compiler on a CPU (torch.compile builds C++ kernels there) and none of "
                           "$CXX, g++, c++, clang++ was found: install one (Debian: apt install g++) or set compile=false")
+
+def compile_step(model, device, model_type: str = "albert"):
+    "`torch.compile` of `model` (or of its `DistributedDataParallel`) in fixed shapes, for `train_step(compiled=...)`."
+    check_compile(device, model_type)
     return torch.compile(model, dynamic=False)
 
 @contextmanager
@@ -664,6 +668,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
     mc, tc = mc or get_config(preset), tc or get_train_config(preset)
     rank, world = _dist()
     dev = _device(device, rank)
+    if tc.compile: check_compile(dev, mc.model_type)  # before any data is prepared
     if tc.batch_size % (world * tc.grad_accum):
         raise ConfigError(f"batch_size={tc.batch_size} is not divisible by processes x grad_accum = {world} x {tc.grad_accum}")
     if rank == 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override, verbose=progress)
@@ -690,7 +695,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
         if rank == 0: save_checkpoint(model, run_dir, 0)
     if rank == 0: atomic_write(log_file, "".join(json.dumps(r) + "\n" for r in _read_log(log_file, start)))
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else None
-    compiled = compile_step(ddp or model, dev, mc.model_type == "electra") if tc.compile else None
+    compiled = compile_step(ddp or model, dev, mc.model_type) if tc.compile else None
     sentence = sentence_name(tc.sentence_task, mc.model_type)  # the log names the second loss after the task trained
     electra = mc.model_type == "electra"
     weight = tc.rtd_weight if electra else float(tc.sentence_task != "none")

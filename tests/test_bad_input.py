@@ -131,10 +131,22 @@ def case_zero_seeds(tmp):
                 names="--seeds 0", error="SweepError", run=tmp / "run")
 
 
+def case_compile_not_a_bool(tmp):
+    return dict(input="pretrain --set compile=yes", args=_pretrain_args(tmp / "run", compile="yes"), names="compile must be true or false",
+                error="ConfigError", run=tmp / "run")
+
+
+def case_compile_for_electra(tmp):
+    args = _pretrain_args(tmp / "run", compile=True)
+    args[args.index("tiny")] = "electra-tiny"
+    return dict(input="pretrain --preset electra-tiny --set compile=true", args=args, names="set compile=false",
+                error="ConfigError", run=tmp / "run")
+
+
 CASES = [case_empty_corpus, case_non_utf8_corpus, case_one_line_corpus, case_missing_corpus, case_garbage_config,
          case_truncated_resume, case_malicious_trainer_state, case_truncated_checkpoint, case_pickle_only_step,
          case_mistyped_option, case_misspelt_option, case_disk_full, case_figures_folder_to_compare,
-         case_zero_seeds]
+         case_zero_seeds, case_compile_not_a_bool, case_compile_for_electra]
 
 
 def left_on_disk(run: Path) -> str:

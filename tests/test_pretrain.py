@@ -285,7 +285,7 @@ def test_compiled_training_matches_eager_and_resumes_bit_identically(tmp_path):
 
 def test_compile_without_a_cpp_compiler_or_for_electra_is_refused(monkeypatch):
     model = torch.nn.Linear(2, 2)
-    with pytest.raises(ConfigError, match="ELECTRA"): P.compile_step(model, "cpu", electra=True)
+    with pytest.raises(ConfigError, match="ELECTRA"): P.compile_step(model, "cpu", "electra")
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(ConfigError, match=r"needs a C\+\+ compiler.*apt install g\+\+\) or set compile=false"):
         P.compile_step(model, "cpu")
