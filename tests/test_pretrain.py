@@ -160,20 +160,22 @@ def test_saves_fsync_the_file_before_the_rename_and_the_folder_after(tmp_path, m
     assert ("fsync", str(tmp_path / "ck")) in events[ren:], events  # the folder entry, after
 
 
-def test_torchrun_two_processes_equals_one(tmp_path):
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_torchrun_two_processes_equals_one(tmp_path, compiled):
     # dropout draws differ between 1 and 2 processes; the rest is the same math, checked in fp32 (bf16 rounds each
-    # process's partial sums, and LAMB's normalised update magnifies that in the smallest gradients)
-    extra = dict(classifier_dropout_prob=0.0, precision="fp32")
+    # process's partial sums, and LAMB's normalised update magnifies that in the smallest gradients); compiled: the
+    # DistributedDataParallel model under torch.compile against one compiled process
+    extra = dict(classifier_dropout_prob=0.0, precision="fp32", **({"compile": True} if compiled else {}))
     one, two = tmp_path / "one", tmp_path / "two"
     run_until(fixture_args(one, **extra), lambda: False)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(29517 + compiled),
            "-m", "embryo.pretrain", *fixture_args(two, **extra)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     a, b = weights(one, 30), weights(two, 30)
     for k in a: torch.testing.assert_close(a[k], b[k], atol=2e-5, rtol=1e-4)
     la, lb = losses(one), losses(two)
-    assert [r["step"] for r in la] == [r["step"] for r in lb]
+    assert [r["step"] for r in la] == [r["step"] for r in lb] and all(r.get("compiled", False) == compiled for r in la + lb)
     for ra, rb in zip(la, lb):
         for k in ("loss", "mlm_loss", "sop_loss"): assert ra[k] == pytest.approx(rb[k], rel=1e-4, abs=1e-5), (ra, rb)
 
