@@ -55,6 +55,7 @@ class ElectraOutput:
     replaced: torch.Tensor  # real tokens the generator's samples changed
     n_tokens: torch.Tensor  # real (non-padding) tokens
     sop_logits: None = None  # no sentence-level head: ELECTRA trains none
+    mlm_labels: torch.Tensor | None = None  # (n_masked,): the target of each row of prediction_logits
 
 def gumbel_sample(logits: torch.Tensor) -> torch.Tensor:
     "One token per row of `logits`, drawn from softmax(logits) by the Gumbel-max trick (torch's global generator)."
@@ -95,7 +96,8 @@ class ElectraPair(nn.Module):
             replaced = (fake != original) & real
         d = self.discriminator(fake, attention_mask=attention_mask, token_type_ids=token_type_ids).logits.float()
         rtd = F.binary_cross_entropy_with_logits(d[real], replaced[real].float(), reduction="sum")
-        return ElectraOutput(mlm_loss, pred, rtd, ((d[real] > 0) == replaced[real]).sum(), replaced.sum(), real.sum())
+        return ElectraOutput(mlm_loss, pred, rtd, ((d[real] > 0) == replaced[real]).sum(), replaced.sum(), real.sum(),
+                             mlm_labels=target)
 
 # %% ../nbs/01a_electra.ipynb #aae99b55
 def _save_half(model, folder: Path):

@@ -631,14 +631,13 @@ def train_step(model, batches: list[dict], n_masked: int, n_second: int, world: 
         with (torch.enable_grad() if sync else ddp.no_sync()), autocast(device, precision):
             run = compiled if compiled is not None else ddp or model  # (a compiled module has no truth value)
             out = run(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"], logits=predictions or "masked")
-            target = b["labels"][b["labels"] != -100] if electra else out.mlm_labels
             mlm = out.mlm_loss * n if n else out.prediction_logits.sum() * 0  # the model's mean, as a sum
             if electra: second, second_hits = out.rtd_loss_sum, out.rtd_correct
             else:
                 second = F.cross_entropy(out.sop_logits.float(), b["sentence_order_label"], reduction="sum")
                 second_hits = (out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum()
             ((mlm / n_masked + (second / n_second * second_weight if second_weight else 0.0)) * world).backward()
-        hits = (out.prediction_logits.argmax(-1) == target).sum() if count_hits else torch.zeros((), device=device)
+        hits = (out.prediction_logits.argmax(-1) == out.mlm_labels).sum() if count_hits else torch.zeros((), device=device)
         stats += torch.stack([mlm.detach(), second.detach(), hits, second_hits]).double()
     return stats
 
