@@ -16,9 +16,10 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['SHARING', 'ACTIVATIONS', 'MODEL_TYPES', 'PRESETS', 'SENTENCE_TASKS', 'CPU_FINETUNE', 'PRECISIONS', 'OPTIMIZERS',
-           'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG', 'ConfigError', 'ModelConfig', 'get_config', 'TrainConfig',
-           'get_train_config', 'run_config_file', 'migrate_run_config', 'fsync_dir', 'temp_tag', 'stale_temp',
-           'clean_stale_temps', 'atomic_write', 'split_names', 'add_pretrain_args']
+           'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG', 'PARAMETER_TYPES', 'ConfigError', 'ModelConfig',
+           'get_config', 'TrainConfig', 'get_train_config', 'run_config_file', 'migrate_run_config', 'fsync_dir',
+           'temp_tag', 'stale_temp', 'clean_stale_temps', 'atomic_write', 'split_names', 'ParameterError',
+           'check_value', 'check_parameters', 'add_pretrain_args']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -306,6 +307,52 @@ def split_names(names) -> list:
     "`names` as a list: a string 'a, b' split on commas (as papermill's -p passes a list), any other iterable as is."
     if isinstance(names, str): return [n.strip() for n in names.split(",") if n.strip()]
     return list(names)
+
+# %% ../nbs/00_config.ipynb #948226c2
+class ParameterError(ValueError):
+    "A notebook parameter the notebook does not declare, or a value of the wrong kind."
+
+PARAMETER_TYPES = {"step": int}  # parameters whose default (None) says nothing of their kind
+
+def check_value(name: str, value, default, where: str):
+    "Refuse `value` for parameter `name` where its kind (from `PARAMETER_TYPES` or the default's type) cannot take it."
+    kind = PARAMETER_TYPES.get(name) or (type(default) if default is not None else None)
+    if value is None or kind is None or isinstance(value, kind) or kind is float and isinstance(value, int): return
+    if kind in (list, tuple) and isinstance(value, str): return  # "a,b": split by the analysis
+    if kind in (int, float) and isinstance(value, str):
+        try: kind(value); return
+        except ValueError: pass
+    word = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}.get(kind, kind.__name__)
+    raise ParameterError(f"{where}: {name}={value!r} must be {word}"
+                         + (" (a checkpoint step, e.g. -p step 1000)" if name == "step" else f" (its default is {default!r})"))
+
+# %% ../nbs/00_config.ipynb #6bfb2d8e
+def _assignments(source: str) -> dict:
+    "name -> value (a literal, else None) of each top-level assignment in a cell's source."
+    import ast
+    out = {}
+    try: tree = ast.parse(source)
+    except SyntaxError: return out
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try: out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError: out[node.targets[0].id] = None
+    return out
+
+def check_parameters():
+    "In a notebook run by papermill, after the parameters: refuse a parameter it does not declare, or a value of the wrong kind."
+    try: from IPython import get_ipython
+    except ImportError: return
+    ip = get_ipython()
+    hist = ip.user_ns.get("In", []) if ip is not None else []
+    injected = [i for i, s in enumerate(hist) if s.lstrip().startswith("# Parameters")]  # papermill's injected cell
+    if not injected or injected[-1] < 1: return  # not run by papermill: nothing was injected
+    i = injected[-1]
+    declared, given = _assignments(hist[i - 1]), _assignments(hist[i])
+    unknown = sorted(set(given) - set(declared))
+    if unknown: raise ParameterError(f"this notebook has no parameter {', '.join(unknown)}; its parameters are "
+                                     f"{', '.join(declared)}. Check the spelling (papermill -p NAME VALUE)")
+    for k, v in given.items(): check_value(k, v, declared[k], "papermill parameter")
 
 # %% ../nbs/00_config.ipynb #77d36e9d
 def add_pretrain_args(p: argparse.ArgumentParser, # the parser of a command that pretrains

@@ -25,24 +25,24 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
+from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE, check_value, ParameterError
 from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, run_transitions, train_log, complete_run, sentence_name, run_sentence_task, run_model_type
 from .results import DB_NAME, connect, db_path, done_steps, log_job, read_log, computed_with, options_digest, set_computed_with, write_transitions
 
 
 # %% auto #0
-__all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'PARAMETER_TYPES', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR',
-           'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'RUN_BUNDLE', 'BUNDLED',
-           'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SEED_RESAMPLES', 'ROUNDING',
-           'SEED_PANELS', 'BEST_LAYER', 'SEED_MEAN', 'EXAMPLE_PARTS', 'SweepError', 'nbs_dir', 'available_analyses',
-           'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job',
-           'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill',
-           'run_inprocess', 'ParameterError', 'check_value', 'check_parameters', 'check_options', 'options_text',
-           'plan', 'summary_table', 'sweep', 'report_sections', 'write_report', 'redraw_all', 'reproduce',
-           'reproduce_seeds', 'publish_report', 'bundle_run', 'results_markdown', 'sync_notebooks', 'checkout_figures',
-           'notebook_pages', 'gain_and_step90', 'trend', 'side_by_side_verdict', 'model_family', 'swept_run',
-           'compare_runs', 'seed_run_dirs', 'seed_bootstrap', 'stratum_weights', 'multibootstrap', 'band_stats',
-           'seed_bands', 'side_parts', 'stored_scores', 'example_matrix', 'curve_band', 'seed_panels']
+__all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR',
+           'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'USER_DATA', 'RUN_BUNDLE', 'BUNDLED', 'NOTEBOOKS',
+           'RESULTS_MARK', 'TWINS', 'SIDE_BY_SIDE', 'RISE', 'EARLY', 'SEED_RESAMPLES', 'ROUNDING', 'SEED_PANELS',
+           'BEST_LAYER', 'SEED_MEAN', 'EXAMPLE_PARTS', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
+           'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path',
+           'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess',
+           'check_options', 'options_text', 'plan', 'summary_table', 'sweep', 'report_sections', 'write_report',
+           'redraw_all', 'reproduce', 'reproduce_seeds', 'publish_report', 'bundle_run', 'results_markdown',
+           'sync_notebooks', 'checkout_figures', 'notebook_pages', 'gain_and_step90', 'trend', 'side_by_side_verdict',
+           'model_family', 'swept_run', 'compare_runs', 'seed_run_dirs', 'seed_bootstrap', 'stratum_weights',
+           'multibootstrap', 'band_stats', 'seed_bands', 'side_parts', 'stored_scores', 'example_matrix', 'curve_band',
+           'seed_panels']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -308,50 +308,6 @@ def _env(**kv):
         for k, v in old.items():
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
-
-class ParameterError(ValueError):
-    "A notebook parameter the notebook does not declare, or a value of the wrong kind."
-
-PARAMETER_TYPES = {"step": int}  # parameters whose default (None) says nothing of their kind
-
-def check_value(name: str, value, default, where: str):
-    "Refuse `value` for parameter `name` where its kind (from `PARAMETER_TYPES` or the default's type) cannot take it."
-    kind = PARAMETER_TYPES.get(name) or (type(default) if default is not None else None)
-    if value is None or kind is None or isinstance(value, kind) or kind is float and isinstance(value, int): return
-    if kind in (list, tuple) and isinstance(value, str): return  # "a,b": split by the analysis
-    if kind in (int, float) and isinstance(value, str):
-        try: kind(value); return
-        except ValueError: pass
-    word = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}.get(kind, kind.__name__)
-    raise ParameterError(f"{where}: {name}={value!r} must be {word}"
-                         + (" (a checkpoint step, e.g. -p step 1000)" if name == "step" else f" (its default is {default!r})"))
-
-def _assignments(source: str) -> dict:
-    "name -> value (a literal, else None) of each top-level assignment in a cell's source."
-    import ast
-    out = {}
-    try: tree = ast.parse(source)
-    except SyntaxError: return out
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try: out[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError: out[node.targets[0].id] = None
-    return out
-
-def check_parameters():
-    "In a notebook run by papermill, after the parameters: refuse a parameter it does not declare, or a value of the wrong kind."
-    try: from IPython import get_ipython
-    except ImportError: return
-    ip = get_ipython()
-    hist = ip.user_ns.get("In", []) if ip is not None else []
-    injected = [i for i, s in enumerate(hist) if s.lstrip().startswith("# Parameters")]  # papermill's injected cell
-    if not injected or injected[-1] < 1: return  # not run by papermill: nothing was injected
-    i = injected[-1]
-    declared, given = _assignments(hist[i - 1]), _assignments(hist[i])
-    unknown = sorted(set(given) - set(declared))
-    if unknown: raise ParameterError(f"this notebook has no parameter {', '.join(unknown)}; its parameters are "
-                                     f"{', '.join(declared)}. Check the spelling (papermill -p NAME VALUE)")
-    for k, v in given.items(): check_value(k, v, declared[k], "papermill parameter")
 
 def check_options(analysis: str, options: dict | None, mode: str):
     "Refuse an option the analysis does not take, so that papermill (which would ignore it) and in-process agree."

@@ -40,3 +40,32 @@ def test_notebooks_import_only_from_earlier_ones():
             for mod, _ in _imports(f) if mod in order and order[mod] > order[f.stem]}
     assert back <= KNOWN_BACKWARD, f"new imports from a later notebook: {back - KNOWN_BACKWARD}"
     assert back == KNOWN_BACKWARD, f"fixed, remove from KNOWN_BACKWARD: {KNOWN_BACKWARD - back}"
+
+
+NBS = PKG.parent / "nbs"
+
+
+def _notebook_imports(nb: Path):
+    "(cell number, imported embryo module) of every `from embryo.x import` / `import embryo.x` in a notebook's code cells."
+    import json
+    for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
+        if cell["cell_type"] != "code": continue
+        for m in re.finditer(r"^\s*(?:from\s+embryo\.(\w+)\s+import|import\s+embryo\.(\w+))", "".join(cell["source"]), re.M):
+            yield i, m[1] or m[2]
+
+
+def test_notebook_cells_import_only_from_earlier_notebooks():
+    "A reader who follows the notebooks in order never meets a name from a notebook still ahead (demo and hidden cells too)."
+    order = _order()
+    notebooks = {nb.stem.split("_")[0]: nb for nb in NBS.glob("*.ipynb") if re.match(r"\d", nb.stem)}
+    assert set(order.values()) <= set(notebooks), (sorted(order.values()), sorted(notebooks))
+    back = [(nb.name, i, mod) for num, nb in notebooks.items() for i, mod in _notebook_imports(nb)
+            if mod in order and order[mod] > num]
+    assert not back, f"notebook cells that import a later notebook's module (notebook, cell, module): {back}"
+
+
+def test_notebook_cell_check_sees_a_backward_import(tmp_path):
+    "The check above reads `from embryo.x import` in any cell, hidden or not."
+    nb = tmp_path / "00_x.ipynb"
+    nb.write_text('{"cells": [{"cell_type": "code", "source": ["#| hide\\n", "from embryo.sweep import sweep\\n"]}]}')
+    assert list(_notebook_imports(nb)) == [(0, "sweep")]
