@@ -25,7 +25,7 @@ import torch
 
 from embryo import data as D
 from embryo import probing as PR
-from embryo.pretrain import list_steps, load_checkpoint
+from embryo.run import list_steps, load_checkpoint
 
 
 def n_tokens(tok, tasks) -> int:

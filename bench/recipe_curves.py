@@ -14,7 +14,8 @@ import io
 from pathlib import Path
 
 from embryo.config import atomic_write, get_train_config, get_config
-from embryo.pretrain import _read_log, heldout_curve, read_run_config
+from embryo.run import log_records, read_run_config
+from embryo.pretrain import heldout_curve
 
 
 def settings_text(mc, tc) -> str:
@@ -27,7 +28,7 @@ def settings_text(mc, tc) -> str:
 
 def curve_rows(name: str, run: Path) -> list[dict]:
     _, mc, tc = read_run_config(run)
-    log = _read_log(run / "logs" / "train.jsonl", 1 << 62)
+    log = log_records(run / "logs" / "train.jsonl", 1 << 62)
     rows, prev = [], 0
     for r in heldout_curve(run):
         window = [x["mlm_loss"] for x in log if prev < x["step"] <= r["step"]]

@@ -15,7 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from embryo.pretrain import fixture_run, list_steps
+from embryo.run import list_steps
+from embryo.pretrain import fixture_run
 from embryo.sweep import available_analyses, sweep
 
 QUICK = {"reconstruction": dict(max_words=50), "knowledge": dict(max_facts=200), "glue": dict(max_train_examples=64),

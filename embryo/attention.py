@@ -17,7 +17,8 @@ import torch
 
 from . import data as D
 from .config import atomic_write
-from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
+from .run import find_checkpoint, list_steps, load_checkpoint
+from .figures import save_figure, step_axis
 from .reconstruction import tagged_sentences, sentence_text
 from .results import write_results, read_results, read_samples, markdown_table, score_rows
 

@@ -28,7 +28,8 @@ import torch.nn.functional as F
 from . import data as D
 from .config import atomic_write, split_names, run_config_file, CPU_FINETUNE  # CPU_FINETUNE: the CPU-sized models' finetuning settings
 from .model import autocast
-from .pretrain import load_checkpoint, list_steps, save_figure, find_checkpoint, step_axis
+from .run import load_checkpoint, list_steps, find_checkpoint
+from .figures import save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows
 
 DEFAULT_MAX_TRAIN = 500  # training examples per task by default: both built-in tasks finetune in minutes on a CPU

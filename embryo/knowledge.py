@@ -27,7 +27,8 @@ import torch
 
 from . import data as D
 from .config import atomic_write, split_names
-from .pretrain import load_checkpoint, list_steps, save_figure, step_axis, STEP_LABEL
+from .run import load_checkpoint, list_steps
+from .figures import save_figure, step_axis, STEP_LABEL
 from .results import write_results, read_results, read_samples, score_rows
 
 # %% auto #0

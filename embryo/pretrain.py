@@ -30,19 +30,19 @@ from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_trai
 from .model import AlbertForPreTraining, CheckpointError, load_pretrained, autocast, resolve_precision, load_safetensors
 from .electra import ElectraPair, GENERATOR, is_electra, load_electra, pretraining_model
 from . import data as D
+from .run import (CheckpointNotFound, checkpoint_dir, list_steps, find_checkpoint, load_checkpoint, replace_dir,
+                        save_checkpoint, run_lock, clean_run, forget_inherited_locks, read_config, read_run_config,
+                        sentence_name, corpus_file, CORPUS_FORMS, write_tokenizer_files, complete_run, log_records, train_log,
+                        run_transitions)
+from .figures import plot_pretraining
 
 # %% auto #0
-__all__ = ['LOCK_FILE', 'FIXED_SETTINGS', 'CORPUS_FORMS', 'HELDOUT_MASK_PROB', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD',
-           'STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer',
-           'lr_at', 'phase1_steps', 'seq_length_at', 'checkpoint_steps', 'CheckpointNotFound', 'checkpoint_dir',
-           'list_steps', 'find_checkpoint', 'load_checkpoint', 'save_checkpoint', 'RunLocked', 'forget_inherited_locks',
-           'run_lock', 'clean_run', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
-           'run_corpus', 'corpus_file', 'sentence_name', 'prepare_run', 'examples_of', 'write_tokenizer_files',
-           'complete_run', 'TrainingDiverged', 'DiskFull', 'train_log', 'resolve_data_workers', 'check_compile',
-           'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'train', 'heldout_examples',
-           'evaluate_heldout', 'transitions', 'run_transitions', 'save_figure', 'step_axis', 'plot_pretraining',
-           'run_model_type', 'run_sentence_task', 'corpus_slice', 'fixture_run', 'read_run_config', 'heldout_curve',
-           'plot_recipe_curves', 'split_overrides', 'pretrain_from_args', 'main']
+__all__ = ['FIXED_SETTINGS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer', 'lr_at', 'phase1_steps',
+           'seq_length_at', 'checkpoint_steps', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches',
+           'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'TrainingDiverged', 'DiskFull',
+           'resolve_data_workers', 'check_compile', 'compile_step', 'deterministic_kernels', 'prefetched', 'train_step',
+           'train', 'heldout_examples', 'evaluate_heldout', 'corpus_slice', 'fixture_run', 'heldout_curve',
+           'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -115,145 +115,6 @@ def checkpoint_steps(tc: TrainConfig) -> list[int]:
         start = max(start, end)
     return sorted(steps)
 
-# %% ../nbs/03_pretrain.ipynb #ce7185fc
-class CheckpointNotFound(LookupError):
-    "A step that has no checkpoint in the run; the message lists the steps that exist."
-
-def _checkpoint_folders(run_dir) -> dict[int, Path]:
-    "Each step's complete checkpoint folder: `step_N`, or `step_N.old` where a save was killed between its two renames."
-    ck, out = Path(run_dir) / "checkpoints", {}
-    if not ck.is_dir(): return out
-    for p in sorted(ck.iterdir(), key=lambda p: p.name.endswith(".old")):  # step_N first, its .old only in its place
-        name = p.name[:-4] if p.name.endswith(".old") else p.name
-        if name.startswith("step_") and name[5:].isdigit() and (p / "model.safetensors").exists():
-            out.setdefault(int(name[5:]), p)
-    return out
-
-def checkpoint_dir(run_dir, step: int) -> Path: return Path(run_dir) / "checkpoints" / f"step_{step:07d}"
-
-def list_steps(run_dir) -> list[int]:
-    "The steps that have a complete checkpoint in `run_dir` (a `step_N.old` left by a killed save counts as step N)."
-    return sorted(_checkpoint_folders(run_dir))
-
-def _steps_text(steps):
-    return ", ".join(map(str, steps)) if len(steps) <= 12 else ", ".join(map(str, steps[:8])) + ", ..., " + ", ".join(map(str, steps[-3:]))
-
-def find_checkpoint(run_dir, step: int) -> Path:
-    "The checkpoint folder of `step`, or `CheckpointNotFound` naming the steps that exist."
-    p = checkpoint_dir(run_dir, step)
-    if (p / "model.safetensors").exists(): return p
-    if step in (found := _checkpoint_folders(run_dir)): return found[step]
-    if (p / "pytorch_model.bin").exists():
-        raise CheckpointNotFound(f"{p} holds only pytorch_model.bin, a pickle file that can run code when loaded, so embryo "
-                                 "refuses it; convert it once to safetensors (transformers: from_pretrained, then "
-                                 "save_pretrained(folder, safe_serialization=True)) if you trust its source")
-    steps = list_steps(run_dir)
-    if not steps: raise CheckpointNotFound(f"{run_dir} has no checkpoints; train it first (embryo pretrain --run {run_dir})")
-    raise CheckpointNotFound(f"{run_dir} has no checkpoint for step {step}; it has {_steps_text(steps)}. "
-                             "Pass one of those, or run the pretraining further.")
-
-def load_checkpoint(run_dir, step: int, device="cpu", mlm: bool = False) -> AlbertForPreTraining:
-    "The model saved at `step` of the run, in eval mode; of an ELECTRA run, the discriminator, or the generator with `mlm` (the half with vocabulary scores)."
-    folder = find_checkpoint(run_dir, step)
-    if is_electra(folder): return load_electra(folder, GENERATOR if mlm else "discriminator", device)
-    return load_pretrained(folder, map_location=device)
-
-def _replace_dir(tmp: Path, final: Path):
-    "Move the finished folder `tmp` to `final`, replacing an older one without a moment where neither exists."
-    old = final.with_name(final.name + ".old")
-    if old.exists():
-        if final.exists(): shutil.rmtree(old)  # an earlier save was killed after its second rename: `final` is whole
-        else: old.rename(final)  # killed between the renames: put the complete copy back first
-    if final.exists(): final.rename(old)
-    tmp.rename(final)
-    fsync_dir(final.parent)  # the renames reach the disk before the old copy goes
-    if old.exists(): shutil.rmtree(old)
-
-def save_checkpoint(model, run_dir, step: int) -> Path:
-    "Write the weights of `step` and the run's tokenizer files as a complete Hugging Face checkpoint folder, atomically (a temporary name of this writer's own)."
-    final = checkpoint_dir(run_dir, step)
-    tmp = final.with_name(f".{final.name}.{temp_tag()}.tmp")
-    if tmp.exists(): shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    for folder in (tmp, tmp / GENERATOR):  # an ELECTRA checkpoint's generator is a model folder of its own
-        for name in D.HF_TOKENIZER_FILES if (folder / "config.json").exists() else ():
-            if (Path(run_dir) / name).exists(): shutil.copyfile(Path(run_dir) / name, folder / name)
-    _replace_dir(tmp, final)
-    return final
-
-# %% ../nbs/03_pretrain.ipynb #6121df16
-class RunLocked(RuntimeError):
-    "Another process is writing this run folder."
-
-LOCK_FILE = ".lock"
-_held: dict[Path, int] = {}  # run folders this process holds, with how many nested `run_lock`s
-_lock_fds: dict[Path, int] = {}  # and the open lock file of each
-
-def _lock_holder(f: Path) -> dict:
-    "What the holder wrote into the lock file (pid, host, since), {} while it has not yet."
-    for _ in range(20):
-        try:
-            h = json.loads(f.read_text() or "{}")
-            if h: return h
-        except (OSError, ValueError): pass
-        time.sleep(0.05)
-    return {}
-
-def forget_inherited_locks(*_):
-    """In a forked child (a data worker): close the lock files it inherited, so that a killed writer's lock is free at
-    once, not held on by its children until they notice that their parent is gone."""
-    for fd in _lock_fds.values(): os.close(fd)
-    _lock_fds.clear(); _held.clear()
-
-@contextmanager
-def run_lock(run_dir, wait: bool = False):
-    "Hold the writer lock of `run_dir` for the block; a second writer gets `RunLocked` naming the holder (or waits, if `wait`)."
-    import fcntl, socket
-    run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
-    key = run_dir.resolve()
-    if key in _held:  # this process holds it already (fixture_run around train)
-        _held[key] += 1
-        try: yield {}
-        finally: _held[key] -= 1
-        return
-    f = run_dir / LOCK_FILE
-    fd = os.open(f, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try: fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            h = _lock_holder(f)
-            who = f"pid {h.get('pid')} on {h.get('host')} since {h.get('since')}" if h else "another process"
-            raise RunLocked(f"{run_dir} is being written by {who} ({f}); wait for it to finish, or stop it "
-                            f"(kill {h.get('pid', '<pid>')}) and rerun: training resumes from its last saved step") from None
-        before = _lock_holder(f) if os.fstat(fd).st_size else {}  # a holder that never released: it was killed
-        me = dict(pid=os.getpid(), host=socket.gethostname(), since=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        os.ftruncate(fd, 0); os.pwrite(fd, json.dumps(me).encode(), 0); os.fsync(fd)
-        _held[key], _lock_fds[key] = 1, fd
-        try: yield before
-        finally:
-            del _held[key], _lock_fds[key]
-            os.ftruncate(fd, 0)  # released cleanly: an empty lock file names nobody
-    finally: os.close(fd)  # closing releases the flock
-
-def clean_run(run_dir) -> list[str]:
-    "Under the run's lock: remove what killed writers of the run left, and restore a `step_N.old` whose new copy is missing."
-    run_dir, done = Path(run_dir), []
-    ck = run_dir / "checkpoints"
-    for folder in [run_dir, run_dir / "logs", run_dir / "resume", ck, *(ck.glob("step_*") if ck.is_dir() else [])]:
-        if not folder.is_dir() or folder.is_symlink(): continue
-        for p in folder.glob(".*"):
-            if p.name == LOCK_FILE: continue
-            if p.name.endswith(".tmp") and (stale_temp(p.name) or folder in (run_dir, ck)):  # the lock: no other writer here
-                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True); done.append(f"removed {p}")
-    for old in [*(ck.glob("step_*.old") if ck.is_dir() else []), run_dir / "resume.old"]:
-        if not old.is_dir(): continue
-        final = old.with_name(old.name[:-4])
-        if (final / "model.safetensors").exists(): shutil.rmtree(old); done.append(f"removed {old} ({final.name} is whole)")
-        else:
-            if final.exists(): shutil.rmtree(final)
-            old.rename(final); done.append(f"restored {final} from {old.name}")
-    return done
-
 # %% ../nbs/03_pretrain.ipynb #d97368ca
 def rng_state() -> dict:
     "Every random-number state training touches (dropout draws from torch's generators)."
@@ -274,7 +135,7 @@ def save_resume(model, opt, run_dir, step: int):
     model.save_pretrained(tmp)
     torch.save(dict(step=step, optimizer=opt.state_dict(), rng=rng_state()), tmp / "trainer_state.pt")
     with open(tmp / "trainer_state.pt", "rb+") as f: os.fsync(f.fileno())
-    _replace_dir(tmp, final)
+    replace_dir(tmp, final)
 
 def load_resume(model, opt, run_dir) -> int:
     "Restore weights, optimizer and RNG states from `resume/` (or its `.old` copy after a crash); returns the step."
@@ -349,13 +210,6 @@ def _diff(old: dict, new: dict, prefix="") -> list[str]:
 
 FIXED_SETTINGS = ("corpus", "tokenizer_vocab_size", "max_seq_length", "seed", "sentence_task", "short_seq_prob")  # the run's data
 
-def _read_config(f: Path) -> dict:
-    "A run's settings file (`pretrain_config.json`), or a `ConfigError` naming the file and what to do."
-    try: return json.loads(f.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{f} is not valid JSON ({e}): it holds the run's settings, written by its first pretrain. "
-                          "Restore it from a copy, or delete it if the run has no checkpoint yet, or pass a new --run folder") from None
-
 def _progress(run_dir) -> bool:
     "Whether the run has saved anything to resume from (a checkpoint or a resume point)."
     return bool(list_steps(run_dir)) or any((Path(run_dir) / n).exists() for n in ("resume", "resume.old"))
@@ -372,9 +226,9 @@ def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override:
     f = run_config_file(run_dir)
     if not f.exists():
         old_file = Path(run_dir) / "config.json"
-        if old_file.exists() and _progress(run_dir): _read_config(old_file)  # an old run whose settings file is garbage: say so
+        if old_file.exists() and _progress(run_dir): read_config(old_file)  # an old run whose settings file is garbage: say so
         atomic_write(f, json.dumps(cfg, indent=2) + "\n"); return cfg
-    old = _read_config(f)
+    old = read_config(f)
     old.get("train", {}).setdefault("precision", "auto")  # runs made before the setting existed: bf16 on a GPU, as auto
     history = old.pop("history", [])
     diff = _diff(old, cfg)
@@ -397,10 +251,6 @@ def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override:
     atomic_write(f, json.dumps(cfg, indent=2) + "\n")
     return cfg
 
-CORPUS_FORMS = ("'embryo-mini', a text file or a folder of .txt files (one sentence a line, a blank line between documents), "
-                "a datasets file (.jsonl, .json, .csv, .parquet) or a folder written by Dataset.save_to_disk, each with a "
-                "'text' column of one document a row, a datasets.Dataset, or a hub dataset name (where online)")
-
 def run_corpus(run_dir, corpus, save: bool = True) -> str:
     "`corpus` as the run's config records it: a `datasets.Dataset` is saved into the run as `corpus-<fingerprint>/` (if `save`)."
     if isinstance(corpus, (str, os.PathLike)): return str(corpus)
@@ -417,26 +267,8 @@ def run_corpus(run_dir, corpus, save: bool = True) -> str:
     if save and not (out / "dataset_info.json").exists():
         tmp = out.with_name(f".{out.name}.{temp_tag()}.tmp")
         if tmp.exists(): shutil.rmtree(tmp)
-        corpus.save_to_disk(str(tmp)); _replace_dir(tmp, out)
+        corpus.save_to_disk(str(tmp)); replace_dir(tmp, out)
     return str(out)
-
-def corpus_file(tc: TrainConfig) -> Path | str:
-    "Where the training text of `tc.corpus` is read from: the built-in corpus (fetched on first use), a file or folder, or a hub name."
-    if tc.corpus == "embryo-mini": return D.fetch() / "train.txt"
-    p = Path(tc.corpus).expanduser()
-    if p.exists():
-        if p.is_file() and p.suffix in ("", ".txt"):
-            with open(p, "rb") as f:
-                if not any(line.strip() for line in f):
-                    raise D.CorpusError(f"corpus {p} is empty: fill it with text, one sentence a line, a blank line between documents")
-        return p
-    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", tc.corpus) and p.suffix not in (".txt", *D._DATASET_EXT):
-        return tc.corpus  # a hub dataset name: `read_corpus` loads it, or says why it cannot
-    raise D.CorpusError(f"corpus {tc.corpus!r} does not exist; pass {CORPUS_FORMS} (embryo pretrain --set corpus=...)")
-
-def sentence_name(sentence_task: str, model_type: str = "albert") -> str:
-    "The name of a run's second loss: rtd for ELECTRA's replaced-token detection, nsp for BERT's next-sentence task, else sop (ALBERT's head)."
-    return "rtd" if model_type == "electra" else "nsp" if sentence_task == "nsp" else "sop"
 
 def _say(on: bool, run_dir, what: str, t0: float | None = None):
     "One line of what the start of a run is building (or how long it took), when `on`."
@@ -484,30 +316,7 @@ def examples_of(tok, tc: TrainConfig, max_seq_length: int):
                                          "sentences or more (one sentence a line, a blank line between documents); add text")
     return ds
 
-def write_tokenizer_files(run_dir, model_max_length: int = 512) -> list[str]:
-    "Write the Hugging Face tokenizer files of the run's `spiece.model` into the run folder (those missing); returns their names."
-    run_dir = Path(run_dir)
-    missing = [n for n in D.HF_TOKENIZER_FILES if not (run_dir / n).exists()]
-    if missing:
-        for name, b in D.hf_tokenizer_files(run_dir, model_max_length).items():
-            if name in missing: atomic_write(run_dir / name, b)
-    return missing
 
-def complete_run(run_dir) -> dict:
-    "Bring a run made by an older embryo up to date: settings in `pretrain_config.json`, tokenizer files in the run and every checkpoint."
-    run_dir = Path(run_dir)
-    done = dict(renamed_config=migrate_run_config(run_dir) is not None, checkpoints=0)
-    if not (run_dir / "spiece.model").exists(): return done  # not our run: nothing to copy from
-    f = run_config_file(run_dir)
-    n_pos = _read_config(f)["model"].get("max_position_embeddings", 512) if f.exists() else 512
-    done["run_files"] = write_tokenizer_files(run_dir, n_pos)
-    for step in list_steps(run_dir):
-        ck = checkpoint_dir(run_dir, step)
-        if ck.is_symlink(): continue  # a user's own checkpoint folder, linked in by the sweep: not ours to write into
-        missing = [n for n in D.HF_TOKENIZER_FILES if not (ck / n).exists()]
-        for n in missing: atomic_write(ck / n, (run_dir / n).read_bytes())
-        done["checkpoints"] += bool(missing)
-    return done
 
 # %% ../nbs/03_pretrain.ipynb #3fef3168
 class TrainingDiverged(RuntimeError):
@@ -535,20 +344,6 @@ def _dist():
 def _device(device: str, rank: int) -> torch.device:
     if device == "auto": device = f"cuda:{rank}" if torch.cuda.is_available() else "cpu"
     return torch.device(device)
-
-def _read_log(f: Path, upto: int) -> list[dict]:
-    "The logged records up to step `upto`; a line cut short by a crash is dropped."
-    rows = []
-    if f.exists():
-        for line in f.read_text().splitlines():
-            try: r = json.loads(line)
-            except json.JSONDecodeError: continue
-            if r["step"] <= upto: rows.append(r)
-    return rows
-
-def train_log(run_dir) -> list[dict]:
-    "Every record of the run's training log (`logs/train.jsonl`): step, losses, accuracies, learning rate, tokens/s."
-    return _read_log(Path(run_dir) / "logs" / "train.jsonl", 1 << 62)
 
 class _Steps(torch.utils.data.Dataset):
     "The batches of `steps`, one item a step, for the worker processes of a `DataLoader`."
@@ -642,7 +437,7 @@ def train_step(model, batches: list[dict], n_masked: int, n_second: int, world: 
     return stats
 
 def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,
-          device: str = "auto", stop_after: int | None = None, progress: bool = True, figures_dir=None,
+          device: str = "auto", stop_after: int | None = None, progress: bool = True,
           override: bool = False, data_workers="auto") -> dict:
     """Pretrain (or resume) the run in `run_dir`, its only writer; returns the final held-out evaluation. `stop_after` ends
     early at that step; `data_workers` processes mask the coming batches (`resolve_data_workers`: 'auto', or a number)."""
@@ -653,7 +448,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
             if before: print(f"pretrain {run_dir}: taking over the lock of pid {before.get('pid')} on {before.get('host')} "
                              f"(since {before.get('since')}), which ended without releasing it", flush=True)
             for line in clean_run(run_dir): print(f"pretrain {run_dir}: {line} (left by a killed writer)", flush=True)
-        try: return _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, override, data_workers)
+        try: return _train(run_dir, preset, mc, tc, device, stop_after, progress, override, data_workers)
         except (OSError, RuntimeError) as e:
             if not _disk_full(e, run_dir): raise
             if rank == 0: clean_run(run_dir)  # this writer's half-written temporary folders
@@ -662,7 +457,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
                            f"free some space (or pass a --run folder on another disk) and rerun the same command; training "
                            f"resumes from its last resume point (last checkpoint: step {steps[-1] if steps else 'none'})") from None
 
-def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, override, workers) -> dict:
+def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, workers) -> dict:
     from tqdm.auto import tqdm
     mc, tc = mc or get_config(preset), tc or get_train_config(preset)
     rank, world = _dist()
@@ -692,7 +487,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
     if start < 0:
         start = 0
         if rank == 0: save_checkpoint(model, run_dir, 0)
-    if rank == 0: atomic_write(log_file, "".join(json.dumps(r) + "\n" for r in _read_log(log_file, start)))
+    if rank == 0: atomic_write(log_file, "".join(json.dumps(r) + "\n" for r in log_records(log_file, start)))
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else None
     compiled = compile_step(ddp or model, dev, mc.model_type) if tc.compile else None
     sentence = sentence_name(tc.sentence_task, mc.model_type)  # the log names the second loss after the task trained
@@ -746,7 +541,6 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, figures_dir, o
     if rank != 0 or last < tc.total_steps: return {}
     result = evaluate_heldout(model, tok, tc, dev, ds)
     atomic_write(run_dir / "logs" / "eval.json", json.dumps(result, indent=2) + "\n")
-    plot_pretraining(run_dir, figures_dir or run_dir / "figures")
     return result
 
 # %% ../nbs/03_pretrain.ipynb #8157d706
@@ -805,144 +599,6 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
                 sop_accuracy=sop_hits / max(len(examples), 1), nsp_accuracy=nsp_hits / max(len(nsp), 1),
                 nsp_sequences=len(nsp))
 
-# %% ../nbs/03_pretrain.ipynb #f8165332
-def transitions(run_dir_or_rows, key: str = "mlm_loss",
-                per_decade: int = 20,      # grid points per decade of steps
-                smooth: float = 0.1,       # Gaussian smoothing, in decades of steps
-                penalty: float = 3.0,      # PELT's cost of one more change point (variance of the pace x grid points)
-                min_size: float = 0.1,     # the shortest segment, in decades
-                window: float = 0.1,       # the loss before/after is the mean over this many decades either side
-                min_records: int = 3,      # each window is widened until it holds this many records
-                z: float = 3.0,            # the drop beyond the neighbours' pace, in standard errors of the window means
-                min_drop: float = 0.01,    # and in nats
-               ) -> list[dict]:
-    "The steps where the logged `key` drops faster than before and after (or than before, if the log ends inside the drop): change points in its pace per log-step (PELT, L2 cost)."
-    import ruptures
-    from scipy.ndimage import gaussian_filter1d
-    rows = train_log(run_dir_or_rows) if isinstance(run_dir_or_rows, (str, Path)) else list(run_dir_or_rows)
-    rows = [r for r in rows if r["step"] > 0 and key in r and np.isfinite(r[key])]  # step 0 has no log-step
-    if len(rows) < 4: return []
-    steps, loss = np.array([r["step"] for r in rows], dtype=float), np.array([r[key] for r in rows], dtype=float)
-    x = np.log10(steps)
-    noise = 1.4826 * np.median(np.abs(np.diff(loss))) / np.sqrt(2)  # per record; consecutive records differ little by trend
-    grid = np.arange(x.min(), x.max() + 0.5 / per_decade, 1 / per_decade)
-    cell = np.clip(np.round((x - grid[0]) * per_decade).astype(int), 0, len(grid) - 1)
-    n, total = np.bincount(cell, minlength=len(grid)), np.bincount(cell, loss, minlength=len(grid))
-    y = np.interp(grid, grid[n > 0], total[n > 0] / n[n > 0])
-    pace = -np.gradient(gaussian_filter1d(y, smooth * per_decade, mode="nearest") if smooth else y, grid)
-    m = max(2, round(min_size * per_decade))
-    if len(pace) < 3 * m or not pace.std() > 0: return []
-    ends = ruptures.Pelt(model="l2", min_size=m, jump=1).fit((pace / pace.std())[:, None]).predict(pen=penalty)
-    edges = [0] + ends
-    means = [pace[a:b].mean() for a, b in zip(edges[:-1], edges[1:])]
-    out = []
-    for k in range(1, len(means)):
-        open_ = k == len(means) - 1  # the last segment: the log ends while the loss still falls at this pace
-        if not means[k - 1] < means[k] or (not open_ and not means[k] > means[k + 1]): continue
-        a, b = edges[k], edges[k + 1]
-        lo, hi, w = grid[a] - 0.5 / per_decade, grid[b - 1] + 0.5 / per_decade, window  # the segment, in log10 steps
-        while True:  # after an open drop, the loss of the log's last `w` decades
-            bw, aw = loss[(x >= lo - w) & (x < lo)], loss[x > x.max() - w] if open_ else loss[(x > hi) & (x <= hi + w)]
-            if (len(bw) >= min_records and len(aw) >= min_records) or w > 1: break
-            w *= 1.5
-        if not len(bw) or not len(aw): continue
-        before, after = float(bw.mean()), float(aw.mean())
-        # what the neighbours' pace drops between the windows' centres (an open drop has a neighbour before it only)
-        trend = max(means[k - 1], 0.0) * (hi - lo) if open_ else max(means[k - 1], means[k + 1], 0.0) * (hi - lo + w)
-        if before - after - trend < max(min_drop, z * noise * np.sqrt(1 / len(bw) + 1 / len(aw))): continue
-        peak = a + int(np.argmax(pace[a:b]))
-        step = int(steps[np.argmin(np.abs(x - grid[peak]))])  # the logged step nearest the fastest fall
-        out.append(dict(step=step, before=before, after=after, drop=before - after, rate=float(pace[peak]),
-                        start_step=int(steps[x >= lo].min()), end_step=int(steps[x <= hi].max()), open=open_))
-    return out
-
-TRANSITIONS_FILE = "transitions.json"  # in the run's logs/, beside train.jsonl
-TRANSITIONS_METHOD = "PELT, L2 cost on the pace per log10 step, open drops at the log's end (embryo.pretrain.transitions)"  # a cache of another method is recomputed
-
-def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
-    "The run's `transitions` with default settings, cached in `logs/transitions.json` and recomputed when the log has grown."
-    log = Path(run_dir) / "logs" / "train.jsonl"
-    if not log.exists(): return []
-    f, size = log.parent / TRANSITIONS_FILE, log.stat().st_size
-    try:
-        cached = json.loads(f.read_text())
-        if cached["log_bytes"] == size and cached["key"] == key and cached["method"] == TRANSITIONS_METHOD: return cached["transitions"]
-    except (OSError, ValueError, KeyError): pass
-    found = transitions(run_dir, key)
-    try: atomic_write(f, json.dumps(dict(key=key, log_bytes=size, method=TRANSITIONS_METHOD,
-                                         transitions=found), indent=1) + "\n")
-    except OSError: pass  # a run folder we may not write to: the transitions are still drawn
-    return found
-
-
-# %% ../nbs/03_pretrain.ipynb #eafdef11
-def save_figure(fig, out_dir, name: str) -> list[Path]:
-    "Save `fig` as `name`.png and `name`.svg in `out_dir`, each through a temporary file and a rename; then close it."
-    import io as _io
-    import matplotlib.pyplot as plt
-    paths = []
-    for ext in ("png", "svg"):
-        buf = _io.BytesIO(); fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight")
-        paths.append(atomic_write(Path(out_dir) / f"{name}.{ext}", buf.getvalue()))
-    plt.close(fig)  # every figure is drawn to be saved; a sweep redraws many, and open figures hold their memory
-    return paths
-
-STEP_LABEL = "pretraining step (optimizer updates, symlog scale)"
-TRANSITION_LABEL = "loss drop (change point)"  # the loss's phase transitions (`transitions`), drawn alike in every figure over steps
-TRANSITION_STYLE = dict(color="tab:red", ls=":", lw=1.2, alpha=0.8, zorder=1)
-
-def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run_dir=None):
-    "Pretraining steps on `ax`'s x-axis, the same in every figure: symlog (step 0 shows), no negative side, room for the first and last markers; `run_dir`'s loss transitions marked."
-    from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
-    hi = max(steps) if steps is not None and len(steps) else ax.dataLim.x1  # the last step drawn
-    ax.set_xscale("symlog", linthresh=1, linscale=0.5)
-    ax.set_xlim(-0.4, 1.6 * max(float(hi), 1.0))  # a margin either side (a marker at step 0 or the last step is not cut)
-    ax.xaxis.set_major_locator(SymmetricalLogLocator(base=10, linthresh=1))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 0 else ""))
-    if label: ax.set_xlabel(label, fontsize=fontsize)
-    marked = any(l.get_gid() == "loss-transition" for l in ax.lines)  # a second call on the same axes draws nothing twice
-    for i, t in enumerate(run_transitions(run_dir) if run_dir is not None and not marked else []):
-        ax.axvline(t["step"], **TRANSITION_STYLE, label=TRANSITION_LABEL if i == 0 else None, gid="loss-transition")
-    return ax
-
-def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
-    "Fig. 2a of the embryology paper for this run: losses and MLM accuracy over steps, the MLM loss's transitions marked."
-    import matplotlib; matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    run_dir = Path(run_dir)
-    rows = _read_log(run_dir / "logs" / "train.jsonl", 1 << 62)
-    if not rows: raise FileNotFoundError(f"{run_dir / 'logs' / 'train.jsonl'} has no records: train the run first")
-    sentence = run_sentence_task(run_dir)
-    step = [r["step"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    key = next((k for k in ("rtd_loss", "nsp_loss", "sop_loss") if k in rows[0]), "sop_loss")  # the second loss the log recorded
-    sentence = key[:-5] if key == "rtd_loss" else sentence
-    for k, c, label in (("loss", "k", "loss" + (" (mlm + 50 rtd)" if key == "rtd_loss" else "")), ("mlm_loss", "tab:blue", "mlm loss"),
-                        (key, "tab:orange", f"{sentence} loss")):
-        ax.plot(step, [r[k] for r in rows], c, label=label)
-    step_axis(ax, step, run_dir=run_dir); ax.set_ylabel("loss (nats per prediction)")
-    for t in run_transitions(run_dir):  # the same marks as every figure over steps, with what each drop was
-        ax.annotate(f"{t['before']:.2f} -> {t['after']:.2f}", (t["step"], 1), xycoords=("data", "axes fraction"), rotation=90,
-                    va="top", ha="right", fontsize=7, color=TRANSITION_STYLE["color"])
-    ax2 = ax.twinx(); ax2.plot(step, [r["mlm_accuracy"] for r in rows], "tab:green", ls="--", label="MLM accuracy")
-    ax2.set_ylabel("MLM accuracy (fraction of masked tokens)"); ax2.set_ylim(0, 1)
-    h1, l1 = ax.get_legend_handles_labels(); h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="center left", fontsize=8)
-    ax.set_title(f"Fig. 2a: pretraining loss over steps ({run_dir.name})")
-    return save_figure(fig, out_dir or run_dir / "figures", "fig2a_pretraining_loss")
-
-def run_model_type(run_dir) -> str:
-    "The model type a run trained (albert, which includes BERT, or electra), from its config; albert for a folder without one."
-    f = run_config_file(run_dir)
-    try: return json.loads(f.read_text()).get("model", {}).get("model_type", "albert")
-    except (OSError, ValueError): return "albert"
-
-def run_sentence_task(run_dir) -> str:
-    "The sentence-level task the run trained (sop, nsp or none), from its config; sop for a folder without one."
-    f = run_config_file(run_dir)
-    try: return json.loads(f.read_text()).get("train", {}).get("sentence_task", "sop")
-    except (OSError, ValueError): return "sop"
-
 # %% ../nbs/03_pretrain.ipynb #efb8e4b3
 FIXTURE = dict(model=dict(vocab_size=1000, embedding_size=32, hidden_size=64, num_attention_heads=2, intermediate_size=128,
                           num_hidden_layers=2),
@@ -979,13 +635,6 @@ def fixture_run(root=None, **overrides) -> Path:
     return run
 
 # %% ../nbs/03_pretrain.ipynb #59993b5c
-def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
-    "The preset, model and training config a run was made with (its `pretrain_config.json`, or an old run's `config.json`)."
-    f = run_config_file(run_dir)
-    if not f.exists(): raise FileNotFoundError(f"{f} does not exist: {run_dir} is not a pretraining run folder")
-    cfg = _read_config(f)
-    return cfg["preset"], ModelConfig(**cfg["model"]), TrainConfig(**cfg["train"])
-
 def heldout_curve(run_dir, steps=None, device: str = "cpu") -> list[dict]:
     "Held-out MLM accuracy (and its baseline) at each checkpoint of the run (or at `steps`), with the tokens seen by then."
     preset, mc, tc = read_run_config(run_dir)
@@ -996,26 +645,6 @@ def heldout_curve(run_dir, steps=None, device: str = "cpu") -> list[dict]:
         out.append(dict(step=step, tokens=step * tc.batch_size * tc.max_seq_length, mlm_accuracy=e["mlm_accuracy"],
                         baseline_accuracy=e["baseline_accuracy"]))
     return out
-
-# %% ../nbs/03_pretrain.ipynb #82ed30b1
-def plot_recipe_curves(csv_file, out_dir=None) -> list[Path] | None:
-    "Held-out MLM accuracy against tokens seen for every recipe in `csv_file` (written by `bench/recipe_curves.py`)."
-    import matplotlib; matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-    df = pd.read_csv(csv_file)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for name, g in df.groupby("recipe", sort=False):
-        settings = g.settings.fillna("").iloc[0]  # empty: the run used the tiny preset as it is
-        label = f"{name}: {settings or 'the tiny preset'}"
-        g = g[g.tokens > 0].sort_values("tokens")  # the tokens axis is logarithmic
-        ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, "o-", ms=3, label=label)
-    ax.axhline(22, color="0.5", ls="--", lw=1, label="22%: the accuracy the default run should reach")
-    ax.set_xscale("log"); ax.set_xlabel("tokens seen (millions: steps x batch x sequence length; log scale)")
-    ax.set_ylabel("held-out MLM accuracy (%, 15% masking)"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
-    ax.set_title("Fig. 2a (recipes): held-out accuracy of tiny-sized recipes over pretraining", fontsize=10)
-    if out_dir is None: return fig
-    return save_figure(fig, out_dir, "fig2a_recipe_curves")
 
 # %% ../nbs/03_pretrain.ipynb #562ccc3f
 def split_overrides(pairs: list[str]) -> tuple[dict, dict]:
@@ -1045,8 +674,9 @@ def pretrain_from_args(a) -> dict:
         try: mc, tc = replace(mc, **m), replace(tc, **t)
         except TypeError as e: raise ConfigError(f"--set: {e}") from None
     else: preset, mc, tc = a.preset, get_config(a.preset, **m), get_train_config(a.preset, **t)
-    res = train(run, preset, mc, tc, device=a.device, progress=not a.no_progress, figures_dir=a.figures, override=override,
+    res = train(run, preset, mc, tc, device=a.device, progress=not a.no_progress, override=override,
                 data_workers=a.data_workers)
+    if res: plot_pretraining(run, a.figures or Path(run) / "figures")  # the finished run's Fig. 2a (the loop draws nothing)
     if res:
         s = sentence_name(tc.sentence_task, mc.model_type)
         second = (f", {s.upper()} accuracy {res[f'{s}_accuracy']:.3f}" if f"{s}_accuracy" in res else "") + \

@@ -24,7 +24,8 @@ import torch
 
 from . import data as D
 from .config import atomic_write, split_names
-from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis, train_log
+from .run import find_checkpoint, list_steps, load_checkpoint, train_log
+from .figures import save_figure, step_axis
 from .reconstruction import align, brown_base_tag
 from .results import write_results, read_results, markdown_table, score_rows
 

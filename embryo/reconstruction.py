@@ -18,7 +18,8 @@ import torch
 from . import data as D
 from .config import atomic_write, run_config_file
 from .model import autocast
-from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis, corpus_file
+from .run import find_checkpoint, list_steps, load_checkpoint, corpus_file
+from .figures import save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows
 
 # %% auto #0

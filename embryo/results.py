@@ -17,15 +17,15 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['DB_NAME', 'COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED',
-           'TASK_NAMES', 'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'use_wal',
-           'connect', 'text_digest', 'encode_scores', 'decode_scores', 'score_rows', 'read_scores', 'read_examples',
+__all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TASK_NAMES',
+           'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'use_wal', 'connect',
+           'text_digest', 'encode_scores', 'decode_scores', 'score_rows', 'read_scores', 'read_examples',
            'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps', 'describe_results',
            'write_transitions', 'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with',
            'merge_results', 'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
-DB_NAME = "results.sqlite"
+from .run import DB_NAME  # one name for the file, where the run (notebook 02a) defines it
 COLUMNS = ("analysis", "step", "task", "layer", "head", "seed", "metric", "value", "n", "created_at")
 SETTING_COLUMNS = ("analysis", "step", "task", "name", "value", "created_at")
 SAMPLE_COLUMNS = ("analysis", "step", "task", "item", "text", "created_at")
@@ -300,7 +300,7 @@ TRANSITION_METRICS = {"drop": "drop", "loss_before": "before", "loss_after": "af
 
 def write_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
     "Store the run's loss transitions (`embryo.pretrain.run_transitions`) as analysis `pretraining`, replacing those stored before."
-    from embryo.pretrain import run_transitions
+    from embryo.run import run_transitions
     found, now = run_transitions(run_dir, key), time.time()
     with connect(run_dir) as con:
         con.execute("BEGIN IMMEDIATE")

@@ -18,7 +18,8 @@ import pandas as pd
 
 from . import data as D
 from .config import atomic_write
-from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
+from .run import find_checkpoint, list_steps, load_checkpoint
+from .figures import save_figure, step_axis
 from .probing import layer_colour, weights_id, brown_sentences, span_means
 from .results import markdown_table, read_results, read_settings, write_results
 

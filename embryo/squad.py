@@ -27,7 +27,8 @@ from .config import atomic_write
 from .glue import SETTINGS, SPLIT_SEED, Task, collate, finetune, max_seq_length, schedule, seed_rows, subsample
 from .model import EMBEDDING_PROJECTION, add_identity_projection, autocast
 from .electra import ElectraEncoder
-from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
+from .run import find_checkpoint, list_steps, load_checkpoint
+from .figures import save_figure, step_axis
 from .results import markdown_table, read_results, write_results
 
 DEFAULT_MAX_TRAIN = 1000  # training questions of a run by default (the cost on a CPU: see "One checkpoint" below)

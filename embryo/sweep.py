@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE, check_value, ParameterError
-from .pretrain import CheckpointNotFound, list_steps, find_checkpoint, run_transitions, train_log, complete_run, sentence_name, run_sentence_task, run_model_type
+from .run import CheckpointNotFound, list_steps, find_checkpoint, run_transitions, train_log, complete_run, sentence_name, run_sentence_task, run_model_type
 from .results import DB_NAME, connect, db_path, done_steps, log_job, read_log, computed_with, options_digest, set_computed_with, write_transitions
 
 
@@ -548,7 +548,7 @@ def write_report(run_dir, figures_dir="figures") -> Path:
 # %% ../nbs/10_sweep.ipynb #5ae391e4
 def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
     "Redraw the pretraining figure and every analysis's figures of `run_dir` into `figures_dir`."
-    from embryo.pretrain import plot_pretraining, plot_recipe_curves
+    from embryo.figures import plot_pretraining, plot_recipe_curves
     if (Path(run_dir) / "logs" / "train.jsonl").exists(): write_transitions(run_dir)  # stored with the run's other results
     paths = plot_pretraining(run_dir, figures_dir) if (Path(run_dir) / "logs").is_dir() else []
     recipes = Path(figures_dir) / "recipe_curves.csv"  # committed with the figures: the recipe search behind `tiny`
@@ -795,7 +795,7 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
 # %% ../nbs/10_sweep.ipynb #6c1e282f
 def model_family(run_dir) -> str:
     "ALBERT, BERT or ELECTRA: what a run trained, from its settings (BERT is our model with no sharing and E = H)."
-    from embryo.pretrain import read_run_config
+    from embryo.run import read_run_config
     _, mc, _ = read_run_config(run_dir)
     if mc.model_type == "electra": return "ELECTRA"
     return "BERT" if mc.sharing == "none" and mc.embedding_size == mc.hidden_size else "ALBERT"
@@ -814,7 +814,8 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     "One figure per analysis with a curve per run (Figs. 9, 11, 13c, 14 side by side), `compare.md` with the verdicts, `compare.json`."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from embryo.pretrain import read_run_config, save_figure, step_axis
+    from embryo.run import read_run_config
+    from embryo.figures import save_figure, step_axis
     from embryo.results import read_results
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
@@ -914,7 +915,8 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
     then every figure over steps by its panels (`SEED_PANELS`); `seeds.md`, `seeds.json`."""
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from embryo.pretrain import read_run_config, save_figure, step_axis
+    from embryo.run import read_run_config
+    from embryo.figures import save_figure, step_axis
     from embryo.results import read_results
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("seed bands need two seeds or more (embryo reproduce --seeds 3, or --run runs/tiny --run runs/tiny-seed1 ...)")
@@ -1088,7 +1090,7 @@ def curve_band(curves, steps, total: int, resamples: int, level: float, sign: in
 
 def _panel_tables(runs, analysis, table) -> dict:
     "Each run's table (a column per panel, a row per step) of `analysis`, or of its training log's MLM loss; runs without rows left out."
-    from embryo.pretrain import train_log
+    from embryo.run import train_log
     from embryo.results import read_results
     if analysis is None:
         logs = {r: [x for x in train_log(r) if x.get("mlm_loss") is not None] for r in runs}
@@ -1103,7 +1105,7 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
     the runs' stored scores (`stored_scores`, or a cache of it)."""
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from embryo.pretrain import save_figure, step_axis
+    from embryo.figures import save_figure, step_axis
     fig_no, analysis, what, table, sign = SEED_PANELS[name]
     tabs = _panel_tables(runs, analysis, table)
     if len(tabs) < 2: return None

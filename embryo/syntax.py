@@ -16,7 +16,8 @@ import torch
 from . import data as D
 from .attention import attention_maps, layer_colours
 from .config import atomic_write
-from .pretrain import find_checkpoint, list_steps, load_checkpoint, save_figure, step_axis
+from .run import find_checkpoint, list_steps, load_checkpoint
+from .figures import save_figure, step_axis
 from .probing import brown_sentences, silver_annotation, torch_threads
 from .reconstruction import align
 from .results import write_results, read_results, markdown_table, score_rows

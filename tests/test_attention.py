@@ -11,7 +11,7 @@ import torch
 
 from embryo import attention as A
 from embryo import data as D
-from embryo.pretrain import CheckpointNotFound, find_checkpoint, list_steps, load_checkpoint
+from embryo.run import CheckpointNotFound, find_checkpoint, list_steps, load_checkpoint
 from embryo.results import read_results, read_samples, write_results
 
 ROOT = Path(__file__).resolve().parents[1]

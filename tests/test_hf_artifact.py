@@ -10,6 +10,7 @@ import transformers
 from embryo import data as D
 from embryo import glue as G
 from embryo import pretrain as P
+from embryo.run import log_records, run_sentence_task
 from embryo.config import get_config, get_train_config
 
 
@@ -64,7 +65,7 @@ def test_old_run_layout_is_read_then_completed(fixture_copy, tmp_path):
     preset, mc, tc = P.read_run_config(run)  # old runs keep being read
     assert (preset, mc.hidden_size, tc.max_seq_length) == ("tiny", 64, 64)
     assert G.max_seq_length(run, P.load_checkpoint(run, 30), G.TASKS["sst2"]) == 64
-    assert P.run_sentence_task(run) == "sop"
+    assert run_sentence_task(run) == "sop"
     done = P.complete_run(run)  # what the next sweep does
     assert done["renamed_config"] and done["checkpoints"] == len(P.list_steps(run))
     assert not (run / "config.json").exists() and P.read_run_config(run)[0] == "tiny"
@@ -80,7 +81,7 @@ def test_bert_twin_checkpoints_load_as_hf_artifacts(tmp_path):
     tc = get_train_config("bert-tiny", **P.FIXTURE["train"], corpus=str(P.corpus_slice()))
     run = tmp_path / "bert"
     P.train(run, "bert-tiny", mc, tc, stop_after=2, progress=False)
-    rows = P._read_log(run / "logs" / "train.jsonl", 1 << 62)
+    rows = log_records(run / "logs" / "train.jsonl", 1 << 62)
     assert "nsp_loss" in rows[0] and "sop_loss" not in rows[0]  # the log names the sentence loss after the task trained
     svg = next(p for p in P.plot_pretraining(run, tmp_path / "fig") if p.suffix == ".svg").read_text()
     assert "nsp loss" in svg and "sop loss" not in svg  # and so does Fig. 2a

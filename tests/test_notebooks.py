@@ -50,7 +50,7 @@ def test_found_analysis_notebooks():
 @pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])
 def test_analysis_notebook_on_other_run(nb, other_run, tmp_path):
     import papermill as pm
-    from embryo.pretrain import list_steps
+    from embryo.run import list_steps
     step = list_steps(other_run)[-1]
     try:
         pm.execute_notebook(str(nb), str(tmp_path / nb.name), cwd=str(nb.parent), kernel_name="python3", progress_bar=False,

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from embryo import pretrain as P
+from embryo.run import log_records
 from embryo.config import RUN_CONFIG, ConfigError, ModelConfig, get_config, get_train_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +33,7 @@ def weights(run, step):
 
 
 def losses(run):
-    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in P._read_log(Path(run) / "logs" / "train.jsonl", 1 << 62)]
+    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in log_records(Path(run) / "logs" / "train.jsonl", 1 << 62)]
 
 
 def run_until(args, stop, timeout=240):
@@ -54,7 +55,7 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path):
     reference = P.fixture_run()  # the uninterrupted run
     run = tmp_path / "killed"
     args = fixture_args(run)
-    logged = lambda k: any(r["step"] >= k for r in P._read_log(run / "logs" / "train.jsonl", 1 << 62))
+    logged = lambda k: any(r["step"] >= k for r in log_records(run / "logs" / "train.jsonl", 1 << 62))
     mid_write = lambda: any(p.name.endswith(".tmp") for d in (run, run / "checkpoints") if d.exists() for p in d.iterdir())
     kills = [lambda: (P.checkpoint_dir(run, 2)).exists(),  # early, right after a checkpoint
              lambda: mid_write() or logged(20),  # while a checkpoint or resume point is being written, if we catch one
@@ -106,7 +107,8 @@ def test_a_killed_writers_data_workers_do_not_hold_its_lock(tmp_path):
     "Data worker processes are forked from the writer: once it is killed its lock is free at once, not when they notice."
     script = f"""
 import time
-from embryo.pretrain import run_lock, prefetched
+from embryo.run import run_lock
+from embryo.pretrain import prefetched
 with run_lock({str(tmp_path)!r}):
     for s, _ in prefetched(lambda s: (time.sleep(0.05), s), range(1, 100), workers=2):
         if s == 3: print("ready", flush=True); time.sleep(60)

@@ -10,7 +10,7 @@ import pytest
 
 from embryo import data as D
 from embryo import probing as PR
-from embryo.pretrain import CheckpointNotFound, list_steps, load_checkpoint
+from embryo.run import CheckpointNotFound, list_steps, load_checkpoint
 from embryo.results import read_results
 
 ROOT = Path(__file__).resolve().parents[1]

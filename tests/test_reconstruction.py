@@ -6,7 +6,8 @@ import papermill as pm
 import pytest
 
 from embryo import data as D
-from embryo.pretrain import CheckpointNotFound, fixture_run, list_steps
+from embryo.run import CheckpointNotFound, list_steps
+from embryo.pretrain import fixture_run
 from embryo.reconstruction import (POS_CLASSES, VERB_FORMS, align, brown_class, evaluate_step, redraw,
                                    sentence_text, tagged_sentences)
 from embryo.results import read_results

@@ -35,7 +35,8 @@ def test_constant_and_duplicated_columns_do_not_count(mats):
 
 
 def test_a_damaged_cache_is_rebuilt(tmp_path):
-    from embryo.pretrain import fixture_run, list_steps
+    from embryo.run import list_steps
+    from embryo.pretrain import fixture_run
     run = tmp_path / "run"
     shutil.copytree(fixture_run(), run, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume", "cache", "logs"))
     step = list_steps(run)[-1]

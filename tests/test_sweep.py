@@ -60,7 +60,7 @@ def test_failure_is_logged_and_the_rest_goes_on(fixture_copy, tmp_path):
 
 
 def test_bad_requests_name_the_problem(fixture_copy):
-    from embryo.pretrain import CheckpointNotFound
+    from embryo.run import CheckpointNotFound
     with pytest.raises(SweepError, match="unknown analysis 'glu'; the analyses are"):
         sweep(fixture_copy, ["glu"], progress=False)
     with pytest.raises(CheckpointNotFound, match="has no checkpoint for step 7; it has 0, 1, 2, 4, 8"):
