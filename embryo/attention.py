@@ -17,7 +17,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write
-from .run import find_checkpoint, list_steps, load_checkpoint
+from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step
 from .figures import save_figure, step_axis
 from .reconstruction import tagged_sentences, sentence_text
 from .results import write_results, read_results, read_samples, markdown_table, score_rows
@@ -131,9 +131,10 @@ def diagonal_scores(diag: np.ndarray, task: str) -> list[dict]:
     return score_rows(task, {**per_layer, "mean_of_layers": np.mean(list(per_layer.values()), axis=0)},
                       [f"input {i}" for i in range(len(diag))])
 
-def evaluate_step(run_dir, step: int, device: str = "cpu", task: str = "brown", layers=None, heads=None,
+def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", task: str = "brown", layers=None, heads=None,
                   n_sentences: int = 256, seq_len: int = 24, seed: int = 0) -> pd.DataFrame:
     "Attention statistics of every head and layer (and maps of the chosen ones) at `step`, written to the database."
+    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     check_task(task)
     find_checkpoint(run_dir, step)  # a clear error listing the steps that exist
     model = load_checkpoint(run_dir, step, device)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from . import data as D
 from .config import atomic_write, split_names, run_config_file, CPU_FINETUNE  # CPU_FINETUNE: the CPU-sized models' finetuning settings
 from .model import autocast
-from .run import load_checkpoint, list_steps, find_checkpoint
+from .run import load_checkpoint, list_steps, find_checkpoint, resolve_step
 from .figures import save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows
 
@@ -525,7 +525,7 @@ def _data_name(glue_dir) -> str:
     if isinstance(glue_dir, (str, os.PathLike)): return str(glue_dir)
     return f"a {type(glue_dir).__name__} given in Python"
 
-def evaluate_step(run_dir, step: int, device="cpu",
+def evaluate_step(run_dir, step: int | None = None, device="cpu",
                   tasks=None, # task names (list or "a,b"); None: built-in tasks, or GLUE's 8 when glue_dir is given
                   glue_dir=None, # a GLUE folder, a DatasetDict (or a dict of them by task), "datasets", or None (built-in tasks only)
                   seed: int = 0, # the head's initialisation, dropout and example order (of the first finetuning)
@@ -537,6 +537,7 @@ def evaluate_step(run_dir, step: int, device="cpu",
                   seeds: int = 1, # finetunings per task, with seeds seed, seed+1, ...: metrics are their mean
                  ) -> pd.DataFrame:
     "Finetune checkpoint `step` on each task (`seeds` times), score the dev sets, and store the rows in the run's results database."
+    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     run_dir = Path(run_dir)
     if not isinstance(seeds, int) or seeds < 1: raise ValueError(f"seeds must be a positive integer, got {seeds!r}")
     names = _order(select_tasks(tasks, glue_dir), from_mnli)

@@ -27,7 +27,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write, split_names
-from .run import load_checkpoint, list_steps
+from .run import load_checkpoint, list_steps, resolve_step
 from .figures import save_figure, step_axis, STEP_LABEL
 from .results import write_results, read_results, read_samples, score_rows
 
@@ -460,7 +460,7 @@ class ConstantModel(torch.nn.Module):
 
 # %% ../nbs/06_knowledge.ipynb #92ec21ea
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
-                  step: int, # the checkpoint to evaluate
+                  step: int | None = None, # the checkpoint to evaluate
                   device="cpu",
                   relations=None, # relation ids (list or "P36,P17"); None: all the facts have
                   facts=None, # None: the built-in facts; a LAMA folder; or {id: Relation}
@@ -470,6 +470,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
                   write: bool = True # write the rows and samples to the run's results database
                  ) -> list[dict]:
     "World-knowledge P@1 per relation of one checkpoint (full and common vocabulary), written to the results database."
+    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     run_dir = Path(run_dir)
     model = load_checkpoint(run_dir, int(step), device, mlm=True)
     tok = D.load_tokenizer(run_dir)

@@ -24,7 +24,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write, split_names
-from .run import find_checkpoint, list_steps, load_checkpoint, train_log
+from .run import find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step
 from .figures import save_figure, step_axis
 from .reconstruction import align, brown_base_tag
 from .results import write_results, read_results, markdown_table, score_rows
@@ -431,7 +431,7 @@ def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequenc
     return rows, score_rows(task.name, {f"layer{l}": (Y[0, te] == pred[0, j]).astype(float) for j, l in enumerate(layers)}, keys)
 
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
-                  step: int, # the checkpoint to evaluate
+                  step: int | None = None, # the checkpoint to evaluate
                   device="cpu",
                   tasks=None, # task names (list or "a,b"); None: every task the data provides
                   layers=None, # layers to probe (list or "0,4"); None: all, 0 = embedding output
@@ -444,6 +444,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
                   **train_kw # passed to train_probes (lr, batch_size, max_epochs, patience)
                  ) -> pd.DataFrame:
     "Edge-probing F1, control F1 and selectivity per (task, layer) of one checkpoint, written to the results database."
+    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     run_dir, step = Path(run_dir), int(step)
     find_checkpoint(run_dir, step)  # a clear error listing the steps there are
     names = select_tasks(tasks, ontonotes)

@@ -18,7 +18,7 @@ import torch
 from . import data as D
 from .config import atomic_write, run_config_file
 from .model import autocast
-from .run import find_checkpoint, list_steps, load_checkpoint, corpus_file
+from .run import find_checkpoint, list_steps, load_checkpoint, corpus_file, resolve_step
 from .figures import save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows
 
@@ -271,8 +271,9 @@ def evaluate_model(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray,
     "Token reconstruction and mask prediction accuracy of `model` per group of words."
     return accuracy_rows(*evaluate_words(model, tok, sentences, ranks, max_words, device))
 
-def evaluate_step(run_dir, step: int, device: str = "cpu", max_words: int = 300, sentences=None) -> pd.DataFrame:
+def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", max_words: int = 300, sentences=None) -> pd.DataFrame:
     "Evaluate the checkpoint at `step` of `run_dir` and write its rows, and every word's score, to the run's results database."
+    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     find_checkpoint(run_dir, step)  # a clear error listing the steps that exist
     tok = D.load_tokenizer(run_dir)
     sentences = sentences if sentences is not None else tagged_sentences()

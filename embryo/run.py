@@ -21,9 +21,9 @@ from . import data as D
 # %% auto #0
 __all__ = ['LOCK_FILE', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'DB_NAME', 'FIGURES_DIR', 'CheckpointNotFound',
            'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'replace_dir', 'save_checkpoint',
-           'RunLocked', 'forget_inherited_locks', 'run_lock', 'clean_run', 'read_config', 'read_run_config',
-           'run_model_type', 'run_sentence_task', 'sentence_name', 'corpus_file', 'write_tokenizer_files',
-           'complete_run', 'log_records', 'train_log', 'transitions', 'run_transitions', 'Run']
+           'resolve_step', 'RunLocked', 'forget_inherited_locks', 'run_lock', 'clean_run', 'read_config',
+           'read_run_config', 'run_model_type', 'run_sentence_task', 'sentence_name', 'corpus_file',
+           'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions', 'run_transitions', 'Run']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -90,6 +90,14 @@ def save_checkpoint(model, run_dir, step: int) -> Path:
             if (Path(run_dir) / name).exists(): shutil.copyfile(Path(run_dir) / name, folder / name)
     replace_dir(tmp, final)
     return final
+
+# %% ../nbs/02a_run.ipynb #0bb182b6
+def resolve_step(run_dir, step: int | str | None = None) -> int:
+    "`step` as an int; None: the run's last checkpoint (or `CheckpointNotFound` when it has none)."
+    if step is not None: return int(step)
+    steps = list_steps(run_dir)
+    if not steps: raise CheckpointNotFound(f"{run_dir} has no checkpoints; train it first (embryo pretrain --run {run_dir})")
+    return steps[-1]
 
 # %% ../nbs/02a_run.ipynb #b2859bd8
 class RunLocked(RuntimeError):
@@ -339,6 +347,7 @@ class Run(os.PathLike):
     def __eq__(self, other): return isinstance(other, Run) and self.path == other.path
     def __hash__(self): return hash(self.path)
     def __repr__(self): return f"Run({str(self.path)!r})"
+    def __str__(self): return str(self.path)  # messages name the folder
     name = property(lambda self: self.path.name)
 
     @property

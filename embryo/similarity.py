@@ -18,7 +18,7 @@ import pandas as pd
 
 from . import data as D
 from .config import atomic_write
-from .run import find_checkpoint, list_steps, load_checkpoint
+from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step
 from .figures import save_figure, step_axis
 from .probing import layer_colour, weights_id, brown_sentences, span_means
 from .results import markdown_table, read_results, read_settings, write_results
@@ -169,7 +169,7 @@ def compare(here: tuple[np.ndarray, np.ndarray], there: tuple[np.ndarray, np.nda
     return rows
 
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
-                  step: int, # the checkpoint to evaluate
+                  step: int | None = None, # the checkpoint to evaluate
                   device="cpu",
                   max_tokens: int = 4096, # held-out Brown words compared (the same at every step)
                   seed: int = 0, # which sentences and words
@@ -177,6 +177,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
                   write: bool = True, # write the rows to the run's results database
                  ) -> pd.DataFrame:
     "CKA, SVCCA and PWCCA per layer between checkpoint `step` and the final and previous checkpoints, written to the database."
+    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     run_dir, step = Path(run_dir), int(step)
     find_checkpoint(run_dir, step)  # a clear error listing the steps there are
     refs = reference_steps(run_dir, step)

@@ -27,7 +27,7 @@ from .config import atomic_write
 from .glue import SETTINGS, SPLIT_SEED, Task, collate, finetune, max_seq_length, schedule, seed_rows, subsample
 from .model import EMBEDDING_PROJECTION, add_identity_projection, autocast
 from .electra import ElectraEncoder
-from .run import find_checkpoint, list_steps, load_checkpoint
+from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step
 from .figures import save_figure, step_axis
 from .results import markdown_table, read_results, write_results
 
@@ -335,7 +335,7 @@ def predict_answers(examples: Sequence[QAExample], feats: Sequence[Feature], log
 # %% ../nbs/05a_squad.ipynb #08992924
 WINDOW_SETTINGS = ("doc_stride", "max_query_length", "max_answer_length", "train_windows", "train_unread")
 
-def evaluate_step(run_dir, step: int, device="cpu",
+def evaluate_step(run_dir, step: int | None = None, device="cpu",
                   squad_dir=None, # a folder with train-v2.0.json and dev-v2.0.json, or "datasets" (online)
                   seed: int = 0, # the head's initialisation and the order of the training windows
                   max_train_examples: int | None = DEFAULT_MAX_TRAIN, # training questions at most (a seeded sample); None: all
@@ -344,6 +344,7 @@ def evaluate_step(run_dir, step: int, device="cpu",
                   doc_stride: int = DOC_STRIDE, max_query_length: int = MAX_QUERY_LENGTH,
                   max_answer_length: int = MAX_ANSWER_LENGTH, progress: bool = True) -> pd.DataFrame:
     "Finetune checkpoint `step` on SQuAD 2.0, score the dev questions, and store the rows in the run's results database."
+    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     run_dir = Path(run_dir)
     find_checkpoint(run_dir, step)
     data = load_squad(squad_dir)

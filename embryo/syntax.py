@@ -16,7 +16,7 @@ import torch
 from . import data as D
 from .attention import attention_maps, layer_colours
 from .config import atomic_write
-from .run import find_checkpoint, list_steps, load_checkpoint
+from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step
 from .figures import save_figure, step_axis
 from .probing import brown_sentences, silver_annotation, torch_threads
 from .reconstruction import align
@@ -198,12 +198,13 @@ def uas_scores(counts: dict, task: str) -> list[dict]:
                       counts["word_names"])
 
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
-                  step: int, # the checkpoint to score
+                  step: int | None = None, # the checkpoint to score
                   device: str = "cpu",
                   treebank=None, # a CoNLL-U file or a folder of *.conllu files: gold arcs (task "gold"); None: silver only
                   max_sentences: int = 500, # sentences scored per task
                  ) -> pd.DataFrame:
     "UAS of every head of every layer at `step` against silver (and gold) arcs, written to the run's database."
+    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     find_checkpoint(run_dir, step)  # a clear error listing the steps that exist
     gold = read_treebank(treebank) if treebank is not None else None  # a bad treebank fails before the model loads
     model = load_checkpoint(run_dir, step, device)

@@ -1,0 +1,23 @@
+"""The run as a type: a `Run` goes wherever a run folder does, and says what the folder holds."""
+from pathlib import Path
+
+import pytest
+
+from embryo.run import Run, CheckpointNotFound, resolve_step
+
+
+def test_run_reads_the_fixture(fixture_copy):
+    run = Run(fixture_copy)
+    assert run.steps == [0, 1, 2, 4, 8, 16, 20, 30] and run.preset == "tiny" and run.model_type == "albert"
+    assert run.checkpoint(30) == fixture_copy / "checkpoints" / "step_0000030" and str(run) == str(fixture_copy)
+    assert run.tokenizer().vocab_size == run.settings["model"]["vocab_size"]
+    assert resolve_step(run) == 30 and run.load(30).config.num_hidden_layers == 2
+    with pytest.raises(CheckpointNotFound, match="it has 0, 1, 2, 4, 8, 16, 20, 30"): run.checkpoint(7)
+
+
+def test_an_analysis_takes_a_run_and_a_left_out_step(fixture_copy):
+    "evaluate_step takes a Run as it takes a folder, and step=None is the run's last step, as in the notebooks."
+    from embryo import attention
+    from embryo.results import read_results
+    attention.evaluate_step(Run(fixture_copy), None, n_sentences=8, seq_len=12)
+    assert sorted(read_results(fixture_copy, "attention").step.unique()) == [30]
