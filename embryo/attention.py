@@ -125,7 +125,7 @@ def map_samples(maps: np.ndarray, task: str, layers: Sequence[int], heads: Seque
 
 def diagonal_scores(diag: np.ndarray, task: str) -> list[dict]:
     """Each input's diagonal mass under each layer's most diagonal head (key `layer<l>/best_head`, l from 1) and its mean over
-    the layers (`mean_of_layers`): the scores of the inputs whose means the figures draw, for resampling them (notebook 10)."""
+    the layers (`mean_of_layers`): the scores of the inputs whose means the figures draw, for resampling them (notebook 10b)."""
     best = diag.mean(0).argmax(-1)  # (L,): each layer's most diagonal head over these inputs
     per_layer = {f"layer{l + 1}/best_head": diag[:, l, h] for l, h in enumerate(best)}
     return score_rows(task, {**per_layer, "mean_of_layers": np.mean(list(per_layer.values()), axis=0)},

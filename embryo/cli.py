@@ -64,23 +64,23 @@ def cmd_merge(args):
 
 def cmd_report(args):
     "Redraw every figure of the run from its database and write figures/index.html."
-    from embryo.sweep import redraw_all, publish_report
+    from embryo.report import redraw_all, publish_report
     for p in redraw_all(args.run, args.figures): print(f"wrote {p}")
     publish_report(args.run, args.figures)
 
 def cmd_compare(args):
     "Draw the runs side by side, one figure per analysis, with verdicts (Figs. 9, 11, 13c, 14)."
-    from embryo.sweep import compare_runs
+    from embryo.compare import compare_runs
     for p in compare_runs(args.run, args.figures): print(f"wrote {p}")
 
 def cmd_seeds(args):
     "Draw the seeds of one recipe together: each seed's curve, the mean and a bootstrap band per analysis, with verdicts."
-    from embryo.sweep import seed_bands
+    from embryo.seeds import seed_bands
     for p in seed_bands(args.run, args.figures): print(f"wrote {p}")
 
 def cmd_reproduce(args):
     "Fetch, pretrain, sweep every analysis, redraw every figure and table into figures/, write figures/index.html."
-    from embryo.sweep import reproduce
+    from embryo.report import reproduce
     reproduce(args)
 
 # %% ../nbs/11_cli.ipynb #d8ddf707

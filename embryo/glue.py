@@ -558,7 +558,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
             runs[name].append((m, settings, init is not None, scored))
     rows, samples, sets, scores = [], [], [], []
     for name, got in runs.items():
-        if all(g[3] is not None for g in got):  # each dev example's score per finetuning seed (notebook 10 resamples them)
+        if all(g[3] is not None for g in got):  # each dev example's score per finetuning seed (notebook 10b resamples them)
             scores += score_rows(name, {f"seed{seed + k}": g[3][0] for k, g in enumerate(got)}, got[0][3][1])
         settings = got[0][1]
         n_dev = sum(settings["dev_examples"].values())

@@ -239,7 +239,7 @@ def accuracy_rows(items: Sequence[Item], recon: Sequence[bool], masked: Sequence
     return rows
 
 def word_scores(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[bool]) -> list[dict]:
-    """Every word's score, for resampling the words (`embryo.sweep.multibootstrap`): per task, key `correct`, 1 or 0 a
+    """Every word's score, for resampling the words (`embryo.seeds.multibootstrap`): per task, key `correct`, 1 or 0 a
     word; each word described as `<sentence>:<start>-<end>` and its groups, '|' between."""
     words = ["|".join((f"{it.sentence}:{it.start}-{it.end}", *it.groups)) for it in items]
     return [s for task, hits in (("reconstruction", recon), ("mask_prediction", masked))

@@ -192,7 +192,7 @@ def step_rows(counts: dict, task: str) -> list[dict]:
 
 def uas_scores(counts: dict, task: str) -> list[dict]:
     """Each word's score (1: the head chose a word joined to it by an arc) under each layer's best head (key
-    `layer<l>/best_head`, l from 1), whose mean is that layer's `uas_best`: for resampling the words (notebook 10)."""
+    `layer<l>/best_head`, l from 1), whose mean is that layer's `uas_best`: for resampling the words (notebook 10b)."""
     best = counts["hits"].argmax(-1)
     return score_rows(task, {f"layer{l + 1}/best_head": counts["word_hits"][l, h].astype(float) for l, h in enumerate(best)},
                       counts["word_names"])

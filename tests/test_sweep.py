@@ -1,5 +1,6 @@
-"""The sweep (notebook 10) and the `embryo` command (notebook 11): papermill and in-process give the same numbers,
-done pairs are skipped, a crash is resumed, failures are logged, parallel writers lose nothing, shards merge."""
+"""The sweep (notebook 10), the report (notebook 10c) and the `embryo` command (notebook 11): papermill and in-process
+give the same numbers, done pairs are skipped, a crash is resumed, failures are logged, parallel writers lose nothing,
+shards merge."""
 import json
 import multiprocessing as mp
 import os
@@ -15,7 +16,8 @@ import pandas as pd
 import pytest
 
 from embryo.results import read_log, read_results, write_results
-from embryo.sweep import SweepError, as_run, hub_run, sweep, write_report
+from embryo.report import write_report
+from embryo.sweep import SweepError, as_run, hub_run, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = {"reconstruction": dict(max_words=15), "knowledge": dict(max_facts=15)}
@@ -170,7 +172,7 @@ def test_report_shows_figures_with_paper_numbers_and_verdicts(tmp_path):
         assert needle in page, needle
     for img in ("fig1_reconstruction_by_pos.png", "fig6_world_knowledge.png", "fig2a_pretraining_loss.png"):
         assert (tmp_path / "fig" / img).exists()
-    from embryo.sweep import report_sections
+    from embryo.report import report_sections
     papers = [r["paper"] for r in report_sections(run)]
     assert len(papers) > 10 and all(p.startswith(("Embryology ", "ALBERT ")) for p in papers), papers  # one way to cite
 
@@ -282,12 +284,12 @@ def test_papermill_parameters_are_checked_by_name(fixture_copy, tmp_path, params
 
 def test_notebooks_show_the_committed_results(root):
     "Each analysis notebook's results cell is what the committed figures/ give: rewriting figures/ without it fails here."
-    from embryo.sweep import NOTEBOOKS, USER_DATA, results_markdown, _results_cell
+    from embryo.report import NOTEBOOKS, USER_DATA, results_markdown, _results_cell
     for a, name in NOTEBOOKS.items():
         path = root / "nbs" / f"{name}.ipynb"
         cell = "".join(_results_cell(json.loads(path.read_text()), a, path)["source"])
         assert cell == results_markdown(a, root / "figures", root / "nbs"), (
-            f"{path.name}: its results cell is stale against figures/; run `embryo report` (or embryo.sweep.sync_notebooks())")
+            f"{path.name}: its results cell is stale against figures/; run `embryo report` (or embryo.report.sync_notebooks())")
         if a in USER_DATA and "../figures/" not in cell:  # reproduce cannot fetch its data: the cell says how to add it
             assert "`make reproduce` skips this analysis" in cell and "--option" in cell, cell
         else: assert "../figures/" in cell, f"{path.name}: its results cell shows no committed figure"
@@ -297,7 +299,7 @@ def test_committed_report_json_matches_index(root):
     "figures/report.json (what the notebooks show) and index.html were written together: the same sections and verdicts."
     import html
     import re
-    from embryo.sweep import REPORT_JSON
+    from embryo.report import REPORT_JSON
     for d in [root / "figures", *[p for p in (root / "figures").iterdir() if (p / "index.html").exists()]]:
         rep, page = json.loads((d / REPORT_JSON).read_text()), (d / "index.html").read_text()
         assert [s["file"] for s in rep["sections"]] == re.findall(r"<section id='(?!notebooks'|more')([^']+)'>", page), d
@@ -307,13 +309,13 @@ def test_committed_report_json_matches_index(root):
 
 def test_reproduce_seeds_trains_sibling_runs_and_draws_their_bands(monkeypatch, tmp_path):
     "`embryo reproduce --seeds 3`: seed 0 is the usual run and figures; seeds 1, 2 go beside it, with --set seed=k; then the bands."
-    from embryo import cli, sweep as S
+    from embryo import cli, report as R
     calls, drawn = [], []
-    monkeypatch.setattr(S, "reproduce", lambda a: calls.append(a) if getattr(a, "seeds", 1) == 1 else S.reproduce_seeds(a, a.seeds))
-    monkeypatch.setattr(S, "seed_bands", lambda runs, out: drawn.append((runs, out)) or [])
+    monkeypatch.setattr(R, "reproduce", lambda a: calls.append(a) if getattr(a, "seeds", 1) == 1 else R.reproduce_seeds(a, a.seeds))
+    monkeypatch.setattr(R, "seed_bands", lambda runs, out: drawn.append((runs, out)) or [])
     args = cli.parser().parse_args(["reproduce", "--preset", "tiny", "--seeds", "3", "--figures", str(tmp_path / "figures"),
                                     "--run-dir", str(tmp_path / "runs" / "tiny"), "--set", "total_steps=64"])
-    S.reproduce_seeds(args, args.seeds)
+    R.reproduce_seeds(args, args.seeds)
     assert [c.run_dir.name for c in calls] == ["tiny", "tiny-seed1", "tiny-seed2"]
     assert [c.set for c in calls] == [["total_steps=64"], ["total_steps=64", "seed=1"], ["total_steps=64", "seed=2"]]
     assert [Path(c.figures).relative_to(tmp_path).as_posix() for c in calls] == ["figures", "figures/seeds/seed1", "figures/seeds/seed2"]
