@@ -56,6 +56,7 @@ SCALES = {
 }
 TABLES = ("table6", "table5", "table4")
 
+# %% ../nbs/09_albert_ablations.ipynb #2c238623
 def get_scale(preset: str | None) -> dict:
     "The scale of `preset` (None: micro), or a `ConfigError` listing the scales."
     name = preset or "micro"
@@ -63,10 +64,12 @@ def get_scale(preset: str | None) -> dict:
                                              f"{', '.join(s for s in SCALES if s != 'micro')}")
     return dict(SCALES[name], name=name)
 
+# %% ../nbs/09_albert_ablations.ipynb #07ba4b89
 def base_embedding(scale: dict) -> int:
     "The base model's E at this scale."
     return get_config(scale["preset"], **scale["model"]).embedding_size
 
+# %% ../nbs/09_albert_ablations.ipynb #01a9f20f
 def table_variants(table: str, scale: dict) -> list[Variant]:
     "The rows of `table` (table6: sentence loss, table5: sharing, table4: embedding size) at `scale`."
     E = base_embedding(scale)
@@ -86,6 +89,7 @@ def run_configs(variant: Variant, scale: dict, seed: int, steps: int):
     if scale["name"] == "micro": train["corpus"] = str(P.corpus_slice())
     return scale["preset"], mc, get_train_config(scale["preset"], **train)
 
+# %% ../nbs/09_albert_ablations.ipynb #21aa5add
 def shared_tokenizer(root, scale: dict) -> Path:
     "The SentencePiece model every run of the scale uses: `<root>/spiece.model`, trained (or, micro, copied) on first use."
     out = Path(root) / "spiece.model"
@@ -96,6 +100,7 @@ def shared_tokenizer(root, scale: dict) -> Path:
         D.train_tokenizer(P.corpus_file(tc), root, tc.tokenizer_vocab_size)
     return out
 
+# %% ../nbs/09_albert_ablations.ipynb #4305154f
 def pretrain_variant(root, variant: Variant, scale: dict, seed: int, steps: int, device: str = "cpu") -> Path:
     "Train (or resume, or skip when finished) one row's run under `root`; returns its run folder."
     run = variant.run_dir(root, seed)
@@ -114,6 +119,7 @@ def downstream_scores(run_dir, step: int, device: str = "cpu", **finetune) -> di
     score = df[(df["metric"] == "score") & (df["seed"] == -1)].set_index("task")["value"]  # the mean over finetuning seeds
     return {t: 100 * float(score[t]) for t in glue.BUILTIN_TASKS}
 
+# %% ../nbs/09_albert_ablations.ipynb #f6083751
 def run_scores(run_dir, device: str = "cpu", downstream: bool = False, finetune: dict | None = None) -> dict:
     "A finished run's scores: MLM, SOP, NSP accuracy (percent), parameters; downstream if cached with `finetune`'s settings, or if `downstream`."
     run_dir = Path(run_dir)
@@ -162,6 +168,7 @@ PAPER = {
                "xxlarge": dict(params=233, avg=88.7, speedup=1.2)},
 }
 
+# %% ../nbs/09_albert_ablations.ipynb #82891914
 def paper_row(table: str, v: Variant, hidden_size: int) -> dict:
     "The paper's numbers for our row `v`: Table 6 by task; Tables 4, 5 by (sharing, E), our E = H beside the paper's E = 768."
     if table == "table6": return PAPER[table][v.sentence_task]
@@ -184,11 +191,13 @@ def collect(root, table: str, scale: dict, seeds: Sequence[int] | None = None, d
                              **run_scores(run, device, downstream, scale["finetune"])))
     return pd.DataFrame(rows)
 
+# %% ../nbs/09_albert_ablations.ipynb #58eb6381
 def _ms(x) -> str:
     x = np.asarray(x, float); x = x[~np.isnan(x)]
     if not len(x): return ""
     return f"{x.mean():.1f} ± {x.std(ddof=1):.1f}" if len(x) > 1 else f"{x.mean():.1f}"
 
+# %% ../nbs/09_albert_ablations.ipynb #ab4fb348
 def table_frame(df: pd.DataFrame, table: str, scale: dict) -> pd.DataFrame:
     "Mean ± std over seeds per configuration, the paper's numbers, and differences from the reference row with p-values."
     H = get_config(scale["preset"], **scale["model"]).hidden_size
@@ -221,6 +230,7 @@ TITLES = {"table6": ("table6_sentence_loss", "ALBERT Table 6: sentence-level los
           "table4": ("table4_embedding_size", "ALBERT Table 4: embedding size E, all-shared and not-shared"),
           "table3": ("table3_speedup", "ALBERT Table 3: training throughput relative to BERT-xlarge")}
 
+# %% ../nbs/09_albert_ablations.ipynb #ee81be88
 def write_table(frame: pd.DataFrame, table: str, out_dir, note: str) -> list[Path]:
     "`frame` as `<name>.md` (title, note, table) and `<name>.csv` in `out_dir`."
     name, title = TITLES[table]
@@ -228,6 +238,7 @@ def write_table(frame: pd.DataFrame, table: str, out_dir, note: str) -> list[Pat
     out = Path(out_dir)
     return [atomic_write(out / f"{name}.md", md), atomic_write(out / f"{name}.csv", frame.to_csv(index=False))]
 
+# %% ../nbs/09_albert_ablations.ipynb #43f25154
 def scale_note(scale: dict, steps: int, root) -> str:
     "What a table's numbers are: the scale, the training length, where the runs are."
     mc = get_config(scale["preset"], **scale["model"])
@@ -253,6 +264,7 @@ def make_batch(vocab: int, batch: int, seq: int, device, seed: int = 0) -> dict:
     sop = torch.randint(0, 2, (batch,), generator=g)
     return {k: v.to(device) for k, v in dict(input_ids=ids, token_type_ids=types, labels=labels, sentence_order_label=sop).items()}
 
+# %% ../nbs/09_albert_ablations.ipynb #615af431
 def tokens_per_s(step, n_tokens: int, steps: int, device) -> float:
     "Tokens per second of `step()` (one training step on `n_tokens` tokens), after one warm-up call."
     device = torch.device(device)
@@ -263,6 +275,7 @@ def tokens_per_s(step, n_tokens: int, steps: int, device) -> float:
     if device.type == "cuda": torch.cuda.synchronize()
     return n_tokens * steps / (time.perf_counter() - t)
 
+# %% ../nbs/09_albert_ablations.ipynb #c213570e
 def training_throughput(config, batch: int = 2, seq: int = 64, steps: int = 2, device="cpu",
                         dtype=torch.float32, optimizer: bool = True) -> float:
     "Tokens per second of our model's training step (forward, backward, and LAMB unless `optimizer=False`) for `config`."
@@ -280,6 +293,7 @@ def training_throughput(config, batch: int = 2, seq: int = 64, steps: int = 2, d
     try: return tokens_per_s(step, batch * seq, steps, device)
     finally: del model, opt
 
+# %% ../nbs/09_albert_ablations.ipynb #24610b6a
 def speed_table(presets: Sequence[str], batch: int = 2, seq: int = 64, steps: int = 2, device="cpu",
                 full: bool = False, dtype=torch.float32) -> pd.DataFrame:
     "Table 3's speedup column measured here: tokens/s per preset, relative to BERT-xlarge (or the slowest measured)."
@@ -309,10 +323,12 @@ def default_root(preset: str | None) -> Path:
     "Where a scale's runs live: the data dir for the micro scale (like the fixture), `runs/ablations/<preset>` otherwise."
     return D.data_dir() / "runs" / "ablations-micro" if preset is None else Path("runs") / "ablations" / preset
 
+# %% ../nbs/09_albert_ablations.ipynb #eaea32ed
 def _state(root) -> dict:
     f = Path(root) / "ablations.json"
     return json.loads(f.read_text()) if f.exists() else {}
 
+# %% ../nbs/09_albert_ablations.ipynb #6422d824
 def run_ablations(preset: str | None = None, # None: micro (about a minute); "tiny": the CPU default; "base": the paper's
                   steps: int | None = None, # pretraining steps per run; None: the scale's default
                   seeds: int = 2, # seeds per row
@@ -344,6 +360,7 @@ def run_ablations(preset: str | None = None, # None: micro (about a minute); "ti
         for v, s in todo: run_scores(v.run_dir(root, s), device, downstream=True, finetune=scale["finetune"])
     return redraw(root, figures_dir, tables=tables)
 
+# %% ../nbs/09_albert_ablations.ipynb #69590595
 def redraw(run_dir, out_dir=None, tables: Sequence[str] | None = None) -> list[Path]:
     "Rewrite every table of the ablation folder `run_dir` from its finished runs (no training); out_dir default `<run_dir>/figures`."
     root = Path(run_dir); st = _state(root)
@@ -383,6 +400,7 @@ def verdict(run_dir) -> str:
             f"NSP the NSP-trained model scores {nsp['nsp'].mean():.1f}% against {sop['nsp'].mean():.1f}% (paper 90.5 vs 78.9; "
             f"beyond the seed spread: {c2['beyond_noise'] or 'n/a'}).")
 
+# %% ../nbs/09_albert_ablations.ipynb #a3ed7ecc
 REPORT = [
     dict(file="table6_sentence_loss", paper="ALBERT Table 6",
          caption="Sentence-level loss none / NSP / SOP: held-out MLM, NSP and SOP accuracy of each model (mean ± std over seeds), paper beside.",

@@ -35,15 +35,18 @@ TASKS = ("brown",)  # input sentence sources: held-out Brown sentences (notebook
 PAPER_HEAD, PAPER_LAYERS = 11, (1, 2, 8)  # Fig. 4: head 11 in layers 1, 2 and 8 of albert-base
 METRICS = ("diagonal", "prev", "self", "next", "cls", "sep", "entropy")
 
+# %% ../nbs/08_attention.ipynb #234d5d57
 class UnknownTask(LookupError):
     "An input-sentence source this module does not know; the message lists the known ones."
 
+# %% ../nbs/08_attention.ipynb #c3a6cdec
 def check_task(task: str) -> str:
     "`task` if it is a known input source, else `UnknownTask` listing the known ones."
     if task not in TASKS:
         raise UnknownTask(f"unknown attention task {task!r}; the known tasks are {', '.join(TASKS)}")
     return task
 
+# %% ../nbs/08_attention.ipynb #9d76b708
 def parse_ints(x) -> list[int] | None:
     "None, an int, a list of ints or a comma-separated string ('1,2,8') as a list of ints."
     if x is None: return None
@@ -53,6 +56,7 @@ def parse_ints(x) -> list[int] | None:
     if isinstance(x, (int, np.integer)): return [int(x)]
     return [int(v) for v in x]
 
+# %% ../nbs/08_attention.ipynb #c8403fec
 def choose_maps(n_layers: int, n_heads: int, layers=None, heads=None) -> tuple[list[int], list[int]]:
     "The layers (1-based) and heads (0-based) whose maps are kept: the paper's choice where possible, else a fallback."
     layers, heads = parse_ints(layers), parse_ints(heads)
@@ -99,6 +103,7 @@ def uniform_diagonal(T: int) -> float:
     "The diagonal mass of a head that attends evenly to all T positions: (3T - 2) / T^2."
     return (3 * T - 2) / T ** 2
 
+# %% ../nbs/08_attention.ipynb #0a4d0ff5
 def map_stats(m: np.ndarray) -> dict[str, np.ndarray]:
     "Diagonal, previous, self, next, [CLS] and [SEP] mass of attention maps (..., T, T), each averaged over query positions."
     T = m.shape[-1]
@@ -116,6 +121,7 @@ def step_rows(maps: np.ndarray, entropy: np.ndarray, task: str, n: int) -> list[
             for m in METRICS for l in range(L) for h in range(H)]
     return rows + [dict(task=task, metric="uniform_diagonal", value=uniform_diagonal(maps.shape[-1]), n=n)]
 
+# %% ../nbs/08_attention.ipynb #4b106cef
 def map_samples(maps: np.ndarray, task: str, layers: Sequence[int], heads: Sequence[int], n: int) -> list[dict]:
     "The averaged maps of the chosen layers (1-based) and heads as `samples` rows (JSON text)."
     return [dict(task=task, item=f"L{l}/H{h}",
@@ -123,6 +129,7 @@ def map_samples(maps: np.ndarray, task: str, layers: Sequence[int], heads: Seque
                                       map=np.round(maps[l - 1, h], 5).tolist())))
             for l in layers for h in heads]
 
+# %% ../nbs/08_attention.ipynb #252ddbdb
 def diagonal_scores(diag: np.ndarray, task: str) -> list[dict]:
     """Each input's diagonal mass under each layer's most diagonal head (key `layer<l>/best_head`, l from 1) and its mean over
     the layers (`mean_of_layers`): the scores of the inputs whose means the figures draw, for resampling them (notebook 10b)."""
@@ -131,6 +138,7 @@ def diagonal_scores(diag: np.ndarray, task: str) -> list[dict]:
     return score_rows(task, {**per_layer, "mean_of_layers": np.mean(list(per_layer.values()), axis=0)},
                       [f"input {i}" for i in range(len(diag))])
 
+# %% ../nbs/08_attention.ipynb #a24b26d4
 def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", task: str = "brown", layers=None, heads=None,
                   n_sentences: int = 256, seq_len: int = 24, seed: int = 0) -> pd.DataFrame:
     "Attention statistics of every head and layer (and maps of the chosen ones) at `step`, written to the database."
@@ -153,6 +161,7 @@ def head_metrics(run_dir, task: str = "brown") -> pd.DataFrame:
                                    "run evaluate_step(run_dir, step) first")
     return df[df["head"] >= 0][["step", "layer", "head", "metric", "value"]].reset_index(drop=True)
 
+# %% ../nbs/08_attention.ipynb #da29fafd
 def stored_maps(run_dir, task: str = "brown") -> dict[tuple[int, int], dict[int, np.ndarray]]:
     "The stored averaged maps: {(layer, head): {step: (T, T) array}}."
     out = {}
@@ -161,6 +170,7 @@ def stored_maps(run_dir, task: str = "brown") -> dict[tuple[int, int], dict[int,
         out.setdefault((d["layer"], d["head"]), {})[int(r.step)] = np.array(d["map"])
     return dict(sorted(out.items()))
 
+# %% ../nbs/08_attention.ipynb #92ade750
 def grid_steps(steps: Sequence[int], k: int = 10) -> list[int]:
     "At most `k` of `steps`, spread evenly on a log scale, the first and last included."
     steps = sorted(steps)
@@ -177,6 +187,7 @@ def emergence_step(curve: pd.Series, min_rise: float = MIN_RISE) -> float:
     if v.empty or v.max() - v.iloc[0] < min_rise: return np.nan
     return float(v.index[(v >= v.iloc[0] + (v.max() - v.iloc[0]) / 2).values][0])
 
+# %% ../nbs/08_attention.ipynb #dc5b9197
 def emergence_table(run_dir, task: str = "brown") -> pd.DataFrame:
     "Per layer: the most diagonal head at the last step, its diagonal mass at the first/last/peak step, its emergence step."
     h = head_metrics(run_dir, task)
@@ -193,10 +204,12 @@ def emergence_table(run_dir, task: str = "brown") -> pd.DataFrame:
                        "[SEP] mass, mean over heads, last step": at_last("sep")}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("layer")
 
+# %% ../nbs/08_attention.ipynb #f6dc4968
 def paper_layers(n_layers: int) -> tuple[int, ...]:
     "The layers standing for the paper's 8, 2 and 1 (upper first): layer L for 8 when L < 8."
     return tuple(dict.fromkeys(l for l in (min(8, n_layers), 2, 1) if l <= n_layers))
 
+# %% ../nbs/08_attention.ipynb #44bb3330
 def order_reproduced(em: dict[int, float], n_layers: int) -> bool | None:
     "Whether the emergence steps follow the paper's order (8 before 2, 1 last; never = after every step); None if untestable."
     ls = paper_layers(n_layers)
@@ -204,12 +217,15 @@ def order_reproduced(em: dict[int, float], n_layers: int) -> bool | None:
     e = [np.inf if np.isnan(em[l]) else em[l] for l in ls]
     return all(a <= b for a, b in zip(e, e[1:])) and e[0] < e[-1]
 
+# %% ../nbs/08_attention.ipynb #0f2a24a8
 def input_length(u: float) -> float:
     "The input length T whose even spread puts `u` = (3T - 2) / T^2 on the diagonal band (`uniform_diagonal` inverted)."
     return (3 + np.sqrt(9 - 8 * u)) / (2 * u)
 
+# %% ../nbs/08_attention.ipynb #8cb14906
 NEIGHBOUR_RATIO = 5  # a head "attends to its neighbour" when its mass on token i-1 (or i+1) is this many times an even spread's
 
+# %% ../nbs/08_attention.ipynb #d73363bb
 def neighbour_heads(run_dir, task: str = "brown", ratio: float = NEIGHBOUR_RATIO) -> pd.DataFrame:
     "Per step: the head with the most attention on the previous or next token, that mass, and its ratio to an even spread."
     h = head_metrics(run_dir, task)
@@ -227,6 +243,7 @@ def layer_colours(layers: Sequence[int]) -> dict[int, tuple]:
     top = max(layers)
     return {l: plt.cm.viridis(0.85 * (l - 1) / max(top - 1, 1)) for l in layers}
 
+# %% ../nbs/08_attention.ipynb #be1d0d47
 def plot_maps_grid(run_dir, task: str = "brown", max_cols: int = 10):
     "Fig. 4: the stored maps, rows = (layer, head), columns = steps."
     import matplotlib.pyplot as plt
@@ -333,6 +350,7 @@ def neighbour_sentence(run_dir, task: str = "brown") -> str:
     return s + (f", and some head passes {NEIGHBOUR_RATIO}x first at step {first[0]}" if len(first)
                 else f"; no head reaches {NEIGHBOUR_RATIO}x at any step")
 
+# %% ../nbs/08_attention.ipynb #f9934d9b
 def verdict(run_dir, task: str = "brown") -> str:
     "One sentence on the order in which this run's layers develop the diagonal pattern, computed from the database."
     t = emergence_table(run_dir, task)
@@ -375,6 +393,7 @@ REPORT = [
          finding="Layer 8 develops the diagonal pattern before layer 2, and layer 1 last."),
 ]
 
+# %% ../nbs/08_attention.ipynb #4ddedd7f
 def redraw(run_dir, out_dir=None, task: str = "brown") -> list[Path]:
     "Fig. 4 (grid, GIF), the diagonal-mass curves and the emergence table, from every step in the run's database."
     import matplotlib; matplotlib.use("Agg")

@@ -20,16 +20,19 @@ def cmd_params(args):
     from embryo.model import write_param_tables
     for p in write_param_tables(args.figures): print(f"wrote {p}")
 
+# %% ../nbs/11_cli.ipynb #c19e41d3
 def cmd_fetch(args):
     "Download and check the built-in corpus."
     from embryo.data import fetch
     print(fetch())
 
+# %% ../nbs/11_cli.ipynb #ea3298fd
 def cmd_pretrain(args):
     "Pretrain (or resume) a run."
     from embryo.pretrain import pretrain_from_args
     pretrain_from_args(args)
 
+# %% ../nbs/11_cli.ipynb #a584bd73
 def _options(pairs: list[str]) -> dict:
     "`analysis.option=value` pairs (values as JSON where they parse) as {analysis: {option: value}}."
     out = {}
@@ -42,11 +45,13 @@ def _options(pairs: list[str]) -> dict:
         out.setdefault(a, {})[o] = v
     return out
 
+# %% ../nbs/11_cli.ipynb #4c3a43b3
 def _run_arg(args) -> Path:
     from embryo.sweep import as_run, hub_run
     if args.revisions: return hub_run(str(args.run), args.revisions)
     return as_run(args.run)
 
+# %% ../nbs/11_cli.ipynb #c924528d
 def cmd_sweep(args):
     "Run analyses over checkpoints."
     from embryo.sweep import sweep
@@ -55,6 +60,7 @@ def cmd_sweep(args):
     print(t.to_string() if len(t) else "nothing to do")
     return 1 if (t == "failed").any().any() else 0
 
+# %% ../nbs/11_cli.ipynb #da9fc0ae
 def cmd_merge(args):
     "Join the databases of a sharded sweep into the run's results.sqlite."
     from embryo.results import merge_results
@@ -62,22 +68,26 @@ def cmd_merge(args):
     if not sources: raise SystemExit(f"no shard databases (results.shard-*.sqlite) in {args.run}; name them after --run")
     print(merge_results(args.run, sources))
 
+# %% ../nbs/11_cli.ipynb #b516d7bf
 def cmd_report(args):
     "Redraw every figure of the run from its database and write figures/index.html."
     from embryo.report import redraw_all, publish_report
     for p in redraw_all(args.run, args.figures): print(f"wrote {p}")
     publish_report(args.run, args.figures)
 
+# %% ../nbs/11_cli.ipynb #cf0c880c
 def cmd_compare(args):
     "Draw the runs side by side, one figure per analysis, with verdicts (Figs. 9, 11, 13c, 14)."
     from embryo.compare import compare_runs
     for p in compare_runs(args.run, args.figures): print(f"wrote {p}")
 
+# %% ../nbs/11_cli.ipynb #2b552729
 def cmd_seeds(args):
     "Draw the seeds of one recipe together: each seed's curve, the mean and a bootstrap band per analysis, with verdicts."
     from embryo.seeds import seed_bands
     for p in seed_bands(args.run, args.figures): print(f"wrote {p}")
 
+# %% ../nbs/11_cli.ipynb #f24fbcbf
 def cmd_reproduce(args):
     "Fetch, pretrain, sweep every analysis, redraw every figure and table into figures/, write figures/index.html."
     from embryo.report import reproduce
@@ -136,6 +146,7 @@ def parser() -> argparse.ArgumentParser:
                         "draw them with bootstrap bands into <figures>/seeds/ (default: 1, no bands)")
     return p
 
+# %% ../nbs/11_cli.ipynb #db796146
 def main(argv=None):
     "Entry point of the `embryo` console script; the project's own errors print as one message (exit status 2)."
     args = parser().parse_args(argv)

@@ -26,10 +26,12 @@ def _best_layer_mean(df):
     f = df[df.metric == "f1"]
     return f.groupby(["step", "task"]).value.max().groupby("step").mean()
 
+# %% ../nbs/10a_compare.ipynb #25f9dc2a
 def _glue_score(df):
     s = df[(df.metric == "score") & (df.seed == -1) & df.task.isin(["glue", "builtin"])]  # the mean over finetuning seeds
     return s[s.task == ("glue" if (s.task == "glue").any() else "builtin")].groupby("step").value.mean()
 
+# %% ../nbs/10a_compare.ipynb #27b32942
 SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary of the analysis's rows)
     "reconstruction": ("Fig. 9", "mask prediction accuracy (all words)",
                        lambda df: df[(df.task == "mask_prediction") & (df.metric == "all")].groupby("step").value.mean()),
@@ -45,6 +47,7 @@ SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary o
 }
 RISE, EARLY = 0.02, 0.5  # a run rises when it gains this much; early when 90% of the gain comes within this share of training
 
+# %% ../nbs/10a_compare.ipynb #b79278cb
 def gain_and_step90(curves, steps, min_gain: float = 0.0):
     "Per curve (rows of `curves`, over `steps`): gain from the first step to the best, and the first step holding 90% of it (NaN for a gain of `min_gain` or less)."
     curves, steps = np.atleast_2d(np.asarray(curves, dtype=float)), np.asarray(steps, dtype=float)
@@ -52,6 +55,7 @@ def gain_and_step90(curves, steps, min_gain: float = 0.0):
     reached = (curves - curves[:, :1]) >= 0.9 * gain[:, None]
     return gain, np.where(gain > min_gain, steps[reached.argmax(1)], np.nan)
 
+# %% ../nbs/10a_compare.ipynb #4c1e70e0
 def trend(series: pd.Series, total_steps: int) -> dict:
     "Gain from the first step to the best, and the step (and share of training) by which 90% of that gain is reached."
     s = series.sort_index()
@@ -61,6 +65,7 @@ def trend(series: pd.Series, total_steps: int) -> dict:
                 share90=None if at is None else at / max(total_steps, 1), rises=gain >= RISE,
                 early=at is not None and at / max(total_steps, 1) <= EARLY)
 
+# %% ../nbs/10a_compare.ipynb #2b8d53ab
 def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
     "One sentence: does every run show the paper's trend (a rise, mostly early) for `analysis`?"
     what = SIDE_BY_SIDE[analysis][1]
@@ -83,6 +88,7 @@ def model_family(run_dir) -> str:
     if mc.model_type == "electra": return "ELECTRA"
     return "BERT" if mc.sharing == "none" and mc.embedding_size == mc.hidden_size else "ALBERT"
 
+# %% ../nbs/10a_compare.ipynb #c360cf38
 def swept_run(r: Path) -> Path:
     "`r` when it holds a results database; otherwise a SweepError saying what to pass or run instead (a figures folder: its run bundle)."
     if (r / DB_NAME).exists(): return r
@@ -93,6 +99,7 @@ def swept_run(r: Path) -> Path:
                          f"these figures (embryo report --run <that run> --figures {r}), then pass --run {r / RUN_BUNDLE}")
     raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
 
+# %% ../nbs/10a_compare.ipynb #d83ae451
 def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     "One figure per analysis with a curve per run (Figs. 9, 11, 13c, 14 side by side), `compare.md` with the verdicts, `compare.json`."
     import matplotlib; matplotlib.use("Agg")

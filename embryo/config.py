@@ -29,6 +29,7 @@ MODEL_TYPES = ("albert", "electra")  # ALBERT and BERT (notebook 01), ELECTRA's 
 class ConfigError(ValueError):
     "A configuration that cannot describe a model, with what to do about it."
 
+# %% ../nbs/00_config.ipynb #bb0b8844
 @dataclass
 class ModelConfig:
     "One ALBERT (or BERT) encoder with MLM and sentence-order heads, or an ELECTRA pair; field names follow `transformers.AlbertConfig`."
@@ -89,18 +90,22 @@ class ModelConfig:
         "The fields as a dict; fields added after runs existed are left out at their old value, so those runs' settings still match."
         return {k: v for k, v in asdict(self).items() if _LATER_MODEL_FIELDS.get(k, object()) != v}
 
+# %% ../nbs/00_config.ipynb #6a0d3e49
 _LATER_MODEL_FIELDS = dict(model_type="albert", generator_size=0.25)  # field: the value every run had before it existed
 
 # %% ../nbs/00_config.ipynb #6faf9e64
 def _albert(H, L, **kw): return {**dict(hidden_size=H, num_hidden_layers=L, num_attention_heads=max(1, H // 64),
                                         intermediate_size=4 * H, embedding_size=128, sharing="all"), **kw}
 
+# %% ../nbs/00_config.ipynb #03c9a8d5
 def _bert(H, L): return dict(_albert(H, L), embedding_size=H, sharing="none", hidden_act="gelu",
                              hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
 
+# %% ../nbs/00_config.ipynb #fd06b4b1
 def _electra(H, L, E, generator_size, **kw):  # ELECTRA Table 6 (appendix): exact GELU, dropout 0.1, no sharing
     return dict(_bert(H, L), embedding_size=E, model_type="electra", generator_size=generator_size, **kw)
 
+# %% ../nbs/00_config.ipynb #4f8fc46b
 PRESETS = {
     "tiny": _albert(256, 4, vocab_size=4000, num_attention_heads=4),
     "small": _albert(512, 6, vocab_size=16000, num_attention_heads=8),
@@ -112,6 +117,7 @@ PRESETS = {
     "electra-tiny": _electra(256, 4, 128, 0.25, vocab_size=4000, num_attention_heads=4),
 }
 
+# %% ../nbs/00_config.ipynb #8fec3dc5
 def get_config(preset: str = "base", # a name in `PRESETS`
                **overrides) -> ModelConfig: # any `ModelConfig` field
     "The `ModelConfig` of `preset` with `overrides` applied; unknown names raise a `ConfigError` listing the valid ones."
@@ -183,6 +189,7 @@ class TrainConfig:
         "The fields as a dict; fields added after runs existed are left out at their old behaviour, so those runs' `config.json` still matches."
         return {k: v for k, v in asdict(self).items() if _LATER_FIELDS.get(k, object()) != v}
 
+# %% ../nbs/00_config.ipynb #8d946577
 SENTENCE_TASKS = ("sop", "nsp", "none")  # ALBERT Table 6: sentence-order, BERT's next-sentence, no sentence loss
 # Finetuning of the CPU-sized models (`tiny`, `bert-tiny`, the tiny ablations; used by notebooks 05, 09 and 10): 300
 # examples per task, and 1e-4 instead of Table 7's 1e-5: at 1e-5 the ~100 finetuning steps of so few examples leave
@@ -193,6 +200,7 @@ OPTIMIZERS = ("lamb", "adamw")
 _LATER_FIELDS = dict(sentence_task="sop", optimizer="lamb", rtd_weight=50.0, phase1_seq_length=None,
                      phase1_fraction=0.9, compile=False)  # field: the value every run had before the field existed
 
+# %% ../nbs/00_config.ipynb #8374d8fb
 _ALBERT_TRAIN = dict(batch_size=4096, learning_rate=0.00176, total_steps=125_000, warmup_steps=3125)
 TRAIN_PRESETS = {
     "tiny": dict(batch_size=32, max_seq_length=64, learning_rate=5e-3, warmup_steps=100, total_steps=8000,
@@ -215,6 +223,7 @@ TRAIN_PRESETS = {
 TRAIN_PRESETS["bert-tiny"] = dict(TRAIN_PRESETS["tiny"], sentence_task="nsp")
 TRAIN_PRESETS["electra-tiny"] = dict(TRAIN_PRESETS["tiny"], sentence_task="none")  # tiny's recipe, as the BERT twin
 
+# %% ../nbs/00_config.ipynb #4aafcbda
 def get_train_config(preset: str = "base", **overrides) -> TrainConfig:
     "The `TrainConfig` of `preset` with `overrides`; unknown names raise a `ConfigError` listing the valid ones."
     if preset not in TRAIN_PRESETS: raise ConfigError(f"unknown preset {preset!r}; the presets are: {', '.join(TRAIN_PRESETS)}")
@@ -232,11 +241,13 @@ def _is_run_config(f: Path) -> bool:
     except (OSError, ValueError): return False
     return isinstance(d, dict) and {"preset", "model", "train"} <= set(d)
 
+# %% ../nbs/00_config.ipynb #5fdad84f
 def run_config_file(run_dir) -> Path:
     "The file with a run's pretraining settings: `pretrain_config.json`, or `config.json` in a run made before the rename."
     new, old = Path(run_dir) / RUN_CONFIG, Path(run_dir) / OLD_RUN_CONFIG
     return old if not new.exists() and _is_run_config(old) else new
 
+# %% ../nbs/00_config.ipynb #a4910666
 def migrate_run_config(run_dir) -> Path | None:
     "Rename an old run's `config.json` to `pretrain_config.json`; returns the new path when it renamed one."
     old = Path(run_dir) / OLD_RUN_CONFIG
@@ -251,25 +262,30 @@ def fsync_dir(folder):
     try: os.fsync(fd)
     finally: os.close(fd)
 
+# %% ../nbs/00_config.ipynb #c249cc4b
 def _host() -> str:
     import socket
     return socket.gethostname().replace(".", "_")
 
+# %% ../nbs/00_config.ipynb #329f3cef
 def temp_tag() -> str:
     "`host-pid` of this process: part of every temporary name, so each writer has its own and a dead one's are known."
     return f"{_host()}-{os.getpid()}"
 
+# %% ../nbs/00_config.ipynb #a2717e0d
 def _pid_alive(pid: int) -> bool:
     try: os.kill(pid, 0)
     except ProcessLookupError: return False
     except PermissionError: return True
     return True
 
+# %% ../nbs/00_config.ipynb #a93b846d
 def stale_temp(name: str) -> bool:
     "Whether a temporary name (`.<file>.<host>-<pid>[.<any>].tmp`, or `.ipynb`) was left by a process of this host that no longer runs."
     m = re.search(r"\.([^.]+)-(\d+)\.(?:[^.]*\.)?(?:tmp|ipynb)$", name)
     return bool(m) and m[1] == _host() and not _pid_alive(int(m[2]))
 
+# %% ../nbs/00_config.ipynb #7071db1f
 def clean_stale_temps(folder, prefix: str = ".") -> list[Path]:
     "Remove the temporary files and folders under `folder` (names starting with `prefix`) whose writer is provably dead."
     import shutil
@@ -280,10 +296,12 @@ def clean_stale_temps(folder, prefix: str = ".") -> list[Path]:
             gone.append(p)
     return gone
 
+# %% ../nbs/00_config.ipynb #092708f6
 def _umask() -> int:
     "The process's umask (read by setting it, then putting it back)."
     m = os.umask(0o022); os.umask(m); return m
 
+# %% ../nbs/00_config.ipynb #b3f7c1ed
 def atomic_write(path, data: str | bytes):
     "Write `data` to `path` through a temporary file in the same folder, fsync'd, then a rename: never a half-written file."
     path = Path(path)
@@ -312,8 +330,10 @@ def split_names(names) -> list:
 class ParameterError(ValueError):
     "A notebook parameter the notebook does not declare, or a value of the wrong kind."
 
+# %% ../nbs/00_config.ipynb #4635e66e
 PARAMETER_TYPES = {"step": int}  # parameters whose default (None) says nothing of their kind
 
+# %% ../nbs/00_config.ipynb #b92cf63a
 def check_value(name: str, value, default, where: str):
     "Refuse `value` for parameter `name` where its kind (from `PARAMETER_TYPES` or the default's type) cannot take it."
     kind = PARAMETER_TYPES.get(name) or (type(default) if default is not None else None)
@@ -339,6 +359,7 @@ def _assignments(source: str) -> dict:
             except ValueError: out[node.targets[0].id] = None
     return out
 
+# %% ../nbs/00_config.ipynb #695a7149
 def check_parameters():
     "In a notebook run by papermill, after the parameters: refuse a parameter it does not declare, or a value of the wrong kind."
     try: from IPython import get_ipython

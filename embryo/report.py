@@ -43,6 +43,7 @@ CORE_REPORT = [
          finding="Not in the paper: how the CPU-sized recipe was chosen (notebook 03_pretrain)."),
 ]
 
+# %% ../nbs/10c_report.ipynb #df4344e7
 def _pretraining_verdict(run_dir) -> str:
     f = Path(run_dir) / "logs" / "eval.json"
     if not f.exists(): return ""
@@ -62,6 +63,7 @@ def _pretraining_verdict(run_dir) -> str:
     elif n := len(train_log(run_dir)): s += f" No phase transition: in its {n} logged records the MLM loss never drops faster than before and after."
     return s
 
+# %% ../nbs/10c_report.ipynb #41df7621
 def report_sections(run_dir) -> list[dict]:
     "Each figure or table for the report, with the verdict of its module on this run."
     out = [dict(r, verdict=_pretraining_verdict(run_dir) if r["file"].startswith("fig2a") else "") for r in CORE_REPORT]
@@ -75,15 +77,18 @@ def report_sections(run_dir) -> list[dict]:
         out += [dict(r, verdict=r.get("verdict", ""), analysis="ablations") for r in getattr(m, "REPORT", [])]
     return out
 
+# %% ../nbs/10c_report.ipynb #e55f1902
 def _table_html(csv: Path) -> str:
     try: return pd.read_csv(csv).to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0)
     except Exception as e: return f"<p>could not read {html.escape(csv.name)}: {html.escape(str(e))}</p>"
 
+# %% ../nbs/10c_report.ipynb #7575357d
 REPORT_JSON = "report.json"  # beside index.html: its sections and verdicts, which the notebooks' results cells are written from
 PAGES_DIR = "notebooks"  # under the figures folder: the analysis notebooks executed on the run, as HTML
 
 SEEDS_DIR = "seeds"  # under the figures folder: the seed bands, and each further seed's own figures in seed<k>/
 
+# %% ../nbs/10c_report.ipynb #c4509f80
 def write_report(run_dir, figures_dir="figures") -> Path:
     "Write `figures_dir/index.html` (every figure and table present, its paper reference, finding and verdict) and `report.json`."
     figures_dir = Path(figures_dir)
@@ -132,12 +137,14 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
         if done_steps(run_dir, a): paths += analysis_module(a).redraw(run_dir, figures_dir)
     return paths
 
+# %% ../nbs/10c_report.ipynb #713b2e88
 CPU_PRESETS = ("tiny", "bert-tiny", "electra-tiny")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT and ELECTRA twins)
 REPRODUCE_STEPS = {"glue": 4, "probing": 9, "similarity": 9, "reconstruction": 13, "knowledge": 13}  # on the CPU presets, the slower analyses run on this many log-spaced steps (attention: every step)
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}  # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
 USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run {run} --analyses squad "
                       "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>`"}  # analyses reproduce skips
 
+# %% ../nbs/10c_report.ipynb #7ef9334d
 def reproduce(args):
     "The main job: parameter tables, the pretraining run, every analysis over its checkpoints, every figure, the executed notebooks, the report."
     from embryo.pretrain import pretrain_from_args
@@ -163,6 +170,7 @@ def reproduce(args):
         except Exception as e: print(f"notebook pages not written ({error_text(e)}); the figures and the report are")
     publish_report(run, figures)
 
+# %% ../nbs/10c_report.ipynb #c12a49a9
 def reproduce_seeds(args, seeds: int) -> list[Path]:
     "`reproduce` for seeds 0..seeds-1 of the preset into sibling runs (seed 0 is the usual run and figures; the others under figures/seeds/seed<k>, without executed pages), then the seed bands."
     import argparse
@@ -177,6 +185,7 @@ def reproduce_seeds(args, seeds: int) -> list[Path]:
     for p in paths: print(f"wrote {p}")
     return paths
 
+# %% ../nbs/10c_report.ipynb #0ad12807
 def publish_report(run_dir, figures_dir="figures") -> list[Path]:
     "Write the report (index.html, report.json), the run's results beside it (`bundle_run`) and, when `figures_dir` is the checkout's figures, the notebooks' results cells."
     paths = [write_report(run_dir, figures_dir), *bundle_run(run_dir, figures_dir)]
@@ -225,6 +234,7 @@ def _figure_sets(figures_root) -> list[tuple[str, Path, dict]]:
             out.append((title, d, json.loads(f.read_text())))
     return out
 
+# %% ../nbs/10c_report.ipynb #52bfd80e
 def results_markdown(analysis: str, figures_root="figures", nbs=None) -> str:
     "The results cell of `analysis`'s notebook: its committed figures, tables and verdict for every run under `figures_root`."
     nbs = Path(nbs or nbs_dir())
@@ -249,12 +259,14 @@ def results_markdown(analysis: str, figures_root="figures", nbs=None) -> str:
     elif len(out) == 2: out += ["", "No committed results yet: `make reproduce` writes them."]
     return "\n".join(out).rstrip("\n")
 
+# %% ../nbs/10c_report.ipynb #230fbd24
 def _results_cell(nb: dict, analysis: str, path) -> dict:
     mark = RESULTS_MARK.format(analysis=analysis)
     for c in nb["cells"]:
         if c["cell_type"] == "markdown" and "".join(c["source"]).startswith(mark): return c
     raise SweepError(f"{path} has no results cell (a markdown cell starting {mark}): add one to its figure section")
 
+# %% ../nbs/10c_report.ipynb #d61ed052
 def sync_notebooks(figures_root="figures", nbs=None, analyses=None) -> list[Path]:
     "Rewrite each analysis notebook's results cell from `figures_root` (as nbdev_clean writes notebooks); returns those changed."
     nbs, changed = Path(nbs or nbs_dir()), []
@@ -267,6 +279,7 @@ def sync_notebooks(figures_root="figures", nbs=None, analyses=None) -> list[Path
         atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"); changed.append(path)
     return changed
 
+# %% ../nbs/10c_report.ipynb #d369f236
 def checkout_figures(figures_dir) -> Path | None:
     "The checkout's `figures/` when `figures_dir` is it or a folder in it (the committed results), else None."
     try: root = (nbs_dir().parent / "figures").resolve()
@@ -285,6 +298,7 @@ def _scratch_run(run_dir: Path, dst: Path) -> Path:
         with sqlite3.connect(db_path(run_dir)) as src, sqlite3.connect(dst / DB_NAME) as out: src.backup(out)
     return dst
 
+# %% ../nbs/10c_report.ipynb #a310c266
 def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None, device: str = "cpu") -> list[Path]:
     "Run each analysis notebook whole (papermill) on the run's last step and write it as HTML to `out_dir`, outputs and all."
     import tempfile

@@ -16,6 +16,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from .run import DB_NAME  # one name for the file, where the run (notebook 02a) defines it
+
 # %% auto #0
 __all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TASK_NAMES',
            'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'use_wal', 'connect',
@@ -25,7 +27,6 @@ __all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCH
            'merge_results', 'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
-from .run import DB_NAME  # one name for the file, where the run (notebook 02a) defines it
 COLUMNS = ("analysis", "step", "task", "layer", "head", "seed", "metric", "value", "n", "created_at")
 SETTING_COLUMNS = ("analysis", "step", "task", "name", "value", "created_at")
 SAMPLE_COLUMNS = ("analysis", "step", "task", "item", "text", "created_at")
@@ -55,6 +56,7 @@ CREATE TABLE IF NOT EXISTS computed_with (
     PRIMARY KEY (analysis, step));
 """
 
+# %% ../nbs/03a_results.ipynb #897ae19f
 def db_path(run_dir, name: str | None = None) -> Path:
     "The results database of a run: `name`, else `$EMBRYO_RESULTS` (a shard's own file), else results.sqlite; a `.sqlite` path as is."
     p = Path(run_dir)
@@ -69,6 +71,7 @@ LEGACY_SETTINGS = {"glue": ("seed", "learning_rate", "batch_size", "train_steps"
                             "max_seq_length")}
 SEEDED = ("glue", "squad")  # the analyses that finetune, each finetuning seed's score a row
 
+# %% ../nbs/03a_results.ipynb #e74e6396
 def unpack(analysis: str, metric: str, head: int | None = None) -> tuple[int, int, str]:
     "(head, seed, metric) of an old row: its head and seed out of the metric's name; `head` None where the table had no `head`."
     if head is None:
@@ -77,6 +80,7 @@ def unpack(analysis: str, metric: str, head: int | None = None) -> tuple[int, in
     s = _PACKED_SEED.fullmatch(metric) if analysis in SEEDED else None
     return head, int(s[1]) if s else -1, "score" if s else metric
 
+# %% ../nbs/03a_results.ipynb #be601acb
 def migrate(con) -> bool:
     "Bring an old-format database (no `head`, or no `seed` column) to the current schema in one transaction; False if nothing to do."
     cols = lambda: [r[1] for r in con.execute("PRAGMA table_info(results)")]
@@ -101,6 +105,7 @@ def migrate(con) -> bool:
         con.execute("ROLLBACK"); raise
     return True
 
+# %% ../nbs/03a_results.ipynb #9a7678fb
 def use_wal(con, path, timeout: float):
     """Put the database in WAL mode, retrying until `timeout`: the switch needs the file to itself and SQLite does not wait
     for it (its busy handler is not called), so two processes creating one database together could fail at once."""
@@ -116,6 +121,7 @@ def use_wal(con, path, timeout: float):
                                            "another process holds it (a stuck sweep?); stop it or wait, then run again")
         time.sleep(0.02)
 
+# %% ../nbs/03a_results.ipynb #68217c01
 @contextmanager
 def connect(run_dir, timeout: float = 60.0):
     "A connection to the run's database (created on first use) in WAL mode; commits on success, rolls back on error."
@@ -137,21 +143,25 @@ def text_digest(text: str) -> str:
     import hashlib
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+# %% ../nbs/03a_results.ipynb #e3152053
 def encode_scores(scores) -> str:
     "Examples' scores as text: a character each ('1' or '0') where every score is 1 or 0, else a JSON list."
     a = np.asarray(scores, dtype=float).reshape(-1)
     if np.isin(a, (0.0, 1.0)).all(): return (a.astype(np.uint8) + ord("0")).tobytes().decode()
     return json.dumps([round(float(x), 6) for x in a])
 
+# %% ../nbs/03a_results.ipynb #3319000f
 def decode_scores(text: str) -> np.ndarray:
     "The scores `encode_scores` wrote, as floats."
     if text.startswith("["): return np.array(json.loads(text), dtype=float)
     return (np.frombuffer(text.encode(), np.uint8) == ord("1")).astype(float)
 
+# %% ../nbs/03a_results.ipynb #ba3cd60b
 def score_rows(task: str, scores: dict, examples) -> list[dict]:
     "`write_results`' `scores` of one task: per key (a layer, a seed...) one score per example of `examples` (each a string)."
     return [dict(task=task, key=str(k), scores=v, examples=list(examples)) for k, v in scores.items()]
 
+# %% ../nbs/03a_results.ipynb #fbc36b23
 def _check_scores(s: dict) -> dict:
     missing = [k for k in ("task", "key", "scores", "examples") if k not in s]
     if missing: raise ValueError(f"scores of {s.get('task')!r} lack {', '.join(missing)}")
@@ -161,12 +171,14 @@ def _check_scores(s: dict) -> dict:
         raise ValueError(f"scores of task {s['task']!r}, key {s['key']!r}: {n} scores for {len(s['examples'])} examples; give one score per example")
     return dict(task=s["task"], key=str(s["key"]), scores=text, items=items, digest=text_digest(items))
 
+# %% ../nbs/03a_results.ipynb #19846a8c
 def _insert_scores(con, analysis: str, step: int, scores: list[dict], now: float):
     "Insert checked `scores` of `analysis` at `step`, and their examples' descriptions where not stored yet."
     con.executemany("INSERT OR IGNORE INTO examples VALUES (?,?,?,?)", {(analysis, s["task"], s["digest"], s["items"]) for s in scores})
     con.executemany(f"INSERT INTO scores ({', '.join(SCORE_COLUMNS)}) VALUES ({','.join('?' * len(SCORE_COLUMNS))})",
                     [(analysis, step, s["task"], s["key"], s["digest"], s["scores"], now) for s in scores])
 
+# %% ../nbs/03a_results.ipynb #482dbcf8
 def read_scores(run_dir, analysis: str, task: str | None = None) -> pd.DataFrame:
     "The examples' scores of `analysis` (optionally one task): a row per (step, task, key), `scores` an array, `examples` its digest."
     cols = ["step", "task", "key", "examples", "scores"]
@@ -176,6 +188,7 @@ def read_scores(run_dir, analysis: str, task: str | None = None) -> pd.DataFrame
     with connect(run_dir) as con: df = pd.read_sql_query(sql + " ORDER BY task, key, step", con, params=args)
     return df.assign(scores=[decode_scores(t) for t in df.scores])
 
+# %% ../nbs/03a_results.ipynb #40a0f371
 def read_examples(run_dir, analysis: str, task: str, digest: str) -> list[str]:
     "The descriptions of the examples that scores with `digest` scored."
     with connect(run_dir) as con:
@@ -191,12 +204,14 @@ def _check_rows(rows: list[dict]):
         extra = set(r) - {"task", "layer", "head", "seed", "metric", "value", "n"}
         if extra: raise ValueError(f"result row {i} has unknown field(s) {', '.join(sorted(extra))}: {r}")
 
+# %% ../nbs/03a_results.ipynb #116a60fe
 def _insert_results(con, analysis: str, rows: list[tuple[int, dict]], now: float):
     "Insert (step, row) pairs of `analysis`; a row's layer, head and seed default to -1 (not applicable)."
     con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
                     [(analysis, int(step), r["task"], int(r.get("layer", -1)), int(r.get("head", -1)), int(r.get("seed", -1)),
                       r["metric"], None if r["value"] is None else float(r["value"]), r.get("n"), now) for step, r in rows])
 
+# %% ../nbs/03a_results.ipynb #bad48bbc
 def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], samples: Iterable[dict] = (),
                   settings: Iterable[dict] = (), scores: Iterable[dict] = ()) -> int:
     """Replace the results, text `samples` (task, item, text), `settings` (task, name, value) and examples' `scores`
@@ -224,6 +239,7 @@ def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], sampl
             con.execute("ROLLBACK"); raise
     return len(rows)
 
+# %% ../nbs/03a_results.ipynb #051449f6
 def read_results(run_dir, analysis: str | None = None, **where) -> pd.DataFrame:
     "The results as a DataFrame (columns as the table), filtered by `analysis` and any column=value (lists allowed)."
     if not db_path(run_dir).exists(): return pd.DataFrame(columns=COLUMNS)
@@ -239,6 +255,7 @@ def read_results(run_dir, analysis: str | None = None, **where) -> pd.DataFrame:
     with connect(run_dir) as con:
         return pd.read_sql_query(sql + " ORDER BY analysis, task, metric, layer, head, seed, step", con, params=args)
 
+# %% ../nbs/03a_results.ipynb #ee0311b4
 def read_settings(run_dir, analysis: str, **where) -> pd.DataFrame:
     "The settings `analysis` ran with, one row per (step, task, name), filtered by any column=value."
     if not db_path(run_dir).exists(): return pd.DataFrame(columns=SETTING_COLUMNS)
@@ -251,6 +268,7 @@ def read_settings(run_dir, analysis: str, **where) -> pd.DataFrame:
     with connect(run_dir) as con:
         return pd.read_sql_query(f"SELECT * FROM settings WHERE {' AND '.join(conds)} ORDER BY task, name, step", con, params=args)
 
+# %% ../nbs/03a_results.ipynb #e1c788fc
 def read_samples(run_dir, analysis: str, task: str | None = None) -> pd.DataFrame:
     "The text samples of `analysis` (optionally one task) as a DataFrame."
     if not db_path(run_dir).exists(): return pd.DataFrame(columns=SAMPLE_COLUMNS)
@@ -259,6 +277,7 @@ def read_samples(run_dir, analysis: str, task: str | None = None) -> pd.DataFram
     with connect(run_dir) as con:
         return pd.read_sql_query(sql + " ORDER BY item, step", con, params=args)
 
+# %% ../nbs/03a_results.ipynb #98182cc7
 def done_steps(run_dir, analysis: str) -> list[int]:
     "The steps that have results of `analysis`."
     if not db_path(run_dir).exists(): return []
@@ -284,6 +303,7 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
     "syntax": "the dependency arcs scored against: `silver` (spaCy on held-out Brown) or `gold` (a CoNLL-U treebank); metric `uas` per `layer` and `head`, `uas_best` per layer, `uas_adjacent`/`uas_previous`/`uas_next` (baselines, layer -1)",
 }
 
+# %% ../nbs/03a_results.ipynb #b4cdf77a
 def describe_results(run_dir) -> pd.DataFrame:
     "What a run's database holds: per (analysis, task), the steps, layers, heads, seeds and metrics, and what `task` names there."
     df = read_results(run_dir)
@@ -322,6 +342,7 @@ def log_job(run_dir, analysis: str, step: int, status: str, seconds: float | Non
         con.execute("INSERT OR REPLACE INTO sweep_log VALUES (?,?,?,?,?,?,?,?)",
                     (analysis, int(step), status, seconds, error, notebook, mode, time.time()))
 
+# %% ../nbs/03a_results.ipynb #87b3b8d2
 def read_log(run_dir) -> pd.DataFrame:
     "The sweep log of the run (latest attempt per analysis and step)."
     if not db_path(run_dir).exists(): return pd.DataFrame(columns=["analysis", "step", "status", "seconds", "error", "notebook", "mode", "created_at"])
@@ -336,6 +357,7 @@ def options_digest(options_text: str) -> str:
     "A short hash of a canonical options text (JSON with sorted keys)."
     return text_digest(options_text)
 
+# %% ../nbs/03a_results.ipynb #5f90bc33
 def set_computed_with(run_dir, analysis: str, step: int, options_text: str | None):
     "Record what the results of (analysis, step) were computed with; `None` marks the job as running."
     digest = RUNNING if options_text is None else options_digest(options_text)
@@ -343,6 +365,7 @@ def set_computed_with(run_dir, analysis: str, step: int, options_text: str | Non
         con.execute("INSERT OR REPLACE INTO computed_with VALUES (?,?,?,?,?)",
                     (analysis, int(step), digest, options_text or "", time.time()))
 
+# %% ../nbs/03a_results.ipynb #2d3e0c06
 def computed_with(run_dir, analysis: str) -> dict[int, tuple[str, str]]:
     "For each step with results of `analysis`: (digest, options text) they were computed with (the defaults where unrecorded)."
     if not db_path(run_dir).exists(): return {}
@@ -354,6 +377,7 @@ def computed_with(run_dir, analysis: str) -> dict[int, tuple[str, str]]:
 def _groups(con, table: str, key: str = "analysis, step, task") -> dict:
     return {tuple(r[:-1]): r[-1] for r in con.execute(f"SELECT {key}, MAX(created_at) FROM {table} GROUP BY {key}")}
 
+# %% ../nbs/03a_results.ipynb #19ef89f5
 def merge_results(run_dir, sources: Iterable) -> dict:
     "Copy the results, samples, settings and sweep log of each source database (or run folder) into `run_dir`'s main database."
     target = db_path(run_dir, DB_NAME)  # the main file, whatever shard this process writes

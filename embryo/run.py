@@ -29,6 +29,7 @@ __all__ = ['LOCK_FILE', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD'
 class CheckpointNotFound(LookupError):
     "A step that has no checkpoint in the run; the message lists the steps that exist."
 
+# %% ../nbs/02a_run.ipynb #4c835b4c
 def _checkpoint_folders(run_dir) -> dict[int, Path]:
     "Each step's complete checkpoint folder: `step_N`, or `step_N.old` where a save was killed between its two renames."
     ck, out = Path(run_dir) / "checkpoints", {}
@@ -39,15 +40,19 @@ def _checkpoint_folders(run_dir) -> dict[int, Path]:
             out.setdefault(int(name[5:]), p)
     return out
 
+# %% ../nbs/02a_run.ipynb #8d5b54fc
 def checkpoint_dir(run_dir, step: int) -> Path: return Path(run_dir) / "checkpoints" / f"step_{step:07d}"
 
+# %% ../nbs/02a_run.ipynb #332b8cf8
 def list_steps(run_dir) -> list[int]:
     "The steps that have a complete checkpoint in `run_dir` (a `step_N.old` left by a killed save counts as step N)."
     return sorted(_checkpoint_folders(run_dir))
 
+# %% ../nbs/02a_run.ipynb #b34fa8b4
 def _steps_text(steps):
     return ", ".join(map(str, steps)) if len(steps) <= 12 else ", ".join(map(str, steps[:8])) + ", ..., " + ", ".join(map(str, steps[-3:]))
 
+# %% ../nbs/02a_run.ipynb #86f581a1
 def find_checkpoint(run_dir, step: int) -> Path:
     "The checkpoint folder of `step`, or `CheckpointNotFound` naming the steps that exist."
     p = checkpoint_dir(run_dir, step)
@@ -62,12 +67,14 @@ def find_checkpoint(run_dir, step: int) -> Path:
     raise CheckpointNotFound(f"{run_dir} has no checkpoint for step {step}; it has {_steps_text(steps)}. "
                              "Pass one of those, or run the pretraining further.")
 
+# %% ../nbs/02a_run.ipynb #9eafbeac
 def load_checkpoint(run_dir, step: int, device="cpu", mlm: bool = False) -> AlbertForPreTraining:
     "The model saved at `step` of the run, in eval mode; of an ELECTRA run, the discriminator, or the generator with `mlm` (the half with vocabulary scores)."
     folder = find_checkpoint(run_dir, step)
     if is_electra(folder): return load_electra(folder, GENERATOR if mlm else "discriminator", device)
     return load_pretrained(folder, map_location=device)
 
+# %% ../nbs/02a_run.ipynb #1bdc7526
 def replace_dir(tmp: Path, final: Path):
     "Move the finished folder `tmp` to `final`, replacing an older one without a moment where neither exists."
     old = final.with_name(final.name + ".old")
@@ -79,6 +86,7 @@ def replace_dir(tmp: Path, final: Path):
     fsync_dir(final.parent)  # the renames reach the disk before the old copy goes
     if old.exists(): shutil.rmtree(old)
 
+# %% ../nbs/02a_run.ipynb #82431ac8
 def save_checkpoint(model, run_dir, step: int) -> Path:
     "Write the weights of `step` and the run's tokenizer files as a complete Hugging Face checkpoint folder, atomically (a temporary name of this writer's own)."
     final = checkpoint_dir(run_dir, step)
@@ -103,10 +111,12 @@ def resolve_step(run_dir, step: int | str | None = None) -> int:
 class RunLocked(RuntimeError):
     "Another process is writing this run folder."
 
+# %% ../nbs/02a_run.ipynb #f20bd063
 LOCK_FILE = ".lock"
 _held: dict[Path, int] = {}  # run folders this process holds, with how many nested `run_lock`s
 _lock_fds: dict[Path, int] = {}  # and the open lock file of each
 
+# %% ../nbs/02a_run.ipynb #ceb478b7
 def _lock_holder(f: Path) -> dict:
     "What the holder wrote into the lock file (pid, host, since), {} while it has not yet."
     for _ in range(20):
@@ -117,12 +127,14 @@ def _lock_holder(f: Path) -> dict:
         time.sleep(0.05)
     return {}
 
+# %% ../nbs/02a_run.ipynb #5ac98d61
 def forget_inherited_locks(*_):
     """In a forked child (a data worker): close the lock files it inherited, so that a killed writer's lock is free at
     once, not held on by its children until they notice that their parent is gone."""
     for fd in _lock_fds.values(): os.close(fd)
     _lock_fds.clear(); _held.clear()
 
+# %% ../nbs/02a_run.ipynb #3d885230
 @contextmanager
 def run_lock(run_dir, wait: bool = False):
     "Hold the writer lock of `run_dir` for the block; a second writer gets `RunLocked` naming the holder (or waits, if `wait`)."
@@ -153,6 +165,7 @@ def run_lock(run_dir, wait: bool = False):
             os.ftruncate(fd, 0)  # released cleanly: an empty lock file names nobody
     finally: os.close(fd)  # closing releases the flock
 
+# %% ../nbs/02a_run.ipynb #7fc5040b
 def clean_run(run_dir) -> list[str]:
     "Under the run's lock: remove what killed writers of the run left, and restore a `step_N.old` whose new copy is missing."
     run_dir, done = Path(run_dir), []
@@ -180,6 +193,7 @@ def read_config(f: Path) -> dict:
         raise ConfigError(f"{f} is not valid JSON ({e}): it holds the run's settings, written by its first pretrain. "
                           "Restore it from a copy, or delete it if the run has no checkpoint yet, or pass a new --run folder") from None
 
+# %% ../nbs/02a_run.ipynb #88f56226
 def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
     "The preset, model and training config a run was made with (its `pretrain_config.json`, or an old run's `config.json`)."
     f = run_config_file(run_dir)
@@ -187,18 +201,21 @@ def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
     cfg = read_config(f)
     return cfg["preset"], ModelConfig(**cfg["model"]), TrainConfig(**cfg["train"])
 
+# %% ../nbs/02a_run.ipynb #360daf5f
 def run_model_type(run_dir) -> str:
     "The model type a run trained (albert, which includes BERT, or electra), from its config; albert for a folder without one."
     f = run_config_file(run_dir)
     try: return json.loads(f.read_text()).get("model", {}).get("model_type", "albert")
     except (OSError, ValueError): return "albert"
 
+# %% ../nbs/02a_run.ipynb #0c961541
 def run_sentence_task(run_dir) -> str:
     "The sentence-level task the run trained (sop, nsp or none), from its config; sop for a folder without one."
     f = run_config_file(run_dir)
     try: return json.loads(f.read_text()).get("train", {}).get("sentence_task", "sop")
     except (OSError, ValueError): return "sop"
 
+# %% ../nbs/02a_run.ipynb #c39eba31
 def sentence_name(sentence_task: str, model_type: str = "albert") -> str:
     "The name of a run's second loss: rtd for ELECTRA's replaced-token detection, nsp for BERT's next-sentence task, else sop (ALBERT's head)."
     return "rtd" if model_type == "electra" else "nsp" if sentence_task == "nsp" else "sop"
@@ -232,6 +249,7 @@ def write_tokenizer_files(run_dir, model_max_length: int = 512) -> list[str]:
             if name in missing: atomic_write(run_dir / name, b)
     return missing
 
+# %% ../nbs/02a_run.ipynb #5fc5c1da
 def complete_run(run_dir) -> dict:
     "Bring a run made by an older embryo up to date: settings in `pretrain_config.json`, tokenizer files in the run and every checkpoint."
     run_dir = Path(run_dir)
@@ -259,6 +277,7 @@ def log_records(f: Path, upto: int = 1 << 62) -> list[dict]:
             if r["step"] <= upto: rows.append(r)
     return rows
 
+# %% ../nbs/02a_run.ipynb #342bbff4
 def train_log(run_dir) -> list[dict]:
     "Every record of the run's training log (`logs/train.jsonl`): step, losses, accuracies, learning rate, tokens/s."
     return log_records(Path(run_dir) / "logs" / "train.jsonl", 1 << 62)
@@ -314,9 +333,11 @@ def transitions(run_dir_or_rows, key: str = "mlm_loss",
                         start_step=int(steps[x >= lo].min()), end_step=int(steps[x <= hi].max()), open=open_))
     return out
 
+# %% ../nbs/02a_run.ipynb #f195e6d5
 TRANSITIONS_FILE = "transitions.json"  # in the run's logs/, beside train.jsonl
 TRANSITIONS_METHOD = "PELT, L2 cost on the pace per log10 step, open drops at the log's end (embryo.pretrain.transitions)"  # a cache of another method is recomputed
 
+# %% ../nbs/02a_run.ipynb #7298fb33
 def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
     "The run's `transitions` with default settings, cached in `logs/transitions.json` and recomputed when the log has grown."
     log = Path(run_dir) / "logs" / "train.jsonl"
@@ -331,7 +352,6 @@ def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
                                          transitions=found), indent=1) + "\n")
     except OSError: pass  # a run folder we may not write to: the transitions are still drawn
     return found
-
 
 # %% ../nbs/02a_run.ipynb #4159ee5c
 DB_NAME = "results.sqlite"  # every analysis result of the run (notebook 03a)

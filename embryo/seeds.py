@@ -30,6 +30,7 @@ def seed_run_dirs(run_dir, seeds: int) -> list[Path]:
     run = Path(run_dir)
     return [run] + [run.parent / f"{run.name}-seed{k}" for k in range(1, seeds)]
 
+# %% ../nbs/10b_seeds.ipynb #8484985e
 def seed_bootstrap(curves, resamples: int = SEED_RESAMPLES, level: float = 0.95, rng_seed: int = 0):
     "Mean over seeds (rows of `curves`) at each step (columns), the resampled means (resamples x steps), the band's low and high edges."
     curves = np.asarray(curves, dtype=float)
@@ -37,12 +38,14 @@ def seed_bootstrap(curves, resamples: int = SEED_RESAMPLES, level: float = 0.95,
     q = (1 - level) / 2
     return curves.mean(0), boot, np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
 
+# %% ../nbs/10b_seeds.ipynb #c4b7422e
 def stratum_weights(strata) -> np.ndarray:
     "Each example's share of a mean in which every stratum (a task's examples) counts once and its examples equally."
     strata = np.asarray(strata)
     _, inverse, counts = np.unique(strata, return_inverse=True, return_counts=True)
     return 1 / (counts[inverse] * len(counts))
 
+# %% ../nbs/10b_seeds.ipynb #03cbf501
 def multibootstrap(hits, resamples: int = SEED_RESAMPLES, level: float = 0.95, rng_seed: int = 0, strata=None):
     """`hits`: (seeds, steps, examples) scores of the same examples. The mean over seeds and examples at each step, the
     resampled means and the band's edges, seeds and examples drawn with replacement together (the same examples at every
@@ -62,6 +65,7 @@ def multibootstrap(hits, resamples: int = SEED_RESAMPLES, level: float = 0.95, r
     q = (1 - level) / 2
     return np.einsum("ksn,n->s", H, w) / K, boot, np.quantile(boot, q, axis=0), np.quantile(boot, 1 - q, axis=0)
 
+# %% ../nbs/10b_seeds.ipynb #0ca79b65
 def band_stats(curves, steps, total: int, resamples: int = SEED_RESAMPLES, level: float = 0.95, sign: int = 1,
                hits=None, strata=None) -> dict:
     """The mean over seeds (rows of `curves`) and its band, resampling the seeds, or seeds and examples where the
@@ -78,6 +82,7 @@ def band_stats(curves, steps, total: int, resamples: int = SEED_RESAMPLES, level
                 share_rising=float((bgain >= RISE).mean()),
                 share_early=float(((bgain >= RISE) & (bat / max(total, 1) <= EARLY)).mean()))
 
+# %% ../nbs/10b_seeds.ipynb #d909ad63
 def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, level: float = 0.95) -> list[Path]:
     """Per analysis, each seed's curve, the mean and a bootstrap band over seeds, with verdicts stating their intervals;
     then every figure over steps by its panels (`SEED_PANELS`); `seeds.md`, `seeds.json`."""
@@ -150,9 +155,11 @@ def _pivot(df, col: str, strip: str = "") -> pd.DataFrame:
     t.columns = [f"layer {c}" if col == "layer" else str(c).removeprefix(strip) for c in t.columns]
     return t
 
+# %% ../nbs/10b_seeds.ipynb #63f5cba3
 def _mask_prediction(df, prefix: str) -> pd.DataFrame:
     return _pivot(df[(df.task == "mask_prediction") & df.metric.str.startswith(prefix)], "metric", prefix)
 
+# %% ../nbs/10b_seeds.ipynb #069eb4bd
 SEED_PANELS = {  # figure -> (paper figure, analysis (None: the training log), what is drawn, a column per panel, +1 or -1 if lower is better)
     # reconstruction's panels are named by their words' group without its prefix ('pos/', 'verb/', 'freq/')
     "loss": ("Fig. 2a", None, "MLM loss (nats per prediction)", None, -1),
@@ -176,10 +183,12 @@ SEED_PANELS = {  # figure -> (paper figure, analysis (None: the training log), w
 
 BEST_LAYER, SEED_MEAN = "best layer", "mean over seeds"  # keys of `example_matrix` that choose among a task's stored keys
 
+# %% ../nbs/10b_seeds.ipynb #d82d20f0
 def _best_head_parts(g: str, tasks) -> list:
     "Panel 'layer 3' of attention or syntax: the examples scored under that layer's best head (key 'layer3/best_head'), per task."
     return [(t, g.replace(" ", "") + "/best_head", None) for t in sorted(tasks)]
 
+# %% ../nbs/10b_seeds.ipynb #2d946093
 EXAMPLE_PARTS = {  # a SEED_PANELS figure -> its panel's examples from (panel, the tasks with stored scores): (task, key, group) parts, counted equally
     "reconstruction_by_pos": lambda g, tasks: [("mask_prediction", "correct", f"pos/{g}")],
     "reconstruction_by_verb_form": lambda g, tasks: [("mask_prediction", "correct", f"verb/{g}")],
@@ -192,12 +201,14 @@ EXAMPLE_PARTS = {  # a SEED_PANELS figure -> its panel's examples from (panel, t
     "knowledge_by_relation": lambda g, tasks: [(g, "p@1", None)],
 }
 
+# %% ../nbs/10b_seeds.ipynb #dd7f730c
 def _glue_parts(task: str) -> list:
     "A GLUE panel's examples: the task's own, or each member task's for the aggregates `glue` and `builtin` (a mean over tasks)."
     from embryo.glue import BUILTIN_TASKS, SCORE_TASKS
     members = {"glue": SCORE_TASKS, "builtin": BUILTIN_TASKS}.get(task, (task,))
     return [(t, SEED_MEAN, None) for t in members]
 
+# %% ../nbs/10b_seeds.ipynb #9db74c23
 def side_parts(analysis: str, df: pd.DataFrame) -> list | None:
     "The examples of `SIDE_BY_SIDE[analysis]`'s curve as (task, key, group) parts of `example_matrix`, from the run's rows `df`; None: not a mean of examples' scores."
     if analysis == "reconstruction": return [("mask_prediction", "correct", None)]
@@ -207,6 +218,7 @@ def side_parts(analysis: str, df: pd.DataFrame) -> list | None:
     if analysis == "glue": return _glue_parts("glue" if (df.task == "glue").any() else "builtin")
     return None
 
+# %% ../nbs/10b_seeds.ipynb #2adb2c9c
 def stored_scores(runs, analysis: str) -> tuple[dict, dict]:
     """Each run's stored examples' scores of `analysis`, {run: {(task, key): {step: scores}}}, and each task's examples'
     descriptions, {task: [str]}; a task is left out of the second unless every run scored the same examples at every step."""
@@ -219,6 +231,7 @@ def stored_scores(runs, analysis: str) -> tuple[dict, dict]:
             digests.setdefault(x.task, set()).add(x.examples); where.setdefault(x.task, r)
     return got, {t: read_examples(where[t], analysis, t, d.pop()) for t, d in digests.items() if len(d) == 1}
 
+# %% ../nbs/10b_seeds.ipynb #f2d11115
 def _scores_at(got: dict, task: str, key: str, step: int):
     "One run's scores of `task` at `step` under `key` (`BEST_LAYER`: the layer with the best mean; `SEED_MEAN`: the mean over finetuning seeds), or None."
     have = {k: v[step] for (t, k), v in got.items() if t == task and step in v}
@@ -230,6 +243,7 @@ def _scores_at(got: dict, task: str, key: str, step: int):
         return np.mean(seeds, axis=0) if seeds else None
     return have.get(key)
 
+# %% ../nbs/10b_seeds.ipynb #556d58e4
 def example_matrix(stored: tuple[dict, dict], runs, steps, parts) -> tuple[np.ndarray, np.ndarray] | None:
     """The (seeds, steps, examples) scores of the examples `parts` name, (task, key, group) each (a group keeps the examples
     it names after their description's first '|'), and each example's part (its stratum: the parts count equally); None
@@ -246,6 +260,7 @@ def example_matrix(stored: tuple[dict, dict], runs, steps, parts) -> tuple[np.nd
     if not blocks: return None
     return np.concatenate(blocks, axis=2), np.concatenate(strata)
 
+# %% ../nbs/10b_seeds.ipynb #337ea79a
 def curve_band(curves, steps, total: int, resamples: int, level: float, sign: int, stored, runs, parts, label: str) -> dict:
     """`band_stats` of one curve, over seeds and examples where `stored` (`stored_scores`) holds the scores of the
     examples `parts` name and they average to the curves drawn; over seeds alone otherwise."""
@@ -256,6 +271,7 @@ def curve_band(curves, steps, total: int, resamples: int, level: float, sign: in
         m = None
     return band_stats(curves, steps, total, resamples, level, sign, *(m or (None, None)))
 
+# %% ../nbs/10b_seeds.ipynb #cc984735
 def _panel_tables(runs, analysis, table) -> dict:
     "Each run's table (a column per panel, a row per step) of `analysis`, or of its training log's MLM loss; runs without rows left out."
     from embryo.run import train_log
@@ -266,6 +282,7 @@ def _panel_tables(runs, analysis, table) -> dict:
     if analysis not in available_analyses(): return {}
     return {r: t for r in runs if len(t := table(read_results(r, analysis)))}
 
+# %% ../nbs/10b_seeds.ipynb #2aee32a1
 def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = SEED_RESAMPLES, level: float = 0.95,
                 scores_of=stored_scores):
     """The figure `SEED_PANELS[name]` over seeds: a panel per layer, task, POS... with each seed's curve, the mean and its

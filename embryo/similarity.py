@@ -36,6 +36,7 @@ TASK = "brown"  # the tokens compared: held-out Brown words
 RANK_RTOL = 1e-5  # a singular value below this share of the largest counts as zero
 BLAS_THREADS = 1  # numpy's linear algebra threads while measuring (more were 50x slower on a shared 2-core machine)
 
+# %% ../nbs/07a_similarity.ipynb #89a7d98f
 @dataclass
 class Centred:
     "A (tokens, features) matrix with its columns centred, and its thin SVD X = U diag(s) V^T (rank r)."
@@ -44,6 +45,7 @@ class Centred:
     s: np.ndarray  # (r,) singular values, largest first
     V: np.ndarray  # (p, r) right singular vectors
 
+# %% ../nbs/07a_similarity.ipynb #a4270fc0
 def centred(X) -> Centred:
     "`X` (n tokens, p features) centred per feature, with its thin SVD from the eigen-decomposition of X^T X."
     if isinstance(X, Centred): return X
@@ -56,11 +58,13 @@ def centred(X) -> Centred:
     s, V = np.sqrt(lam[keep]), V[:, keep]
     return Centred(X, X @ V / s, s, V)
 
+# %% ../nbs/07a_similarity.ipynb #067f4c29
 def _pair(X, Y) -> tuple[Centred, Centred]:
     X, Y = centred(X), centred(Y)
     if len(X.X) != len(Y.X): raise ValueError(f"X and Y must hold the same tokens: {len(X.X)} rows against {len(Y.X)}")
     return X, Y
 
+# %% ../nbs/07a_similarity.ipynb #c65cf22f
 def linear_cka(X, Y) -> float:
     "Linear CKA (Kornblith et al. 2019): ||Y^T X||_F^2 / (||X^T X||_F ||Y^T Y||_F) of the centred matrices."
     X, Y = _pair(X, Y)
@@ -77,11 +81,13 @@ def cca(X, Y) -> tuple[np.ndarray, np.ndarray]:
     k = min(X.U.shape[1], Y.U.shape[1])
     return np.clip(rho[:k], 0.0, 1.0), X.U @ a[:, :k]
 
+# %% ../nbs/07a_similarity.ipynb #bb8ab1fe
 def n_directions(s: np.ndarray, keep: float = KEEP_VARIANCE) -> int:
     "How many leading singular values `s` it takes to hold the share `keep` of the variance (sum of s^2)."
     v = np.cumsum(np.asarray(s, dtype=np.float64) ** 2)
     return int(min(np.searchsorted(v / v[-1], keep - 1e-12) + 1, len(v)))
 
+# %% ../nbs/07a_similarity.ipynb #2a990b14
 def svcca(X, Y, keep: float = KEEP_VARIANCE) -> float:
     "SVCCA (Raghu et al. 2017): the mean canonical correlation of the SVD-reduced X and Y (each keeping `keep` of its variance)."
     X, Y = _pair(X, Y)
@@ -97,6 +103,7 @@ def pwcca(X, Y) -> float:
     alpha = np.abs(H.T @ X.X).sum(1)  # alpha_i = sum_j |<h_i, x_j>|
     return float(alpha @ rho / alpha.sum()) if alpha.sum() > 0 else float("nan")
 
+# %% ../nbs/07a_similarity.ipynb #a41f732a
 MEASURES = {"cka": linear_cka, "svcca": svcca, "pwcca": pwcca}  # metric prefix -> function
 
 # %% ../nbs/07a_similarity.ipynb #00000014
@@ -121,9 +128,11 @@ def cache_file(run_dir, step: int) -> Path:
     "Where the representations of a checkpoint are cached."
     return Path(run_dir) / "cache" / ANALYSIS / f"step_{int(step):07d}.npz"
 
+# %% ../nbs/07a_similarity.ipynb #98b25d8a
 def _sample_key(texts, spans) -> str:
     return hashlib.sha256(json.dumps([texts, spans]).encode()).hexdigest()[:16]
 
+# %% ../nbs/07a_similarity.ipynb #f39f1377
 def _read_cache(f: Path, key: str) -> tuple[np.ndarray, np.ndarray] | None:
     "(representations, kept) from a cache file made from the same weights and sample, else None."
     if not f.exists(): return None
@@ -132,6 +141,7 @@ def _read_cache(f: Path, key: str) -> tuple[np.ndarray, np.ndarray] | None:
         return (z["reps"], z["kept"]) if str(z["key"]) == key else None
     except (OSError, KeyError, ValueError, zipfile.BadZipFile): return None  # a damaged cache is rebuilt
 
+# %% ../nbs/07a_similarity.ipynb #f2557d7e
 def representations(run_dir, step: int, device="cpu", max_tokens: int = 4096, seed: int = 0, cache: bool = True,
                     batch_tokens: int = 8192) -> tuple[np.ndarray, np.ndarray]:
     "(n, L+1, H) float16 representations of the sampled words at every layer of checkpoint `step`, and the kept mask (cached)."
@@ -157,6 +167,7 @@ def reference_steps(run_dir, step: int) -> dict[str, int | None]:
     before = [s for s in steps if s < step]
     return {"final": steps[-1], "previous": before[-1] if before else None}
 
+# %% ../nbs/07a_similarity.ipynb #ffdfca25
 def compare(here: tuple[np.ndarray, np.ndarray], there: tuple[np.ndarray, np.ndarray], suffix: str) -> list[dict]:
     "Rows of every measure at every layer between two checkpoints' (representations, kept), metrics `<measure>_<suffix>`."
     from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
@@ -168,6 +179,7 @@ def compare(here: tuple[np.ndarray, np.ndarray], there: tuple[np.ndarray, np.nda
             rows += [dict(task=TASK, layer=l, metric=f"{m}_{suffix}", value=f(X, Y), n=int(keep.sum())) for m, f in MEASURES.items()]
     return rows
 
+# %% ../nbs/07a_similarity.ipynb #75b8a18d
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to evaluate
                   device="cpu",
@@ -201,6 +213,7 @@ def similarity_results(run_dir) -> pd.DataFrame:
     st = st.reindex(columns=["final_step", "previous_step"])
     return df[["step", "layer", "metric", "value", "n"]].join(st, on="step").sort_values(["step", "layer"]).reset_index(drop=True)
 
+# %% ../nbs/07a_similarity.ipynb #1422d015
 def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     "Steps (rows) x layers (columns) of one metric."
     return df[df.metric == metric].pivot_table(index="step", columns="layer", values="value").sort_index()
@@ -247,6 +260,7 @@ def settle_steps(cka_final: pd.DataFrame, threshold: float = SETTLED_CKA) -> dic
         out[int(l)] = float(later[0]) if len(later) else np.nan
     return out
 
+# %% ../nbs/07a_similarity.ipynb #bd015348
 def settle_order(settle: dict[int, float]) -> str:
     "'lower', 'upper', 'together' or 'mixed': how the settle steps run from the lowest layer to the highest (never = after all)."
     s = [np.inf if np.isnan(v) else v for _, v in sorted(settle.items())]
@@ -255,6 +269,7 @@ def settle_order(settle: dict[int, float]) -> str:
     if all(a >= b for a, b in zip(s, s[1:])): return "upper"
     return "mixed"
 
+# %% ../nbs/07a_similarity.ipynb #11daa6a1
 def settle_table(run_dir) -> pd.DataFrame:
     "Per layer: the step it settles at (CKA to final >= SETTLED_CKA from then on), the measures at the first step, the biggest change."
     df = similarity_results(run_dir)
@@ -268,6 +283,7 @@ def settle_table(run_dir) -> pd.DataFrame:
         t["at step"] = prev.idxmin()
     return t
 
+# %% ../nbs/07a_similarity.ipynb #6d1a65d7
 def verdict(run_dir) -> str:
     "One or two sentences, from the database: which layers settle first (CKA to the final checkpoint), and where they change most."
     df = similarity_results(run_dir)
@@ -319,6 +335,7 @@ REPORT = [
          finding="Not in the paper: the order in which the layers settle."),
 ]
 
+# %% ../nbs/07a_similarity.ipynb #53fc35f1
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "The similarity figures and the settle table, from every step in the run's database."
     import matplotlib; matplotlib.use("Agg")

@@ -75,6 +75,7 @@ class QAExample(NamedTuple):
     @property
     def is_impossible(self) -> bool: return not self.answers
 
+# %% ../nbs/05a_squad.ipynb #92886c35
 def _get(d, key: str, kind, where: str, hint: str = ""):
     "`d[key]`, checked to be a `kind`; a SquadDataError naming `where` otherwise."
     if not isinstance(d, dict): raise SquadDataError(f"{where}: expected a JSON object, got {type(d).__name__}")
@@ -83,6 +84,7 @@ def _get(d, key: str, kind, where: str, hint: str = ""):
         raise SquadDataError(f"{where}: {key!r} is {json.dumps(d[key])[:60]}, expected {getattr(kind, '__name__', kind)}")
     return d[key]
 
+# %% ../nbs/05a_squad.ipynb #563f719f
 def _answers(items: list, context: str, where: str) -> tuple:
     "(text, start) pairs of an answers list; a start outside the paragraph is an error."
     out = []
@@ -93,8 +95,10 @@ def _answers(items: list, context: str, where: str) -> tuple:
         out.append((text, start))
     return tuple(out)
 
+# %% ../nbs/05a_squad.ipynb #01db9c15
 V1_HINT = ": a SQuAD 1.1 file? This analysis reads SQuAD 2.0 (train-v2.0.json, dev-v2.0.json)"
 
+# %% ../nbs/05a_squad.ipynb #01b92ea0
 def read_squad(path) -> list[QAExample]:
     "The questions of an official SQuAD 2.0 JSON file (train-v2.0.json or dev-v2.0.json), in file order."
     path = Path(path)
@@ -133,6 +137,7 @@ def from_dataset(ds) -> list[QAExample]:
     return [QAExample(r["id"], r["title"], r["context"], r["question"],
                       tuple(zip(r["answers"]["text"], map(int, r["answers"]["answer_start"])))) for r in ds]
 
+# %% ../nbs/05a_squad.ipynb #8622f96e
 def squad_files(squad_dir) -> dict[str, Path]:
     "The train and dev files in the user's SQuAD 2.0 folder; a clear error when one is missing."
     root = Path(squad_dir).expanduser()
@@ -143,6 +148,7 @@ def squad_files(squad_dir) -> dict[str, Path]:
                                  "from the SQuAD 2.0 site into one folder, or pass squad_dir='datasets' when online")
     return files
 
+# %% ../nbs/05a_squad.ipynb #183a41fa
 def load_squad(squad_dir) -> dict[str, list[QAExample]]:
     "The train and dev questions: from the user's folder of official files, or from `datasets` (squad_dir='datasets')."
     if squad_dir is None:
@@ -165,6 +171,7 @@ def normalize_answer(text: str) -> str:
     "SQuAD's answer normalisation: lower case, no punctuation, no articles a/an/the, single spaces."
     return " ".join(_ARTICLES.sub(" ", text.lower().translate(_NO_PUNCT)).split())
 
+# %% ../nbs/05a_squad.ipynb #4c3b16a3
 def exact_f1(prediction: str, gold: str) -> tuple[float, float]:
     "Exact match and word F1 of one prediction against one gold answer, both normalised ('' is no answer)."
     p, g = normalize_answer(prediction).split(), normalize_answer(gold).split()
@@ -173,10 +180,12 @@ def exact_f1(prediction: str, gold: str) -> tuple[float, float]:
     shared = sum((collections.Counter(p) & collections.Counter(g)).values())
     return exact, (0.0 if shared == 0 else 2 * shared / (len(p) + len(g)))
 
+# %% ../nbs/05a_squad.ipynb #19a24099
 def gold_texts(example: QAExample) -> list[str]:
     "The answers a prediction is scored against: those not empty once normalised, else the empty answer."
     return [t for t, _ in example.answers if normalize_answer(t)] or [""]
 
+# %% ../nbs/05a_squad.ipynb #5440ddd2
 def squad_metrics(examples: Sequence[QAExample], predictions: dict[str, str]) -> dict[str, float]:
     "Exact match and F1 (best over gold answers), their HasAns/NoAns breakdown (fractions) and score = their mean."
     missing = [e.id for e in examples if e.id not in predictions]
@@ -204,10 +213,12 @@ class Feature(NamedTuple):
     start: int  # the answer's first and last piece in input_ids; 0 ([CLS]) when the window has no answer
     end: int
 
+# %% ../nbs/05a_squad.ipynb #ed2750c7
 def split_words(text: str) -> list[tuple[int, int]]:
     "The (first, last + 1) character offsets of the whitespace-separated words of `text`."
     return [m.span() for m in re.finditer(r"\S+", text)]
 
+# %% ../nbs/05a_squad.ipynb #9b0281f1
 def answer_pieces(tok, context: str, spans, first_piece: list[int], pieces: list[int], answer) -> tuple[int, int] | None:
     "The first and last paragraph piece of an answer (text, start), or None when the paragraph does not read it there."
     text, start = answer
@@ -221,6 +232,7 @@ def answer_pieces(tok, context: str, spans, first_piece: list[int], pieces: list
         if pieces[i:i + len(want)] == want: return i, i + len(want) - 1
     return (a, b) if a <= b else None
 
+# %% ../nbs/05a_squad.ipynb #d6e0f54f
 def windows(n: int, room: int, stride: int) -> list[tuple[int, int]]:
     "(first piece, length) of the windows covering `n` pieces, `room` at a time, each `stride` after the last."
     out, s = [], 0
@@ -229,6 +241,7 @@ def windows(n: int, room: int, stride: int) -> list[tuple[int, int]]:
         if s + room >= n: return out
         s += min(stride, room)
 
+# %% ../nbs/05a_squad.ipynb #ff32fbc5
 def features(tok, examples: Sequence[QAExample], max_len: int, doc_stride: int = DOC_STRIDE,
              max_query_length: int = MAX_QUERY_LENGTH) -> tuple[list[Feature], set[int]]:
     "The windows of every question, and the answerable questions whose paragraph does not read their answer."
@@ -259,6 +272,7 @@ def features(tok, examples: Sequence[QAExample], max_len: int, doc_stride: int =
                                [spans[word_of[i]] for i in range(s, s + n)], [best[i][1] == w for i in range(s, s + n)], a, b))
     return out, unread
 
+# %% ../nbs/05a_squad.ipynb #48e39e57
 def span_text(example: QAExample, feature: Feature, start: int, end: int) -> str:
     "The paragraph's original text from the word of input position `start` to the word of `end`."
     c0 = feature.context_start
@@ -307,6 +321,7 @@ def window_logits(model, feats: Sequence[Feature], batch_size: int = 64, device=
         for r, i in enumerate(chunk): out[i] = logits[r, :len(feats[i].input_ids)]
     return out
 
+# %% ../nbs/05a_squad.ipynb #f4deb085
 def best_span(logits: np.ndarray, feature: Feature, max_answer_length: int = MAX_ANSWER_LENGTH) -> tuple[float, int, int]:
     "(start + end logit, start, end) of the window's best valid span; (-inf, 0, 0) when it has none."
     c0, n = feature.context_start, len(feature.offsets)
@@ -318,6 +333,7 @@ def best_span(logits: np.ndarray, feature: Feature, max_answer_length: int = MAX
     a, b = np.unravel_index(int(np.argmax(scores)), scores.shape)
     return float(scores[a, b]), c0 + int(a), c0 + int(b)
 
+# %% ../nbs/05a_squad.ipynb #210ecf6f
 def predict_answers(examples: Sequence[QAExample], feats: Sequence[Feature], logits: Sequence[np.ndarray],
                     max_answer_length: int = MAX_ANSWER_LENGTH) -> dict[str, str]:
     "Every question's answer: its windows' best span, or '' (no answer) when the lowest null score beats it."
@@ -390,6 +406,7 @@ REPORT = [dict(zip(("file", "paper", "caption", "finding"), r)) for r in (  # fo
      "The numbers behind the SQuAD panel of Fig. 12."))]
 METRICS = ("score", "exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "chance")
 
+# %% ../nbs/05a_squad.ipynb #c6b4c52c
 def scores_table(run_dir) -> pd.DataFrame:
     "Step x metric table (x100) of the stored SQuAD 2.0 results."
     df = read_results(run_dir, ANALYSIS, task=TASK, seed=-1)  # the finetuning seeds' mean (one seed: its score)
@@ -397,6 +414,7 @@ def scores_table(run_dir) -> pd.DataFrame:
     t = df.pivot_table(index="step", columns="metric", values="value")
     return t[[c for c in METRICS if c in t.columns]] * 100
 
+# %% ../nbs/05a_squad.ipynb #939492b3
 def plot_fig12_squad(run_dir, out_dir=None) -> list[Path]:
     "Fig. 12's SQuAD 2.0 panel: the score over pretraining steps, its best step marked, the all-null baseline dashed."
     import matplotlib; matplotlib.use("Agg")
@@ -413,6 +431,7 @@ def plot_fig12_squad(run_dir, out_dir=None) -> list[Path]:
     ax.set_title(f"Fig. 12 (SQuAD 2.0 panel): dev score over pretraining ({run_dir.name})", fontsize=9)
     return save_figure(fig, out_dir or run_dir / "figures", "fig12_squad")
 
+# %% ../nbs/05a_squad.ipynb #57bc1b3e
 def write_table(run_dir, out_dir=None) -> list[Path]:
     "Every stored metric (x100) per step, as Markdown and CSV."
     run_dir = Path(run_dir); out = Path(out_dir or run_dir / "figures"); t = scores_table(run_dir)
@@ -421,10 +440,12 @@ def write_table(run_dir, out_dir=None) -> list[Path]:
           "answering no question.", "", markdown_table(t.round(1), digits=4)]
     return [atomic_write(out / "table_squad_scores.md", "\n".join(md)), atomic_write(out / "table_squad_scores.csv", t.round(2).to_csv())]
 
+# %% ../nbs/05a_squad.ipynb #71fa80dc
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "The SQuAD panel of Fig. 12 and the metrics table of the run, from every step in its database."
     return plot_fig12_squad(run_dir, out_dir) + write_table(run_dir, out_dir)
 
+# %% ../nbs/05a_squad.ipynb #0024794d
 def verdict(run_dir) -> str:
     "One sentence on this run from the database: the score's course over steps, against the all-null baseline."
     t = scores_table(run_dir); s, chance = t["score"].dropna(), float(t["chance"].iloc[-1])

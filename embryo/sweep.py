@@ -32,7 +32,7 @@ from .results import DB_NAME, db_path, log_job, read_log, computed_with, options
 __all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
            'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path',
            'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess',
-           'error_text', 'check_options', 'options_text', 'plan', 'summary_table', 'sweep']
+           'error_text', 'check_options', 'options_text', 'plan', 'say_recomputed', 'summary_table', 'sweep']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -46,9 +46,11 @@ ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook
     "syntax": "08a_syntax",
 }
 
+# %% ../nbs/10_sweep.ipynb #2a6d9baf
 class SweepError(ValueError):
     "A sweep was asked for something that does not exist (an analysis, a step, a shard)."
 
+# %% ../nbs/10_sweep.ipynb #d751c998
 def nbs_dir() -> Path:
     "The notebooks folder of this checkout (the sweep runs them with papermill)."
     d = Path(importlib.util.find_spec("embryo").origin).resolve().parent.parent / "nbs"
@@ -56,10 +58,12 @@ def nbs_dir() -> Path:
                                         "use mode='inprocess' otherwise")
     return d
 
+# %% ../nbs/10_sweep.ipynb #290d004f
 def available_analyses() -> list[str]:
     "The analyses whose module is part of this version of the package."
     return [a for a in ANALYSES if importlib.util.find_spec(f"embryo.{a}") is not None]
 
+# %% ../nbs/10_sweep.ipynb #207c3003
 def analysis_module(name: str):
     "The module of analysis `name`, or a clear error listing the analyses there are."
     if name not in ANALYSES or name not in available_analyses():
@@ -75,9 +79,11 @@ def parse_shard(shard: str | None) -> tuple[int, int] | None:
         raise SweepError(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4 ... 3/4")
     return int(m[1]), int(m[2])
 
+# %% ../nbs/10_sweep.ipynb #0d6061e9
 def shard_db_name(shard: tuple[int, int] | None) -> str:
     return DB_NAME if shard is None else f"results.shard-{shard[0]}-of-{shard[1]}.sqlite"
 
+# %% ../nbs/10_sweep.ipynb #d5826259
 def select_steps(run_dir, steps: Sequence[int] | None = None, shard: tuple[int, int] | None = None) -> list[int]:
     "The checkpoints to sweep: `steps` (each must exist) or all, then this shard's share."
     have = list_steps(run_dir)
@@ -87,6 +93,7 @@ def select_steps(run_dir, steps: Sequence[int] | None = None, shard: tuple[int, 
         chosen = sorted({int(s) for s in steps})
     return chosen if shard is None else chosen[shard[0]::shard[1]]
 
+# %% ../nbs/10_sweep.ipynb #da6641d9
 def log_spaced(steps: Sequence[int], k: int) -> list[int]:
     "At most `k` of `steps`, spread evenly on a log axis, always with the first and the last."
     steps = sorted(steps)
@@ -109,6 +116,7 @@ def _external_checkpoints(src: Path) -> dict[int, Path]:
         if m and p.is_dir() and (p / "config.json").exists(): out[int(m[1])] = p
     return out
 
+# %% ../nbs/10_sweep.ipynb #563b747b
 def as_run(src, dst=None) -> Path:
     "A run folder for `src`: a run as is, or a folder of HF checkpoint folders named by step linked into `dst`."
     src = Path(src).expanduser()
@@ -134,6 +142,7 @@ def as_run(src, dst=None) -> Path:
         shutil.copyfile(spm, dst / "spiece.model")
     return dst
 
+# %% ../nbs/10_sweep.ipynb #e501725b
 def hub_run(model_id: str, revisions: Sequence[str], dst=None) -> Path:
     "Download the `revisions` (each a training step's branch or tag, Pythia-style) of a hub model and make them a run."
     from huggingface_hub import snapshot_download
@@ -157,15 +166,19 @@ class Job:
     analysis: str
     step: int
 
+# %% ../nbs/10_sweep.ipynb #22b964f4
 def notebook_path(run_dir, job: Job) -> Path:
     return Path(run_dir) / "notebooks" / job.analysis / f"step_{job.step:07d}.ipynb"
 
+# %% ../nbs/10_sweep.ipynb #3f825eb6
 SWEEP_TAG = "sweep"  # the tag of the analysis cells a sweep runs, besides exported code and parameters
 
+# %% ../nbs/10_sweep.ipynb #e5efd32c
 def _is_export(source: str) -> bool:
     "Whether nbdev exports this code cell (`#| export`, `#| exports`, `#| exporti`, with or without a module)."
     return any(re.match(r"#\|\s*export[is]?\b", l) for l in source.splitlines() if l.startswith("#|"))
 
+# %% ../nbs/10_sweep.ipynb #0c5ed42a
 def sweep_notebook(nb_path, examples: bool = False):
     "The analysis notebook as a sweep runs it: its exported code, parameters and `sweep` cells (all cells if `examples`)."
     import nbformat
@@ -175,6 +188,7 @@ def sweep_notebook(nb_path, examples: bool = False):
                     or {"parameters", SWEEP_TAG} & set(c.metadata.get("tags", []))]
     return nb
 
+# %% ../nbs/10_sweep.ipynb #8355fbd7
 def start_kernel(cwd, preload: Sequence[str] = ()):
     "A started python3 kernel (jupyter_client's `AsyncKernelManager`) in `cwd`, the `preload` modules imported silently."
     import asyncio
@@ -191,6 +205,7 @@ def start_kernel(cwd, preload: Sequence[str] = ()):
         return km
     return asyncio.run(start())
 
+# %% ../nbs/10_sweep.ipynb #9a649763
 def stop_kernel(km):
     "Kill a kernel from `start_kernel` and release its resources."
     import asyncio
@@ -199,6 +214,7 @@ def stop_kernel(km):
         await km.cleanup_resources()
     asyncio.run(stop())
 
+# %% ../nbs/10_sweep.ipynb #ddf34af1
 class KernelPool:
     "Kernels for `n_jobs` notebooks, started `size` ahead in the background, each taken by one notebook."
     def __init__(self, n_jobs: int, size: int = 1, cwd=None, preload: Sequence[str] = ()):
@@ -229,8 +245,10 @@ class KernelPool:
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
 
+# %% ../nbs/10_sweep.ipynb #58ccf5b3
 WARM_ENGINE = "embryo-started-kernel"
 
+# %% ../nbs/10_sweep.ipynb #aca3eb00
 def _register_engine():
     "Register (once) papermill's nbclient engine, running the notebook in a started kernel (`km`) that it shuts down after."
     from papermill.clientwrap import PapermillNotebookClient
@@ -248,16 +266,19 @@ def _register_engine():
             return client.execute(cleanup_kc=True)  # the kernel was handed over: stop it and close the client's channels
     papermill_engines.register(WARM_ENGINE, StartedKernelEngine)
 
+# %% ../nbs/10_sweep.ipynb #e4a5a215
 def _path_option(v) -> Path | None:
     "The absolute path an option's value names, where it names an existing file or folder (relative to this process's folder)."
     if isinstance(v, (str, Path)) and str(v) and Path(v).expanduser().exists(): return Path(v).expanduser().resolve()
     return None
 
+# %% ../nbs/10_sweep.ipynb #114e2f0a
 def _resolved(v):
     "An option that names an existing path, made absolute (the notebook runs in nbs/); any other value as it is."
     p = _path_option(v)
     return str(p) if p else v
 
+# %% ../nbs/10_sweep.ipynb #93da2216
 def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None = None, pool: KernelPool | None = None,
                   examples: bool = False) -> Path:
     "Execute the analysis notebook of `job` for its step (in a kernel from `pool`); the executed notebook is kept, even when it fails."
@@ -278,6 +299,7 @@ def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None =
         if km.has_kernel: stop_kernel(km)  # the engine stops it; this only runs when papermill failed before that
     return out
 
+# %% ../nbs/10_sweep.ipynb #f7b2fb1a
 def run_inprocess(run_dir, job: Job, device: str = "cpu", options: dict | None = None):
     "Call the analysis's `evaluate_step` for the step of `job` in this process."
     return analysis_module(job.analysis).evaluate_step(run_dir, job.step, device=device, **(options or {}))
@@ -290,6 +312,7 @@ def error_text(e: BaseException) -> str:
         return f"{e.ename}: {e.evalue}"
     return f"{name}: {e}"
 
+# %% ../nbs/10_sweep.ipynb #939cbdf6
 @contextmanager
 def _env(**kv):
     old = {k: os.environ.get(k) for k in kv}
@@ -300,6 +323,7 @@ def _env(**kv):
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
 
+# %% ../nbs/10_sweep.ipynb #34ba10f7
 def check_options(analysis: str, options: dict | None, mode: str):
     "Refuse an option the analysis does not take, so that papermill (which would ignore it) and in-process agree."
     import inspect
@@ -319,12 +343,14 @@ def check_options(analysis: str, options: dict | None, mode: str):
     for k, v in options.items():
         if k in sig and sig[k].default is not inspect.Parameter.empty: check_value(k, v, sig[k].default, f"--option {analysis}.{k}")
 
+# %% ../nbs/10_sweep.ipynb #548f88e2
 def _data_fingerprint(p: Path) -> str:
     "Names, sizes and modification times of the files of a file or folder the options name: changed data, another digest."
     files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
     return options_digest(json.dumps([(str(f.relative_to(p)) if f != p else f.name, f.stat().st_size, f.stat().st_mtime_ns)
                                       for f in files]))
 
+# %% ../nbs/10_sweep.ipynb #fe351bf0
 def options_text(analysis: str, options: dict | None) -> str:
     "The canonical text of what `options` ask of `analysis`: defaults dropped, a path with a fingerprint of its data."
     import inspect
@@ -336,6 +362,7 @@ def options_text(analysis: str, options: dict | None) -> str:
         out[k] = v
     return json.dumps(out, sort_keys=True, default=str)
 
+# %% ../nbs/10_sweep.ipynb #89deb085
 def plan(run_dir, analyses=None, steps=None, force=False, shard=None, options: dict | None = None,
          redo: dict | None = None) -> tuple[list[Job], list[Job]]:
     "The jobs to run and the jobs skipped because their results exist, computed with the same `options`; `redo` gets the others."
@@ -355,6 +382,17 @@ def plan(run_dir, analyses=None, steps=None, force=False, shard=None, options: d
                 if redo is not None: redo[Job(a, s)] = done[s][1]
     return todo, skipped
 
+def say_recomputed(redo: dict, options: dict):
+    "Print, per analysis, the steps a sweep recomputes because their results were computed with other options."
+    said = lambda o: {"{}": "the default options", "": "a job that never finished"}.get(o, o)
+    for a in sorted({j.analysis for j in redo}):
+        steps = sorted(j.step for j in redo if j.analysis == a)
+        olds = sorted({redo[j] for j in redo if j.analysis == a})
+        print(f"{a}: recomputing step(s) {', '.join(map(str, steps))}: their results were computed with "
+              f"{' / '.join(map(said, olds))}, this sweep asks for {said(options_text(a, options.get(a)))} "
+              "(the new results replace them; --force reruns whatever they were computed with)", flush=True)
+
+# %% ../nbs/10_sweep.ipynb #bb350664
 def summary_table(todo, skipped, outcome: dict) -> pd.DataFrame:
     "Analyses x steps: done, failed or skipped."
     rows = [(j.analysis, j.step, "skipped") for j in skipped] + [(j.analysis, j.step, outcome.get(j, "not run")) for j in todo]
@@ -362,6 +400,7 @@ def summary_table(todo, skipped, outcome: dict) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=["analysis", "step", "status"])
     return df.pivot(index="analysis", columns="step", values="status").fillna("")
 
+# %% ../nbs/10_sweep.ipynb #61ff6f07
 def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by step)
           analyses: Sequence[str] | None = None, # default: every analysis this version has
           steps: Sequence[int] | None = None, # default: every checkpoint
@@ -391,13 +430,7 @@ def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by
         todo, skipped = plan(run_dir, analyses, steps, force, shard, options, redo)
         for a in {j.analysis for j in todo + skipped}:  # notebooks a killed sweep left under temporary names
             if (run_dir / "notebooks" / a).is_dir(): clean_stale_temps(run_dir / "notebooks" / a, ".step_")
-        for a in sorted({j.analysis for j in redo}):
-            steps_ = sorted(j.step for j in redo if j.analysis == a)
-            olds = sorted({redo[j] for j in redo if j.analysis == a})
-            said = lambda o: {"{}": "the default options", "": "a job that never finished"}.get(o, o)
-            print(f"{a}: recomputing step(s) {', '.join(map(str, steps_))}: their results were computed with "
-                  f"{' / '.join(map(said, olds))}, this sweep asks for {said(options_text(a, options.get(a)))} "
-                  "(the new results replace them; --force reruns whatever they were computed with)", flush=True)
+        say_recomputed(redo, options)
         kernels = (KernelPool(len(todo), workers + 1, preload=sorted({f"embryo.{j.analysis}" for j in todo}))
                    if mode == "papermill" and todo else None)
         outcome = {}

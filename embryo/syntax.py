@@ -34,6 +34,7 @@ TASKS = {"silver": "spaCy's dependency arcs on the held-out Brown sentences (sil
          "gold": "the arcs of the user's CoNLL-U treebank (gold)"}
 METRICS = ("uas", "uas_best", "uas_adjacent", "uas_previous", "uas_next", "uas_random")
 
+# %% ../nbs/08a_syntax.ipynb #fb46e722
 @dataclass
 class Parsed:
     "A sentence with its dependency tree: `heads[i]` is the 0-based index of word i's parent, -1 for the root."
@@ -41,6 +42,7 @@ class Parsed:
     heads: list[int]
     where: str = ""  # file and line it came from (gold), for messages
 
+# %% ../nbs/08a_syntax.ipynb #8b885680
 def neighbours(heads: Sequence[int]) -> list[set[int]]:
     "For each word, the words joined to it by an arc in either direction: its parent and its children."
     out = [set() for _ in heads]
@@ -48,6 +50,7 @@ def neighbours(heads: Sequence[int]) -> list[set[int]]:
         if h >= 0: out[i].add(h); out[h].add(i)
     return out
 
+# %% ../nbs/08a_syntax.ipynb #89010bd8
 def silver_sentences(n_brown: int = 1500, seed: int = 0) -> list[Parsed]:
     "Held-out Brown sentences with spaCy's arcs (silver; notebook 07's cached parse), the root's head set to -1."
     words = [w for w, _ in brown_sentences(n_brown, seed)]
@@ -58,6 +61,7 @@ def silver_sentences(n_brown: int = 1500, seed: int = 0) -> list[Parsed]:
 class TreebankError(ValueError):
     "A treebank file that cannot be read as CoNLL-U; the message names the file and line."
 
+# %% ../nbs/08a_syntax.ipynb #c0d3c2ee
 def _finish(words, heads, lines, path, out):
     if not words: return
     for w, (h, line) in enumerate(zip(heads, lines)):
@@ -66,6 +70,7 @@ def _finish(words, heads, lines, path, out):
                                 f"(words 1..{len(words)}, 0 for the root)")
     out.append(Parsed(list(words), [h - 1 for h in heads], f"{path}:{lines[0]}"))
 
+# %% ../nbs/08a_syntax.ipynb #9eaf2ab7
 def read_conllu(path) -> list[Parsed]:
     "The sentences of a CoNLL-U file (ID, FORM and HEAD columns; multiword-token and empty-node lines skipped)."
     path = Path(path)
@@ -92,8 +97,10 @@ def read_conllu(path) -> list[Parsed]:
     _finish(words, heads, lines, path, out)
     return out
 
+# %% ../nbs/08a_syntax.ipynb #b9bf5ac1
 def _is_conll2012(p: Path) -> bool: return p.name.endswith("_conll")
 
+# %% ../nbs/08a_syntax.ipynb #2c368228
 def read_treebank(source) -> list[Parsed]:
     "Gold sentences from a CoNLL-U file or every *.conllu file under a folder; CoNLL-2012 (*_conll) is refused."
     p = Path(source)
@@ -124,6 +131,7 @@ def word_attention(att: np.ndarray, # (..., T, T) token attention, [CLS] at 0, p
         rows[w, s + 1:e + 1] = 1 / (e - s); cols[s + 1:e + 1, w] = 1  # +1: [CLS] is token 0
     return rows @ att @ cols
 
+# %% ../nbs/08a_syntax.ipynb #efebeed6
 def choices(wmap: np.ndarray) -> np.ndarray:
     "(..., W) for each word the other word it attends to most (itself excluded; ties to the leftmost)."
     m = wmap.copy()
@@ -131,6 +139,7 @@ def choices(wmap: np.ndarray) -> np.ndarray:
     m[..., np.arange(W), np.arange(W)] = -np.inf
     return m.argmax(-1)
 
+# %% ../nbs/08a_syntax.ipynb #378e5c0a
 def word_correct(choice: np.ndarray, heads: Sequence[int]) -> np.ndarray:
     "(..., W) whether each word chose a word joined to it by an arc (parent or child)."
     W = len(heads)
@@ -138,10 +147,12 @@ def word_correct(choice: np.ndarray, heads: Sequence[int]) -> np.ndarray:
     for i, ns in enumerate(neighbours(heads)): linked[i, list(ns)] = True
     return linked[np.arange(W), choice]
 
+# %% ../nbs/08a_syntax.ipynb #205d42c4
 def correct(choice: np.ndarray, heads: Sequence[int]) -> np.ndarray:
     "(...,) how many words chose a word joined to them by an arc (parent or child)."
     return word_correct(choice, heads).sum(-1)
 
+# %% ../nbs/08a_syntax.ipynb #ad5cc5ed
 def adjacent_choices(W: int) -> dict[str, np.ndarray]:
     "The baseline's choices: the previous word (the first word: the second) and the next (the last word: the one before)."
     i = np.arange(W)
@@ -159,10 +170,12 @@ def sentence_inputs(tok, sents: Sequence[Parsed], max_sentences: int = 500, max_
         out.append((torch.tensor([[tok.cls_id, *ids, tok.sep_id]]), spans, s))
     return out, passed
 
+# %% ../nbs/08a_syntax.ipynb #343a6562
 def syntax_counts(model, inputs, device="cpu") -> dict[str, np.ndarray | int]:
     "Words chosen correctly per (layer, head), by the adjacent baselines, and the number of words and sentences scored."
     with torch_threads(1): return _syntax_counts(model, inputs, device)  # a one-sentence forward pass gains nothing from more, and loses much on a busy CPU
 
+# %% ../nbs/08a_syntax.ipynb #209087a0
 def _syntax_counts(model, inputs, device):
     words, base, by_word, names = 0, {"previous": 0, "next": 0, "random": 0.0}, [], []
     for n, (ids, spans, s) in enumerate(inputs):
@@ -190,6 +203,7 @@ def step_rows(counts: dict, task: str) -> list[dict]:
                    for m, v in (("uas_adjacent", max(prev, nxt)), ("uas_previous", prev), ("uas_next", nxt),
                                 ("uas_random", counts["random"] / n))]
 
+# %% ../nbs/08a_syntax.ipynb #5238cf63
 def uas_scores(counts: dict, task: str) -> list[dict]:
     """Each word's score (1: the head chose a word joined to it by an arc) under each layer's best head (key
     `layer<l>/best_head`, l from 1), whose mean is that layer's `uas_best`: for resampling the words (notebook 10b)."""
@@ -197,6 +211,7 @@ def uas_scores(counts: dict, task: str) -> list[dict]:
     return score_rows(task, {f"layer{l + 1}/best_head": counts["word_hits"][l, h].astype(float) for l, h in enumerate(best)},
                       counts["word_names"])
 
+# %% ../nbs/08a_syntax.ipynb #53eb6988
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to score
                   device: str = "cpu",
@@ -227,11 +242,13 @@ def syntax_results(run_dir, task: str = "silver") -> pd.DataFrame:
                                    "run evaluate_step(run_dir, step) first" + (" with a treebank" if task == "gold" else ""))
     return df
 
+# %% ../nbs/08a_syntax.ipynb #45694678
 def stored_tasks(run_dir) -> list[str]:
     "The tasks with stored rows, silver first."
     have = set(read_results(run_dir, ANALYSIS).task)
     return [t for t in TASKS if t in have]
 
+# %% ../nbs/08a_syntax.ipynb #5be4aeb6
 def best_curves(run_dir, task: str = "silver") -> pd.DataFrame:
     "Per step: each layer's best-head UAS (columns 1..L), the best over layers (`best`) and the adjacent baseline (`adjacent`)."
     df = syntax_results(run_dir, task)
@@ -241,6 +258,7 @@ def best_curves(run_dir, task: str = "silver") -> pd.DataFrame:
     t["random"] = df[df.metric == "uas_random"].groupby("step").value.mean()
     return t
 
+# %% ../nbs/08a_syntax.ipynb #af76f646
 def plot_syntax(run_dir):
     "The best head's UAS over steps, one line per layer, the adjacent baseline dashed; one panel per task."
     import matplotlib.pyplot as plt
@@ -262,6 +280,7 @@ def plot_syntax(run_dir):
     fig.suptitle(f"Beyond the paper: syntactic attention (Chen et al. 2023), quantitative Fig. 4 ({Path(run_dir).name})")
     return fig
 
+# %% ../nbs/08a_syntax.ipynb #b6626b19
 def syntax_table(run_dir, task: str = "silver") -> pd.DataFrame:
     "Per layer: the best head at the last step, its UAS at the first and last step, and the baseline at the last step."
     df = syntax_results(run_dir, task)
@@ -303,6 +322,7 @@ def task_sentence(run_dir, task: str = "silver") -> str:
                 + ("some head attends along dependency arcs more than a previous/next-token head would." if beats
                    else "no head shows syntax beyond what attending to a neighbour gives."))
 
+# %% ../nbs/08a_syntax.ipynb #8db14b0f
 def verdict(run_dir) -> str:
     "One or two sentences on this run's syntactic attention, computed from the database."
     tasks = stored_tasks(run_dir)
@@ -324,6 +344,7 @@ REPORT = [
          finding="Heads whose attention follows dependency arcs beat the adjacent-word baseline once SAS has formed."),
 ]
 
+# %% ../nbs/08a_syntax.ipynb #15461f21
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "The UAS curves and the per-layer table, from every step in the run's database."
     import matplotlib; matplotlib.use("Agg")
