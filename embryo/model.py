@@ -497,6 +497,8 @@ def load_pretrained(folder, allow_pickle: bool = False, map_location="cpu") -> A
     for k, k0 in _shared_keys(model).items():
         if not torch.equal(sd[k], sd[k0]):
             raise CheckpointError(f"{src}: {cfg_file.name} says sharing={config.sharing!r} but {k} differs from {k0}")
+    dtype = next(iter(want.values())).dtype  # a checkpoint stored in 16 bits (a bundle's) loads into the model's precision
+    sd = {k: v.to(dtype) if v.is_floating_point() and v.dtype != dtype else v for k, v in sd.items()}
     model.load_state_dict(sd, strict=False, assign=True)
     model.predictions.decoder.weight = model.albert.embeddings.word_embeddings.weight
     model.predictions.decoder.bias = model.predictions.bias

@@ -16,7 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
-from .run import list_steps, run_transitions, train_log, sentence_name, run_sentence_task, run_model_type
+from .data import HF_TOKENIZER_FILES
+from .model import load_safetensors, write_safetensors
+from .run import checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, train_log, sentence_name, run_sentence_task, run_model_type
 from .results import DB_NAME, connect, db_path, done_steps, write_transitions
 from .sweep import ANALYSES, SweepError, available_analyses, analysis_module, error_text, log_spaced, nbs_dir, sweep
 from .compare import RUN_BUNDLE
@@ -25,9 +27,10 @@ from .seeds import seed_bands, seed_run_dirs
 
 # %% auto #0
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
-           'USER_DATA', 'BUNDLED', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'report_sections', 'write_report',
-           'redraw_all', 'reproduce', 'reproduce_seeds', 'publish_report', 'bundle_run', 'results_markdown',
-           'sync_notebooks', 'checkout_figures', 'notebook_pages']
+           'USER_DATA', 'BUNDLED', 'SHIPPED_FILES', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'report_sections',
+           'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'publish_report', 'bundle_run',
+           'shipped_steps', 'ship_checkpoints', 'results_markdown', 'sync_notebooks', 'checkout_figures',
+           'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -217,6 +220,35 @@ def bundle_run(run_dir, figures_dir="figures") -> list[Path]:
             os.replace(tmp, out / DB_NAME); fsync_dir(out)
         finally: tmp.unlink(missing_ok=True)
         paths.append(out / DB_NAME)
+    return paths + ship_checkpoints(run_dir, out, shipped_steps(run_dir))
+
+# %% ../nbs/10c_report.ipynb #edd895e6
+def shipped_steps(run_dir) -> list[int]:
+    "The checkpoints a bundle carries: where the loss leaves its plateau, where it falls fastest, and the last one."
+    steps = list_steps(run_dir)
+    if not steps: return []
+    near = lambda s: min(steps, key=lambda x: (abs(x - s), x))
+    t = run_transitions(run_dir)[:1]
+    return sorted({*([near(t[0]["start_step"]), near(t[0]["step"])] if t else [near(steps[-1] // 2)]), steps[-1]})
+
+# %% ../nbs/10c_report.ipynb #c61893ec
+SHIPPED_FILES = ("config.json", *HF_TOKENIZER_FILES)  # beside the 16-bit weights, in every shipped checkpoint
+
+def ship_checkpoints(run_dir, out, steps) -> list[Path]:
+    "Copy checkpoints `steps` of the run into the bundle `out`, their floating-point weights in 16 bits, with the tokenizer."
+    import shutil, torch
+    paths = [atomic_write(Path(out) / n, (Path(run_dir) / n).read_bytes()) for n in HF_TOKENIZER_FILES if (Path(run_dir) / n).exists()]
+    for old in list_steps(out):
+        if old not in steps: shutil.rmtree(checkpoint_dir(out, old))  # the bundle holds these steps only
+    for step in steps:
+        src, dst = find_checkpoint(run_dir, step), checkpoint_dir(out, step)
+        tmp = dst.with_name(f".{dst.name}.{temp_tag()}.tmp")
+        for sub in [p.parent.relative_to(src) for p in sorted(src.rglob("model.safetensors"))]:  # an ELECTRA's generator/ too
+            sd = load_safetensors(src / sub / "model.safetensors")
+            write_safetensors({k: v.half() if v.is_floating_point() else v for k, v in sd.items()}, tmp / sub)
+            for n in SHIPPED_FILES:
+                if (src / sub / n).exists(): shutil.copyfile(src / sub / n, tmp / sub / n)
+        replace_dir(tmp, dst); paths.append(dst)
     return paths
 
 # %% ../nbs/10c_report.ipynb #d7236a80
