@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat settings.ini setup.py pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: reproduce test check-sync readme bench clean-venv
+.PHONY: reproduce test test-fast check-sync readme bench clean-venv
 
 $(STAMP): settings.ini setup.py pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ reproduce: $(STAMP)
 
 test: $(STAMP) check-sync
 	$(BIN)/python -m pytest tests
+
+# The edit-test loop: every test but those marked slow (tests/conftest.py), under 3 minutes here.
+test-fast: $(STAMP) check-sync
+	$(BIN)/python -m pytest tests -m "not slow"
 
 # The notebooks are the source: the exported package and the cleaned notebooks must already be what nbdev makes of them.
 check-sync: $(STAMP)

@@ -21,3 +21,59 @@ def fixture_copy(tmp_path_factory):
     dst = tmp_path_factory.mktemp("run") / "fixture"
     shutil.copytree(fixture_run(), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume", "logs"))
     return dst
+
+
+# The fast lane (`make test-fast`, under 3 minutes) leaves out the tests measured at over 3 s each (`pytest --durations=0`
+# on a fresh clone, 2026-11-26): those that train a model, run a notebook or a sweep. `make test` runs everything.
+SLOW = {
+    "test_ablations.py::test_downstream_scores_are_finetuned_cached_and_tabled",
+    "test_ablations.py::test_notebook_writes_table6_with_paper_and_spread",
+    "test_attention.py::test_papermill_one_step_then_rerun_is_idempotent",
+    "test_bad_input.py::test_bad_input_gives_one_line_with_the_file_and_the_fix",
+    "test_corpus.py::test_hub_name_is_read_as_a_hub_dataset",
+    "test_data.py::test_fetch_rebuilds_a_damaged_corpus",
+    "test_electra.py::test_resume_is_bit_identical",
+    "test_glue.py::test_builtin_cache_rebuilds_when_a_file_changes",
+    "test_glue.py::test_builtin_step_is_stored_replaced_and_drawn",
+    "test_glue.py::test_datasets_offline_gives_a_clear_error",
+    "test_glue.py::test_notebook_runs_one_step_under_papermill",
+    "test_glue.py::test_step_axes_show_step_0_and_every_marker_whole",  # draws what the slow tests above stored
+    "test_glue.py::test_seeds_store_each_score_their_mean_and_spread_and_the_verdict_weighs_them",
+    "test_hf_artifact.py::test_bert_twin_checkpoints_load_as_hf_artifacts",
+    "test_notebooks.py::test_analysis_notebook_on_other_run",
+    "test_notebooks.py::test_notebook",
+    "test_pretrain.py::test_a_run_without_a_checkpoint_may_be_reconfigured",
+    "test_pretrain.py::test_a_second_writer_is_refused_and_the_first_run_is_untouched",
+    "test_pretrain.py::test_compiled_training_matches_eager_and_resumes_bit_identically",
+    "test_pretrain.py::test_divergence_message_names_a_command_that_works",
+    "test_pretrain.py::test_divergence_stops_with_a_clear_message",
+    "test_pretrain.py::test_sigkill_and_resume_is_bit_identical",
+    "test_pretrain.py::test_torchrun_two_processes_equals_one",
+    "test_probing.py::test_ontonotes_tasks_run_and_figures_say_what_is_absent",
+    "test_probing.py::test_papermill_one_step_then_rerun_is_idempotent",
+    "test_readme.py::test_readme_in_sync_with_index",
+    "test_reconstruction.py::test_figures_from_several_steps",
+    "test_reconstruction.py::test_papermill_one_step_then_rerun_is_idempotent",
+    "test_results.py::test_processes_creating_one_database_together_all_get_in",
+    "test_squad.py::test_datasets_offline_gives_a_clear_error",
+    "test_squad.py::test_notebook_runs_one_step_under_papermill",
+    "test_squad.py::test_sweep_runs_squad_with_its_folder_and_reproduce_skips_it",
+    "test_sweep.py::test_a_killed_papermill_sweeps_temporary_notebook_is_removed_by_the_rerun",
+    "test_sweep.py::test_cli_exit_status_reports_failures",
+    "test_sweep.py::test_eight_parallel_writers_lose_and_duplicate_nothing",
+    "test_sweep.py::test_failure_is_logged_and_the_rest_goes_on",
+    "test_sweep.py::test_interrupted_sweep_resumes_with_what_is_left",
+    "test_sweep.py::test_papermill_and_inprocess_give_the_same_numbers",
+    "test_sweep.py::test_papermill_parameters_are_checked_by_name",
+    "test_sweep.py::test_papermill_sweep_leaves_no_kernel_and_the_working_directory_alone",
+    "test_sweep.py::test_report_shows_figures_with_paper_numbers_and_verdicts",
+    "test_sweep.py::test_results_remember_their_options_and_other_options_recompute",
+    "test_sweep.py::test_shards_write_their_own_files_and_merge_without_loss",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    "Mark the slow tests (every notebook run, and SLOW) so that `-m 'not slow'` leaves them out."
+    for item in items:
+        test = item.nodeid.split("[")[0].removeprefix("tests/")
+        if test in SLOW or test.startswith("test_notebooks.py::"): item.add_marker(pytest.mark.slow)
