@@ -29,17 +29,17 @@ from . import data as D
 from .config import atomic_write, split_names
 from .run import load_checkpoint, list_steps, resolve_step
 from .figures import save_figure, step_axis, STEP_LABEL
-from .results import write_results, read_results, read_samples, score_rows
+from .results import write_results, read_results, read_samples, read_scores, read_examples, score_rows
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'METRICS', 'TABLE8', 'RELATION_LABELS', 'FIG6_RELATIONS', 'KNOWLEDGE_SOURCES', 'BUILTIN_RELATIONS',
-           'LANGUAGE_NAMES', 'WORDNET_DIR', 'FACTS_NAME', 'FACTS_FORMAT', 'REPORT', 'relation_colour', 'Relation',
-           'FactsError', 'UnknownRelation', 'select_relations', 'load_lama', 'country_facts', 'city_facts',
+           'LANGUAGE_NAMES', 'WORDNET_DIR', 'FACTS_NAME', 'FACTS_FORMAT', 'FLOOR_STYLE', 'REPORT', 'relation_colour',
+           'Relation', 'FactsError', 'UnknownRelation', 'select_relations', 'load_lama', 'country_facts', 'city_facts',
            'wordnet_facts', 'clean_facts', 'write_lama', 'facts_are_complete', 'build_facts', 'fetch_facts',
            'load_facts', 'render', 'cloze_ids', 'single_token_id', 'Query', 'answer_sets', 'build_queries',
            'relation_table', 'top1', 'fact_hits', 'precision_at_1', 'common_vocabulary', 'mask_logits', 'predict',
-           'model_sentences', 'ConstantModel', 'evaluate_step', 'knowledge_results', 'fig6_relations', 'plot_fig6',
-           'plot_fig14', 'table9', 'verdict', 'redraw']
+           'model_sentences', 'ConstantModel', 'evaluate_step', 'knowledge_results', 'fig6_relations', 'constant_floor',
+           'plot_fig6', 'plot_fig14', 'table9', 'verdict', 'redraw']
 
 # %% ../nbs/06_knowledge.ipynb #bba2ed36
 ANALYSIS = "knowledge"  # the `analysis` name of this notebook's rows in the results database
@@ -544,18 +544,34 @@ def fig6_relations(available: Sequence[str], k: int = 7) -> list[str]:
     rest = sorted((r for r in available if r not in FIG6_RELATIONS), key=lambda r: (order.get(r, 99), r))
     return ([r for r in FIG6_RELATIONS if r in available] + rest)[:k]
 
+# %% ../nbs/06_knowledge.ipynb #d8c4fcac
+def constant_floor(run_dir) -> pd.DataFrame:
+    "Per relation: the P@1 of always giving its most frequent answer, on the queries of the last step scored (`floor`, `answer`, `n`)."
+    from collections import Counter
+    s = read_scores(run_dir, ANALYSIS); s = s[s.key == METRICS[0]]
+    rows = []
+    for r, g in s.groupby("task"):
+        last = g.sort_values("step").iloc[-1]
+        answers = [set(e.split(" -> ", 1)[1].split(" | ")) for e in read_examples(run_dir, ANALYSIS, r, last.examples)]
+        top, _ = Counter(a for ans in answers for a in ans).most_common(1)[0]
+        rows.append(dict(task=r, floor=sum(top in a for a in answers) / len(answers), answer=top, n=len(answers)))
+    return pd.DataFrame(rows, columns=["task", "floor", "answer", "n"]).set_index("task")
+
 # %% ../nbs/06_knowledge.ipynb #74a298df
-def _curves(ax, df, relation, label=True, run_dir=None):
+FLOOR_STYLE = dict(ls=":", lw=1.2, alpha=0.9)  # the constant-answer floor, in the relation's colour
+
+def _curves(ax, df, relation, label=True, run_dir=None, floor=None):
     for metric, ls in zip(METRICS, ("-", "--")):
         d = df[(df.task == relation) & (df.metric == metric)].sort_values("step")
         name = f"{relation} {RELATION_LABELS.get(relation, '')}".strip() if label and metric == METRICS[0] else None
         ax.plot(d.step, d.value, ls, marker="o", ms=3, color=relation_colour(relation), label=name)
+    if floor is not None and relation in floor.index: ax.axhline(floor.floor[relation], color=relation_colour(relation), **FLOOR_STYLE)
     step_axis(ax, df.step.unique(), label=None, run_dir=run_dir)
 
 # %% ../nbs/06_knowledge.ipynb #a5c97f70
-def _ylim(df) -> tuple[float, float]:
-    "P@1 axis from 0 to just above the largest value (at least 0.05, at most 1), so small values stay visible."
-    return 0.0, min(1.0, max(0.05, 1.15 * float(df.value.max())))
+def _ylim(df, floors=()) -> tuple[float, float]:
+    "P@1 axis from 0 to just above the largest value or floor (at least 0.05, at most 1), so small values stay visible."
+    return 0.0, min(1.0, max(0.05, 1.15 * max(float(df.value.max()), *map(float, floors))))
 
 # %% ../nbs/06_knowledge.ipynb #b9b47847
 def plot_fig6(run_dir, out_dir=None) -> list[Path]:
@@ -566,12 +582,14 @@ def plot_fig6(run_dir, out_dir=None) -> list[Path]:
     run_dir = Path(run_dir); df = knowledge_results(run_dir)
     rels = fig6_relations(sorted(df.task.unique()))
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for r in rels: _curves(ax, df, r, run_dir=run_dir)
-    ax.set_ylim(*_ylim(df[df.task.isin(rels)]))
+    floor = constant_floor(run_dir)
+    for r in rels: _curves(ax, df, r, run_dir=run_dir, floor=floor)
+    ax.set_ylim(*_ylim(df[df.task.isin(rels)], floor.floor[floor.index.isin(rels)]))
     ax.set_xlabel(STEP_LABEL)
     ax.set_ylabel("P@1 (fraction of cloze queries, 0-1)")
     h, l = ax.get_legend_handles_labels()
-    h += [Line2D([], [], color="k"), Line2D([], [], color="k", ls="--")]; l += ["full vocabulary", "common vocabulary"]
+    h += [Line2D([], [], color="k"), Line2D([], [], color="k", ls="--"), Line2D([], [], color="k", **FLOOR_STYLE)]
+    l += ["full vocabulary", "common vocabulary", "floor: its most frequent answer"]
     ax.legend(h, l, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     n_paper = sum(r in FIG6_RELATIONS for r in rels)
     ax.set_title(f"Fig. 6: world knowledge during pretraining ({run_dir.name}; {n_paper} of the paper's 7 relations)", fontsize=10)
@@ -587,17 +605,18 @@ def plot_fig14(run_dir, out_dir=None) -> list[Path]:
     rels = sorted(df.task.unique(), key=lambda r: (order.get(r, 99), r))
     cols = min(4, len(rels)); nrows = math.ceil(len(rels) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 2.4 * nrows + 0.6), sharex=True, sharey=True, squeeze=False)
+    floor = constant_floor(run_dir)
     for ax, r in zip(axes.flat, rels):
-        _curves(ax, df, r, label=False, run_dir=run_dir)
+        _curves(ax, df, r, label=False, run_dir=run_dir, floor=floor)
         n = df[(df.task == r) & (df.metric == METRICS[0])].sort_values("step").n.iloc[-1]
         label = RELATION_LABELS.get(r, "")
         label = label if len(label) <= 28 else label[:label.rfind(" ", 0, 27)] + "…"
         ax.set_title(f"{r} {label} (n={n})", fontsize=8)
-    axes.flat[0].set_ylim(*_ylim(df))  # shared by every panel
+    axes.flat[0].set_ylim(*_ylim(df, floor.floor))  # shared by every panel
     for ax in axes.flat[len(rels):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel("step (symlog)")
     for ax in axes[:, 0]: ax.set_ylabel("P@1 (0-1)")
-    fig.suptitle(f"Fig. 14: all world knowledge during pretraining ({run_dir.name}; solid: full vocabulary, dashed: common)", fontsize=10)
+    fig.suptitle(f"Fig. 14: all world knowledge during pretraining ({run_dir.name}; solid: full vocabulary, dashed: common, dotted: the constant-answer floor)", fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_dir or run_dir / "figures", "fig14_world_knowledge_all")
 
@@ -635,25 +654,30 @@ def table9(run_dir, out_dir=None) -> list[Path]:
 
 # %% ../nbs/06_knowledge.ipynb #b3eab92f
 def verdict(run_dir) -> str:
-    "One sentence on this run's world knowledge, computed from the database."
+    "One sentence on this run's world knowledge against the constant-answer floor, computed from the database."
     df = knowledge_results(run_dir)
     p = df[df.metric == METRICS[0]].pivot(index="step", columns="task", values="value")
     c = df[df.metric == METRICS[1]].pivot(index="step", columns="task", values="value")
     n = df[df.metric == METRICS[0]].pivot(index="step", columns="task", values="n")
+    fl = constant_floor(run_dir).floor.reindex(p.columns)
     last, mean = p.index.max(), p.mean(axis=1)
+    se = lambda r, s: math.sqrt(max(p[r][s] * (1 - p[r][s]), 1e-12) / n[r][s])  # binomial standard error
+    above = [r for r in p.columns if any(p[r][s] - fl[r] > 2 * se(r, s) for s in p.index if pd.notna(p[r][s]))]
+    s = (f"At step {last} the model's top prediction is right for {mean[last]:.1%} of the cloze queries (mean over "
+         f"{p.loc[last].notna().sum()} relations; {c.mean(axis=1)[last]:.1%} within the common vocabulary), against "
+         f"{fl.mean():.1%} for always giving each relation's most frequent answer (the floor)")
+    if not above:
+        return s + (f"; no relation clears its floor by two standard errors at any of the {len(p)} steps evaluated, so "
+                    "whether knowledge is learned and forgotten (the paper's section 6) is not testable on this run.")
     def forgot(r):  # an earlier peak above the last value by 5 points and by two binomial standard errors
         if p[r].notna().sum() < 2 or pd.isna(p[r][last]) or p[r].idxmax() >= last: return False
         top = p[r].max()
         return top - p[r][last] >= max(0.05, 2 * math.sqrt(top * (1 - top) / n[r][p[r].idxmax()]))
-    early = [r for r in p.columns if forgot(r)]
-    s = (f"At step {last} the model's top prediction is right for {mean[last]:.1%} of the cloze queries (mean over "
-         f"{p.loc[last].notna().sum()} relations; {c.mean(axis=1)[last]:.1%} within the common vocabulary)")
-    if len(p) > 1:
-        s += (f"; over the {len(p)} steps evaluated the mean P@1 peaks at step {mean.idxmax()} ({mean.max():.1%}), and "
-              f"{len(early)} of {p.shape[1]} relations ({', '.join(early) or 'none'}) stand clearly lower at the last step than at "
-              "an earlier peak (by at least 5 points and two standard errors)"
-              + (": the paper's observation (section 6) that knowledge is forgotten and the final checkpoint is not "
-                 "always the most knowledgeable" if early else ""))
+    early = [r for r in above if forgot(r)]
+    s += (f"; {len(above)} of {p.shape[1]} relations ({', '.join(above)}) clear their floor at some step, and {len(early)} of "
+          f"them ({', '.join(early) or 'none'}) stand clearly lower at the last step than at an earlier peak (by at least 5 "
+          "points and two standard errors)" + (": the paper's observation (section 6) that knowledge is forgotten and the "
+                                               "final checkpoint is not always the most knowledgeable" if early else ""))
     return s + "."
 
 # %% ../nbs/06_knowledge.ipynb #c4950b33

@@ -211,3 +211,13 @@ def test_figures_are_drawn_from_the_database(run, tmp_path):
     assert "| step 0 |" in md and "| step 30 |" in md and "| query |" in md
     assert "Fig. 6" in (tmp_path / "fig6_world_knowledge.svg").read_text()
     assert K.verdict(run).startswith("At step 30 ")
+
+
+def test_verdict_names_the_constant_answer_floor_and_claims_nothing_below_it(tmp_path, root):
+    "The committed run's P@1 is 0 at every step, below always giving each relation's most frequent answer (issue 'findings')."
+    run = shutil.copytree(root / "figures" / "run", tmp_path / "tiny", ignore=shutil.ignore_patterns("checkpoints"))
+    floor = K.constant_floor(run)
+    assert floor.loc["P37", "answer"] == "English" and 0.4 < floor.loc["P37", "floor"] < 0.55, floor
+    v = K.verdict(run)
+    assert "floor" in v and "not testable on this run" in v, v
+    assert "peaks at step" not in v, v  # no "peak" of 0.0%
