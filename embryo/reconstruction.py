@@ -24,10 +24,10 @@ from .results import write_results, read_results, markdown_table, score_rows
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS', 'PENN_CLASS', 'PENN_FORM', 'BROWN_CLASS',
-           'BROWN_FORM', 'GROUP_SETS', 'REPORT', 'brown_base_tag', 'brown_class', 'penn_class', 'Sentence',
+           'BROWN_FORM', 'GROUP_SETS', 'REPORT', 'LEARNED', 'brown_base_tag', 'brown_class', 'penn_class', 'Sentence',
            'read_conll2012_pos', 'tagged_sentences', 'sentence_text', 'align', 'token_counts', 'token_ranks',
            'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'word_scores', 'evaluate_words', 'evaluate_model',
-           'evaluate_step', 'curves', 'half_steps', 'learning_order', 'redraw', 'verdict']
+           'evaluate_step', 'curves', 'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order', 'verdicts']
 
 # %% ../nbs/04_reconstruction.ipynb #ca174f21
 ANALYSIS = "reconstruction"  # the `analysis` name of this notebook's rows in the results database
@@ -401,3 +401,39 @@ REPORT = [
 def verdict(run_dir) -> str:
     "The measured verdict on 'function words are learned before content words' for this run."
     return learning_order(run_dir)[1]
+
+# %% ../nbs/04_reconstruction.ipynb #68ec2901
+LEARNED = 0.05  # a group's last accuracy below this: not learned on this run, left out of the order
+
+def group_order(run_dir, fig_id: str) -> dict[str, tuple[pd.Series, list]]:
+    "Per task: each learned group's half-of-final step (in Fig. 7's or 8's group order), and the groups not learned."
+    kind, groups, _ = GROUP_SETS[fig_id]
+    out = {}
+    for task in ("reconstruction", "mask_prediction"):
+        t = curves(run_dir, task, kind)
+        if t.empty: continue
+        t = t.reindex(columns=[g for g in groups if g in t])
+        learned = [g for g in t if t[g].iloc[-1] >= LEARNED]
+        out[task] = (half_steps(t[learned]), [g for g in t if g not in learned])
+    return out
+
+# %% ../nbs/04_reconstruction.ipynb #40fc5154
+def _steps_text(h: pd.Series) -> str: return ", ".join(f"{g.replace('_', ' ')} at {s:.0f}" for g, s in h.items())
+
+def verdicts(run_dir) -> dict[str, str]:
+    "The verdicts of Figs. 7 and 8 (Fig. 1's and its table's is `verdict`), each computed from its own curves."
+    out = {}
+    for fig_id, file, claim in (("fig7", "fig7_verb_forms", "verb forms are learned at different times"),
+                                ("fig8", "fig8_frequency", "frequent tokens are learned before rare ones")):
+        parts = []
+        for task, (h, unlearned) in group_order(run_dir, fig_id).items():
+            off = f"; below {LEARNED:.0%} at the last step: {', '.join(unlearned)}" if unlearned else ""
+            if len(h) < 2: parts.append(f"{task}: fewer than two groups learned, not testable on this run{off}"); continue
+            if fig_id == "fig7": said = "reproduced" if h.nunique() > 1 else "not shown (all between the same two steps)"
+            else:  # bins from frequent to rare: reproduced when the steps rise with rarity, contradicted when they fall
+                said = ("reproduced" if h.is_monotonic_increasing and h.iloc[0] < h.iloc[-1] else
+                        "not shown (tied)" if h.nunique() == 1 else "not reproduced")
+            parts.append(f"{task}: half of the final accuracy reached by step {_steps_text(h)}: the paper's claim that "
+                         f"{claim} is {said} at the evaluated steps{off}")
+        out[file] = "\n".join(parts) or "not run on this run yet"
+    return out

@@ -68,13 +68,14 @@ def _pretraining_verdict(run_dir) -> str:
 
 # %% ../nbs/10c_report.ipynb #41df7621
 def report_sections(run_dir) -> list[dict]:
-    "Each figure or table for the report, with the verdict of its module on this run."
+    "Each figure or table for the report, with its verdict on this run (its own, or its module's)."
     out = [dict(r, verdict=_pretraining_verdict(run_dir) if r["file"].startswith("fig2a") else "") for r in CORE_REPORT]
     for a in available_analyses():
         m = analysis_module(a)
-        try: v = m.verdict(run_dir) if done_steps(run_dir, a) else "not run on this run yet"
-        except Exception as e: v = f"no verdict ({error_text(e)})"
-        out += [dict(r, verdict=v, analysis=a) for r in getattr(m, "REPORT", [])]
+        try:  # the module's verdict, or a figure's own (`verdicts`) where the module has one
+            v, own = (m.verdict(run_dir), getattr(m, "verdicts", dict)(run_dir)) if done_steps(run_dir, a) else ("not run on this run yet", {})
+        except Exception as e: v, own = f"no verdict ({error_text(e)})", {}
+        out += [dict(r, verdict=own.get(r["file"], v), analysis=a) for r in getattr(m, "REPORT", [])]
     if importlib.util.find_spec("embryo.ablations") is not None:
         m = importlib.import_module("embryo.ablations")
         out += [dict(r, verdict=r.get("verdict", ""), analysis="ablations") for r in getattr(m, "REPORT", [])]

@@ -81,3 +81,14 @@ def test_figures_from_several_steps(run, tmp_path):
     assert {p.name for p in paths} >= {"fig1_reconstruction_by_pos.svg", "fig7_verb_forms.png", "fig8_frequency.png"}
     md = (tmp_path / "table_fig1_learning_order.md").read_text()
     assert "function words" in md or "not enough classes" in md
+
+
+def test_figs_7_and_8_have_verdicts_of_their_own(tmp_path, root):
+    "The report gave Figs. 7 and 8 Fig. 1's verdict, so the verb-form and frequency orders were never claimed (issue 'findings')."
+    import shutil
+    from embryo.report import report_sections
+    run = shutil.copytree(root / "figures" / "run", tmp_path / "tiny", ignore=shutil.ignore_patterns("checkpoints"))
+    v = {s["file"]: s["verdict"] for s in report_sections(run) if s.get("analysis") == "reconstruction"}
+    assert len({v["fig1_reconstruction_by_pos"], v["fig7_verb_forms"], v["fig8_frequency"]}) == 3, v
+    assert "verb forms" in v["fig7_verb_forms"] and "gerund" in v["fig7_verb_forms"], v["fig7_verb_forms"]
+    assert "frequent tokens" in v["fig8_frequency"] and "1550-1599" in v["fig8_frequency"], v["fig8_frequency"]
