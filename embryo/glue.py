@@ -746,14 +746,17 @@ def verdict(run_dir) -> str:
     if len(s) < 2: return out + "."
     if first in seeds.index and last in seeds.index and seeds.loc[[first, last]].notna().sum(axis=1).min() > 1:
         a, b = seeds.loc[first].dropna(), seeds.loc[last].dropna()
-        gain = b.min() > a.max() and b.mean() - a.mean() >= 2
-        out += (f"; {'every' if b.min() > a.max() else 'not every'} seed of step {last} beats every seed of step {first}, "
-                f"and the mean moves by {b.mean() - a.mean():+.1f} points: "
-                + ("pretraining helps downstream on this run" if gain else "no downstream gain beyond the finetuning seeds' spread"))
+        apart, odds = b.min() > a.max(), math.comb(len(a) + len(b), len(a))  # all of b above all of a: 1 in `odds` by chance
+        out += (f"; {'every' if apart else 'not every'} seed of step {last} beats every seed of step {first}"
+                + (f" (exchangeable seeds do so 1 time in {odds})" if apart else "")
+                + f", and the mean moves by {b.mean() - a.mean():+.1f} points: "
+                + ("pretraining helps downstream on this run" if apart and odds >= 20 and b.mean() - a.mean() >= 2 else
+                   "too few finetuning seeds to tell the gain from finetuning noise" if apart and odds < 20 else
+                   "a gain under 2 points" if apart else "no downstream gain beyond the finetuning seeds' spread"))
     gain = s.max() - s.iloc[0]
     if gain < 2:
         return out + ("; no later step beats the first by 2 points, so this run shows no downstream benefit of "
-                      "pretraining, unlike the paper's steady early rise (section 5).")
+                      "pretraining that its finetunings can measure, unlike the paper's steady early rise (section 5).")
     if len(s) >= 3:
         early = s.index[(s - s.iloc[0]) >= 0.9 * gain][0]
         out += (f"; 90% of the best gain over step {first} is reached by step {early}, {100 * early / last:.0f}% of the "

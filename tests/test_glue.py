@@ -280,3 +280,12 @@ def test_step_axes_show_step_0_and_every_marker_whole(fixture_copy, monkeypatch)
             lo, hi = ax.get_xlim()
             assert lo < 0 and hi > steps.max(), (ax.get_title(), lo, hi)  # markers at step 0 and the last step are drawn whole
             assert min(t for t in ax.get_xticks() if lo <= t <= hi) == 0, (ax.get_title(), ax.get_xticks())  # no negative side
+
+
+def test_verdict_does_not_contradict_itself_on_the_bert_twin(tmp_path, root):
+    "BERT-tiny's committed verdict said 'every seed of step 8000 beats every seed of step 0 ... no gain beyond the spread'."
+    import shutil
+    run = shutil.copytree(root / "figures" / "bert-tiny" / "run", tmp_path / "bert-tiny", ignore=shutil.ignore_patterns("checkpoints"))
+    v = G.verdict(run)
+    assert "every seed of step 8000 beats every seed of step 0" in v, v
+    assert "beyond the finetuning seeds' spread" not in v and "1 time in 6" in v, v
