@@ -156,7 +156,7 @@ def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", task: s
 
 # %% ../nbs/08_attention.ipynb #c86a4c14
 def applies_to(run) -> str | None:
-    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it and leaves the analysis out)."
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
     return series_lacks(run, "encoder")
 
 # %% ../nbs/08_attention.ipynb #696460dc

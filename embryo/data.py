@@ -491,12 +491,13 @@ class Tokenizer:
     normalise = staticmethod(preprocess_text)  # the text form the pieces are read from (`sentence_text`, notebook 04)
 
     def piece_spans(self, text: str) -> tuple[list[int], list[int], list[int]]:
-        "Ids of the pieces of `text` (normalised already) and each piece's [start, end) UTF-8 byte span, its leading space left out."
+        "Ids of the pieces of `text` (normalised) and each one's [start, end) UTF-8 byte span, leading space excluded."
         raw = text.encode()
         ids, starts, ends = [], [], []
         for p in self.sp.encode(text, return_type="proto").pieces:
             ids.append(p.id); ends.append(p.end)
-            starts.append(p.begin + (1 if p.end > p.begin and raw[p.begin:p.begin + 1] == b" " else 0))  # "▁x" covers the space
+            # "▁x" covers the space before the word: the piece starts after it
+            starts.append(p.begin + (1 if p.end > p.begin and raw[p.begin:p.begin + 1] == b" " else 0))
         return ids, starts, ends
 
     def decode(self, ids) -> str: return self.sp.decode([int(i) for i in ids])
@@ -504,11 +505,11 @@ class Tokenizer:
     def __repr__(self): return f"Tokenizer({self.path}, vocab_size={self.vocab_size})"
 
 # %% ../nbs/02_data.ipynb #595d5346
-HF_VOCAB_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")  # any of them: a Hugging Face tokenizer
+HF_VOCAB_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")  # any one: an HF tokenizer
 
 def load_tokenizer(src) -> Tokenizer | HFTokenizer:
-    """The tokenizer of a run folder (its ALBERT-style `spiece.model`, else its Hugging Face tokenizer files), of a model
-    file, or a tokenizer object (returned as is)."""
+    """The tokenizer of a run folder (its ALBERT-style `spiece.model`, else its Hugging Face tokenizer files), of a
+    model file, or a tokenizer object (returned as is)."""
     if not isinstance(src, (str, os.PathLike)): return src
     p = Path(src).expanduser()
     f = p / "spiece.model" if p.is_dir() else p
@@ -518,9 +519,9 @@ def load_tokenizer(src) -> Tokenizer | HFTokenizer:
         except ValueError:
             if not hf: raise
     if hf: return HFTokenizer(p)  # a series trained elsewhere: WordPiece, byte-level BPE, another SentencePiece ...
-    raise FileNotFoundError(f"no tokenizer at {p}: neither a SentencePiece model ({f}) nor Hugging Face tokenizer files "
-                            f"({', '.join(HF_VOCAB_FILES)}); train one with train_tokenizer(corpus, {p}), or save the "
-                            "series' tokenizer there (tokenizer.save_pretrained)")
+    raise FileNotFoundError(f"no tokenizer at {p}: neither a SentencePiece model ({f}) nor Hugging Face tokenizer "
+                            f"files ({', '.join(HF_VOCAB_FILES)}); train one with train_tokenizer(corpus, {p}), or "
+                            "save the series' tokenizer there (tokenizer.save_pretrained)")
 
 # %% ../nbs/02_data.ipynb #59c42c67
 HF_TOKENIZER_FILES = ("spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
@@ -550,14 +551,15 @@ class HFTokenizer:
         self.path = Path(folder)
         self.hf = t = AutoTokenizer.from_pretrained(self.path)
         if not t.is_fast:
-            raise ValueError(f"{self.path} holds a slow tokenizer ({type(t).__name__}); embryo finds words through a fast "
-                             "tokenizer's offsets: save it once with AutoTokenizer.from_pretrained(folder).save_pretrained(folder)")
+            raise ValueError(f"{self.path} holds a slow tokenizer ({type(t).__name__}); embryo finds words through a "
+                             "fast tokenizer's offsets: save it once with "
+                             "AutoTokenizer.from_pretrained(folder).save_pretrained(folder)")
         self.vocab_size = len(t)
         self.pieces = t.convert_ids_to_tokens(list(range(self.vocab_size)))
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             t.pad_token_id, t.unk_token_id, t.cls_token_id, t.sep_token_id, t.mask_token_id)
         self.special_ids = tuple(sorted(set(t.all_special_ids)))
-        self.sha256 = hashlib.sha256(t.backend_tokenizer.to_str().encode()).hexdigest()  # vocabulary, rules and normaliser
+        self.sha256 = hashlib.sha256(t.backend_tokenizer.to_str().encode()).hexdigest()  # vocabulary, rules, normaliser
 
     @staticmethod
     def normalise(text: str) -> str:
@@ -565,7 +567,7 @@ class HFTokenizer:
         return text.replace("``", '"').replace("''", '"')
 
     def piece_spans(self, text: str) -> tuple[list[int], list[int], list[int]]:
-        "Ids of the pieces of `text` and each piece's [start, end) UTF-8 byte span (the tokenizer's offsets), its leading space left out."
+        "Ids of the pieces of `text` and each one's [start, end) UTF-8 byte span (offsets), leading space excluded."
         enc = self.hf(text, add_special_tokens=False, return_offsets_mapping=True)
         at = np.cumsum([0] + [len(c.encode()) for c in text])  # the byte offset of each character
         starts, ends = [], []

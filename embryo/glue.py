@@ -615,7 +615,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
 
 # %% ../nbs/05_glue.ipynb #718c9f9b
 def applies_to(run) -> str | None:
-    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it and leaves the analysis out)."
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
     return series_lacks(run, "ours")
 
 # %% ../nbs/05_glue.ipynb #f9c6613e

@@ -532,13 +532,13 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
 
 # %% ../nbs/06_knowledge.ipynb #4da4e9b9
 def applies_to(run) -> str | None:
-    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it and leaves the analysis out)."
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
     if why := series_lacks(run, "mlm_head"): return why
     try: tok = D.load_tokenizer(run)
     except FileNotFoundError: return None  # the analysis itself names what is missing
     if tok.encode("the city") != tok.encode(" the city"):  # byte-level BPE: "Ġthe" after a space, "the" at the start
-        return (f"the tokenizer of {Run.of(run).name} writes a word differently after a space (byte-level BPE), and the "
-                "knowledge probe's cloze pieces and single-token answers are not yet read that way")
+        return (f"the tokenizer of {Run.of(run).name} writes a word differently after a space (byte-level BPE), and "
+                "the knowledge probe's cloze pieces and single-token answers are not yet read that way")
     return None
 
 # %% ../nbs/06_knowledge.ipynb #99b29671

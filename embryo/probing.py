@@ -24,8 +24,8 @@ import torch
 
 from . import data as D
 from .config import atomic_write, split_names
-from .run import (find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step, series_lacks, encoder_states,
-                        max_length)
+from .run import (find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step, series_lacks,
+                        encoder_states, max_length)
 from .figures import save_figure, step_axis
 from .reconstruction import align, brown_base_tag
 from .results import write_results, read_results, markdown_table, score_rows
@@ -491,7 +491,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
 
 # %% ../nbs/07_probing.ipynb #95cc8722
 def applies_to(run) -> str | None:
-    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it and leaves the analysis out)."
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
     return series_lacks(run, "encoder")
 
 # %% ../nbs/07_probing.ipynb #f4068ba1
@@ -578,7 +578,8 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     ax.legend(fontsize=7, loc="upper left")
     sizes = task_sizes(df)
     txt = "task: classes, train/dev/test\n" + "\n".join(f"{t}: {r.n_classes}, {r.n_train}/{r.n_dev}/{r.n_test}" for t, r in sizes.iterrows())
-    if not log: txt += f"\n\n({'no MLM accuracy in the training log' if train_log(run_dir) else 'no training log'}: MLM accuracy not shown)"
+    why = "no MLM accuracy in the training log" if train_log(run_dir) else "no training log"
+    if not log: txt += f"\n\n({why}: MLM accuracy not shown)"
     fig.text(0.99, 0.5, txt, fontsize=7, va="center", ha="left", family="monospace")
     ax.set_title(f"Fig. 2b: MLM accuracy and probing F1 at layer {layer} over pretraining ({run_dir.name})", fontsize=10)
     return save_figure(fig, out_dir or run_dir / "figures", "fig2b_probing_mlm")

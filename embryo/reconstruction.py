@@ -105,7 +105,7 @@ _CLOSE = {".", ",", ";", ":", "?", "!", "%", ")", "]", "}", "''", "'", "...", "n
 _OPEN = {"(", "[", "{", "$", "``"}
 
 def sentence_text(words: Sequence[str], normalise=D.preprocess_text) -> tuple[str, list[tuple[int, int]]]:
-    "The text of a word list, each word normalised (default: as our SentencePiece vocabulary), and each word's UTF-8 byte span in it."
+    "The text of a word list, each word `normalise`d (default: for our SentencePiece), and each word's UTF-8 byte span."
     text, spans, pos = "", [], 0
     for i, w in enumerate(words):
         piece = normalise(w)
@@ -296,7 +296,7 @@ def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", max_wor
 
 # %% ../nbs/04_reconstruction.ipynb #e09d4bfa
 def applies_to(run) -> str | None:
-    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it and leaves the analysis out)."
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
     return series_lacks(run, "mlm_head")
 
 # %% ../nbs/04_reconstruction.ipynb #c8461a87

@@ -364,7 +364,7 @@ def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
 
 # %% ../nbs/02a_run.ipynb #e412286d
 class SeriesError(ValueError):
-    "A folder that cannot be read as a checkpoint series (no step folders, two folders for one step, no weights, no tokenizer)."
+    "A folder that is no checkpoint series: no step folders, two folders for one step, no weights, no tokenizer."
 
 # %% ../nbs/02a_run.ipynb #e0df8b83
 STEP_DIR = re.compile(r"(?:(?:.*[_-])?(?:step|ckpt)[_-]?|checkpoint[_-])?([0-9]+)([kKmM]?)")  # ASCII digits only
@@ -392,7 +392,7 @@ def _external_checkpoints(src: Path) -> dict[int, Path]:
 TRAINER_STATE = "trainer_state.json"  # what transformers' Trainer saves beside each checkpoint
 
 def trainer_log(state: dict) -> list[dict]:
-    "The training records of a `trainer_state.json` as the run's log records: step, loss, mlm_loss, learning rate, grad norm, epoch."
+    "A `trainer_state.json`'s training records as the run's log: step, loss, mlm_loss, learning rate, grad norm, epoch."
     keep = ("learning_rate", "grad_norm", "epoch")
     return [dict(step=int(r["step"]), loss=float(r["loss"]), mlm_loss=float(r["loss"]),
                  **{k: float(r[k]) for k in keep if isinstance(r.get(k), (int, float))})
@@ -400,7 +400,7 @@ def trainer_log(state: dict) -> list[dict]:
 
 # %% ../nbs/02a_run.ipynb #3411b63e
 def write_series_log(folders: Sequence[Path], dst: Path) -> int:
-    "Write the training log of the newest `trainer_state.json` among `folders` as `dst/logs/train.jsonl`; its number of records."
+    "Write the log of the newest `trainer_state.json` in `folders` as `dst/logs/train.jsonl`; how many records it has."
     states = []
     for p in folders:
         try: states.append(json.loads((p / TRAINER_STATE).read_text()))
@@ -409,12 +409,12 @@ def write_series_log(folders: Sequence[Path], dst: Path) -> int:
     rows = trainer_log(max(states, key=lambda s: s.get("global_step", 0)))
     text = "".join(json.dumps(r) + "\n" for r in rows)
     f = dst / "logs" / "train.jsonl"
-    if rows and not (f.exists() and f.read_text() == text): atomic_write(f, text)  # a series still training: the log grows
+    if rows and not (f.exists() and f.read_text() == text): atomic_write(f, text)  # a series still training: it grows
     return len(rows)
 
 # %% ../nbs/02a_run.ipynb #ea513ae9
 def series_tokenizer(folders: Sequence[Path], dst: Path):
-    "Give the run `dst` the tokenizer of the first of `folders` that has one: ALBERT's spiece.model as is, another as Hugging Face files."
+    "Give run `dst` the tokenizer of the first of `folders` with one: ALBERT's spiece.model as is, another as HF files."
     if any((dst / n).exists() for n in ("spiece.model", "tokenizer.json")): return
     for p in folders:
         if (p / "spiece.model").is_file():
@@ -425,30 +425,31 @@ def series_tokenizer(folders: Sequence[Path], dst: Path):
             quiet_transformers()
             tok = AutoTokenizer.from_pretrained(p)
             if not tok.is_fast:
-                raise SeriesError(f"the tokenizer in {p} is a slow one ({type(tok).__name__}); embryo finds words through a "
-                                  "fast tokenizer's offsets: save a fast one there (tokenizer.json) and rerun")
+                raise SeriesError(f"the tokenizer in {p} is a slow one ({type(tok).__name__}); embryo finds words "
+                                  "through a fast tokenizer's offsets: save a fast one (tokenizer.json) and rerun")
             with tempfile.TemporaryDirectory(dir=dst) as tmp:
                 tok.save_pretrained(tmp)
                 for f in sorted(Path(tmp).iterdir()): os.replace(f, dst / f.name)
             return
-    raise SeriesError(f"no tokenizer in {', '.join(str(p) for p in folders[:3])}{' ...' if len(folders) > 3 else ''}: save "
+    where = ", ".join(str(p) for p in folders[:3]) + (" ..." if len(folders) > 3 else "")
+    raise SeriesError(f"no tokenizer in {where}: save "
                       f"the series' tokenizer with its checkpoints (Trainer(processing_class=tokenizer), or "
                       f"tokenizer.save_pretrained(folder)), or into {dst}")
 
 # %% ../nbs/02a_run.ipynb #70de3a06
 def as_run(src, dst=None) -> Path:
-    "A run folder for `src`: a run as is, or a folder of checkpoint folders named by step (a Trainer's output_dir too) linked into `dst`."
+    "A run for `src`: a run as is, or its checkpoint folders named by step (a Trainer's output_dir) linked into `dst`."
     src = Path(src).expanduser()
     if (src / "checkpoints").is_dir(): return src
     if not src.is_dir(): raise SeriesError(f"no run folder or checkpoint folder at {src}")
     ckpts = _external_checkpoints(src)
     if not ckpts:
-        raise SeriesError(f"{src} is neither a run (no checkpoints/ folder) nor a folder of checkpoint folders named by "
-                          "step (like 1000/, step_1000/, step_20k/ or checkpoint-1000/, each with config.json)")
+        raise SeriesError(f"{src} is neither a run (no checkpoints/ folder) nor a folder of checkpoint folders named "
+                          "by step (like 1000/, step_1000/, step_20k/ or checkpoint-1000/, each with config.json)")
     for step, p in ckpts.items():
         if not (p / "model.safetensors").exists():
-            raise SeriesError(f"{p} has no model.safetensors; embryo loads weights from safetensors only. Convert it once "
-                              "with transformers (from_pretrained, then save_pretrained(..., safe_serialization=True)).")
+            raise SeriesError(f"{p} has no model.safetensors; embryo loads weights from safetensors only. Convert it "
+                              "once with transformers (from_pretrained, then save_pretrained(folder)).")
     dst = Path(dst) if dst else Path("runs") / src.name
     (dst / "checkpoints").mkdir(parents=True, exist_ok=True)
     for step, p in ckpts.items():
@@ -475,15 +476,16 @@ def hub_run(model_id: str, revisions: Sequence[str], dst=None) -> Path:
             snapshot_download(model_id, revision=rev, local_dir=src / f"step_{int(m[1]):07d}", allow_patterns=HUB_FILES)
         except Exception as e:
             why = " ".join(str(e).split())  # the hub's messages span lines
-            raise SeriesError(f"could not download {model_id}@{rev} from the Hugging Face hub ({type(e).__name__}: {why}); "
-                              "this needs the internet, or download the checkpoints yourself and pass their folder to --run") from e
+            raise SeriesError(f"could not download {model_id}@{rev} from the Hugging Face hub ({type(e).__name__}: "
+                              f"{why}); this needs the internet, or download the checkpoints yourself and pass their "
+                              "folder to --run") from e
     return as_run(src, dst)
 
 # %% ../nbs/02a_run.ipynb #0008519c
 MLM_HEADS = ("ForMaskedLM", "ForPreTraining")  # transformers classes whose checkpoints hold masked-LM head weights
 
 def checkpoint_kind(folder) -> str:
-    "What a checkpoint folder holds, from its config.json: albert (ours, or transformers'), electra (ours), masked-lm, causal-lm or encoder."
+    "What a checkpoint folder holds (config.json): albert (ours or HF's), electra, masked-lm, causal-lm or encoder."
     try: cfg = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError): return "albert"  # our loader names the missing or broken config.json
     if is_electra(folder): return "electra"
@@ -494,13 +496,13 @@ def checkpoint_kind(folder) -> str:
 
 # %% ../nbs/02a_run.ipynb #9edbdaaf
 class HFEncoder(torch.nn.Module):
-    "A transformers encoder (BertModel, RobertaModel, ...) answering as our `AlbertModel`: (hidden states, attentions, pooled or None)."
+    "A transformers encoder (BertModel, RobertaModel, ...) answering as our `AlbertModel`: states, attentions, pooled."
     def __init__(self, base):
         super().__init__()
         self.base, self.config = base, base.config
 
     def eager(self):
-        "Switch to the plain attention kernel (once): SDPA returns no maps, eager computes the same attention and returns them."
+        "Switch to the plain attention kernel (once): SDPA returns no maps; eager computes the same attention and maps."
         if self.config._attn_implementation != "eager": self.base.set_attn_implementation("eager")
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, output_attentions=False):
@@ -511,7 +513,7 @@ class HFEncoder(torch.nn.Module):
 
 # %% ../nbs/02a_run.ipynb #a57c6ea5
 class HFMaskedLM(torch.nn.Module):
-    "A transformers masked LM (or bare encoder) answering as our `AlbertForPreTraining`: `albert` its encoder, vocabulary scores where it has a head."
+    "A transformers masked LM (or bare encoder) answering as our `AlbertForPreTraining`: `albert` its encoder, scores."
     def __init__(self, model):
         super().__init__()
         self.model, self.config = model, model.config
@@ -527,8 +529,8 @@ class HFMaskedLM(torch.nn.Module):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, output_attentions=False,
                 logits="all", **_) -> PretrainingOutput:
         if not self.has_mlm_head:
-            raise CheckpointError(f"this {type(self.model).__name__} checkpoint has no masked-LM head: it gives hidden states "
-                                  "and attention maps (encoder_states), not vocabulary scores")
+            raise CheckpointError(f"this {type(self.model).__name__} checkpoint has no masked-LM head: it gives hidden "
+                                  "states and attention maps (encoder_states), not vocabulary scores")
         if output_attentions: self.albert.eager()
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
                          output_attentions=output_attentions)
@@ -541,12 +543,12 @@ class HFMaskedLM(torch.nn.Module):
 
 # %% ../nbs/02a_run.ipynb #67f585e1
 def load_hf_model(folder, device="cpu") -> HFMaskedLM:
-    "A transformers encoder checkpoint in eval mode: its masked LM where the folder holds the head's weights, else the bare encoder."
+    "A transformers encoder checkpoint, in eval mode: its masked LM where the folder holds the head, else the encoder."
     from transformers import AutoModel, AutoModelForMaskedLM
     folder, kind = Path(folder), checkpoint_kind(folder)
     if kind == "causal-lm":
-        raise CheckpointError(f"{folder} holds a causal language model; embryo analyses masked-LM encoders for now (BERT, "
-                              "RoBERTa and the like): causal LMs such as Pythia are a later part of this work")
+        raise CheckpointError(f"{folder} holds a causal language model; embryo analyses masked-LM encoders for now "
+                              "(BERT, RoBERTa and the like): causal LMs such as Pythia are a later part of this work")
     quiet_transformers()
     model = None
     if kind == "masked-lm":
@@ -556,13 +558,14 @@ def load_hf_model(folder, device="cpu") -> HFMaskedLM:
         except ValueError: model = None  # a config transformers has no masked LM for
     try: model = model or AutoModel.from_pretrained(folder)
     except (ValueError, OSError) as e:
-        raise CheckpointError(f"transformers cannot load {folder} ({type(e).__name__}: {' '.join(str(e).split())[:300]})") from None
+        why = " ".join(str(e).split())[:300]
+        raise CheckpointError(f"transformers cannot load {folder} ({type(e).__name__}: {why})") from None
     return HFMaskedLM(model).to(device).eval()
 
 # %% ../nbs/02a_run.ipynb #fb8ba9b4
 @torch.no_grad()
 def encoder_states(model, input_ids, attention_mask, attentions: bool = False) -> tuple[tuple, tuple | None]:
-    "Any model's hidden states of every layer (L + 1, 0 = embedding output) and, with `attentions`, its attention maps (L)."
+    "Any model's hidden states of every layer (L + 1, 0 = embeddings) and, with `attentions`, its attention maps (L)."
     hs, att, _ = model.albert(input_ids, attention_mask, torch.zeros_like(input_ids), attentions)
     return tuple(hs), tuple(att) if attentions else None
 
@@ -602,8 +605,8 @@ class Run(os.PathLike):
     steps = property(lambda self: list_steps(self.path))  # the steps with a complete checkpoint
     def checkpoint(self, step: int) -> Path: "The folder of `step`'s checkpoint."; return find_checkpoint(self.path, step)
     def load(self, step: int, device="cpu", mlm: bool = False): "The model of `step`, in eval mode."; return load_checkpoint(self.path, step, device, mlm)
-    def tokenizer(self): "The run's tokenizer (SentencePiece, or any Hugging Face one)."; return D.load_tokenizer(self.path)
-    kind = property(lambda self: checkpoint_kind(self.checkpoint(self.steps[-1])) if self.steps else None)  # checkpoint_kind
+    def tokenizer(self): "The run's tokenizer (SentencePiece, or another)."; return D.load_tokenizer(self.path)
+    kind = property(lambda self: checkpoint_kind(self.checkpoint(self.steps[-1])) if self.steps else None)  # its newest
     log = property(lambda self: train_log(self.path))  # the training log's records
     transitions = property(lambda self: run_transitions(self.path))  # the loss's phase transitions
     database = property(lambda self: self.path / DB_NAME)
@@ -622,4 +625,5 @@ def series_lacks(run, need: str) -> str | None:
     if kind is None or kind in kinds: return None
     cfg = json.loads((run.checkpoint(run.steps[-1]) / "config.json").read_text())
     archs = ", ".join(cfg.get("architectures") or ["no architecture named"])
-    return f"the checkpoints of {run.name} are {cfg.get('model_type')} {kind} models ({archs}); this analysis needs {what}"
+    return (f"the checkpoints of {run.name} are {cfg.get('model_type')} {kind} models ({archs}); "
+            f"this analysis needs {what}")

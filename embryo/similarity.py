@@ -206,7 +206,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
 
 # %% ../nbs/07a_similarity.ipynb #bb752b69
 def applies_to(run) -> str | None:
-    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it and leaves the analysis out)."
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
     return series_lacks(run, "encoder")
 
 # %% ../nbs/07a_similarity.ipynb #00000020

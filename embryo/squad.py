@@ -396,7 +396,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
 
 # %% ../nbs/05a_squad.ipynb #ad286f5e
 def applies_to(run) -> str | None:
-    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it and leaves the analysis out)."
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
     return series_lacks(run, "ours")
 
 # %% ../nbs/05a_squad.ipynb #30152479

@@ -236,7 +236,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
 
 # %% ../nbs/08a_syntax.ipynb #8fbbb72b
 def applies_to(run) -> str | None:
-    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it and leaves the analysis out)."
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
     return series_lacks(run, "encoder")
 
 # %% ../nbs/08a_syntax.ipynb #c4e32a95
