@@ -23,13 +23,14 @@ from . import data as D
 
 # %% auto #0
 __all__ = ['LOCK_FILE', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE',
-           'HUB_FILES', 'MLM_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS', 'CheckpointNotFound', 'checkpoint_dir',
-           'list_steps', 'find_checkpoint', 'load_checkpoint', 'replace_dir', 'save_checkpoint', 'resolve_step',
-           'RunLocked', 'forget_inherited_locks', 'run_lock', 'clean_run', 'read_config', 'read_run_config',
-           'run_model_type', 'run_sentence_task', 'sentence_name', 'corpus_file', 'write_tokenizer_files',
-           'complete_run', 'log_records', 'train_log', 'transitions', 'run_transitions', 'SeriesError', 'step_of',
-           'trainer_log', 'write_series_log', 'series_tokenizer', 'as_run', 'hub_run', 'checkpoint_kind', 'HFEncoder',
-           'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run', 'series_lacks']
+           'HUB_FILES', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS', 'CheckpointNotFound',
+           'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'replace_dir', 'save_checkpoint',
+           'resolve_step', 'RunLocked', 'forget_inherited_locks', 'run_lock', 'clean_run', 'read_config',
+           'read_run_config', 'run_model_type', 'run_sentence_task', 'sentence_name', 'corpus_file',
+           'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions', 'run_transitions',
+           'SeriesError', 'step_of', 'trainer_log', 'write_series_log', 'series_tokenizer', 'as_run', 'hub_run',
+           'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run',
+           'series_lacks']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -483,16 +484,19 @@ def hub_run(model_id: str, revisions: Sequence[str], dst=None) -> Path:
 
 # %% ../nbs/02a_run.ipynb #0008519c
 MLM_HEADS = ("ForMaskedLM", "ForPreTraining")  # transformers classes whose checkpoints hold masked-LM head weights
+CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")  # GPT-2's GPT2LMHeadModel, Pythia's GPTNeoXForCausalLM, ...
 
 def checkpoint_kind(folder) -> str:
-    "What a checkpoint folder holds (config.json): albert (ours or HF's), electra, masked-lm, causal-lm or encoder."
+    "What a checkpoint folder holds (config.json): albert (ours or HF's), electra, masked-lm, encoder, causal-lm, other"
     try: cfg = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError): return "albert"  # our loader names the missing or broken config.json
     if is_electra(folder): return "electra"
     if cfg.get("model_type", "albert") == "albert": return "albert"
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES as MASKED_LM_TYPES
     archs = cfg.get("architectures") or []
-    if any(a.endswith(MLM_HEADS) for a in archs): return "masked-lm"
-    return "causal-lm" if any(a.endswith("ForCausalLM") for a in archs) or cfg.get("is_decoder") else "encoder"
+    if cfg.get("model_type") in MASKED_LM_TYPES and not cfg.get("is_decoder"):  # an encoder family: BERT, RoBERTa ...
+        return "masked-lm" if any(a.endswith(MLM_HEADS) for a in archs) else "encoder"
+    return "causal-lm" if any(a.endswith(CAUSAL_HEADS) for a in archs) or cfg.get("is_decoder") else "other"
 
 # %% ../nbs/02a_run.ipynb #9edbdaaf
 class HFEncoder(torch.nn.Module):
@@ -546,9 +550,10 @@ def load_hf_model(folder, device="cpu") -> HFMaskedLM:
     "A transformers encoder checkpoint, in eval mode: its masked LM where the folder holds the head, else the encoder."
     from transformers import AutoModel, AutoModelForMaskedLM
     folder, kind = Path(folder), checkpoint_kind(folder)
-    if kind == "causal-lm":
-        raise CheckpointError(f"{folder} holds a causal language model; embryo analyses masked-LM encoders for now "
-                              "(BERT, RoBERTa and the like): causal LMs such as Pythia are a later part of this work")
+    if kind in ("causal-lm", "other"):
+        what = "a causal language model" if kind == "causal-lm" else "a model of a family with no masked LM"
+        raise CheckpointError(f"{folder} holds {what}; embryo analyses masked-LM encoders for now (BERT, RoBERTa and "
+                              "the like): causal LMs such as Pythia are a later part of this work")
     quiet_transformers()
     model = None
     if kind == "masked-lm":
@@ -613,7 +618,8 @@ class Run(os.PathLike):
     figures = property(lambda self: self.path / FIGURES_DIR)
 
 # %% ../nbs/02a_run.ipynb #d663dffa
-NEEDS = {"encoder": ("hidden states and attention maps of an encoder", ("albert", "electra", "masked-lm", "encoder")),
+NEEDS = {"encoder": ("the hidden states and attention maps of a bidirectional encoder (causal LMs are not read yet)",
+                     ("albert", "electra", "masked-lm", "encoder")),
          "mlm_head": ("the vocabulary scores of a masked-LM head", ("albert", "electra", "masked-lm")),
          "ours": ("embryo's ALBERT or ELECTRA classes, which its fine-tuning builds on", ("albert", "electra"))}
 

@@ -191,6 +191,26 @@ def test_a_bare_encoder_series_leaves_out_what_needs_a_head(tmp_path, monkeypatc
     assert type(run.tokenizer()).__name__ == "HFTokenizer"  # from vocab.txt alone, through transformers
 
 
+def test_a_causal_lm_series_is_left_out_by_name(tmp_path, monkeypatch, capsys):
+    "A GPT-2 series (Pythia-like hub revisions step1000, step2000) is a run, but no encoder: each analysis says why, none fails."
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+    from embryo.model import CheckpointError
+    from embryo.run import load_checkpoint
+    from embryo.sweep import sweep
+    tok = AutoTokenizer.from_pretrained(trainer_series("roberta") / "checkpoint-4")
+    for s in (1000, 2000):
+        d = tmp_path / "pythia-like" / f"step{s}"
+        GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64)).save_pretrained(d)
+        tok.save_pretrained(d)
+    monkeypatch.chdir(tmp_path)
+    t = sweep(tmp_path / "pythia-like", ENCODER + ["reconstruction"], mode="inprocess", progress=False)
+    said = [l for l in capsys.readouterr().out.splitlines() if "not run" in l]
+    assert t.empty and [l.split(":")[0] for l in said] == ENCODER + ["reconstruction"], said
+    assert all("gpt2 causal-lm models (GPT2LMHeadModel)" in l for l in said), said
+    assert Run(tmp_path / "runs" / "pythia-like").steps == [1000, 2000]
+    with pytest.raises(CheckpointError, match="holds a causal language model; embryo analyses masked-LM encoders for now"):
+        load_checkpoint(tmp_path / "runs" / "pythia-like", 2000)
+
 def test_knowledge_says_why_it_skips_byte_level_bpe(tmp_path):
     from embryo import knowledge, reconstruction, glue
     bert, roberta = (as_run(trainer_series(k), tmp_path / k) for k in ("bert", "roberta"))
@@ -212,12 +232,15 @@ def test_step_folder_names(tmp_path):
 
 
 def test_the_cli_sweeps_a_trainer_output_dir(tmp_path):
+    "`embryo sweep --run <output_dir>` as a user types it: papermill mode, each executed notebook kept in the run."
     out = trainer_series("roberta")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "embryo.cli", "sweep", "--run", str(out), "--analyses", "attention", "--mode",
-                        "inprocess", "--option", "attention.n_sentences=16", "attention.seq_len=10"],
+    r = subprocess.run([sys.executable, "-m", "embryo.cli", "sweep", "--run", str(out), "--analyses", "attention",
+                        "--option", "attention.n_sentences=16", "attention.seq_len=10"],
                        capture_output=True, text=True, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert re.search(r"step\s+4\s+8\s+12\s.*attention\s+done\s+done\s+done", r.stdout, re.S), r.stdout
     a = read_results(tmp_path / "runs" / out.name, "attention")
+    assert [p.name for p in sorted((tmp_path / "runs" / out.name / "notebooks" / "attention").iterdir())] == \
+        [f"step_{s:07d}.ipynb" for s in STEPS]
     assert sorted(a.step.unique()) == STEPS and (a[a.metric == "diagonal"].groupby("step").size() == 4).all()
