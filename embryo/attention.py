@@ -17,7 +17,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write
-from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step
+from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, encoder_states
 from .figures import save_figure, step_axis
 from .reconstruction import tagged_sentences, sentence_text
 from .results import write_results, read_results, read_samples, markdown_table, score_rows
@@ -25,9 +25,10 @@ from .results import write_results, read_results, read_samples, markdown_table, 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'NEIGHBOUR_RATIO', 'REPORT', 'UnknownTask',
            'check_task', 'parse_ints', 'choose_maps', 'input_ids', 'attention_maps', 'uniform_diagonal', 'map_stats',
-           'step_rows', 'map_samples', 'diagonal_scores', 'evaluate_step', 'head_metrics', 'stored_maps', 'grid_steps',
-           'emergence_step', 'emergence_table', 'paper_layers', 'order_reproduced', 'input_length', 'neighbour_heads',
-           'layer_colours', 'plot_maps_grid', 'write_gif', 'plot_diagonal', 'neighbour_sentence', 'verdict', 'redraw']
+           'step_rows', 'map_samples', 'diagonal_scores', 'evaluate_step', 'applies_to', 'head_metrics', 'stored_maps',
+           'grid_steps', 'emergence_step', 'emergence_table', 'paper_layers', 'order_reproduced', 'input_length',
+           'neighbour_heads', 'layer_colours', 'plot_maps_grid', 'write_gif', 'plot_diagonal', 'neighbour_sentence',
+           'verdict', 'redraw']
 
 # %% ../nbs/08_attention.ipynb #d8a8cb67
 ANALYSIS = "attention"  # the `analysis` name of this notebook's rows in the results database
@@ -75,7 +76,7 @@ def input_ids(tok, task: str = "brown", n_sentences: int = 256, seq_len: int = 2
     "(n, seq_len) token ids: `[CLS]`, the first `seq_len - 2` pieces of held-out sentences, `[SEP]`."
     check_task(task)
     if seq_len < 3: raise ValueError(f"seq_len must be at least 3 ([CLS], one piece, [SEP]); got {seq_len}")
-    texts = [sentence_text(s.words)[0] for s in tagged_sentences()]
+    texts = [sentence_text(s.words, tok.normalise)[0] for s in tagged_sentences()]
     ids = [x for x in tok.encode_batch(texts) if len(x) >= seq_len - 2]
     if not ids: raise ValueError(f"no {task} sentence has {seq_len - 2} pieces or more; choose a smaller seq_len")
     pick = np.sort(np.random.default_rng(seed).permutation(len(ids))[:n_sentences])
@@ -90,7 +91,7 @@ def attention_maps(model, ids: torch.Tensor, device="cpu", batch_size: int = 64,
     total, ent, diag = None, None, []
     for i in range(0, len(ids), batch_size):
         b = ids[i:i + batch_size].to(device)
-        att = torch.stack(model(b, torch.ones_like(b), torch.zeros_like(b), output_attentions=True).attentions, 1).double()
+        att = torch.stack(encoder_states(model, b, torch.ones_like(b), attentions=True)[1], 1).double()
         s = att.sum(0)  # (L, heads, T, T): the sentences of this batch summed
         e = -(att * att.clamp_min(1e-30).log()).sum(-1).mean(-1).sum(0)  # (L, heads)
         total, ent = (s, e) if total is None else (total + s, ent + e)
@@ -152,6 +153,11 @@ def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", task: s
     rows = step_rows(maps, ent, task, len(ids))
     write_results(run_dir, ANALYSIS, step, rows, map_samples(maps, task, layers, heads, len(ids)), scores=diagonal_scores(diag, task))
     return pd.DataFrame(rows)
+
+# %% ../nbs/08_attention.ipynb #c86a4c14
+def applies_to(run) -> str | None:
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
+    return series_lacks(run, "encoder")
 
 # %% ../nbs/08_attention.ipynb #696460dc
 def head_metrics(run_dir, task: str = "brown") -> pd.DataFrame:

@@ -47,7 +47,7 @@ def _options(pairs: list[str]) -> dict:
 
 # %% ../nbs/11_cli.ipynb #4c3a43b3
 def _run_arg(args) -> Path:
-    from embryo.sweep import as_run, hub_run
+    from embryo.run import as_run, hub_run
     if args.revisions: return hub_run(str(args.run), args.revisions)
     return as_run(args.run)
 
@@ -106,7 +106,8 @@ def parser() -> argparse.ArgumentParser:
     add_pretrain_args(add("pretrain", cmd_pretrain, "pretrain a run and keep its checkpoints (resumes where it stopped)"))
     figures_arg(add("params", cmd_params, "write ALBERT Tables 2, 4, 5 (parameter counts) to figures/"))
     s = add("sweep", cmd_sweep, "run analysis notebooks over a run's checkpoints (skips what is done)")
-    s.add_argument("--run", required=True, help="a run folder, a folder of HF checkpoint folders named by step, or a hub model id with --revisions")
+    s.add_argument("--run", required=True, help="a run folder, a folder of checkpoint folders named by step (1000/, "
+                   "step_20k/, a Trainer's checkpoint-500/), or a hub model id with --revisions")
     s.add_argument("--revisions", nargs="+", help="hub revisions to download, one per step (e.g. step1000 step2000), where online")
     s.add_argument("--analyses", nargs="+", help="default: all (reconstruction, glue, knowledge, probing, attention)")
     s.add_argument("--steps", nargs="+", type=int, help="default: every checkpoint")

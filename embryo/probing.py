@@ -24,7 +24,8 @@ import torch
 
 from . import data as D
 from .config import atomic_write, split_names
-from .run import find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step
+from .run import (find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step, series_lacks,
+                        encoder_states, max_length)
 from .figures import save_figure, step_axis
 from .reconstruction import align, brown_base_tag
 from .results import write_results, read_results, markdown_table, score_rows
@@ -34,9 +35,9 @@ __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', '
            'UnknownTask', 'select_tasks', 'brown_sentences', 'sentence_splits', 'silver_annotation', 'phrase_label',
            'dependency_constituents', 'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks', 'token_spans',
            'span_means', 'weights_id', 'cache_file', 'task_features', 'control_labels', 'torch_threads', 'train_probes',
-           'micro_f1', 'probe_task', 'evaluate_step', 'probing_results', 'task_sizes', 'layer_curves', 'layer_colour',
-           'plot_fig2b', 'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain', 'selectivity_table',
-           'redraw']
+           'micro_f1', 'probe_task', 'evaluate_step', 'applies_to', 'probing_results', 'task_sizes', 'layer_curves',
+           'layer_colour', 'plot_fig2b', 'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain',
+           'selectivity_table', 'redraw']
 
 # %% ../nbs/07_probing.ipynb #d53027ac
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -232,9 +233,8 @@ def token_spans(tok, words: Sequence[str], spans) -> tuple[list[int], list[tuple
 # %% ../nbs/07_probing.ipynb #81307bdf
 @torch.no_grad()
 def _hidden_states(model, ids, att) -> torch.Tensor:
-    "(L+1, B, T, H) hidden states of every layer, layer 0 = embedding output."
-    if hasattr(model, "albert"): hs = model.albert(ids, att, torch.zeros_like(ids))[0]
-    else: hs = model(input_ids=ids, attention_mask=att, output_hidden_states=True).hidden_states
+    "(L+1, B, T, H) hidden states of every layer, layer 0 = embedding output (any encoder: `encoder_states`)."
+    hs, _ = encoder_states(model, ids, att)
     return torch.stack([h.float() for h in hs])
 
 # %% ../nbs/07_probing.ipynb #dcc47e53
@@ -315,7 +315,7 @@ def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run_dir
         wid, f = weights_id(run_dir, step, tok), cache_file(run_dir, step)
         cached, cfeats, ckept = _load_cache(f, wid)
     todo = [i for i, k in enumerate(keys) if k not in cached]
-    max_len = getattr(getattr(model, "config", None), "max_position_embeddings", 512)
+    max_len = max_length(model)  # RoBERTa's position table holds two fewer inputs than its size
     new, kept_new = span_means(model, tok, texts, [spans[i][:3] for i in todo], device, batch_tokens, max_len) if todo else (None, None)
     shape = cfeats.shape[1:] if cfeats is not None and len(cfeats) else new.shape[1:] if new is not None else (1, 1)
     feats = np.zeros((len(spans), *shape), dtype=np.float16); kept = np.zeros(len(spans), dtype=bool)
@@ -489,6 +489,11 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     if write and rows: write_results(run_dir, ANALYSIS, step, rows, scores=scores)
     return pd.DataFrame(rows, columns=["task", "layer", "metric", "value", "n"]).fillna({"layer": -1}).astype({"layer": int})
 
+# %% ../nbs/07_probing.ipynb #95cc8722
+def applies_to(run) -> str | None:
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
+    return series_lacks(run, "encoder")
+
 # %% ../nbs/07_probing.ipynb #f4068ba1
 REPORT = [
     dict(file="fig2b_probing_mlm", paper="Embryology Fig. 2b",
@@ -562,7 +567,7 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     run_dir = Path(run_dir); df = probing_results(run_dir)
     layer = _n_layers(df) if layer is None else int(layer)
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    log = train_log(run_dir)
+    log = [r for r in train_log(run_dir) if "mlm_accuracy" in r]  # a Trainer's log has the loss only
     if log:
         ax.plot([r["step"] for r in log], [r["mlm_accuracy"] for r in log], color="k", lw=1, alpha=0.7, label="MLM accuracy (training batches)")
     for i, t in enumerate(_task_order(df.task.unique())):
@@ -573,7 +578,8 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     ax.legend(fontsize=7, loc="upper left")
     sizes = task_sizes(df)
     txt = "task: classes, train/dev/test\n" + "\n".join(f"{t}: {r.n_classes}, {r.n_train}/{r.n_dev}/{r.n_test}" for t, r in sizes.iterrows())
-    if not log: txt += "\n\n(no training log: MLM accuracy not shown)"
+    why = "no MLM accuracy in the training log" if train_log(run_dir) else "no training log"
+    if not log: txt += f"\n\n({why}: MLM accuracy not shown)"
     fig.text(0.99, 0.5, txt, fontsize=7, va="center", ha="left", family="monospace")
     ax.set_title(f"Fig. 2b: MLM accuracy and probing F1 at layer {layer} over pretraining ({run_dir.name})", fontsize=10)
     return save_figure(fig, out_dir or run_dir / "figures", "fig2b_probing_mlm")

@@ -18,7 +18,7 @@ import torch
 from . import data as D
 from .config import atomic_write, run_config_file
 from .model import autocast
-from .run import find_checkpoint, list_steps, load_checkpoint, corpus_file, resolve_step
+from .run import find_checkpoint, list_steps, load_checkpoint, corpus_file, resolve_step, series_lacks, max_length
 from .figures import save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows
 
@@ -27,7 +27,8 @@ __all__ = ['ANALYSIS', 'POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS
            'BROWN_FORM', 'GROUP_SETS', 'REPORT', 'LEARNED', 'brown_base_tag', 'brown_class', 'penn_class', 'Sentence',
            'read_conll2012_pos', 'tagged_sentences', 'sentence_text', 'align', 'token_counts', 'token_ranks',
            'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'word_scores', 'evaluate_words', 'evaluate_model',
-           'evaluate_step', 'curves', 'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order', 'verdicts']
+           'evaluate_step', 'applies_to', 'curves', 'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order',
+           'verdicts']
 
 # %% ../nbs/04_reconstruction.ipynb #ca174f21
 ANALYSIS = "reconstruction"  # the `analysis` name of this notebook's rows in the results database
@@ -104,11 +105,11 @@ def tagged_sentences(source=None) -> list[Sentence]:
 _CLOSE = {".", ",", ";", ":", "?", "!", "%", ")", "]", "}", "''", "'", "...", "n't", "'s"}
 _OPEN = {"(", "[", "{", "$", "``"}
 
-def sentence_text(words: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
-    "The normalised text of a word list and each word's UTF-8 byte span in it."
+def sentence_text(words: Sequence[str], normalise=D.preprocess_text) -> tuple[str, list[tuple[int, int]]]:
+    "The text of a word list, each word `normalise`d (default: for our SentencePiece), and each word's UTF-8 byte span."
     text, spans, pos = "", [], 0
     for i, w in enumerate(words):
-        piece = D.preprocess_text(w)
+        piece = normalise(w)
         sep = "" if i == 0 or w in _CLOSE or words[i - 1] in _OPEN else " "
         text += sep; pos += len(sep.encode())
         spans.append((pos, pos + len(piece.encode())))
@@ -118,12 +119,8 @@ def sentence_text(words: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
 # %% ../nbs/04_reconstruction.ipynb #cfd69a5d
 def align(tok, words: Sequence[str]) -> tuple[list[int], list[tuple[int, int] | None]]:
     "Token ids of the sentence and, per word, its [start, end) token range (None where a piece crosses the word's edge)."
-    text, spans = sentence_text(words)
-    raw = text.encode()
-    ids, starts, ends = [], [], []
-    for p in tok.sp.encode(text, return_type="proto").pieces:
-        ids.append(p.id); ends.append(p.end)
-        starts.append(p.begin + (1 if p.end > p.begin and raw[p.begin:p.begin + 1] == b" " else 0))  # "▁x" covers the space
+    text, spans = sentence_text(words, tok.normalise)
+    ids, starts, ends = tok.piece_spans(text)
     out, j = [], 0
     for ws, we in spans:
         while j < len(ids) and starts[j] < ws: j += 1  # pieces of earlier words
@@ -150,7 +147,7 @@ def token_counts(run_dir, tok) -> np.ndarray:
     if corpus is not None:
         lines = [s for d in D.read_corpus(corpus) for s in d]  # a text file, a folder, dataset files or a hub name alike
     else:
-        lines = [sentence_text(s.words)[0] for s in tagged_sentences()]
+        lines = [sentence_text(s.words, tok.normalise)[0] for s in tagged_sentences()]
     for i in range(0, len(lines), 20000):
         for ids in tok.encode_batch(lines[i:i + 20000]): np.add.at(counts, ids, 1)
     import io
@@ -261,7 +258,7 @@ def word_scores(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[b
 def evaluate_words(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray, max_words: int = 300,
                    device="cpu") -> tuple[list[Item], list[bool], list[bool]]:
     "The evaluated words, and whether `model` reconstructs each one (unmasked) and predicts it (masked)."
-    ids_all, items = select_words(sentences, tok, ranks, max_words)
+    ids_all, items = select_words(sentences, tok, ranks, max_words, max_tokens=max_length(model) - 2)  # [CLS], [SEP]
     model.eval().to(device)
     used = sorted({it.sentence for it in items})
     want = {s: sorted({p for it in items if it.sentence == s for p in range(it.start, it.end)}) for s in used}
@@ -297,6 +294,11 @@ def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", max_wor
     rows = accuracy_rows(items, recon, masked)
     write_results(run_dir, ANALYSIS, step, rows, scores=word_scores(items, recon, masked))
     return pd.DataFrame(rows)
+
+# %% ../nbs/04_reconstruction.ipynb #e09d4bfa
+def applies_to(run) -> str | None:
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
+    return series_lacks(run, "mlm_head")
 
 # %% ../nbs/04_reconstruction.ipynb #c8461a87
 GROUP_SETS = {"fig1": ("pos", POS_CLASSES, "part of speech"), "fig7": ("verb", VERB_FORMS, "verb form"),

@@ -7,23 +7,30 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
+import torch
 
 from .config import ModelConfig, TrainConfig, ConfigError, atomic_write, fsync_dir, temp_tag, stale_temp, run_config_file, migrate_run_config
-from .model import CheckpointError, load_pretrained
-from .electra import GENERATOR, is_electra, load_electra
+from .model import CheckpointError, PretrainingOutput, load_pretrained
+from .electra import GENERATOR, is_electra, load_electra, quiet_transformers
 from . import data as D
 
 # %% auto #0
-__all__ = ['LOCK_FILE', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'DB_NAME', 'FIGURES_DIR', 'CheckpointNotFound',
+__all__ = ['LOCK_FILE', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE',
+           'HUB_FILES', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS', 'CheckpointNotFound',
            'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'replace_dir', 'save_checkpoint',
            'resolve_step', 'RunLocked', 'forget_inherited_locks', 'run_lock', 'clean_run', 'read_config',
            'read_run_config', 'run_model_type', 'run_sentence_task', 'sentence_name', 'corpus_file',
-           'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions', 'run_transitions', 'Run']
+           'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions', 'run_transitions',
+           'SeriesError', 'step_of', 'trainer_log', 'write_series_log', 'series_tokenizer', 'as_run', 'hub_run',
+           'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run',
+           'series_lacks']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -68,11 +75,14 @@ def find_checkpoint(run_dir, step: int) -> Path:
                              "Pass one of those, or run the pretraining further.")
 
 # %% ../nbs/02a_run.ipynb #9eafbeac
-def load_checkpoint(run_dir, step: int, device="cpu", mlm: bool = False) -> AlbertForPreTraining:
-    "The model saved at `step` of the run, in eval mode; of an ELECTRA run, the discriminator, or the generator with `mlm` (the half with vocabulary scores)."
+def load_checkpoint(run_dir, step: int, device="cpu", mlm: bool = False) -> torch.nn.Module:
+    """The model saved at `step` of the run, in eval mode: ours (ALBERT, BERT-shaped ALBERT; of an ELECTRA run the
+    discriminator, or the generator with `mlm`), or any other transformers encoder (`load_hf_model`, below)."""
     folder = find_checkpoint(run_dir, step)
-    if is_electra(folder): return load_electra(folder, GENERATOR if mlm else "discriminator", device)
-    return load_pretrained(folder, map_location=device)
+    kind = checkpoint_kind(folder)
+    if kind == "electra": return load_electra(folder, GENERATOR if mlm else "discriminator", device)
+    if kind == "albert": return load_pretrained(folder, map_location=device)
+    return load_hf_model(folder, device)
 
 # %% ../nbs/02a_run.ipynb #1bdc7526
 def replace_dir(tmp: Path, final: Path):
@@ -353,6 +363,222 @@ def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
     except OSError: pass  # a run folder we may not write to: the transitions are still drawn
     return found
 
+# %% ../nbs/02a_run.ipynb #e412286d
+class SeriesError(ValueError):
+    "A folder that is no checkpoint series: no step folders, two folders for one step, no weights, no tokenizer."
+
+# %% ../nbs/02a_run.ipynb #e0df8b83
+STEP_DIR = re.compile(r"(?:(?:.*[_-])?(?:step|ckpt)[_-]?|checkpoint[_-])?([0-9]+)([kKmM]?)")  # ASCII digits only
+STEP_SCALE = {"": 1, "k": 1_000, "m": 1_000_000}  # MultiBERTs: step_20k, step_2000k; M for millions
+
+def step_of(name: str) -> int | None:
+    "The step a checkpoint folder's name gives (`1000`, `step_1000`, `checkpoint-1000`, `seed_0-step_20k`), or None."
+    m = STEP_DIR.fullmatch(name)
+    return int(m[1]) * STEP_SCALE[m[2].lower()] if m else None
+
+# %% ../nbs/02a_run.ipynb #35c0f893
+def _external_checkpoints(src: Path) -> dict[int, Path]:
+    "Each step's checkpoint folder in `src`: a folder named by its step that holds config.json."
+    out = {}
+    for p in sorted(src.iterdir()):
+        step = step_of(p.name)
+        if step is None or not p.is_dir() or not (p / "config.json").exists(): continue
+        if step in out:
+            raise SeriesError(f"{out[step].name} and {p.name} in {src} both name step {step:,}: keep one series per "
+                              "folder (move the other seed or copy out)")
+        out[step] = p
+    return out
+
+# %% ../nbs/02a_run.ipynb #15ad17c4
+TRAINER_STATE = "trainer_state.json"  # what transformers' Trainer saves beside each checkpoint
+
+def trainer_log(state: dict) -> list[dict]:
+    "A `trainer_state.json`'s training records as the run's log: step, loss, mlm_loss, learning rate, grad norm, epoch."
+    keep = ("learning_rate", "grad_norm", "epoch")
+    return [dict(step=int(r["step"]), loss=float(r["loss"]), mlm_loss=float(r["loss"]),
+                 **{k: float(r[k]) for k in keep if isinstance(r.get(k), (int, float))})
+            for r in state.get("log_history", []) if "step" in r and isinstance(r.get("loss"), (int, float))]
+
+# %% ../nbs/02a_run.ipynb #3411b63e
+def write_series_log(folders: Sequence[Path], dst: Path) -> int:
+    "Write the log of the newest `trainer_state.json` in `folders` as `dst/logs/train.jsonl`; how many records it has."
+    states = []
+    for p in folders:
+        try: states.append(json.loads((p / TRAINER_STATE).read_text()))
+        except (OSError, ValueError): pass
+    if not states: return 0
+    rows = trainer_log(max(states, key=lambda s: s.get("global_step", 0)))
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    f = dst / "logs" / "train.jsonl"
+    if rows and not (f.exists() and f.read_text() == text): atomic_write(f, text)  # a series still training: it grows
+    return len(rows)
+
+# %% ../nbs/02a_run.ipynb #ea513ae9
+def series_tokenizer(folders: Sequence[Path], dst: Path):
+    "Give run `dst` the tokenizer of the first of `folders` with one: ALBERT's spiece.model as is, another as HF files."
+    if any((dst / n).exists() for n in ("spiece.model", "tokenizer.json")): return
+    for p in folders:
+        if (p / "spiece.model").is_file():
+            try: D.Tokenizer(p / "spiece.model"); shutil.copyfile(p / "spiece.model", dst / "spiece.model"); return
+            except ValueError: pass  # not ALBERT's five special symbols: read it through transformers
+        if any((p / n).is_file() for n in D.HF_VOCAB_FILES):
+            from transformers import AutoTokenizer
+            quiet_transformers()
+            tok = AutoTokenizer.from_pretrained(p)
+            if not tok.is_fast:
+                raise SeriesError(f"the tokenizer in {p} is a slow one ({type(tok).__name__}); embryo finds words "
+                                  "through a fast tokenizer's offsets: save a fast one (tokenizer.json) and rerun")
+            with tempfile.TemporaryDirectory(dir=dst) as tmp:
+                tok.save_pretrained(tmp)
+                for f in sorted(Path(tmp).iterdir()): os.replace(f, dst / f.name)
+            return
+    where = ", ".join(str(p) for p in folders[:3]) + (" ..." if len(folders) > 3 else "")
+    raise SeriesError(f"no tokenizer in {where}: save "
+                      f"the series' tokenizer with its checkpoints (Trainer(processing_class=tokenizer), or "
+                      f"tokenizer.save_pretrained(folder)), or into {dst}")
+
+# %% ../nbs/02a_run.ipynb #70de3a06
+def as_run(src, dst=None) -> Path:
+    "A run for `src`: a run as is, or its checkpoint folders named by step (a Trainer's output_dir) linked into `dst`."
+    src = Path(src).expanduser()
+    if (src / "checkpoints").is_dir(): return src
+    if not src.is_dir(): raise SeriesError(f"no run folder or checkpoint folder at {src}")
+    ckpts = _external_checkpoints(src)
+    if not ckpts:
+        raise SeriesError(f"{src} is neither a run (no checkpoints/ folder) nor a folder of checkpoint folders named "
+                          "by step (like 1000/, step_1000/, step_20k/ or checkpoint-1000/, each with config.json)")
+    for step, p in ckpts.items():
+        if not (p / "model.safetensors").exists():
+            raise SeriesError(f"{p} has no model.safetensors; embryo loads weights from safetensors only. Convert it "
+                              "once with transformers (from_pretrained, then save_pretrained(folder)).")
+    dst = Path(dst) if dst else Path("runs") / src.name
+    (dst / "checkpoints").mkdir(parents=True, exist_ok=True)
+    for step, p in ckpts.items():
+        link = dst / "checkpoints" / f"step_{step:07d}"
+        if not link.exists(): os.symlink(p.resolve(), link, target_is_directory=True)
+    newest_first = [ckpts[s] for s in sorted(ckpts, reverse=True)] + [src]  # a Trainer's output_dir holds its last save
+    series_tokenizer(newest_first, dst)
+    write_series_log(newest_first, dst)
+    return dst
+
+# %% ../nbs/02a_run.ipynb #83c1097d
+HUB_FILES = ["config.json", "model.safetensors", "spiece.model", "tokenizer.json", "tokenizer_config.json",
+             "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt"]  # what a run needs of each revision
+
+def hub_run(model_id: str, revisions: Sequence[str], dst=None) -> Path:
+    "Download the `revisions` (each a training step's branch or tag, Pythia-style) of a hub model and make them a run."
+    from huggingface_hub import snapshot_download
+    dst = Path(dst) if dst else Path("runs") / model_id.replace("/", "--")
+    src = dst / "hub"
+    for rev in revisions:
+        m = re.search(r"([0-9]+)", rev)
+        if not m: raise SeriesError(f"revision {rev!r} names no step (expected e.g. step1000 or checkpoint-1000)")
+        try:
+            snapshot_download(model_id, revision=rev, local_dir=src / f"step_{int(m[1]):07d}", allow_patterns=HUB_FILES)
+        except Exception as e:
+            why = " ".join(str(e).split())  # the hub's messages span lines
+            raise SeriesError(f"could not download {model_id}@{rev} from the Hugging Face hub ({type(e).__name__}: "
+                              f"{why}); this needs the internet, or download the checkpoints yourself and pass their "
+                              "folder to --run") from e
+    return as_run(src, dst)
+
+# %% ../nbs/02a_run.ipynb #0008519c
+MLM_HEADS = ("ForMaskedLM", "ForPreTraining")  # transformers classes whose checkpoints hold masked-LM head weights
+CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")  # GPT-2's GPT2LMHeadModel, Pythia's GPTNeoXForCausalLM, ...
+
+def checkpoint_kind(folder) -> str:
+    "What a checkpoint folder holds (config.json): albert (ours or HF's), electra, masked-lm, encoder, causal-lm, other"
+    try: cfg = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError): return "albert"  # our loader names the missing or broken config.json
+    if is_electra(folder): return "electra"
+    if cfg.get("model_type", "albert") == "albert": return "albert"
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES as MASKED_LM_TYPES
+    archs = cfg.get("architectures") or []
+    if cfg.get("model_type") in MASKED_LM_TYPES and not cfg.get("is_decoder"):  # an encoder family: BERT, RoBERTa ...
+        return "masked-lm" if any(a.endswith(MLM_HEADS) for a in archs) else "encoder"
+    return "causal-lm" if any(a.endswith(CAUSAL_HEADS) for a in archs) or cfg.get("is_decoder") else "other"
+
+# %% ../nbs/02a_run.ipynb #9edbdaaf
+class HFEncoder(torch.nn.Module):
+    "A transformers encoder (BertModel, RobertaModel, ...) answering as our `AlbertModel`: states, attentions, pooled."
+    def __init__(self, base):
+        super().__init__()
+        self.base, self.config = base, base.config
+
+    def eager(self):
+        "Switch to the plain attention kernel (once): SDPA returns no maps; eager computes the same attention and maps."
+        if self.config._attn_implementation != "eager": self.base.set_attn_implementation("eager")
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, output_attentions=False):
+        if output_attentions: self.eager()
+        out = self.base(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                        output_attentions=output_attentions)  # token types: the model's own default (all zero)
+        return out.hidden_states, out.attentions if output_attentions else None, getattr(out, "pooler_output", None)
+
+# %% ../nbs/02a_run.ipynb #a57c6ea5
+class HFMaskedLM(torch.nn.Module):
+    "A transformers masked LM (or bare encoder) answering as our `AlbertForPreTraining`: `albert` its encoder, scores."
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.config = model, model.config
+        self.has_mlm_head = model.base_model is not model
+        self.albert = HFEncoder(model.base_model)  # the name our models give their encoder
+
+    @property
+    def max_length(self) -> int:
+        "The longest input its position table takes (RoBERTa's positions start after its padding id)."
+        pad = getattr(self.model.base_model.embeddings, "padding_idx", None)
+        return self.config.max_position_embeddings - (pad + 1 if pad is not None else 0)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, output_attentions=False,
+                logits="all", **_) -> PretrainingOutput:
+        if not self.has_mlm_head:
+            raise CheckpointError(f"this {type(self.model).__name__} checkpoint has no masked-LM head: it gives hidden "
+                                  "states and attention maps (encoder_states), not vocabulary scores")
+        if output_attentions: self.albert.eager()
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                         output_attentions=output_attentions)
+        scores, lab = out.logits, labels
+        if logits == "masked":
+            if labels is None: raise ValueError("logits='masked' needs labels (-100 marks positions without a target)")
+            scores, lab = scores[labels != -100], labels[labels != -100]
+        return PretrainingOutput(None, None, None, scores, None, tuple(out.hidden_states),
+                                 tuple(out.attentions) if output_attentions else None, lab)
+
+# %% ../nbs/02a_run.ipynb #67f585e1
+def load_hf_model(folder, device="cpu") -> HFMaskedLM:
+    "A transformers encoder checkpoint, in eval mode: its masked LM where the folder holds the head, else the encoder."
+    from transformers import AutoModel, AutoModelForMaskedLM
+    folder, kind = Path(folder), checkpoint_kind(folder)
+    if kind in ("causal-lm", "other"):
+        what = "a causal language model" if kind == "causal-lm" else "a model of a family with no masked LM"
+        raise CheckpointError(f"{folder} holds {what}; embryo analyses masked-LM encoders for now (BERT, RoBERTa and "
+                              "the like): causal LMs such as Pythia are a later part of this work")
+    quiet_transformers()
+    model = None
+    if kind == "masked-lm":
+        try:
+            model, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True)
+            if info["missing_keys"]: model = None  # the head's weights are not in the folder: never a random head
+        except ValueError: model = None  # a config transformers has no masked LM for
+    try: model = model or AutoModel.from_pretrained(folder)
+    except (ValueError, OSError) as e:
+        why = " ".join(str(e).split())[:300]
+        raise CheckpointError(f"transformers cannot load {folder} ({type(e).__name__}: {why})") from None
+    return HFMaskedLM(model).to(device).eval()
+
+# %% ../nbs/02a_run.ipynb #fb8ba9b4
+@torch.no_grad()
+def encoder_states(model, input_ids, attention_mask, attentions: bool = False) -> tuple[tuple, tuple | None]:
+    "Any model's hidden states of every layer (L + 1, 0 = embeddings) and, with `attentions`, its attention maps (L)."
+    hs, att, _ = model.albert(input_ids, attention_mask, torch.zeros_like(input_ids), attentions)
+    return tuple(hs), tuple(att) if attentions else None
+
+# %% ../nbs/02a_run.ipynb #9f537708
+def max_length(model) -> int:
+    "The longest input (special tokens included) a model takes: its position table, less RoBERTa's offset."
+    return getattr(model, "max_length", None) or model.config.max_position_embeddings
+
 # %% ../nbs/02a_run.ipynb #4159ee5c
 DB_NAME = "results.sqlite"  # every analysis result of the run (notebook 03a)
 FIGURES_DIR = "figures"  # a run's own figures, unless a figures folder is named
@@ -384,8 +610,26 @@ class Run(os.PathLike):
     steps = property(lambda self: list_steps(self.path))  # the steps with a complete checkpoint
     def checkpoint(self, step: int) -> Path: "The folder of `step`'s checkpoint."; return find_checkpoint(self.path, step)
     def load(self, step: int, device="cpu", mlm: bool = False): "The model of `step`, in eval mode."; return load_checkpoint(self.path, step, device, mlm)
-    def tokenizer(self): "The run's tokenizer (its SentencePiece model)."; return D.load_tokenizer(self.path)
+    def tokenizer(self): "The run's tokenizer (SentencePiece, or another)."; return D.load_tokenizer(self.path)
+    kind = property(lambda self: checkpoint_kind(self.checkpoint(self.steps[-1])) if self.steps else None)  # its newest
     log = property(lambda self: train_log(self.path))  # the training log's records
     transitions = property(lambda self: run_transitions(self.path))  # the loss's phase transitions
     database = property(lambda self: self.path / DB_NAME)
     figures = property(lambda self: self.path / FIGURES_DIR)
+
+# %% ../nbs/02a_run.ipynb #d663dffa
+NEEDS = {"encoder": ("the hidden states and attention maps of a bidirectional encoder (causal LMs are not read yet)",
+                     ("albert", "electra", "masked-lm", "encoder")),
+         "mlm_head": ("the vocabulary scores of a masked-LM head", ("albert", "electra", "masked-lm")),
+         "ours": ("embryo's ALBERT or ELECTRA classes, which its fine-tuning builds on", ("albert", "electra"))}
+
+def series_lacks(run, need: str) -> str | None:
+    "Why the series `run` cannot give what an analysis `need`s (a key of `NEEDS`), in one line; None when it can."
+    if need not in NEEDS: raise ValueError(f"unknown need {need!r}; the needs are {', '.join(NEEDS)}")
+    run = Run.of(run)
+    kind, (what, kinds) = run.kind, NEEDS[need]
+    if kind is None or kind in kinds: return None
+    cfg = json.loads((run.checkpoint(run.steps[-1]) / "config.json").read_text())
+    archs = ", ".join(cfg.get("architectures") or ["no architecture named"])
+    return (f"the checkpoints of {run.name} are {cfg.get('model_type')} {kind} models ({archs}); "
+            f"this analysis needs {what}")

@@ -18,7 +18,7 @@ import pandas as pd
 
 from . import data as D
 from .config import atomic_write
-from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step
+from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, max_length
 from .figures import save_figure, step_axis
 from .probing import layer_colour, weights_id, brown_sentences, span_means
 from .results import markdown_table, read_results, read_settings, write_results
@@ -26,7 +26,7 @@ from .results import markdown_table, read_results, read_settings, write_results
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASK', 'RANK_RTOL', 'BLAS_THREADS', 'KEEP_VARIANCE', 'MEASURES', 'REFERENCES', 'METRICS', 'TITLES',
            'SETTLED_CKA', 'REPORT', 'Centred', 'centred', 'linear_cka', 'cca', 'n_directions', 'svcca', 'pwcca',
-           'token_sample', 'cache_file', 'representations', 'reference_steps', 'compare', 'evaluate_step',
+           'token_sample', 'cache_file', 'representations', 'reference_steps', 'compare', 'evaluate_step', 'applies_to',
            'similarity_results', 'curves', 'plot_similarity', 'settle_steps', 'settle_order', 'settle_table', 'verdict',
            'redraw']
 
@@ -151,7 +151,7 @@ def representations(run_dir, step: int, device="cpu", max_tokens: int = 4096, se
     key = f"{weights_id(run_dir, step, tok)}|{_sample_key(texts, spans)}"
     if cache and (got := _read_cache(cache_file(run_dir, step), key)) is not None: return got
     model = load_checkpoint(run_dir, step, device).eval()
-    reps, kept = span_means(model, tok, texts, spans, device, batch_tokens, model.config.max_position_embeddings)
+    reps, kept = span_means(model, tok, texts, spans, device, batch_tokens, max_length(model))
     if cache:
         buf = io.BytesIO(); np.savez(buf, reps=reps, kept=kept, key=np.array(key))
         atomic_write(cache_file(run_dir, step), buf.getvalue())
@@ -203,6 +203,11 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     settings += [dict(task=TASK, name="max_tokens", value=max_tokens), dict(task=TASK, name="seed", value=seed)]
     if write: write_results(run_dir, ANALYSIS, step, rows, settings=settings)
     return pd.DataFrame(rows, columns=["task", "layer", "metric", "value", "n"])
+
+# %% ../nbs/07a_similarity.ipynb #bb752b69
+def applies_to(run) -> str | None:
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
+    return series_lacks(run, "encoder")
 
 # %% ../nbs/07a_similarity.ipynb #00000020
 def similarity_results(run_dir) -> pd.DataFrame:

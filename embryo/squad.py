@@ -27,7 +27,7 @@ from .config import atomic_write
 from .glue import SETTINGS, SPLIT_SEED, Task, collate, finetune, max_seq_length, schedule, seed_rows, subsample
 from .model import EMBEDDING_PROJECTION, add_identity_projection, autocast
 from .electra import ElectraEncoder
-from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step
+from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks
 from .figures import save_figure, step_axis
 from .results import markdown_table, read_results, write_results
 
@@ -50,7 +50,8 @@ __all__ = ['DEFAULT_MAX_TRAIN', 'FILES', 'ANALYSIS', 'TASK', 'SQUAD', 'DOC_STRID
            'window_settings', 'QAExample', 'read_squad', 'from_dataset', 'squad_files', 'load_squad',
            'normalize_answer', 'exact_f1', 'gold_texts', 'squad_metrics', 'Feature', 'split_words', 'answer_pieces',
            'windows', 'features', 'span_text', 'AlbertForQuestionAnswering', 'window_logits', 'best_span',
-           'predict_answers', 'evaluate_step', 'scores_table', 'plot_fig12_squad', 'write_table', 'redraw', 'verdict']
+           'predict_answers', 'evaluate_step', 'applies_to', 'scores_table', 'plot_fig12_squad', 'write_table',
+           'redraw', 'verdict']
 
 # %% ../nbs/05a_squad.ipynb #95f9c491
 ANALYSIS, TASK = "squad", "squad_v2"  # the `analysis` and `task` names of this notebook's rows in the results database
@@ -392,6 +393,11 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
     samples = [dict(task=TASK, item="settings", text=json.dumps(settings)), dict(task=TASK, item="predictions", text=json.dumps(preds))]
     write_results(run_dir, ANALYSIS, step, rows, samples, sets)
     return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
+
+# %% ../nbs/05a_squad.ipynb #ad286f5e
+def applies_to(run) -> str | None:
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
+    return series_lacks(run, "ours")
 
 # %% ../nbs/05a_squad.ipynb #30152479
 REPORT = [dict(zip(("file", "paper", "caption", "finding"), r)) for r in (  # for the sweep's report, like every analysis's

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import re
-import shutil
 import time
 import threading
 from collections import deque
@@ -24,13 +23,13 @@ from typing import Sequence
 import pandas as pd
 
 from .config import clean_stale_temps, temp_tag, check_value
-from .run import list_steps, find_checkpoint, complete_run
+from .run import list_steps, find_checkpoint, complete_run, as_run
 from .results import DB_NAME, db_path, log_job, read_log, computed_with, options_digest, set_computed_with
 
 
 # %% auto #0
-__all__ = ['ANALYSES', 'STEP_DIR', 'SWEEP_TAG', 'WARM_ENGINE', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
-           'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'as_run', 'hub_run', 'Job', 'notebook_path',
+__all__ = ['ANALYSES', 'SWEEP_TAG', 'WARM_ENGINE', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
+           'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'applicable', 'Job', 'notebook_path',
            'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess',
            'error_text', 'check_options', 'options_text', 'plan', 'say_recomputed', 'summary_table', 'sweep']
 
@@ -106,59 +105,15 @@ def log_spaced(steps: Sequence[int], k: int) -> list[int]:
         picked.append(steps[j])
     return sorted(picked)
 
-# %% ../nbs/10_sweep.ipynb #b4c5d25b
-STEP_DIR = re.compile(r"(?:step[_-]?|checkpoint-|ckpt[_-]?)?0*(\d+)")
-
-def _external_checkpoints(src: Path) -> dict[int, Path]:
-    out = {}
-    for p in sorted(src.iterdir()):
-        m = STEP_DIR.fullmatch(p.name)
-        if m and p.is_dir() and (p / "config.json").exists(): out[int(m[1])] = p
-    return out
-
-# %% ../nbs/10_sweep.ipynb #563b747b
-def as_run(src, dst=None) -> Path:
-    "A run folder for `src`: a run as is, or a folder of HF checkpoint folders named by step linked into `dst`."
-    src = Path(src).expanduser()
-    if (src / "checkpoints").is_dir(): return src
-    if not src.is_dir(): raise SweepError(f"no run folder or checkpoint folder at {src}")
-    ckpts = _external_checkpoints(src)
-    if not ckpts:
-        raise SweepError(f"{src} is neither a run (no checkpoints/ folder) nor a folder of checkpoint folders named by "
-                         "step (like 1000/, step_1000/ or checkpoint-1000/, each with config.json)")
-    for step, p in ckpts.items():
-        if not (p / "model.safetensors").exists():
-            raise SweepError(f"{p} has no model.safetensors; embryo loads weights from safetensors only. Convert it once "
-                             "with transformers (from_pretrained, then save_pretrained(..., safe_serialization=True)).")
-    dst = Path(dst) if dst else Path("runs") / src.name
-    (dst / "checkpoints").mkdir(parents=True, exist_ok=True)
-    for step, p in ckpts.items():
-        link = dst / "checkpoints" / f"step_{step:07d}"
-        if not link.exists(): os.symlink(p.resolve(), link, target_is_directory=True)
-    spm = next((p / "spiece.model" for p in ckpts.values() if (p / "spiece.model").exists()), None)
-    if not (dst / "spiece.model").exists():
-        if spm is None: raise SweepError(f"no spiece.model in any checkpoint folder of {src}: copy the checkpoints' "
-                                         f"SentencePiece model to {dst / 'spiece.model'}")
-        shutil.copyfile(spm, dst / "spiece.model")
-    return dst
-
-# %% ../nbs/10_sweep.ipynb #e501725b
-def hub_run(model_id: str, revisions: Sequence[str], dst=None) -> Path:
-    "Download the `revisions` (each a training step's branch or tag, Pythia-style) of a hub model and make them a run."
-    from huggingface_hub import snapshot_download
-    dst = Path(dst) if dst else Path("runs") / model_id.replace("/", "--")
-    src = dst / "hub"
-    for rev in revisions:
-        m = re.search(r"(\d+)", rev)
-        if not m: raise SweepError(f"revision {rev!r} names no step (expected e.g. step1000 or checkpoint-1000)")
-        try:
-            snapshot_download(model_id, revision=rev, local_dir=src / f"step_{int(m[1]):07d}",
-                              allow_patterns=["config.json", "model.safetensors", "spiece.model"])
-        except Exception as e:
-            why = " ".join(str(e).split())  # the hub's messages span lines
-            raise SweepError(f"could not download {model_id}@{rev} from the Hugging Face hub ({type(e).__name__}: {why}); "
-                             "this needs the internet, or download the checkpoints yourself and pass their folder to --run") from e
-    return as_run(src, dst)
+# %% ../nbs/10_sweep.ipynb #49a734ea
+def applicable(run_dir, analyses: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    "The `analyses` that apply to the series in `run_dir`, and for each one that does not, why (its `applies_to`)."
+    keep, why = [], {}
+    for a in analyses:
+        reason = analysis_module(a).applies_to(run_dir)
+        if reason: why[a] = reason
+        else: keep.append(a)
+    return keep, why
 
 # %% ../nbs/10_sweep.ipynb #c0c48df2
 @dataclass(frozen=True)
@@ -366,7 +321,7 @@ def options_text(analysis: str, options: dict | None) -> str:
 def plan(run_dir, analyses=None, steps=None, force=False, shard=None, options: dict | None = None,
          redo: dict | None = None) -> tuple[list[Job], list[Job]]:
     "The jobs to run and the jobs skipped because their results exist, computed with the same `options`; `redo` gets the others."
-    analyses = list(analyses or available_analyses())
+    analyses = list(available_analyses() if analyses is None else analyses)
     for a in analyses: analysis_module(a)
     chosen = select_steps(run_dir, steps, shard)
     todo, skipped = [], []
@@ -401,7 +356,7 @@ def summary_table(todo, skipped, outcome: dict) -> pd.DataFrame:
     return df.pivot(index="analysis", columns="step", values="status").fillna("")
 
 # %% ../nbs/10_sweep.ipynb #61ff6f07
-def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by step)
+def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by step (`as_run`)
           analyses: Sequence[str] | None = None, # default: every analysis this version has
           steps: Sequence[int] | None = None, # default: every checkpoint
           workers: int = 1, # (analysis, step) jobs at once
@@ -420,6 +375,8 @@ def sweep(run_dir, # a run folder (or a folder of HF checkpoint folders named by
     complete_run(run_dir)  # a run made by an older version: settings renamed, tokenizer files into every checkpoint
     shard = parse_shard(shard) if isinstance(shard, str) else shard
     options = options or {}
+    analyses, not_applicable = applicable(run_dir, available_analyses() if analyses is None else analyses)
+    for a, why in not_applicable.items(): print(f"{a}: not run: {why}", flush=True)
     for a in options:
         if a not in ANALYSES: raise SweepError(f"options for unknown analysis {a!r}; the analyses are {', '.join(ANALYSES)}")
         check_options(a, options[a], mode)

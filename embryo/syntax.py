@@ -16,7 +16,7 @@ import torch
 from . import data as D
 from .attention import attention_maps, layer_colours
 from .config import atomic_write
-from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step
+from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, max_length
 from .figures import save_figure, step_axis
 from .probing import brown_sentences, silver_annotation, torch_threads
 from .reconstruction import align
@@ -25,8 +25,9 @@ from .results import write_results, read_results, markdown_table, score_rows
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'METRICS', 'REPORT', 'Parsed', 'neighbours', 'silver_sentences', 'TreebankError', 'read_conllu',
            'read_treebank', 'word_attention', 'choices', 'word_correct', 'correct', 'adjacent_choices',
-           'sentence_inputs', 'syntax_counts', 'step_rows', 'uas_scores', 'evaluate_step', 'syntax_results',
-           'stored_tasks', 'best_curves', 'plot_syntax', 'syntax_table', 'task_sentence', 'verdict', 'redraw']
+           'sentence_inputs', 'syntax_counts', 'step_rows', 'uas_scores', 'evaluate_step', 'applies_to',
+           'syntax_results', 'stored_tasks', 'best_curves', 'plot_syntax', 'syntax_table', 'task_sentence', 'verdict',
+           'redraw']
 
 # %% ../nbs/08a_syntax.ipynb #07d450a6
 ANALYSIS = "syntax"  # the `analysis` name of this notebook's rows in the results database
@@ -227,11 +228,16 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     rows, scores = [], []
     for task, sents in (("silver", silver_sentences()), ("gold", gold)):
         if sents is None: continue
-        inputs, _ = sentence_inputs(tok, sents, max_sentences, model.config.max_position_embeddings)
+        inputs, _ = sentence_inputs(tok, sents, max_sentences, max_length(model))
         counts = syntax_counts(model, inputs, device)
         rows += step_rows(counts, task); scores += uas_scores(counts, task)
     write_results(run_dir, ANALYSIS, step, rows, scores=scores)
     return pd.DataFrame(rows)
+
+# %% ../nbs/08a_syntax.ipynb #8fbbb72b
+def applies_to(run) -> str | None:
+    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
+    return series_lacks(run, "encoder")
 
 # %% ../nbs/08a_syntax.ipynb #c4e32a95
 def syntax_results(run_dir, task: str = "silver") -> pd.DataFrame:

@@ -17,7 +17,8 @@ import pytest
 
 from embryo.results import read_log, read_results, write_results
 from embryo.report import write_report
-from embryo.sweep import SweepError, as_run, hub_run, sweep
+from embryo.run import SeriesError, as_run, hub_run
+from embryo.sweep import SweepError, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = {"reconstruction": dict(max_words=15), "knowledge": dict(max_facts=15)}
@@ -156,7 +157,7 @@ def test_a_folder_of_hf_checkpoints_is_swept_as_a_run(fixture_copy, tmp_path):
 
 def test_hub_checkpoints_offline_give_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(SweepError, match="(?s)could not download albert/albert-base-v2@step1000 .* needs the internet"):
+    with pytest.raises(SeriesError, match="(?s)could not download albert/albert-base-v2@step1000 .* needs the internet"):
         hub_run("albert/albert-base-v2", ["step1000"], tmp_path / "hub")
 
 

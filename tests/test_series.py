@@ -1,0 +1,246 @@
+"""Checkpoint series we did not train (notebook 02a's "Checkpoint series we did not train", issue "any checkpoint
+series" part 2): a tiny BERT with a WordPiece vocabulary and a tiny RoBERTa with a byte-level BPE vocabulary, each
+trained for a few steps by transformers' own `Trainer` (its `checkpoint-N/` folders and `trainer_state.json`), become
+runs; the encoder analyses sweep them end to end, in Python and through the CLI; words align to their pieces under
+each tokenizer; an analysis a series cannot give is left out with one line saying why."""
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from embryo import data as D
+from embryo.results import read_results, read_log
+from embryo.run import Run, SeriesError, as_run, list_steps, run_lock, train_log
+
+ROOT = Path(__file__).resolve().parents[1]
+SERIES = dict(sentences=600, vocab_size=600, hidden_size=32, layers=2, heads=2, max_length=64, batch_size=16,
+              max_steps=12, save_steps=4, learning_rate=2e-3, seed=0)
+STEPS = [4, 8, 12]
+ENCODER = ["probing", "similarity", "attention", "syntax"]
+QUICK = {"probing": dict(tasks="pos_brown", max_sentences=200, max_train=300, max_dev=60, max_test=100),
+         "similarity": dict(max_tokens=300), "attention": dict(n_sentences=24, seq_len=12),
+         "syntax": dict(max_sentences=40)}
+
+
+def _tokenizer(kind: str, lines: list[str]):
+    "A WordPiece (bert) or byte-level BPE (roberta) vocabulary trained by the `tokenizers` library, as a transformers tokenizer."
+    from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer
+    from transformers import BertTokenizerFast, RobertaTokenizerFast
+    if kind == "bert":
+        t = BertWordPieceTokenizer(lowercase=True)
+        t.train_from_iterator(lines, vocab_size=SERIES["vocab_size"], show_progress=False)
+        return BertTokenizerFast(tokenizer_object=t._tokenizer)
+    t = ByteLevelBPETokenizer()
+    t.train_from_iterator(lines, vocab_size=SERIES["vocab_size"], show_progress=False,
+                          special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    return RobertaTokenizerFast(tokenizer_object=t._tokenizer)
+
+
+def _model(kind: str, tok):
+    from transformers import BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
+    size = dict(vocab_size=len(tok), hidden_size=SERIES["hidden_size"], num_hidden_layers=SERIES["layers"],
+                num_attention_heads=SERIES["heads"], intermediate_size=2 * SERIES["hidden_size"])
+    if kind == "bert": return BertForMaskedLM(BertConfig(**size, max_position_embeddings=128))
+    return RobertaForMaskedLM(RobertaConfig(**size, max_position_embeddings=130, type_vocab_size=1, pad_token_id=tok.pad_token_id,
+                                            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+
+
+def trainer_series(kind: str) -> Path:
+    """A Trainer's output_dir (checkpoint-4/, -8/, -12/) of a tiny `kind` ('bert' or 'roberta') masked LM trained on the
+    first sentences of the built-in corpus; built once (about 15 s) and cached under the data dir."""
+    import transformers
+    key = hashlib.sha256(json.dumps([kind, SERIES, transformers.__version__]).encode()).hexdigest()[:10]
+    out = D.data_dir() / "series" / f"{kind}-{key}"
+    with run_lock(out.parent / ".locks" / out.name, wait=True):  # test workers build it once, one after the other
+        if (out / f"checkpoint-{SERIES['max_steps']}" / "trainer_state.json").exists(): return out
+        from embryo.pretrain import corpus_slice
+        from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments, set_seed
+        set_seed(SERIES["seed"])
+        lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]
+        tok = _tokenizer(kind, lines)
+        model = _model(kind, tok)
+        data = [{"input_ids": ids} for ids in tok(lines, truncation=True, max_length=SERIES["max_length"])["input_ids"]]
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        args = TrainingArguments(output_dir=str(tmp), per_device_train_batch_size=SERIES["batch_size"],
+                                 max_steps=SERIES["max_steps"], save_steps=SERIES["save_steps"], logging_steps=1,
+                                 learning_rate=SERIES["learning_rate"], seed=SERIES["seed"], save_only_model=True,
+                                 report_to=[], use_cpu=True, disable_tqdm=True)
+        Trainer(model=model, args=args, train_dataset=data, processing_class=tok,
+                data_collator=DataCollatorForLanguageModeling(tok, mlm_probability=0.15)).train()
+        shutil.rmtree(out, ignore_errors=True)
+        os.rename(tmp, out)
+    return out
+
+
+@pytest.fixture(scope="module", params=["bert", "roberta"])
+def series(request):
+    "(kind, a Trainer's output_dir) of each tokenizer family."
+    return request.param, trainer_series(request.param)
+
+
+def _files(folder: Path) -> list[tuple[str, int]]:
+    return sorted((str(p.relative_to(folder)), p.stat().st_size) for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_trainer_output_dir_is_a_run(series, tmp_path):
+    "Its checkpoint-N folders are the steps, its trainer_state.json the training log, its tokenizer the run's; nothing is written into it."
+    from embryo.figures import plot_pretraining
+    kind, out = series
+    before = _files(out)
+    run = Run(as_run(out, tmp_path / "runs" / kind))
+    assert run.steps == STEPS and run.kind == "masked-lm" and run.preset is None
+    assert run.checkpoint(8).resolve() == (out / "checkpoint-8").resolve()
+    state = json.loads((out / f"checkpoint-{STEPS[-1]}" / "trainer_state.json").read_text())
+    logged = [(r["step"], r["loss"]) for r in state["log_history"] if "loss" in r]
+    assert len(logged) == SERIES["max_steps"] and [(r["step"], r["mlm_loss"]) for r in run.log] == logged
+    assert [r["loss"] for r in run.log] == [r["mlm_loss"] for r in run.log] and all("learning_rate" in r for r in run.log)
+    assert isinstance(run.transitions, list)  # computed from the Trainer's loss like ours
+    assert plot_pretraining(run, tmp_path / "fig")[0].stat().st_size > 10_000  # Fig. 2a from the Trainer's log
+    tok = run.tokenizer()
+    assert type(tok).__name__ == "HFTokenizer" and tok.vocab_size == SERIES["vocab_size"]
+    assert [tok.pieces[tok.cls_id], tok.pieces[tok.sep_id]] == (["[CLS]", "[SEP]"] if kind == "bert" else ["<s>", "</s>"])
+    model = run.load(12)
+    assert type(model.model).__name__ == ("BertForMaskedLM" if kind == "bert" else "RobertaForMaskedLM")
+    assert model.config.num_hidden_layers == SERIES["layers"] and model.max_length == 128  # RoBERTa: 130 positions, less its offset
+    assert as_run(out, tmp_path / "runs" / kind) == tmp_path / "runs" / kind and Run(tmp_path / "runs" / kind).steps == STEPS
+    assert _files(out) == before  # the user's folder is read, never written
+
+
+def test_words_align_to_their_pieces(series, tmp_path):
+    "A word split into pieces owns exactly its pieces, under WordPiece (##) and byte-level BPE (Ġ) alike."
+    from embryo.reconstruction import align
+    kind, out = series
+    tok = D.load_tokenizer(as_run(out, tmp_path / "runs" / kind))
+    words = ["The", "unbelievably", "reconsidered", "words", "(", "yet", ")", "."]
+    ids, spans = align(tok, words)
+    assert all(spans) and spans[0][0] == 0 and spans[-1][1] == len(ids)
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # contiguous: every piece belongs to one word
+    split = spans[1]
+    assert split[1] - split[0] > 1, [tok.pieces[i] for i in ids]  # "unbelievably" is not in a 600-piece vocabulary
+    for w, (s, e) in zip(words, spans):
+        assert tok.decode(ids[s:e]).strip() == (w.lower() if kind == "bert" else w), (w, [tok.pieces[i] for i in ids[s:e]])
+    pieces = [tok.pieces[i] for i in ids[split[0]:split[1]]]
+    if kind == "bert":
+        assert not pieces[0].startswith("##") and all(p.startswith("##") for p in pieces[1:]), pieces
+        # WordPiece splits words alone as in the sentence: transformers' own word_ids agree with ours
+        enc = tok.hf(words, is_split_into_words=True, add_special_tokens=False)
+        ours = [w for w, (s, e) in enumerate(spans) for _ in range(s, e)]
+        assert enc["input_ids"] == ids and enc.word_ids() == ours
+    else:
+        assert pieces[0].startswith("Ġ") and not any(p.startswith("Ġ") for p in pieces[1:]), pieces
+        assert not tok.pieces[ids[0]].startswith("Ġ") and not tok.pieces[ids[spans[-1][0]]].startswith("Ġ")  # "The", "."
+
+
+def test_the_encoder_analyses_sweep_a_trainer_series(series, tmp_path, monkeypatch, capsys):
+    "sweep(<output_dir>) runs probing, similarity, attention and syntax at every step and leaves GLUE out, saying why."
+    from embryo.sweep import sweep
+    kind, out = series
+    monkeypatch.chdir(tmp_path)  # the run folder is made as runs/<name>, beside the caller
+    t = sweep(out, ENCODER + ["glue"], mode="inprocess", options=QUICK, progress=False)
+    said = capsys.readouterr().out
+    assert sorted(t.index) == sorted(ENCODER) and list(t.columns) == STEPS and (t == "done").all().all(), t
+    assert said.count("not run") == 1 and "glue: not run: the checkpoints of" in said and "ALBERT or ELECTRA" in said, said
+    run = tmp_path / "runs" / out.name
+    L, H = SERIES["layers"], SERIES["heads"]
+    p = read_results(run, "probing")
+    f1 = p[(p.task == "pos_brown") & (p.metric == "f1")]
+    assert sorted(f1.step.unique()) == STEPS and f1.groupby("step").layer.apply(sorted).tolist() == [list(range(L + 1))] * 3
+    assert f1.value.between(0, 1).all() and (p[p.metric == "n_test"].value > 20).all()
+    a = read_results(run, "attention")
+    diag = a[a.metric == "diagonal"]
+    assert diag.groupby("step").size().tolist() == [L * H] * 3 and set(diag.layer) == {1, 2} and set(diag["head"]) == {0, 1}
+    assert diag.value.between(0, 1).all() and diag.value.nunique() > 1
+    s = read_results(run, "similarity")
+    self_cka = s[(s.step == 12) & (s.metric == "cka_final")]
+    assert sorted(self_cka.layer) == list(range(L + 1)) and (self_cka.value - 1).abs().max() < 1e-6  # the last step against itself
+    early = s[(s.step == 4) & (s.metric == "cka_final")]
+    assert len(early) == L + 1 and early.value.between(0, 1).all()
+    x = read_results(run, "syntax")
+    assert sorted(x.step.unique()) == STEPS and set(x[x["head"] >= 0].layer) == {1, 2}
+    assert set(read_log(run).status) == {"done"}
+
+
+def test_a_bare_encoder_series_leaves_out_what_needs_a_head(tmp_path, monkeypatch, capsys):
+    "MultiBERTs-style folders of a BertModel (no masked-LM head) with only a vocab.txt: encoder analyses run, the rest is left out."
+    from transformers import AutoTokenizer, BertModel
+    from embryo.run import load_hf_model
+    from embryo.sweep import sweep
+    out = trainer_series("bert")
+    vocab = AutoTokenizer.from_pretrained(out / "checkpoint-4").get_vocab()
+    for s in STEPS:  # step_4k ... as MultiBERTs names them: 4,000 ... 12,000
+        dst = tmp_path / "multiberts" / f"seed_0-step_{s}k"
+        BertModel.from_pretrained(out / f"checkpoint-{s}").save_pretrained(dst)
+        (dst / "vocab.txt").write_text("".join(w + "\n" for w in sorted(vocab, key=vocab.get)))
+    monkeypatch.chdir(tmp_path)
+    t = sweep(tmp_path / "multiberts", ["reconstruction", "knowledge", "attention"], mode="inprocess", options=QUICK,
+              progress=False)
+    said = capsys.readouterr().out.splitlines()
+    assert list(t.index) == ["attention"] and list(t.columns) == [4000, 8000, 12000] and (t == "done").all().all(), t
+    skipped = [l for l in said if "not run" in l]
+    assert [l.split(":")[0] for l in skipped] == ["reconstruction", "knowledge"], said
+    assert all("bert encoder models (BertModel); this analysis needs the vocabulary scores of a masked-LM head" in l for l in skipped)
+    run = Run(tmp_path / "runs" / "multiberts")
+    assert run.kind == "encoder" and not load_hf_model(run.checkpoint(4000)).has_mlm_head
+    assert type(run.tokenizer()).__name__ == "HFTokenizer"  # from vocab.txt alone, through transformers
+
+
+def test_a_causal_lm_series_is_left_out_by_name(tmp_path, monkeypatch, capsys):
+    "A GPT-2 series (Pythia-like hub revisions step1000, step2000) is a run, but no encoder: each analysis says why, none fails."
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+    from embryo.model import CheckpointError
+    from embryo.run import load_checkpoint
+    from embryo.sweep import sweep
+    tok = AutoTokenizer.from_pretrained(trainer_series("roberta") / "checkpoint-4")
+    for s in (1000, 2000):
+        d = tmp_path / "pythia-like" / f"step{s}"
+        GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64)).save_pretrained(d)
+        tok.save_pretrained(d)
+    monkeypatch.chdir(tmp_path)
+    t = sweep(tmp_path / "pythia-like", ENCODER + ["reconstruction"], mode="inprocess", progress=False)
+    said = [l for l in capsys.readouterr().out.splitlines() if "not run" in l]
+    assert t.empty and [l.split(":")[0] for l in said] == ENCODER + ["reconstruction"], said
+    assert all("gpt2 causal-lm models (GPT2LMHeadModel)" in l for l in said), said
+    assert Run(tmp_path / "runs" / "pythia-like").steps == [1000, 2000]
+    with pytest.raises(CheckpointError, match="holds a causal language model; embryo analyses masked-LM encoders for now"):
+        load_checkpoint(tmp_path / "runs" / "pythia-like", 2000)
+
+def test_knowledge_says_why_it_skips_byte_level_bpe(tmp_path):
+    from embryo import knowledge, reconstruction, glue
+    bert, roberta = (as_run(trainer_series(k), tmp_path / k) for k in ("bert", "roberta"))
+    assert knowledge.applies_to(bert) is None and reconstruction.applies_to(roberta) is None
+    assert "byte-level BPE" in knowledge.applies_to(roberta) and "ALBERT or ELECTRA" in glue.applies_to(bert)
+
+
+def test_step_folder_names(tmp_path):
+    "Digits only (no Unicode digits), MultiBERTs' k and M; two folders for one step are refused by name."
+    from embryo.run import step_of
+    assert [step_of(n) for n in ("checkpoint-500", "step_20k", "step_2M", "step1000", "seed_3-step_0k", "0001000")] == \
+        [500, 20_000, 2_000_000, 1000, 0, 1000]
+    assert [step_of(n) for n in ("step_²", "step_٣", "٣٣", "seed_3", "checkpoint-5.old", "step_5x")] == [None] * 6
+    src = tmp_path / "s"
+    for name in ("step_1k", "1000"):
+        (src / name).mkdir(parents=True); (src / name / "config.json").write_text("{}")
+    with pytest.raises(SeriesError, match="step_1k and 1000 in .* both name step 1,000|1000 and step_1k in .* both name step 1,000"):
+        as_run(src, tmp_path / "r")
+
+
+def test_the_cli_sweeps_a_trainer_output_dir(tmp_path):
+    "`embryo sweep --run <output_dir>` as a user types it: papermill mode, each executed notebook kept in the run."
+    out = trainer_series("roberta")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "embryo.cli", "sweep", "--run", str(out), "--analyses", "attention",
+                        "--option", "attention.n_sentences=16", "attention.seq_len=10"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert re.search(r"step\s+4\s+8\s+12\s.*attention\s+done\s+done\s+done", r.stdout, re.S), r.stdout
+    a = read_results(tmp_path / "runs" / out.name, "attention")
+    assert [p.name for p in sorted((tmp_path / "runs" / out.name / "notebooks" / "attention").iterdir())] == \
+        [f"step_{s:07d}.ipynb" for s in STEPS]
+    assert sorted(a.step.unique()) == STEPS and (a[a.metric == "diagonal"].groupby("step").size() == 4).all()
