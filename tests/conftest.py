@@ -73,7 +73,7 @@ SLOW = {
 
 
 def pytest_collection_modifyitems(config, items):
-    "Mark the slow tests (every notebook run, and SLOW) so that `-m 'not slow'` leaves them out."
+    "Mark the slow tests (every notebook run, the series trained with transformers, and SLOW) so that `-m 'not slow'` leaves them out."
     for item in items:
         test = item.nodeid.split("[")[0].removeprefix("tests/")
-        if test in SLOW or test.startswith("test_notebooks.py::"): item.add_marker(pytest.mark.slow)
+        if test in SLOW or test.startswith(("test_notebooks.py::", "test_series.py::")): item.add_marker(pytest.mark.slow)
