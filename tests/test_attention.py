@@ -86,6 +86,11 @@ class KnownAttention(torch.nn.Module):
         att = torch.stack([prev, cls]).expand(B, 2, T, T)
         return types.SimpleNamespace(attentions=(att,) * self.config.num_hidden_layers)
 
+    def albert(self, ids, attention_mask, token_type_ids, attentions=False):
+        "The encoder as `embryo.run.encoder_states` reads it: hidden states (L + 1), attention maps (L), and a pooled output."
+        hs = (torch.zeros(*ids.shape, 4),) * (self.config.num_hidden_layers + 1)
+        return hs, self(ids, attention_mask, token_type_ids, output_attentions=attentions).attentions, None
+
 
 def test_known_attention_gives_known_rows(fixture_copy, tmp_path, monkeypatch):
     run = tmp_path / "run"
