@@ -73,7 +73,7 @@ def report_sections(run_dir) -> list[dict]:
     for a in available_analyses():
         m = analysis_module(a)
         try:  # the module's verdict, or a figure's own (`verdicts`) where the module has one
-            v, own = (m.verdict(run_dir), getattr(m, "verdicts", dict)(run_dir)) if done_steps(run_dir, a) else ("not run on this run yet", {})
+            v, own = (m.verdict(run_dir), getattr(m, "verdicts", lambda _: {})(run_dir)) if done_steps(run_dir, a) else ("not run on this run yet", {})
         except Exception as e: v, own = f"no verdict ({error_text(e)})", {}
         out += [dict(r, verdict=own.get(r["file"], v), analysis=a) for r in getattr(m, "REPORT", [])]
     if importlib.util.find_spec("embryo.ablations") is not None:
@@ -233,7 +233,8 @@ def shipped_steps(run_dir) -> list[int]:
     return sorted({*([near(t[0]["start_step"]), near(t[0]["step"])] if t else [near(steps[-1] // 2)]), steps[-1]})
 
 # %% ../nbs/10c_report.ipynb #c61893ec
-SHIPPED_FILES = ("config.json", *HF_TOKENIZER_FILES)  # beside the 16-bit weights, in every shipped checkpoint
+SHIPPED_FILES = ("config.json", *(n for n in HF_TOKENIZER_FILES if n != "tokenizer.json"))  # beside the 16-bit weights
+# (no tokenizer.json, 0.6 MB a checkpoint: transformers builds the fast tokenizer from spiece.model, the same ids)
 
 def ship_checkpoints(run_dir, out, steps) -> list[Path]:
     "Copy checkpoints `steps` of the run into the bundle `out`, their floating-point weights in 16 bits, with the tokenizer."
