@@ -682,8 +682,7 @@ def verdict(run_dir) -> str:
                     "whether knowledge is learned and forgotten (the paper's section 6) is not testable on this run.")
     def forgot(r):  # an earlier peak above the last value by 5 points and by two binomial standard errors
         if p[r].notna().sum() < 2 or pd.isna(p[r][last]) or p[r].idxmax() >= last: return False
-        top = p[r].max()
-        return top - p[r][last] >= max(0.05, 2 * math.sqrt(top * (1 - top) / n[r][p[r].idxmax()]))
+        return p[r].max() - p[r][last] >= max(0.05, 2 * se(r, p[r].idxmax()))
     early = [r for r in above if forgot(r)]
     s += (f"; {len(above)} of {p.shape[1]} relations ({', '.join(above)}) clear their floor at some step, and {len(early)} of "
           f"them ({', '.join(early) or 'none'}) stand clearly lower at the last step than at an earlier peak (by at least 5 "

@@ -238,7 +238,7 @@ SHIPPED_FILES = ("config.json", *(n for n in HF_TOKENIZER_FILES if n != "tokeniz
 
 def ship_checkpoints(run_dir, out, steps) -> list[Path]:
     "Copy checkpoints `steps` of the run into the bundle `out`, their floating-point weights in 16 bits, with the tokenizer."
-    import shutil, torch
+    import shutil
     paths = [atomic_write(Path(out) / n, (Path(run_dir) / n).read_bytes()) for n in HF_TOKENIZER_FILES if (Path(run_dir) / n).exists()]
     for old in list_steps(out):
         if old not in steps: shutil.rmtree(checkpoint_dir(out, old))  # the bundle holds these steps only

@@ -26,11 +26,10 @@ __all__ = ['LOCK_FILE', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD'
            'HUB_FILES', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS', 'CheckpointNotFound',
            'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'replace_dir', 'save_checkpoint',
            'resolve_step', 'RunLocked', 'forget_inherited_locks', 'run_lock', 'clean_run', 'read_config',
-           'read_run_config', 'run_model_type', 'run_sentence_task', 'sentence_name', 'corpus_file',
-           'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions', 'run_transitions',
-           'SeriesError', 'step_of', 'trainer_log', 'write_series_log', 'series_tokenizer', 'as_run', 'hub_run',
-           'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run',
-           'series_lacks']
+           'read_run_config', 'sentence_name', 'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records',
+           'train_log', 'transitions', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log',
+           'series_tokenizer', 'as_run', 'hub_run', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model',
+           'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task', 'series_lacks']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -210,20 +209,6 @@ def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: {run_dir} is not a pretraining run folder")
     cfg = read_config(f)
     return cfg["preset"], ModelConfig(**cfg["model"]), TrainConfig(**cfg["train"])
-
-# %% ../nbs/02a_run.ipynb #360daf5f
-def run_model_type(run_dir) -> str:
-    "The model type a run trained (albert, which includes BERT, or electra), from its config; albert for a folder without one."
-    f = run_config_file(run_dir)
-    try: return json.loads(f.read_text()).get("model", {}).get("model_type", "albert")
-    except (OSError, ValueError): return "albert"
-
-# %% ../nbs/02a_run.ipynb #0c961541
-def run_sentence_task(run_dir) -> str:
-    "The sentence-level task the run trained (sop, nsp or none), from its config; sop for a folder without one."
-    f = run_config_file(run_dir)
-    try: return json.loads(f.read_text()).get("train", {}).get("sentence_task", "sop")
-    except (OSError, ValueError): return "sop"
 
 # %% ../nbs/02a_run.ipynb #c39eba31
 def sentence_name(sentence_task: str, model_type: str = "albert") -> str:
@@ -616,6 +601,17 @@ class Run(os.PathLike):
     transitions = property(lambda self: run_transitions(self.path))  # the loss's phase transitions
     database = property(lambda self: self.path / DB_NAME)
     figures = property(lambda self: self.path / FIGURES_DIR)
+
+# %% ../nbs/02a_run.ipynb #96d40a63
+def run_model_type(run_dir) -> str:
+    "The model type a run trained (albert, which includes BERT, or electra); albert for a folder without readable settings."
+    try: return Run.of(run_dir).model_type
+    except (OSError, ValueError): return "albert"
+
+def run_sentence_task(run_dir) -> str:
+    "The sentence-level task the run trained (sop, nsp or none); sop for a folder without readable settings."
+    try: return Run.of(run_dir).sentence_task
+    except (OSError, ValueError): return "sop"
 
 # %% ../nbs/02a_run.ipynb #d663dffa
 NEEDS = {"encoder": ("the hidden states and attention maps of a bidirectional encoder (causal LMs are not read yet)",
