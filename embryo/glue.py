@@ -26,9 +26,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import data as D
-from .config import atomic_write, split_names, run_config_file, CPU_FINETUNE  # CPU_FINETUNE: the CPU-sized models' finetuning settings
+from .config import atomic_write, split_names, CPU_FINETUNE  # CPU_FINETUNE: the CPU-sized models' finetuning settings
 from .model import autocast
-from .run import load_checkpoint, list_steps, find_checkpoint, resolve_step, series_lacks
+from .run import Run, load_checkpoint, list_steps, find_checkpoint, resolve_step, series_lacks
 from .figures import save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows
 
@@ -406,8 +406,7 @@ def collate(encoded: Sequence[tuple[list[int], list[int]]], device="cpu") -> dic
 # %% ../nbs/05_glue.ipynb #8949e458
 def max_seq_length(run_dir, model, task: Task) -> int:
     "Table 7's maximum length, capped at the run's pretraining sequence length (else the model's position table)."
-    cfg = run_config_file(run_dir)
-    pre = json.loads(cfg.read_text()).get("train", {}).get("max_seq_length") if cfg.is_file() else None
+    pre = Run.of(run_dir).settings.get("train", {}).get("max_seq_length")  # None for a series without settings
     return min(task.max_seq_length, pre or model.config.max_position_embeddings)
 
 # %% ../nbs/05_glue.ipynb #2179296a

@@ -16,9 +16,9 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .config import atomic_write, run_config_file
+from .config import atomic_write
 from .model import autocast
-from .run import find_checkpoint, list_steps, load_checkpoint, corpus_file, resolve_step, series_lacks, max_length
+from .run import Run, find_checkpoint, list_steps, load_checkpoint, corpus_file, resolve_step, series_lacks, max_length
 from .figures import save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows
 
@@ -137,12 +137,10 @@ def token_counts(run_dir, tok) -> np.ndarray:
     if f.exists():
         c = np.load(f)
         if len(c) == tok.vocab_size: return c
-    cfg = run_config_file(run_dir)
-    if cfg.exists():
-        from embryo.config import TrainConfig
-        corpus = corpus_file(TrainConfig(**json.loads(cfg.read_text())["train"]))
-    else:  # checkpoints we did not train: count on the evaluation text instead
-        corpus = None
+    settings = Run.of(run_dir).settings
+    from embryo.config import TrainConfig
+    # checkpoints we did not train have no settings: count on the evaluation text instead
+    corpus = corpus_file(TrainConfig(**settings["train"])) if settings else None
     counts = np.zeros(tok.vocab_size, dtype=np.int64)
     if corpus is not None:
         lines = [s for d in D.read_corpus(corpus) for s in d]  # a text file, a folder, dataset files or a hub name alike
