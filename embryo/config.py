@@ -16,9 +16,9 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['SHARING', 'ACTIVATIONS', 'MODEL_TYPES', 'PRESETS', 'SENTENCE_TASKS', 'CPU_FINETUNE', 'PRECISIONS', 'OPTIMIZERS',
-           'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG', 'PARAMETER_TYPES', 'ConfigError', 'ModelConfig',
-           'get_config', 'TrainConfig', 'get_train_config', 'run_config_file', 'migrate_run_config', 'fsync_dir',
-           'temp_tag', 'stale_temp', 'clean_stale_temps', 'atomic_write', 'split_names', 'ParameterError',
+           'LR_SCHEDULES', 'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG', 'PARAMETER_TYPES', 'ConfigError',
+           'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config', 'run_config_file', 'migrate_run_config',
+           'fsync_dir', 'temp_tag', 'stale_temp', 'clean_stale_temps', 'atomic_write', 'split_names', 'ParameterError',
            'check_value', 'check_parameters', 'add_pretrain_args']
 
 # %% ../nbs/00_config.ipynb #4aba5962
@@ -116,6 +116,7 @@ PRESETS = {
     "electra-base": _electra(768, 12, 768, 1 / 3),
     "electra-tiny": _electra(256, 4, 128, 0.25, vocab_size=4000, num_attention_heads=4),
 }
+PRESETS.update({f"{p}-mature": PRESETS[p] for p in ("tiny", "bert-tiny", "electra-tiny")})  # the mature run's models
 
 # %% ../nbs/00_config.ipynb #8fec3dc5
 def get_config(preset: str = "base", # a name in `PRESETS`
@@ -162,6 +163,8 @@ class TrainConfig:
     rtd_weight: float = 50.0  # ELECTRA: the replaced-token-detection loss's weight beside the generator's MLM loss (lambda)
     phase1_seq_length: int | None = None  # BERT's two phases (embryology B.2): this length first, max_seq_length after
     phase1_fraction: float = 0.9  # the share of total_steps trained at phase1_seq_length
+    lr_schedule: str = "linear"  # linear: warmup then linear decay to zero | wsd: warmup, stable, then linear decay
+    decay_fraction: float = 0.2  # wsd: the share of total_steps in the final decay
 
     def __post_init__(self):
         if self.sentence_task not in SENTENCE_TASKS:
@@ -180,6 +183,9 @@ class TrainConfig:
         if self.phase1_seq_length is not None and not 8 <= self.phase1_seq_length < self.max_seq_length:
             raise ConfigError(f"TrainConfig.phase1_seq_length={self.phase1_seq_length} must lie in [8, max_seq_length="
                               f"{self.max_seq_length}): the first phase trains on shorter sequences (or set it to None)")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"TrainConfig.lr_schedule={self.lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)}")
+        if not 0 < self.decay_fraction <= 1: raise ConfigError(f"TrainConfig.decay_fraction={self.decay_fraction} must lie in (0, 1]")
         if not 0 < self.phase1_fraction < 1: raise ConfigError(f"TrainConfig.phase1_fraction={self.phase1_fraction} must lie in (0, 1)")
         if not isinstance(self.compile, bool): raise ConfigError(f"TrainConfig.compile must be true or false, got {self.compile!r}")
         if self.max_predictions is not None and self.max_predictions < 1:
@@ -197,8 +203,9 @@ SENTENCE_TASKS = ("sop", "nsp", "none")  # ALBERT Table 6: sentence-order, BERT'
 CPU_FINETUNE = dict(max_train_examples=300, learning_rate=1e-4)
 PRECISIONS = ("auto", "fp32", "bf16")  # `embryo.model.resolve_precision` turns auto into fp32 or bf16 per device
 OPTIMIZERS = ("lamb", "adamw")
+LR_SCHEDULES = ("linear", "wsd")
 _LATER_FIELDS = dict(sentence_task="sop", optimizer="lamb", rtd_weight=50.0, phase1_seq_length=None,
-                     phase1_fraction=0.9, compile=False)  # field: the value every run had before the field existed
+                     phase1_fraction=0.9, compile=False, lr_schedule="linear", decay_fraction=0.2)  # field: the value every run had before the field existed
 
 # %% ../nbs/00_config.ipynb #8374d8fb
 _ALBERT_TRAIN = dict(batch_size=4096, learning_rate=0.00176, total_steps=125_000, warmup_steps=3125)
@@ -222,6 +229,10 @@ TRAIN_PRESETS = {
 }
 TRAIN_PRESETS["bert-tiny"] = dict(TRAIN_PRESETS["tiny"], sentence_task="nsp")
 TRAIN_PRESETS["electra-tiny"] = dict(TRAIN_PRESETS["tiny"], sentence_task="none")  # tiny's recipe, as the BERT twin
+# The mature run (issue "findings"): tiny's model and recipe for 4x the tokens, warmup-stable-decay, and a checkpoint
+# every 100 steps up to step 10,000 so that the transition (steps 2,700-8,000 in the quick run) is densely sampled.
+_MATURE = dict(total_steps=32_000, lr_schedule="wsd", decay_fraction=0.2, checkpoint_every=[[100, 10_000], [500, None]])
+for _p in ("tiny", "bert-tiny", "electra-tiny"): TRAIN_PRESETS[f"{_p}-mature"] = dict(TRAIN_PRESETS[_p], **_MATURE)
 
 # %% ../nbs/00_config.ipynb #4aafcbda
 def get_train_config(preset: str = "base", **overrides) -> TrainConfig:

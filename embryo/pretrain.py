@@ -94,9 +94,10 @@ def make_optimizer(model, tc: TrainConfig) -> torch.optim.Optimizer:
 
 # %% ../nbs/03_pretrain.ipynb #b5cc25c6
 def lr_at(step: int, tc: TrainConfig) -> float:
-    "Learning rate after `step` optimizer steps: linear warmup, then linear decay to zero."
+    "Learning rate after `step` optimizer steps: linear warmup, then linear decay to zero (`linear`), or held until the last `decay_fraction` of the steps (`wsd`)."
     if step < tc.warmup_steps: return tc.learning_rate * (step + 1) / tc.warmup_steps
-    return tc.learning_rate * max(0.0, (tc.total_steps - step) / max(1, tc.total_steps - tc.warmup_steps))
+    start = tc.warmup_steps if tc.lr_schedule == "linear" else round(tc.total_steps * (1 - tc.decay_fraction))
+    return tc.learning_rate * min(1.0, max(0.0, (tc.total_steps - step) / max(1, tc.total_steps - start)))
 
 # %% ../nbs/03_pretrain.ipynb #28910f85
 def phase1_steps(tc: TrainConfig) -> int:
