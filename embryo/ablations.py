@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ __all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'REFERENCE', 'KEY_SC
            'base_embedding', 'table_variants', 'run_configs', 'shared_tokenizer', 'pretrain_variant',
            'downstream_scores', 'run_scores', 'compare', 'paper_row', 'collect', 'table_frame', 'write_table',
            'scale_note', 'make_batch', 'tokens_per_s', 'training_throughput', 'speed_table', 'default_root',
-           'run_ablations', 'redraw', 'verdict']
+           'run_ablations', 'redraw', 'verdict', 'at_chance', 'table_verdict', 'table_verdicts']
 
 # %% ../nbs/09_albert_ablations.ipynb #73fad895
 @dataclass(frozen=True)
@@ -234,10 +235,10 @@ TITLES = {"table6": ("table6_sentence_loss", "ALBERT Table 6: sentence-level los
           "table3": ("table3_speedup", "ALBERT Table 3: training throughput relative to BERT-xlarge")}
 
 # %% ../nbs/09_albert_ablations.ipynb #ee81be88
-def write_table(frame: pd.DataFrame, table: str, out_dir, note: str) -> list[Path]:
-    "`frame` as `<name>.md` (title, note, table) and `<name>.csv` in `out_dir`."
+def write_table(frame: pd.DataFrame, table: str, out_dir, note: str, verdict: str = "") -> list[Path]:
+    "`frame` as `<name>.md` (title, note, table, verdict) and `<name>.csv` in `out_dir`."
     name, title = TITLES[table]
-    md = f"# {title}\n\n{note}\n\n" + markdown_table(frame, index=False)
+    md = f"# {title}\n\n{note}\n\n" + markdown_table(frame, index=False) + (f"\n{verdict}\n" if verdict else "")
     out = Path(out_dir)
     return [atomic_write(out / f"{name}.md", md), atomic_write(out / f"{name}.csv", frame.to_csv(index=False))]
 
@@ -384,7 +385,9 @@ def redraw(run_dir, out_dir=None, tables: Sequence[str] | None = None) -> list[P
             paths += write_table(sp.drop(columns="relative_to"), t, out_dir, note)
             continue
         df = collect(root, t, scale, seeds=range(st["seeds"]))
-        if len(df): paths += write_table(table_frame(df, t, scale), t, out_dir, scale_note(scale, steps, root))
+        if len(df):
+            frame = table_frame(df, t, scale)
+            paths += write_table(frame, t, out_dir, scale_note(scale, steps, root), table_verdict(t, frame, steps))
     return paths
 
 # %% ../nbs/09_albert_ablations.ipynb #7ac537f6
@@ -418,3 +421,40 @@ REPORT = [
          caption="Training throughput of each ALBERT and BERT configuration relative to BERT-xlarge, measured on this machine.",
          finding="ALBERT models train faster than the BERT models of the same width (ALBERT-xlarge 2.4x BERT-xlarge on TPUs)."),
 ]
+
+# %% ../nbs/09_albert_ablations.ipynb #c18df859
+def _mean(cell) -> float:
+    "The mean of a 'm ± sd' (or 'm') table cell; NaN for an empty one."
+    try: return float(str(cell).split("±")[0])
+    except ValueError: return math.nan
+
+def at_chance(cell, seeds: int, n_eval: int = 256) -> bool:
+    "Whether a sentence-task accuracy cell (percent) lies within 2 binomial standard errors of 50% over `seeds` x `n_eval` sequences."
+    return abs(_mean(cell) - 50) <= 2 * 100 * math.sqrt(0.25 / (max(1, seeds) * n_eval))
+
+# %% ../nbs/09_albert_ablations.ipynb #9e20d044
+def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
+    "The verdict of Table 4, 5 or 6 from its frame (`table_frame`, or the CSV it wrote)."
+    tasks = [t for t in ("nsp", "sop") if t in frame]
+    chance = {t: [at_chance(c, s, n_eval) for c, s in zip(frame[t], frame.seeds)] for t in tasks}
+    beyond = [f"{r.config} {s}: {r[f'{s}_vs_ref']}" for _, r in frame.iterrows() for s in ("mlm", *tasks, "downstream_avg")
+              if f"{s}_vs_ref" in frame and str(r[f"{s}_vs_ref"]).endswith(" yes")]
+    nums = "; ".join(f"{t.upper()} " + ", ".join(f"{c}: {_mean(v):.1f}" for c, v in zip(frame.config, frame[t])) for t in tasks)
+    if all(all(v) for v in chance.values()) and not beyond:
+        return (f"{TITLES[table][1].split(':')[0]} is not testable after {steps} steps: every row's "
+                f"{' and '.join(t.upper() for t in tasks)} accuracy lies within 2 binomial standard errors of chance (50%; {nums}) "
+                f"and no row differs from its reference beyond the seed spread, so what the table compares cannot be read "
+                f"from these runs (the paper's rows differ after 125,000 steps).")
+    return (f"{TITLES[table][1].split(':')[0]} after {steps} steps: differences beyond the seed spread: "
+            f"{'; '.join(beyond) or 'none'}; {nums}.")
+
+# %% ../nbs/09_albert_ablations.ipynb #b683e322
+def table_verdicts(out_dir) -> dict[str, str]:
+    "The verdict of each of Tables 4-6 written in `out_dir` (its CSV, and its note's step count), by file name."
+    out = {}
+    for t in TABLES:
+        name = TITLES[t][0]; csv, md = Path(out_dir) / f"{name}.csv", Path(out_dir) / f"{name}.md"
+        if not csv.exists() or not md.exists(): continue
+        steps = re.search(r"(\d+) pretraining steps per run", md.read_text())
+        out[name] = table_verdict(t, pd.read_csv(csv), int(steps[1]) if steps else 0)
+    return out

@@ -13,6 +13,7 @@ import tempfile
 import textwrap
 import time
 import zipfile
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +36,9 @@ __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', '
            'UnknownTask', 'select_tasks', 'brown_sentences', 'sentence_splits', 'silver_annotation', 'phrase_label',
            'dependency_constituents', 'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks', 'token_spans',
            'span_means', 'weights_id', 'cache_file', 'task_features', 'control_labels', 'torch_threads', 'train_probes',
-           'micro_f1', 'probe_task', 'evaluate_step', 'applies_to', 'probing_results', 'task_sizes', 'layer_curves',
-           'layer_colour', 'plot_fig2b', 'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain',
-           'selectivity_table', 'redraw']
+           'micro_f1', 'word_identity_f1', 'probe_task', 'evaluate_step', 'applies_to', 'probing_results', 'task_sizes',
+           'layer_curves', 'layer_colour', 'floors', 'plot_fig2b', 'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict',
+           'best_layer_gain', 'selectivity_table', 'redraw']
 
 # %% ../nbs/07_probing.ipynb #d53027ac
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -423,6 +424,15 @@ def _layers(layers, n_layers: int) -> list[int]:
     if bad: raise ValueError(f"layer(s) {bad} out of range: this model has layers 0 (embeddings) to {n_layers}")
     return sorted({int(l) for l in layers})
 
+# %% ../nbs/07_probing.ipynb #ca14bd03
+def word_identity_f1(keys: np.ndarray, labels: np.ndarray, split: np.ndarray) -> float:
+    "Test micro-F1 of labelling each target by its key's (word type's) most frequent training label."
+    train, te = split == "train", split == "test"
+    by = {}
+    for k, y in zip(keys[train], labels[train]): by.setdefault(k, Counter())[y] += 1
+    top = Counter(labels[train]).most_common(1)[0][0]
+    return micro_f1(labels[te], [by[k].most_common(1)[0][0] if k in by else top for k in keys[te]])
+
 # %% ../nbs/07_probing.ipynb #f8c8c484
 def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequence[int], seed: int = 0,
                **train_kw) -> tuple[list[dict], list[dict]]:
@@ -448,7 +458,9 @@ def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequenc
                  dict(task=task.name, layer=l, metric="selectivity", value=f - c, n=int(te.sum()))]
     rows += [dict(task=task.name, metric=f"n_{s}", value=float((split == s).sum()), n=int((split == s).sum())) for s in SPLITS]
     rows.append(dict(task=task.name, metric="n_classes", value=float(len(classes)), n=len(classes)))
-    keys = np.asarray(task.keys)[kept][te]
+    keys = np.asarray(task.keys)[kept]
+    rows.append(dict(task=task.name, metric="word_identity_f1", value=word_identity_f1(keys, labels, split), n=int(te.sum())))
+    keys = keys[te]
     return rows, score_rows(task.name, {f"layer{l}": (Y[0, te] == pred[0, j]).astype(float) for j, l in enumerate(layers)}, keys)
 
 # %% ../nbs/07_probing.ipynb #74d9738a
@@ -541,6 +553,11 @@ def layer_colour(layer: int, n_layers: int):
 def _task_order(names) -> list[str]:
     return sorted(names, key=lambda t: (list(TASKS).index(t) if t in TASKS else 99, t))
 
+# %% ../nbs/07_probing.ipynb #a190044e
+def floors(df: pd.DataFrame) -> pd.Series:
+    "Each task's word-identity F1 (the mean over the steps that stored it; the same targets at every step)."
+    return df[df.metric == "word_identity_f1"].groupby("task").value.mean()
+
 # %% ../nbs/07_probing.ipynb #e2c6ae12
 def _layer_panel(ax, df, task, title, n_layers, control=False, run_dir=None):
     for metric, ls in (("f1", "-"),) + ((("control_f1", ":"),) if control else ()):
@@ -548,6 +565,7 @@ def _layer_panel(ax, df, task, title, n_layers, control=False, run_dir=None):
         for l in t.columns:
             ax.plot(t.index, t[l], ls, marker="." if ls == "-" else None, color=layer_colour(l, n_layers),
                     label=f"layer {l}" if ls == "-" else None)
+    if task in (fl := floors(df)): ax.axhline(fl[task], color="tab:red", ls="--", lw=1)
     step_axis(ax, label=None, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_title(textwrap.fill(title, 48), fontsize=9)
 
@@ -573,6 +591,7 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     for i, t in enumerate(_task_order(df.task.unique())):
         c = layer_curves(df, t)
         if layer in c: ax.plot(c.index, c[layer], "-o", ms=3, color=f"C{i}", label=f"{t} F1")
+        if t in (fl := floors(df)): ax.axhline(fl[t], color=f"C{i}", ls="--", lw=0.8, label=f"{t} word-identity floor {fl[t]:.2f}")
     step_axis(ax, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_ylabel("micro-F1 / MLM accuracy (fraction, 0-1)")
     ax.legend(fontsize=7, loc="upper left")
@@ -598,6 +617,7 @@ def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False)
     for ax in axes[:, 0]: ax.set_ylabel("test micro-F1 (0-1)")
     handles = [plt.Line2D([], [], color=layer_colour(l, n_layers), marker=".", label=f"layer {l}") for l in range(n_layers + 1)]
     if control: handles.append(plt.Line2D([], [], color="0.4", ls=":", label="control task"))
+    if len(floors(df)): handles.append(plt.Line2D([], [], color="tab:red", ls="--", label="floor: each word's\ncommonest training label"))
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="layer (0 = embeddings)")
     fig.suptitle(suptitle, fontsize=10); fig.tight_layout()
     return save_figure(fig, out_dir or Path(run_dir) / "figures", name)
@@ -639,13 +659,17 @@ def verdict(run_dir) -> str:
     "One sentence on this run's probes, computed from the database, testing the paper's 'fast rise, then plateau'."
     df = probing_results(run_dir)
     L = _n_layers(df); last = int(df.step.max())
-    parts, early = [], []
+    parts, early, low, fl = [], [], [], floors(df)
     for t in _task_order(df.task.unique()):
         c = layer_curves(df, t)
         s = layer_curves(df, t, "selectivity")
         if L not in c or last not in c.index: continue
-        parts.append(f"{t} {c.loc[last, L]:.2f} (selectivity {s.loc[last, L]:+.2f})")
+        floor = f", floor {fl[t]:.2f}" if t in fl else ""
+        parts.append(f"{t} {c.loc[last, L]:.2f} (selectivity {s.loc[last, L]:+.2f}{floor})")
         y = c[L].dropna()
+        n = df[(df.task == t) & (df.metric == "f1") & (df.step == last) & (df.layer == L)].n
+        p, k = float(y.max()), int(n.iloc[0]) if len(n) and n.iloc[0] else 0
+        if t in fl and not p - fl[t] > 2 * (np.sqrt(p * (1 - p) / k) if k else 0.0): low.append(t); continue
         if len(y) >= 3 and y.max() - y.iloc[0] > 0.02:  # the step where the gain over the first step passes half its maximum
             half = y.index[(y - y.iloc[0] >= (y.max() - y.iloc[0]) / 2).values][0]
             early.append((t, int(half)))
@@ -655,7 +679,9 @@ def verdict(run_dir) -> str:
         s += (f"; the tasks gain half of their F1 rise by step {', '.join(f'{h} ({t})' for t, h in early)}, on average "
               f"{frac:.0%} of the way through the run: the paper's 'fast rise in early steps, then a plateau' (section 4) is "
               + ("reproduced" if frac <= 0.25 else "not reproduced") + " on this run")
+    elif low: s += "; no task's probe clears its word-identity floor, so the paper's 'fast rise, then plateau' is not testable on this run"
     else: s += " (evaluate at least three steps to test the paper's 'fast rise, then plateau')"
+    if low and early: s += f" (left out, never above the word-identity floor by 2 standard errors: {', '.join(low)})"
     return s + ". " + best_layer_gain(df, _task_order(df.task.unique())[0])
 
 # %% ../nbs/07_probing.ipynb #93b39172

@@ -67,8 +67,8 @@ def _pretraining_verdict(run_dir) -> str:
     return s
 
 # %% ../nbs/10c_report.ipynb #41df7621
-def report_sections(run_dir) -> list[dict]:
-    "Each figure or table for the report, with its verdict on this run (its own, or its module's)."
+def report_sections(run_dir, figures_dir=None) -> list[dict]:
+    "Each figure or table for the report, with its verdict on this run (its own, or its module's; Tables 4-6 from `figures_dir`)."
     out = [dict(r, verdict=_pretraining_verdict(run_dir) if r["file"].startswith("fig2a") else "") for r in CORE_REPORT]
     for a in available_analyses():
         m = analysis_module(a)
@@ -78,7 +78,8 @@ def report_sections(run_dir) -> list[dict]:
         out += [dict(r, verdict=own.get(r["file"], v), analysis=a) for r in getattr(m, "REPORT", [])]
     if importlib.util.find_spec("embryo.ablations") is not None:
         m = importlib.import_module("embryo.ablations")
-        out += [dict(r, verdict=r.get("verdict", ""), analysis="ablations") for r in getattr(m, "REPORT", [])]
+        own = m.table_verdicts(figures_dir) if figures_dir is not None else {}
+        out += [dict(r, verdict=own.get(r["file"], r.get("verdict", "")), analysis="ablations") for r in getattr(m, "REPORT", [])]
     return out
 
 # %% ../nbs/10c_report.ipynb #e55f1902
@@ -105,7 +106,7 @@ def write_report(run_dir, figures_dir="figures") -> Path:
              "<p>Each section: the paper's figure or table, what the paper found, and what this run shows. "
              "Regenerate with <code>make reproduce</code>.</p>"]
     missing, shown = [], []
-    for r in report_sections(run_dir):
+    for r in report_sections(run_dir, figures_dir):
         png, csv = figures_dir / f"{r['file']}.png", figures_dir / f"{r['file']}.csv"
         if not png.exists() and not csv.exists(): missing.append(r["file"]); continue
         shown.append({k: r.get(k, "") for k in ("file", "paper", "caption", "finding", "verdict", "analysis")})

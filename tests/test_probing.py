@@ -146,8 +146,12 @@ def test_papermill_one_step_then_rerun_is_idempotent(fixture_copy, tmp_path):
     assert set(rows.task) == {"pos_brown", "dep_silver", "ner_silver"}
     f1 = rows[rows.metric == "f1"]
     assert set(f1.layer) == {0, 1, 2} and f1.value.between(0, 1).all() and (f1.n > 0).all()
-    sel = rows.pivot_table(index=["task", "layer"], columns="metric", values="value").dropna()
+    sel = rows.pivot_table(index=["task", "layer"], columns="metric", values="value").dropna(subset=["f1"])
     assert np.allclose(sel.selectivity, sel.f1 - sel.control_f1)
+    floor = rows[rows.metric == "word_identity_f1"]  # issue 'findings': each task's floor, on the same test targets
+    assert sorted(floor.task) == sorted({"pos_brown", "dep_silver", "ner_silver"}) and (floor.layer == -1).all()
+    assert floor.value.between(0, 1).all() and (floor.n.values == rows[(rows.metric == "f1") & (rows.layer == 0)].set_index(
+        "task").n.reindex(floor.task).values).all()
     assert PR.cache_file(fixture_copy, step).exists()
     assert {p.stem for p in (tmp_path / "fig").iterdir()} >= {r["file"] for r in PR.REPORT}
     again = PR.evaluate_step(fixture_copy, step, tasks="pos_brown,dep_silver,ner_silver")  # from the feature cache
@@ -196,3 +200,16 @@ def test_best_layer_gain_names_the_layer_and_where_it_levels_off():
     assert "90% of that gain by step 1000 (20% of the run)" in s
     one = pd.DataFrame([dict(task="pos_brown", metric="f1", step=0, layer=1, value=0.3)])
     assert "Only step 0" in PR.best_layer_gain(one, "pos_brown")
+
+
+def test_verdict_leaves_out_probes_that_never_clear_their_floor(tmp_path, root):
+    "Issue 'findings': a probe curve at its word-identity floor tells nothing of what pretraining built."
+    import shutil, sqlite3
+    run = shutil.copytree(root / "figures" / "run", tmp_path / "tiny", ignore=shutil.ignore_patterns("checkpoints"))
+    with sqlite3.connect(run / "results.sqlite") as con:
+        con.execute("DELETE FROM results WHERE metric = 'word_identity_f1'")
+        con.execute("INSERT INTO results SELECT analysis, step, task, -1, -1, -1, 'word_identity_f1', 0.99, n, created_at "
+                    "FROM results WHERE analysis = 'probing' AND metric = 'f1' AND layer = 0")
+    v = PR.verdict(run)
+    assert "not testable on this run" in v and "reproduced" not in v.split(". On ")[0], v
+    assert "floor 0.99" in v, v
