@@ -378,6 +378,11 @@ def verdict(run_dir, task: str = "brown") -> str:
     s += neighbour_sentence(run_dir, task)
     if ok is None: return s + "; no layer develops the diagonal pattern, so the paper's order cannot be tested on this run."
     ls = paper_layers(len(t))
+    if len({em[l] for l in ls}) == 1 and not np.isnan(em[ls[0]]):  # one step for all: the grid cannot order them
+        gap = min((b - a for a, b in zip(steps, steps[1:]) if a < em[ls[0]] <= b), default=0)
+        return (s + f"; layers {', '.join(map(str, ls))} all reach half their rise between two evaluated steps "
+                f"{gap} apart, so the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last) is not testable at "
+                f"this checkpoint spacing on this run.")
     return (s + f"; the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last; here layers "
             f"{', '.join(map(str, ls))}) is {'reproduced' if ok else 'not reproduced'} on this run.")
 

@@ -38,7 +38,7 @@ __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', '
            'span_means', 'weights_id', 'cache_file', 'task_features', 'control_labels', 'torch_threads', 'train_probes',
            'micro_f1', 'word_identity_f1', 'probe_task', 'evaluate_step', 'applies_to', 'probing_results', 'task_sizes',
            'layer_curves', 'layer_colour', 'floors', 'plot_fig2b', 'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict',
-           'best_layer_gain', 'selectivity_table', 'redraw']
+           'best_layer_gain', 'layer_verdict', 'verdicts', 'selectivity_table', 'redraw']
 
 # %% ../nbs/07_probing.ipynb #d53027ac
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -697,6 +697,27 @@ def best_layer_gain(df: pd.DataFrame, task: str) -> str:
          f"{y.index[-1]} ({g.iloc[-1]:+.2f})")
     if plateau is None: return s + ", no gain."
     return s + f"; it has 90% of that gain by step {plateau} ({plateau / y.index[-1]:.0%} of the run) and plateaus after it."
+
+# %% ../nbs/07_probing.ipynb #6e50e1d8
+def layer_verdict(run_dir) -> str:
+    "Fig. 3's claim on this run: does the top layer start below layer 1 on POS and later surpass it, beyond 2 standard errors?"
+    df = probing_results(run_dir); L = _n_layers(df)
+    task = next((t for t in ("pos", "pos_brown", "pos_silver") if t in set(df.task)), None)
+    if task is None or L < 2: return "No POS probe on two layers or more: Fig. 3's claim about layers is not testable on this run."
+    c = layer_curves(df, task)[[1, L]].dropna()
+    n = int(df[(df.task == task) & (df.metric == "f1")].n.max())
+    d = c[L] - c[1]; se = 2 * np.sqrt((c[1] * (1 - c[1]) + c[L] * (1 - c[L])) / n)
+    below, above = d.iloc[0] < -se.iloc[0], bool((d > se).iloc[1:].any())
+    first = int(d.index[1:][(d > se).iloc[1:].values][0]) if above else None
+    s = (f"On {task}, layer {L} (the top) minus layer 1 is {d.iloc[0]:+.3f} at step {d.index[0]} (2 SE {se.iloc[0]:.3f}) and "
+         f"{d.iloc[-1]:+.3f} at step {d.index[-1]}" + (f"; it first exceeds 2 SE at step {first}" if above else "; it never exceeds 2 SE"))
+    said = "reproduced" if below and above else "not testable" if len(c) < 3 else "not reproduced"
+    return s + f": the paper's 'upper layers start below the lower ones, then surpass them' (Fig. 3) is {said} on this run."
+
+# %% ../nbs/07_probing.ipynb #33607dbe
+def verdicts(run_dir) -> dict[str, str]:
+    "The figures whose verdict is their own: Fig. 3's layer claim."
+    return {"fig3_probing_pos_layers": layer_verdict(run_dir)}
 
 # %% ../nbs/07_probing.ipynb #65a7e8ed
 def selectivity_table(run_dir, out_dir=None) -> list[Path]:

@@ -27,10 +27,10 @@ from .seeds import seed_bands, seed_run_dirs
 
 # %% auto #0
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
-           'USER_DATA', 'BUNDLED', 'SHIPPED_FILES', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'report_sections',
-           'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'publish_report', 'bundle_run',
-           'shipped_steps', 'ship_checkpoints', 'results_markdown', 'sync_notebooks', 'checkout_figures',
-           'notebook_pages']
+           'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'BUNDLED', 'SHIPPED_FILES', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS',
+           'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'status_of',
+           'findings_markdown', 'sync_findings', 'publish_report', 'bundle_run', 'shipped_steps', 'ship_checkpoints',
+           'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -191,11 +191,62 @@ def reproduce_seeds(args, seeds: int) -> list[Path]:
     for p in paths: print(f"wrote {p}")
     return paths
 
+# %% ../nbs/10c_report.ipynb #6ae6d66d
+FINDINGS = [  # (id, the paper's claim, the report section whose verdict tests it)
+    ("H1", "Function words are learned before content words (Fig. 1, section 3)", "fig1_reconstruction_by_pos"),
+    ("H2", "Probes rise fast early, then plateau (Fig. 2b, section 4)", "fig2b_probing_mlm"),
+    ("H3", "Most downstream ability is there early in pretraining (Fig. 5, section 5)", "fig5_glue_score"),
+    ("H4", "World knowledge is learned, and then fluctuates (Fig. 6, section 6)", "fig6_world_knowledge"),
+    ("Fig. 3", "Upper layers start below the lower ones on POS, then surpass them (section 4.1)", "fig3_probing_pos_layers"),
+    ("Fig. 4", "The diagonal attention pattern appears in upper layers first, layer 1 last (section 4.1)", "fig4_diagonal"),
+    ("Table 4", "ALBERT: with all layers shared, a small embedding size E loses little", "table4_embedding_size"),
+    ("Table 5", "ALBERT: sharing all layers costs a little, mostly through the FFN", "table5_sharing"),
+    ("Table 6", "ALBERT: NSP does not teach sentence order; SOP also solves NSP", "table6_sentence_loss"),
+]
+
+# %% ../nbs/10c_report.ipynb #d7ca2941
+def status_of(verdict: str) -> str:
+    "reproduced, partly, not reproduced, not testable (or no verdict), read from a verdict's lines."
+    got = []
+    for line in filter(str.strip, verdict.splitlines()):
+        if "not testable" in line: got.append("not testable")
+        elif any(w in line for w in ("not reproduced", "not shown", "later than the paper", "no downstream benefit")):
+            got.append("not reproduced")
+        elif "reproduced" in line or "as the paper finds" in line:
+            got.append("partly" if "not learned above" in line else "reproduced")
+    if not got: return "no verdict"
+    return got[0] if len(set(got)) == 1 else "partly" if {"reproduced", "partly"} & set(got) else "not testable"
+
+# %% ../nbs/10c_report.ipynb #ce3c11b4
+def findings_markdown(figures_dir="figures") -> str:
+    "The findings table of the report in `figures_dir` (its report.json) as Markdown: id, claim, status, verdict."
+    shown = {s["file"]: s["verdict"] for s in json.loads((Path(figures_dir) / REPORT_JSON).read_text())["sections"]}
+    cell = lambda s: " ".join(s.split()).replace("|", "\\|")
+    rows = [f"| {i} | {claim} | **{status_of(shown.get(f, ''))}** | {cell(shown.get(f, '') or 'not run')} |" for i, claim, f in FINDINGS]
+    return "\n".join(["| | the paper's finding | on this run | the verdict, with its numbers |", "|---|---|---|---|", *rows]) + "\n"
+
+# %% ../nbs/10c_report.ipynb #735567d2
+FINDINGS_MARKS = ("<!-- findings: written by embryo report from figures/report.json -->", "<!-- end of findings -->")
+
+def sync_findings(figures_root="figures", nbs=None) -> list[Path]:
+    "Rewrite the findings table between `FINDINGS_MARKS` in nbs/index.ipynb (the README's source); returns it if changed."
+    path = Path(nbs or nbs_dir()) / "index.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8")); a, b = FINDINGS_MARKS
+    cell = next((c for c in nb["cells"] if a in "".join(c["source"])), None)
+    if cell is None: return []
+    src = "".join(cell["source"]); head, rest = src.split(a, 1); tail = rest.split(b, 1)[1]
+    new = f"{head}{a}\n{findings_markdown(figures_root)}{b}{tail}"
+    if new == src: return []
+    cell["source"] = new.splitlines(keepends=True)
+    return [atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n")]
+
 # %% ../nbs/10c_report.ipynb #0ad12807
 def publish_report(run_dir, figures_dir="figures") -> list[Path]:
     "Write the report (index.html, report.json), the run's results beside it (`bundle_run`) and, when `figures_dir` is the checkout's figures, the notebooks' results cells."
     paths = [write_report(run_dir, figures_dir), *bundle_run(run_dir, figures_dir)]
-    if (root := checkout_figures(figures_dir)) is not None: paths += sync_notebooks(root)
+    paths.append(atomic_write(Path(figures_dir) / "findings.md", f"# The paper's findings on run {Path(run_dir).name}\n\n"
+                              + findings_markdown(figures_dir)))
+    if (root := checkout_figures(figures_dir)) is not None: paths += sync_notebooks(root) + sync_findings(root)
     for p in paths: print(f"wrote {p}")
     return paths
 

