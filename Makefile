@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat settings.ini setup.py pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: reproduce test test-fast check-sync readme bench clean-venv
+.PHONY: reproduce mature test test-fast check-sync readme bench clean-venv
 
 $(STAMP): settings.ini setup.py pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ $(STAMP): settings.ini setup.py pyproject.toml
 
 reproduce: $(STAMP)
 	$(BIN)/python -m embryo.cli reproduce
+
+# The mature run (issue "findings"): tiny's model for 4x the tokens (32,000 steps, warmup-stable-decay, a checkpoint
+# every 100 steps up to step 10,000), every analysis over it, its figures and report in figures/mature. Resumable.
+mature: $(STAMP)
+	$(BIN)/python -m embryo.cli reproduce --preset tiny-mature --figures figures/mature
 
 test: $(STAMP) check-sync
 	$(BIN)/python -m pytest tests

@@ -43,7 +43,8 @@ __all__ = ['DEFAULT_MAX_TRAIN', 'ANALYSIS', 'TASKS', 'GLUE_TASKS', 'SCORE_TASKS'
            'fetch_builtin', 'builtin_files', 'encode', 'collate', 'max_seq_length', 'AlbertForSequenceClassification',
            'lr_factor', 'finetune', 'predict', 'predicted_labels', 'metrics', 'chance_score', 'bow_score', 'subsample',
            'example_scores', 'run_task', 'evaluate_step', 'applies_to', 'seed_rows', 'scores_table', 'seed_scores',
-           'honest_range', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'clears_floor', 'verdict']
+           'honest_range', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'clears_floor', 'verdict',
+           'word_order_check']
 
 # %% ../nbs/05_glue.ipynb #4f6774d3
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
@@ -613,6 +614,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
                   max_dev_examples: int | None = None, # per dev split at most (a fixed sample); None: all
                   progress: bool = True,
                   seeds: int = 1, # finetunings per task, with seeds seed, seed+1, ...: metrics are their mean
+                  write: bool = True, # write the rows to the run's results database
                  ) -> pd.DataFrame:
     "Finetune checkpoint `step` on each task (`seeds` times), score the dev sets, and store the rows in the run's results database."
     step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
@@ -655,7 +657,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
                  *[dict(task=agg, metric=k, value=float(np.mean([np.mean([r[0][k] for r in g]) for g in got])), n=len(got))
                    for k in ("chance", "bow")]]
         rows += seed_rows(agg, per_seed, seed, len(got))
-    write_results(run_dir, ANALYSIS, step, rows, samples, sets, scores)
+    if write: write_results(run_dir, ANALYSIS, step, rows, samples, sets, scores)
     return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
 
 # %% ../nbs/05_glue.ipynb #718c9f9b
@@ -838,3 +840,21 @@ def verdict(run_dir) -> str:
                 f"run's steps" + (", as the paper finds most downstream ability early (section 5)" if early <= 0.5 * last
                                   else ", later than the paper's finding that most downstream ability comes early (section 5)"))
     return out + "."
+
+# %% ../nbs/05_glue.ipynb #907520e9
+def word_order_check(run_dir, out_dir, seeds: int = 5, learning_rate: float = CPU_FINETUNE["learning_rate"],
+                     steps=None, device="cpu", max_train_examples: int | None = None) -> Path:
+    "Finetune `steps` (default: 0 and the last) on the full word-order split `seeds` times; write and return word_order_check.json."
+    steps = steps or [list_steps(run_dir)[0], list_steps(run_dir)[-1]]
+    out = dict(task="word_order", seeds=seeds, learning_rate=learning_rate, train_examples=max_train_examples or "all", steps={})
+    for s in steps:
+        df = evaluate_step(run_dir, s, device, tasks="word_order", max_train_examples=max_train_examples, learning_rate=learning_rate,
+                           seeds=seeds, progress=False, write=False)
+        per = df[(df.task == "word_order") & (df.metric == "score") & (df.seed >= 0)].value.mul(100).tolist()
+        bow = 100 * df[(df.task == "word_order") & (df.metric == "bow")].value.item()
+        sd = float(np.std(per, ddof=1)) if len(per) > 1 else float("nan")
+        out["steps"][str(s)] = dict(scores=per, mean=float(np.mean(per)), sd=sd, bow=bow,
+                                    clears=bool(np.mean(per) - bow > 3 * sd))
+    f = Path(out_dir) / "word_order_check.json"
+    atomic_write(f, json.dumps(out, indent=1) + "\n")
+    return f

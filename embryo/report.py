@@ -191,7 +191,7 @@ def reproduce_seeds(args, seeds: int) -> list[Path]:
     for p in paths: print(f"wrote {p}")
     return paths
 
-# %% ../nbs/10c_report.ipynb #6ae6d66d
+# %% ../nbs/10c_report.ipynb #856aa6cb
 FINDINGS = [  # (id, the paper's claim, the report section whose verdict tests it)
     ("H1", "Function words are learned before content words (Fig. 1, section 3)", "fig1_reconstruction_by_pos"),
     ("H2", "Probes rise fast early, then plateau (Fig. 2b, section 4)", "fig2b_probing_mlm"),
@@ -204,7 +204,7 @@ FINDINGS = [  # (id, the paper's claim, the report section whose verdict tests i
     ("Table 6", "ALBERT: NSP does not teach sentence order; SOP also solves NSP", "table6_sentence_loss"),
 ]
 
-# %% ../nbs/10c_report.ipynb #d7ca2941
+# %% ../nbs/10c_report.ipynb #e0638aa6
 def status_of(verdict: str) -> str:
     "reproduced, partly, not reproduced, not testable (or no verdict), read from a verdict's lines."
     got = []
@@ -217,7 +217,7 @@ def status_of(verdict: str) -> str:
     if not got: return "no verdict"
     return got[0] if len(set(got)) == 1 else "partly" if {"reproduced", "partly"} & set(got) else "not testable"
 
-# %% ../nbs/10c_report.ipynb #ce3c11b4
+# %% ../nbs/10c_report.ipynb #3e3d1b27
 def findings_markdown(figures_dir="figures") -> str:
     "The findings table of the report in `figures_dir` (its report.json) as Markdown: id, claim, status, verdict."
     shown = {s["file"]: s["verdict"] for s in json.loads((Path(figures_dir) / REPORT_JSON).read_text())["sections"]}
@@ -225,7 +225,7 @@ def findings_markdown(figures_dir="figures") -> str:
     rows = [f"| {i} | {claim} | **{status_of(shown.get(f, ''))}** | {cell(shown.get(f, '') or 'not run')} |" for i, claim, f in FINDINGS]
     return "\n".join(["| | the paper's finding | on this run | the verdict, with its numbers |", "|---|---|---|---|", *rows]) + "\n"
 
-# %% ../nbs/10c_report.ipynb #735567d2
+# %% ../nbs/10c_report.ipynb #03496e78
 FINDINGS_MARKS = ("<!-- findings: written by embryo report from figures/report.json -->", "<!-- end of findings -->")
 
 def sync_findings(figures_root="figures", nbs=None) -> list[Path]:

@@ -317,3 +317,16 @@ def test_verdict_says_not_testable_below_the_bag_of_words_floor(tmp_path, root):
     assert "not testable on this run" in v and "bag-of-words floor" in v, v
     assert "as the paper finds" not in v and "pretraining helps downstream" not in v, v
     assert v.startswith(before.split(";")[0]), (before, v)
+
+
+def test_word_order_check_writes_both_steps_and_leaves_the_database_alone(fixture_copy, tmp_path):
+    import json
+    before = len(read_results(fixture_copy, G.ANALYSIS))
+    f = G.word_order_check(fixture_copy, tmp_path, seeds=2, max_train_examples=32)
+    got = json.loads(f.read_text())
+    from embryo.run import list_steps
+    steps = list_steps(fixture_copy)
+    assert list(got["steps"]) == [str(steps[0]), str(steps[-1])] and got["seeds"] == 2
+    for s in got["steps"].values():
+        assert len(s["scores"]) == 2 and s["bow"] == 50.0 and s["clears"] == (s["mean"] - 50 > 3 * s["sd"])
+    assert len(read_results(fixture_copy, G.ANALYSIS)) == before
