@@ -39,7 +39,7 @@ SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary o
     "attention": ("Fig. 4", "diagonal mass of the most diagonal head (mean over layers)",
                   lambda df: df[(df.metric == "diagonal") & (df["head"] >= 0)].groupby(["step", "layer"]).value.max()
                   .groupby("step").mean()),
-    "glue": ("Fig. 13c", "GLUE score (mean over tasks)", _glue_score),
+    "glue": ("Fig. 13c", "downstream score (GLUE if given, else the built-in tasks, not GLUE)", _glue_score),
     "knowledge": ("Fig. 14", "world-knowledge P@1 (mean over relations)",
                   lambda df: df[df.metric == "p@1"].groupby("step").value.mean()),
     "squad": ("Figs. 12, 13", "SQuAD 2.0 (mean of F1 and exact match)",

@@ -112,12 +112,14 @@ def evaluation_steps(run_dir, early: int, dense: int = 12) -> list[int]:
     steps = list_steps(run_dir)
     found = run_transitions(run_dir) if steps else []
     if not found: return log_spaced(steps, early + dense)
-    start = min(t["start_step"] for t in found)
+    start, stop = min(t["start_step"] for t in found), max(t["end_step"] for t in found)
     end = max([s for s in steps if s <= start] or steps[:1])  # the plateau's last checkpoint
-    window = [s for s in steps if s >= end]
-    targets = [end + (window[-1] - end) * i / max(1, dense - 1) for i in range(dense)]
+    stop = min([s for s in steps if s >= stop] or steps[-1:])  # the first checkpoint after the drop
+    window = [s for s in steps if end <= s <= stop]
+    targets = [end + (stop - end) * i / max(1, dense - 1) for i in range(dense)]
     picked = {min(window, key=lambda s: abs(s - t)) for t in targets} if len(window) > dense else set(window)
-    return sorted(picked | set(log_spaced([s for s in steps if s < end], early)))
+    after = log_spaced([s for s in steps if s > stop], early) if steps[-1] > stop else []
+    return sorted(picked | set(log_spaced([s for s in steps if s < end], early)) | set(after))
 
 # %% ../nbs/10_sweep.ipynb #49a734ea
 def applicable(run_dir, analyses: Sequence[str]) -> tuple[list[str], dict[str, str]]:
