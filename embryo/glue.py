@@ -844,9 +844,13 @@ def verdict(run_dir) -> str:
 # %% ../nbs/05_glue.ipynb #907520e9
 def word_order_check(run_dir, out_dir, seeds: int = 5, learning_rate: float = CPU_FINETUNE["learning_rate"],
                      steps=None, device="cpu", max_train_examples: int | None = None) -> Path:
-    "Finetune `steps` (default: 0 and the last) on the full word-order split `seeds` times; write and return word_order_check.json."
+    "Finetune `steps` (default: 0 and the last) on the full word-order split `seeds` times; add them to word_order_check.json (returned)."
     steps = steps or [list_steps(run_dir)[0], list_steps(run_dir)[-1]]
+    f = Path(out_dir) / "word_order_check.json"
     out = dict(task="word_order", seeds=seeds, learning_rate=learning_rate, train_examples=max_train_examples or "all", steps={})
+    try: old = json.loads(f.read_text())
+    except (OSError, ValueError): old = {}
+    if {k: v for k, v in old.items() if k != "steps"} == {k: v for k, v in out.items() if k != "steps"}: out = old  # add steps
     for s in steps:
         df = evaluate_step(run_dir, s, device, tasks="word_order", max_train_examples=max_train_examples, learning_rate=learning_rate,
                            seeds=seeds, progress=False, write=False)
@@ -855,6 +859,5 @@ def word_order_check(run_dir, out_dir, seeds: int = 5, learning_rate: float = CP
         sd = float(np.std(per, ddof=1)) if len(per) > 1 else float("nan")
         out["steps"][str(s)] = dict(scores=per, mean=float(np.mean(per)), sd=sd, bow=bow,
                                     clears=bool(np.mean(per) - bow > 3 * sd))
-    f = Path(out_dir) / "word_order_check.json"
-    atomic_write(f, json.dumps(out, indent=1) + "\n")
+        atomic_write(f, json.dumps(out, indent=1) + "\n")  # after each step: a long check keeps what it has
     return f
