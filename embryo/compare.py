@@ -18,8 +18,8 @@ from .sweep import SweepError, available_analyses
 
 
 # %% auto #0
-__all__ = ['SIDE_BY_SIDE', 'RISE', 'EARLY', 'RUN_BUNDLE', 'gain_and_step90', 'trend', 'side_by_side_verdict', 'model_family',
-           'swept_run', 'compare_runs']
+__all__ = ['SIDE_BY_SIDE', 'RISE', 'EARLY', 'FLOORS', 'RUN_BUNDLE', 'gain_and_step90', 'trend', 'side_by_side_verdict',
+           'model_family', 'swept_run', 'compare_runs']
 
 # %% ../nbs/10a_compare.ipynb #9b8bd093
 def _best_layer_mean(df):
@@ -46,6 +46,10 @@ SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary o
               lambda df: df[(df.metric == "score") & (df.seed == -1) & (df.task == "squad_v2")].groupby("step").value.mean()),
 }
 RISE, EARLY = 0.02, 0.5  # a run rises when it gains this much; early when 90% of the gain comes within this share of training
+# each analysis's floor in its summary's units, where a run stores one: always the most frequent word (mask prediction),
+# the bag-of-words regression (downstream); NaN where the run has none (runs evaluated before floors were stored)
+FLOORS = {"reconstruction": lambda df: df[(df.task == "most_frequent_token") & (df.metric == "all")].value.mean(),
+          "glue": lambda df: df[(df.metric == "bow") & df.task.isin(["glue", "builtin"])].groupby("task").value.mean().iloc[:1].mean()}
 
 # %% ../nbs/10a_compare.ipynb #b79278cb
 def gain_and_step90(curves, steps, min_gain: float = 0.0):
@@ -56,25 +60,28 @@ def gain_and_step90(curves, steps, min_gain: float = 0.0):
     return gain, np.where(gain > min_gain, steps[reached.argmax(1)], np.nan)
 
 # %% ../nbs/10a_compare.ipynb #4c1e70e0
-def trend(series: pd.Series, total_steps: int) -> dict:
-    "Gain from the first step to the best, and the step (and share of training) by which 90% of that gain is reached."
+def trend(series: pd.Series, total_steps: int, floor: float = float("nan")) -> dict:
+    "Gain from the first step to the best, and the step (and share of training) by which 90% of that gain is reached; a run whose best stays within `RISE` of its `floor` does not rise."
     s = series.sort_index()
     (gain,), (at,) = gain_and_step90(s.to_numpy(dtype=float), s.index)
     gain, at = float(gain), None if np.isnan(at) else int(at)
     return dict(first=float(s.iloc[0]), best=float(s.max()), last=float(s.iloc[-1]), gain=gain, step90=at,
-                share90=None if at is None else at / max(total_steps, 1), rises=gain >= RISE,
+                share90=None if at is None else at / max(total_steps, 1), floor=None if np.isnan(floor) else float(floor),
+                rises=gain >= RISE and (np.isnan(floor) or float(s.max()) - floor >= RISE),
                 early=at is not None and at / max(total_steps, 1) <= EARLY)
 
 # %% ../nbs/10a_compare.ipynb #2b8d53ab
 def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
     "One sentence: does every run show the paper's trend (a rise, mostly early) for `analysis`?"
     what = SIDE_BY_SIDE[analysis][1]
-    parts = [f"{name}: {t['first']:.3f} -> best {t['best']:.3f} (+{t['gain']:.3f})"
+    parts = [f"{name}: {t['first']:.3f} -> best {t['best']:.3f} (+{t['gain']:.3f}"
+             + (f"; floor {t['floor']:.3f})" if t.get("floor") is not None else ")")
              + (f", 90% of it by step {t['step90']:,} ({t['share90']:.0%} of training)" if t["step90"] is not None else "")
              for name, t in trends.items()]
     flat = [n for n, t in trends.items() if not t["rises"]]
     late = [n for n, t in trends.items() if t["rises"] and not t["early"]]
-    if flat: head = f"The trend does not generalise on these runs: {', '.join(flat)} gain less than {RISE} in {what}."
+    if flat: head = (f"The trend does not generalise on these runs: {', '.join(flat)} gain less than {RISE} in {what}, "
+                     f"or stay within {RISE} of its floor.")
     elif late: head = f"Every run rises in {what}, but {', '.join(late)} reach 90% of their gain only after {EARLY:.0%} of training."
     else: head = f"The trend generalises: every run rises in {what} and reaches 90% of its gain within the first {EARLY:.0%} of training."
     return head + " " + "; ".join(parts) + "."
@@ -123,7 +130,8 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
             s = summarise(read_results(r, a)) if a in available_analyses() else pd.Series(dtype=float)
             if len(s): series[r] = s
         if len(series) < 2: continue  # fewer than two runs have this analysis: nothing to set side by side
-        trends = {names[r]: trend(s, total[r]) for r, s in series.items()}
+        floor = {r: FLOORS[a](read_results(r, a)) if a in FLOORS else float("nan") for r in series}
+        trends = {names[r]: trend(s, total[r], floor[r]) for r, s in series.items()}
         verdict = side_by_side_verdict(a, trends)
         fig, ax = plt.subplots(figsize=(6.4, 3.8))
         for r, s in series.items():

@@ -341,3 +341,14 @@ def test_report_sections_give_every_committed_figure_a_verdict(tmp_path, root):
     run = shutil.copytree(root / "figures" / "run", tmp_path / "tiny", ignore=shutil.ignore_patterns("checkpoints"))
     bad = [(s["file"], s["verdict"][:80]) for s in report_sections(run) if s["verdict"].startswith("no verdict")]
     assert not bad, bad
+
+
+def test_a_run_at_its_floor_does_not_rise_side_by_side():
+    "Issue 'findings': BERT and ELECTRA 'rose early' in mask prediction at exactly the always-'the' score (0.038)."
+    import pandas as pd
+    from embryo.compare import side_by_side_verdict, trend
+    at_floor = pd.Series([0.0, 0.038, 0.038], index=[0, 500, 8000])
+    t = trend(at_floor, 8000, floor=0.038)
+    assert not t["rises"] and trend(at_floor, 8000)["rises"]  # without the floor it 'rises early'
+    v = side_by_side_verdict("reconstruction", {"BERT": t, "ALBERT": trend(pd.Series([0.0, 0.05, 0.2], index=[0, 500, 8000]), 8000, 0.038)})
+    assert v.startswith("The trend does not generalise") and "BERT" in v.split(":")[1] and "floor 0.038" in v, v
