@@ -67,7 +67,7 @@ def trend(series: pd.Series, total_steps: int, floor: float = float("nan")) -> d
     gain, at = float(gain), None if np.isnan(at) else int(at)
     return dict(first=float(s.iloc[0]), best=float(s.max()), last=float(s.iloc[-1]), gain=gain, step90=at,
                 share90=None if at is None else at / max(total_steps, 1), floor=None if np.isnan(floor) else float(floor),
-                rises=gain >= RISE and (np.isnan(floor) or float(s.max()) - floor >= RISE),
+                rises=bool(gain >= RISE and (np.isnan(floor) or float(s.max()) - floor >= RISE)),
                 early=at is not None and at / max(total_steps, 1) <= EARLY)
 
 # %% ../nbs/10a_compare.ipynb #2b8d53ab
