@@ -13,12 +13,13 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
 from .data import HF_TOKENIZER_FILES
 from .model import load_safetensors, write_safetensors
-from .run import checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, train_log, sentence_name, run_sentence_task, run_model_type
+from .run import checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config
 from .results import DB_NAME, connect, db_path, done_steps, write_transitions
 from .sweep import ANALYSES, SweepError, available_analyses, analysis_module, error_text, evaluation_steps, nbs_dir, sweep
 from .compare import RUN_BUNDLE
@@ -56,6 +57,14 @@ def _pretraining_verdict(run_dir) -> str:
          f"predicting the most frequent token; " + (
          f"replaced-token detection accuracy {e['rtd_accuracy']:.1%} (always answering 'original': {e['rtd_baseline']:.1%})."
          if task == "rtd" else f"{'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy {e[f'{task}_accuracy']:.1%} (chance 50%)."))
+    rows, tc = train_log(run_dir), read_run_config(run_dir)[2]
+    if rows:
+        last, peak = rows[-1]["step"], float(np.nanmax([loss_pace(rows, r["step"]) for r in rows[::5]] + [np.nan]))
+        stable = round(tc.total_steps * (1 - tc.decay_fraction)) if tc.lr_schedule == "wsd" else None
+        end = loss_pace(rows, min(stable, last) if stable else last)
+        s += (f" The MLM loss falls at {end:.2f} nats per decade of steps at {'the end of the stable phase (step ' + format(min(stable, last), ',') + ')' if stable else 'the end'}, "
+              f"{end / peak:.0%} of its peak pace ({peak:.2f}): " + ("it has flattened (a third of its peak or less)." if end <= peak / 3
+                                                                    else "it stops while still falling (more than a third of its peak pace)."))
     ts = run_transitions(run_dir)
     if ts: s += (f" The MLM loss has {len(ts)} phase transition{'s' * (len(ts) > 1)}, where it drops faster than before and after, "
                  f"or until the log ends (change points "

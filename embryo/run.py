@@ -27,9 +27,10 @@ __all__ = ['LOCK_FILE', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD'
            'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'replace_dir', 'save_checkpoint',
            'resolve_step', 'RunLocked', 'forget_inherited_locks', 'run_lock', 'clean_run', 'read_config',
            'read_run_config', 'sentence_name', 'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records',
-           'train_log', 'transitions', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log',
-           'series_tokenizer', 'as_run', 'hub_run', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model',
-           'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task', 'series_lacks']
+           'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log',
+           'write_series_log', 'series_tokenizer', 'as_run', 'hub_run', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM',
+           'load_hf_model', 'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task',
+           'series_lacks']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -327,6 +328,14 @@ def transitions(run_dir_or_rows, key: str = "mlm_loss",
         out.append(dict(step=step, before=before, after=after, drop=before - after, rate=float(pace[peak]),
                         start_step=int(steps[x >= lo].min()), end_step=int(steps[x <= hi].max()), open=open_))
     return out
+
+# %% ../nbs/02a_run.ipynb #4aa5c6ce
+def loss_pace(rows, step: int, key: str = "mlm_loss", width: float = 0.15) -> float:
+    "How fast `key` falls before `step`: minus the slope of a line fitted to it against log10(step) over `width` decades (NaN with < 3 records)."
+    s = np.array([r["step"] for r in rows if r["step"] > 0 and key in r], dtype=float)
+    v = np.array([r[key] for r in rows if r["step"] > 0 and key in r], dtype=float)
+    m = (s <= step) & (s >= step / 10 ** width) & np.isfinite(v)
+    return float(-np.polyfit(np.log10(s[m]), v[m], 1)[0]) if m.sum() >= 3 else float("nan")
 
 # %% ../nbs/02a_run.ipynb #f195e6d5
 TRANSITIONS_FILE = "transitions.json"  # in the run's logs/, beside train.jsonl

@@ -21,3 +21,14 @@ def test_an_analysis_takes_a_run_and_a_left_out_step(fixture_copy):
     from embryo.results import read_results
     attention.evaluate_step(Run(fixture_copy), None, n_sentences=8, seq_len=12)
     assert sorted(read_results(fixture_copy, "attention").step.unique()) == [30]
+
+
+def test_the_quick_run_is_measured_to_stop_while_its_loss_still_falls(root):
+    "Issue 'findings': the committed quick run ends mid-transition; its pretraining verdict measures the loss's pace."
+    from embryo.report import _pretraining_verdict
+    from embryo.run import loss_pace, train_log
+    rows = train_log(root / "figures" / "run")
+    end = loss_pace(rows, rows[-1]["step"])
+    assert 0.5 < end < 1.5, end  # nats per decade of steps, at the last logged step
+    v = _pretraining_verdict(root / "figures" / "run")
+    assert f"falls at {end:.2f} nats per decade" in v and "stops while still falling" in v, v
