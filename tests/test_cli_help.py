@@ -44,3 +44,10 @@ def test_help_texts_match_the_defaults():
     assert "tiny run" not in desc and "--preset" in desc
     assert rep["--mode"].default == "inprocess" and sw["--mode"].default == "papermill"
     assert "embryo sweep" in rep["--mode"].help and "default" in sw["--mode"].help  # the two defaults say why they differ
+
+
+def test_sweep_help_names_every_analysis():
+    import subprocess, sys
+    from embryo.sweep import ANALYSES
+    out = subprocess.run([sys.executable, "-m", "embryo.cli", "sweep", "--help"], capture_output=True, text=True, check=True).stdout
+    assert all(a in " ".join(out.split()) for a in ANALYSES), out
