@@ -112,7 +112,8 @@ def evaluation_steps(run_dir, early: int, dense: int = 12) -> list[int]:
     steps = list_steps(run_dir)
     found = run_transitions(run_dir) if steps else []
     if not found: return log_spaced(steps, early + dense)
-    start, stop = min(t["start_step"] for t in found), max(t["end_step"] for t in found)
+    first = min(found, key=lambda t: t["start_step"])  # leaving the plateau; a later drop (a final decay) is not the window
+    start, stop = first["start_step"], first["end_step"]
     end = max([s for s in steps if s <= start] or steps[:1])  # the plateau's last checkpoint
     stop = min([s for s in steps if s >= stop] or steps[-1:])  # the first checkpoint after the drop
     window = [s for s in steps if end <= s <= stop]
