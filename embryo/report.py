@@ -59,8 +59,9 @@ def _pretraining_verdict(run_dir) -> str:
          if task == "rtd" else f"{'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy {e[f'{task}_accuracy']:.1%} (chance 50%)."))
     rows, tc = train_log(run_dir), read_run_config(run_dir)[2]
     if rows:
-        last, peak = rows[-1]["step"], float(np.nanmax([loss_pace(rows, r["step"]) for r in rows[::5]] + [np.nan]))
+        last = rows[-1]["step"]
         stable = round(tc.total_steps * (1 - tc.decay_fraction)) if tc.lr_schedule == "wsd" else None
+        peak = float(np.nanmax([loss_pace(rows, r["step"]) for r in rows[::5] if not stable or r["step"] <= stable] + [np.nan]))
         end = loss_pace(rows, min(stable, last) if stable else last)
         s += (f" The MLM loss falls at {end:.2f} nats per decade of steps at {'the end of the stable phase (step ' + format(min(stable, last), ',') + ')' if stable else 'the end'}, "
               f"{end / peak:.0%} of its peak pace ({peak:.2f}): " + ("it has flattened (a third of its peak or less)." if end <= peak / 3
