@@ -29,9 +29,9 @@ from .seeds import seed_bands, seed_run_dirs
 # %% auto #0
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
            'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'BUNDLED', 'SHIPPED_FILES', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS',
-           'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'status_of',
-           'findings_markdown', 'sync_findings', 'publish_report', 'bundle_run', 'shipped_steps', 'ship_checkpoints',
-           'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages']
+           'pace_sentence', 'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds',
+           'status_of', 'findings_markdown', 'sync_findings', 'publish_report', 'bundle_run', 'shipped_steps',
+           'ship_checkpoints', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -47,6 +47,20 @@ CORE_REPORT = [
          finding="Not in the paper: how the CPU-sized recipe was chosen (notebook 03_pretrain)."),
 ]
 
+# %% ../nbs/10c_report.ipynb #2a279124
+def pace_sentence(rows, tc) -> str:
+    "How fast the MLM loss still falls at the end (of the stable phase, under WSD) against its peak before then; '' without a log."
+    if not rows: return ""
+    last = rows[-1]["step"]
+    at = min(round(tc.total_steps * (1 - tc.decay_fraction)), last) if tc.lr_schedule == "wsd" else last
+    paces = [v for r in rows[::5] if r["step"] <= at and np.isfinite(v := loss_pace(rows, r["step"]))]
+    peak, end = max(paces, default=float("nan")), loss_pace(rows, at)
+    if not (np.isfinite(peak) and np.isfinite(end)): return ""
+    where = f"the end of the stable phase (step {at:,})" if tc.lr_schedule == "wsd" else "the end"
+    return (f" The MLM loss falls at {end:.2f} nats per decade of steps at {where}, {end / peak:.0%} of its peak pace "
+            f"({peak:.2f}): " + ("it has flattened (a third of its peak or less)." if end <= peak / 3 else
+                                 "it stops while still falling (more than a third of its peak pace)."))
+
 # %% ../nbs/10c_report.ipynb #df4344e7
 def _pretraining_verdict(run_dir) -> str:
     f = Path(run_dir) / "logs" / "eval.json"
@@ -57,15 +71,7 @@ def _pretraining_verdict(run_dir) -> str:
          f"predicting the most frequent token; " + (
          f"replaced-token detection accuracy {e['rtd_accuracy']:.1%} (always answering 'original': {e['rtd_baseline']:.1%})."
          if task == "rtd" else f"{'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy {e[f'{task}_accuracy']:.1%} (chance 50%)."))
-    rows, tc = train_log(run_dir), read_run_config(run_dir)[2]
-    if rows:
-        last = rows[-1]["step"]
-        stable = round(tc.total_steps * (1 - tc.decay_fraction)) if tc.lr_schedule == "wsd" else None
-        peak = float(np.nanmax([loss_pace(rows, r["step"]) for r in rows[::5] if not stable or r["step"] <= stable] + [np.nan]))
-        end = loss_pace(rows, min(stable, last) if stable else last)
-        s += (f" The MLM loss falls at {end:.2f} nats per decade of steps at {'the end of the stable phase (step ' + format(min(stable, last), ',') + ')' if stable else 'the end'}, "
-              f"{end / peak:.0%} of its peak pace ({peak:.2f}): " + ("it has flattened (a third of its peak or less)." if end <= peak / 3
-                                                                    else "it stops while still falling (more than a third of its peak pace)."))
+    s += pace_sentence(train_log(run_dir), read_run_config(run_dir)[2])
     ts = run_transitions(run_dir)
     if ts: s += (f" The MLM loss has {len(ts)} phase transition{'s' * (len(ts) > 1)}, where it drops faster than before and after, "
                  f"or until the log ends (change points "
