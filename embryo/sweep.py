@@ -108,7 +108,7 @@ def log_spaced(steps: Sequence[int], k: int) -> list[int]:
 
 # %% ../nbs/10_sweep.ipynb #782d9ee8
 def evaluation_steps(run_dir, early: int, dense: int = 12) -> list[int]:
-    "`early` log-spaced checkpoints before the end of the loss plateau, and `dense` evenly spaced ones from there to the last."
+    "`early` log-spaced checkpoints before the loss leaves its plateau, its last one, `dense` evenly spaced ones through the drop, `early` log-spaced after."
     steps = list_steps(run_dir)
     found = run_transitions(run_dir) if steps else []
     if not found: return log_spaced(steps, early + dense)
@@ -116,11 +116,10 @@ def evaluation_steps(run_dir, early: int, dense: int = 12) -> list[int]:
     start, stop = first["start_step"], first["end_step"]
     end = max([s for s in steps if s <= start] or steps[:1])  # the plateau's last checkpoint
     stop = min([s for s in steps if s >= stop] or steps[-1:])  # the first checkpoint after the drop
-    window = [s for s in steps if end <= s <= stop]
-    targets = [end + (stop - end) * i / max(1, dense - 1) for i in range(dense)]
-    picked = {min(window, key=lambda s: abs(s - t)) for t in targets} if len(window) > dense else set(window)
+    window = [s for s in steps if end < s <= stop]  # after the plateau: `dense` of these, so that many follow its end
+    picked = window if len(window) <= dense else [window[round(i * (len(window) - 1) / (dense - 1))] for i in range(dense)]
     after = log_spaced([s for s in steps if s > stop], early) if steps[-1] > stop else []
-    return sorted(picked | set(log_spaced([s for s in steps if s < end], early)) | set(after))
+    return sorted({end, *picked, *log_spaced([s for s in steps if s < end], early), *after})
 
 # %% ../nbs/10_sweep.ipynb #49a734ea
 def applicable(run_dir, analyses: Sequence[str]) -> tuple[list[str], dict[str, str]]:
