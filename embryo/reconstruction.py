@@ -27,9 +27,9 @@ from .results import write_results, read_results, markdown_table, score_rows
 __all__ = ['ANALYSIS', 'POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS', 'PENN_CLASS', 'PENN_FORM', 'BROWN_CLASS',
            'BROWN_FORM', 'LEARNED', 'FLOOR', 'GROUP_SETS', 'REPORT', 'brown_base_tag', 'brown_class', 'penn_class',
            'Sentence', 'read_conll2012_pos', 'tagged_sentences', 'sentence_text', 'align', 'token_counts',
-           'token_ranks', 'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'word_scores', 'evaluate_words',
-           'evaluate_model', 'floor_rows', 'evaluate_step', 'applies_to', 'curves', 'floors', 'learned_groups',
-           'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order', 'verdicts']
+           'token_ranks', 'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'word_scores', 'score_words',
+           'evaluate_words', 'evaluate_model', 'floor_rows', 'evaluate_step', 'applies_to', 'curves', 'floors',
+           'learned_groups', 'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order', 'verdicts']
 
 # %% ../nbs/04_reconstruction.ipynb #ca174f21
 ANALYSIS = "reconstruction"  # the `analysis` name of this notebook's rows in the results database
@@ -254,10 +254,8 @@ def word_scores(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[b
             for s in score_rows(task, {"correct": np.asarray(hits, dtype=float)}, words)]
 
 # %% ../nbs/04_reconstruction.ipynb #91aea8cd
-def evaluate_words(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray, max_words: int = 300,
-                   device="cpu") -> tuple[list[Item], list[bool], list[bool]]:
-    "The evaluated words, and whether `model` reconstructs each one (unmasked) and predicts it (masked)."
-    ids_all, items = select_words(sentences, tok, ranks, max_words, max_tokens=max_length(model) - 2)  # [CLS], [SEP]
+def score_words(model, tok, ids_all: list[list[int]], items: Sequence[Item], device="cpu") -> tuple[list[bool], list[bool]]:
+    "Whether `model` reconstructs each of `items` (unmasked) and predicts it (masked), in the sentences `ids_all`."
     model.eval().to(device)
     used = sorted({it.sentence for it in items})
     want = {s: sorted({p for it in items if it.sentence == s for p in range(it.start, it.end)}) for s in used}
@@ -273,7 +271,14 @@ def evaluate_words(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray,
         seqs.append((s, list(range(it.start, it.end))))
     masked = [bool((got == np.array(ids_all[it.sentence][it.start:it.end])).all())
               for it, got in zip(items, _predict(model, seqs, tok, device))]
-    return items, recon, masked
+    return recon, masked
+
+# %% ../nbs/04_reconstruction.ipynb #cec404cd
+def evaluate_words(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray, max_words: int = 300,
+                   device="cpu") -> tuple[list[Item], list[bool], list[bool]]:
+    "The evaluated words, and whether `model` reconstructs each one (unmasked) and predicts it (masked)."
+    ids_all, items = select_words(sentences, tok, ranks, max_words, max_tokens=max_length(model) - 2)  # [CLS], [SEP]
+    return (items, *score_words(model, tok, ids_all, items, device))
 
 # %% ../nbs/04_reconstruction.ipynb #426c484b
 def evaluate_model(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray, max_words: int = 300,
@@ -301,8 +306,8 @@ def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", max_wor
     sentences = sentences if sentences is not None else tagged_sentences()
     ranks = token_ranks(token_counts(run_dir, tok), tok.special_ids)
     model = load_checkpoint(run_dir, step, device, mlm=True)
-    items, recon, masked = evaluate_words(model, tok, sentences, ranks, max_words, device)
-    ids_all, _ = select_words(sentences, tok, ranks, max_words, max_tokens=max_length(model) - 2)  # the same words, as token ids
+    ids_all, items = select_words(sentences, tok, ranks, max_words, max_tokens=max_length(model) - 2)  # [CLS], [SEP]
+    recon, masked = score_words(model, tok, ids_all, items, device)
     rows = accuracy_rows(items, recon, masked) + floor_rows(items, ids_all, ranks)
     write_results(run_dir, ANALYSIS, step, rows, scores=word_scores(items, recon, masked))
     return pd.DataFrame(rows)
@@ -335,11 +340,11 @@ def floors(run_dir, kind: str) -> pd.Series:
 # %% ../nbs/04_reconstruction.ipynb #a280b5cf
 def learned_groups(run_dir, task: str, kind: str, t: pd.DataFrame) -> list[str]:
     "The groups (columns of `t`) whose last accuracy reaches `LEARNED` and clears their floor by more than 2 binomial standard errors."
-    fl, out = floors(run_dir, kind), []
+    fl, out, rows = floors(run_dir, kind), [], read_results(run_dir, ANALYSIS, task=task)  # one read for every group
     for g in t:
         v = t[g].dropna()
         if v.empty: continue
-        last = read_results(run_dir, ANALYSIS, task=task, step=int(v.index[-1]), metric=f"{kind}/{g}")
+        last = rows[(rows.step == v.index[-1]) & (rows.metric == f"{kind}/{g}")]
         p, n = float(v.iloc[-1]), int(last.n.iloc[0]) if len(last) and last.n.iloc[0] else 0
         se = math.sqrt(p * (1 - p) / n) if n else 0.0
         if p >= LEARNED and p - fl.get(g, 0.0) > 2 * se: out.append(g)
