@@ -27,9 +27,13 @@ def _best_layer_mean(df):
     return f.groupby(["step", "task"]).value.max().groupby("step").mean()
 
 # %% ../nbs/10a_compare.ipynb #25f9dc2a
+def _downstream(df) -> str:
+    "The aggregate a run's downstream panel shows: the GLUE score where it has one, else the built-in tasks' mean."
+    return "glue" if (df.task == "glue").any() else "builtin"
+
 def _glue_score(df):
-    s = df[(df.metric == "score") & (df.seed == -1) & df.task.isin(["glue", "builtin"])]  # the mean over finetuning seeds
-    return s[s.task == ("glue" if (s.task == "glue").any() else "builtin")].groupby("step").value.mean()
+    s = df[(df.metric == "score") & (df.seed == -1) & (df.task == _downstream(df))]  # the mean over finetuning seeds
+    return s.groupby("step").value.mean()
 
 # %% ../nbs/10a_compare.ipynb #27b32942
 SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary of the analysis's rows)
@@ -49,7 +53,7 @@ RISE, EARLY = 0.02, 0.5  # a run rises when it gains this much; early when 90% o
 # each analysis's floor in its summary's units, where a run stores one: always the most frequent word (mask prediction),
 # the bag-of-words regression (downstream); NaN where the run has none (runs evaluated before floors were stored)
 FLOORS = {"reconstruction": lambda df: df[(df.task == "most_frequent_token") & (df.metric == "all")].value.mean(),
-          "glue": lambda df: df[(df.metric == "bow") & df.task.isin(["glue", "builtin"])].groupby("task").value.mean().iloc[:1].mean()}
+          "glue": lambda df: df[(df.metric == "bow") & (df.task == _downstream(df))].value.mean()}
 
 # %% ../nbs/10a_compare.ipynb #b79278cb
 def gain_and_step90(curves, steps, min_gain: float = 0.0):

@@ -364,3 +364,12 @@ def test_evaluation_steps_keep_the_plateau_exit_dense_when_a_final_decay_drops_t
     window = [s for s in got if 2700 < s <= 7500]  # 2,700: the plateau's last checkpoint (the drop starts there)
     assert 2700 in got and len(window) == 12 and window[-1] == 7500, got
     assert [s for s in got if s > 7500] == S.log_spaced([s for s in steps if s > 7500], 4), got
+
+
+def test_downstream_floor_is_the_floor_of_the_aggregate_drawn():
+    "With GLUE and the built-in tasks both stored, the panel draws GLUE: its floor is GLUE's bag-of-words (not 'builtin', first alphabetically)."
+    import pandas as pd
+    from embryo.compare import FLOORS, SIDE_BY_SIDE
+    df = pd.DataFrame(dict(task=["glue", "builtin", "glue", "builtin"], metric=["bow", "bow", "score", "score"], seed=-1, step=0,
+                           value=[0.7, 0.6, 0.8, 0.55]))
+    assert FLOORS["glue"](df) == 0.7 and SIDE_BY_SIDE["glue"][2](df).tolist() == [0.8]
