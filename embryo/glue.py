@@ -700,7 +700,7 @@ def scores_table(run_dir) -> pd.DataFrame:
     return t[cols]
 
 # %% ../nbs/05_glue.ipynb #0a1c6737
-def _chance(run_dir, metric: str = "chance") -> pd.Series:
+def _floor(run_dir, metric: str = "chance") -> pd.Series:
     "Each task's floor (x100), the mean over steps: `chance` (a constant prediction) or `bow` (bag-of-words regression)."
     df = read_results(run_dir, ANALYSIS, metric=metric)
     return df.groupby("task").value.mean() * 100
@@ -729,7 +729,7 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5a: the GLUE score (or the built-in tasks' mean) over pretraining steps."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run_dir = Path(run_dir); t, chance, bow = scores_table(run_dir), _chance(run_dir), _chance(run_dir, "bow")
+    run_dir = Path(run_dir); t, chance, bow = scores_table(run_dir), _floor(run_dir), _floor(run_dir, "bow")
     aggs = [a for a in AGGREGATES if a in t.columns]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for a, c in zip(aggs, ("tab:blue", "tab:green")):
@@ -755,7 +755,7 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
     "Fig. 5b / Fig. 12: each task's score over pretraining steps, its best step marked x."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run_dir = Path(run_dir); t, chance, bow = scores_table(run_dir), _chance(run_dir), _chance(run_dir, "bow")
+    run_dir = Path(run_dir); t, chance, bow = scores_table(run_dir), _floor(run_dir), _floor(run_dir, "bow")
     names = [c for c in t.columns if c in TASKS]
     ncol = min(4, len(names)); nrow = math.ceil(len(names) / ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 2.8 * nrow), squeeze=False)
@@ -783,7 +783,7 @@ def write_table(run_dir, out_dir=None) -> list[Path]:
              {"glue": "GLUE score", "builtin": "built-in mean"}[c] for c in t.columns}
     md = [f"# Fig. 5 in numbers: dev scores (x100) per pretraining step ({run_dir.name})", "",
           "Metrics: " + ", ".join(f"{names[c]} {TASKS[c].metric}" for c in t.columns if c in TASKS) + ". "
-          "Chance (a constant prediction): " + ", ".join(f"{names[c]} {v:.1f}" for c, v in _chance(run_dir).items()
+          "Chance (a constant prediction): " + ", ".join(f"{names[c]} {v:.1f}" for c, v in _floor(run_dir).items()
                                                         if c in names) + ".", "",
           markdown_table(t.rename(columns=names).round(1), digits=4)]
     return [atomic_write(out / "table_glue_scores.md", "\n".join(md)), atomic_write(out / "table_glue_scores.csv", t.round(2).to_csv())]
@@ -803,7 +803,7 @@ def clears_floor(seeds: pd.DataFrame, s: pd.Series, floor: float, min_margin: fl
 # %% ../nbs/05_glue.ipynb #2d0a44be
 def verdict(run_dir) -> str:
     "One sentence on this run, from the database: the gain of the last step over the first, weighed against the seeds' spread."
-    t, chance = scores_table(run_dir), _chance(run_dir)
+    t, chance = scores_table(run_dir), _floor(run_dir)
     aggs = [a for a in AGGREGATES if a in t.columns]  # the one with the most steps (GLUE on a tie)
     agg = max(aggs, key=lambda a: t[a].notna().sum()) if aggs else "builtin"
     s = t[agg].dropna() if agg in t.columns else t.mean(axis=1)
@@ -825,7 +825,7 @@ def verdict(run_dir) -> str:
                 + ("pretraining helps downstream on this run" if apart and odds >= 20 and b.mean() - a.mean() >= 2 else
                    "too few finetuning seeds to tell the gain from finetuning noise" if apart and odds < 20 else
                    "a gain under 2 points" if apart else "no downstream gain beyond the finetuning seeds' spread"))
-    floor = _chance(run_dir, "bow").get(agg)
+    floor = _floor(run_dir, "bow").get(agg)
     if floor is not None and not clears_floor(seeds, s, floor):
         return out + (f"; no checkpoint clears the bag-of-words floor of {floor:.1f} (a logistic regression on the word "
                       f"counts of the same training examples) by more than its finetuning seeds' spread, so a downstream "
