@@ -29,7 +29,7 @@ from .run import (find_checkpoint, list_steps, load_checkpoint, train_log, resol
                         encoder_states, max_length)
 from .figures import save_figure, step_axis
 from .reconstruction import align, brown_base_tag
-from .results import write_results, read_results, markdown_table, score_rows
+from .results import write_results, read_results, markdown_table, score_rows, binomial_se
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', 'SPLITS', 'SPACY_MODEL', 'SPLIT_SHARES', 'REPORT',
@@ -669,7 +669,7 @@ def verdict(run_dir) -> str:
         y = c[L].dropna()
         n = df[(df.task == t) & (df.metric == "f1") & (df.step == last) & (df.layer == L)].n
         p, k = float(y.max()), int(n.iloc[0]) if len(n) and n.iloc[0] else 0
-        if t in fl and not p - fl[t] > 2 * (np.sqrt(p * (1 - p) / k) if k else 0.0): low.append(t); continue
+        if t in fl and not p - fl[t] > 2 * binomial_se(p, k): low.append(t); continue
         if len(y) >= 3 and y.max() - y.iloc[0] > 0.02:  # the step where the gain over the first step passes half its maximum
             half = y.index[(y - y.iloc[0] >= (y.max() - y.iloc[0]) / 2).values][0]
             early.append((t, int(half)))
@@ -706,7 +706,7 @@ def layer_verdict(run_dir) -> str:
     if task is None or L < 2: return "No POS probe on two layers or more: Fig. 3's claim about layers is not testable on this run."
     c = layer_curves(df, task)[[1, L]].dropna()
     n = int(df[(df.task == task) & (df.metric == "f1")].n.max())
-    d = c[L] - c[1]; se = 2 * np.sqrt((c[1] * (1 - c[1]) + c[L] * (1 - c[L])) / n)
+    d = c[L] - c[1]; se = pd.Series(2 * np.hypot(binomial_se(c[1], n), binomial_se(c[L], n)), index=d.index)  # 2 SE of the difference
     below, above = d.iloc[0] < -se.iloc[0], bool((d > se).iloc[1:].any())
     first = int(d.index[1:][(d > se).iloc[1:].values][0]) if above else None
     s = (f"On {task}, layer {L} (the top) minus layer 1 is {d.iloc[0]:+.3f} at step {d.index[0]} (2 SE {se.iloc[0]:.3f}) and "

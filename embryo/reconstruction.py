@@ -21,7 +21,7 @@ from .config import atomic_write
 from .model import autocast
 from .run import Run, find_checkpoint, list_steps, load_checkpoint, corpus_file, resolve_step, series_lacks, max_length
 from .figures import save_figure, step_axis
-from .results import write_results, read_results, markdown_table, score_rows
+from .results import write_results, read_results, markdown_table, score_rows, binomial_se
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS', 'PENN_CLASS', 'PENN_FORM', 'BROWN_CLASS',
@@ -346,8 +346,7 @@ def learned_groups(run_dir, task: str, kind: str, t: pd.DataFrame) -> list[str]:
         if v.empty: continue
         last = rows[(rows.step == v.index[-1]) & (rows.metric == f"{kind}/{g}")]
         p, n = float(v.iloc[-1]), int(last.n.iloc[0]) if len(last) and last.n.iloc[0] else 0
-        se = math.sqrt(p * (1 - p) / n) if n else 0.0
-        if p >= LEARNED and p - fl.get(g, 0.0) > 2 * se: out.append(g)
+        if p >= LEARNED and p - fl.get(g, 0.0) > 2 * binomial_se(p, n): out.append(g)
     return out
 
 # %% ../nbs/04_reconstruction.ipynb #515c52ad

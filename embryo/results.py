@@ -21,7 +21,7 @@ from .run import DB_NAME  # one name for the file, where the run (notebook 02a) 
 # %% auto #0
 __all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TASK_NAMES',
            'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'use_wal', 'connect',
-           'text_digest', 'encode_scores', 'decode_scores', 'score_rows', 'read_scores', 'read_examples',
+           'text_digest', 'encode_scores', 'decode_scores', 'binomial_se', 'score_rows', 'read_scores', 'read_examples',
            'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps', 'describe_results',
            'write_transitions', 'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with',
            'merge_results', 'markdown_table']
@@ -155,6 +155,13 @@ def decode_scores(text: str) -> np.ndarray:
     "The scores `encode_scores` wrote, as floats."
     if text.startswith("["): return np.array(json.loads(text), dtype=float)
     return (np.frombuffer(text.encode(), np.uint8) == ord("1")).astype(float)
+
+# %% ../nbs/03a_results.ipynb #8756cb1d
+def binomial_se(p, n):
+    "The binomial standard error of an accuracy `p` on `n` examples (0 where `n` is 0); arrays alike."
+    p, n = np.asarray(p, dtype=float), np.asarray(n, dtype=float)
+    out = np.sqrt(p * (1 - p) / np.where(n > 0, n, 1)) * (n > 0)
+    return float(out) if out.ndim == 0 else out
 
 # %% ../nbs/03a_results.ipynb #ba3cd60b
 def score_rows(task: str, scores: dict, examples) -> list[dict]:
