@@ -117,6 +117,7 @@ PRESETS = {
     "electra-tiny": _electra(256, 4, 128, 0.25, vocab_size=4000, num_attention_heads=4),
 }
 PRESETS.update({f"{p}-mature": PRESETS[p] for p in ("tiny", "bert-tiny", "electra-tiny")})  # the mature run's models
+PRESETS["tiny-facts"] = PRESETS["tiny"]  # the quick run with injected facts (notebook 06a)
 
 # %% ../nbs/00_config.ipynb #8fec3dc5
 def get_config(preset: str = "base", # a name in `PRESETS`
@@ -165,6 +166,7 @@ class TrainConfig:
     phase1_fraction: float = 0.9  # the share of total_steps trained at phase1_seq_length
     lr_schedule: str = "linear"  # linear: warmup then linear decay to zero | wsd: warmup, stable, then linear decay
     decay_fraction: float = 0.2  # wsd: the share of total_steps in the final decay
+    facts: int = 0  # facts of each built-in relation shown at known steps (notebook 06a, `embryo.facts`); 0: none
 
     def __post_init__(self):
         if self.sentence_task not in SENTENCE_TASKS:
@@ -185,6 +187,7 @@ class TrainConfig:
                               f"{self.max_seq_length}): the first phase trains on shorter sequences (or set it to None)")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ConfigError(f"TrainConfig.lr_schedule={self.lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)}")
+        if self.facts < 0: raise ConfigError(f"TrainConfig.facts={self.facts} must be at least 0 (0: no facts injected)")
         if not 0 < self.decay_fraction <= 1: raise ConfigError(f"TrainConfig.decay_fraction={self.decay_fraction} must lie in (0, 1]")
         if not 0 < self.phase1_fraction < 1: raise ConfigError(f"TrainConfig.phase1_fraction={self.phase1_fraction} must lie in (0, 1)")
         if not isinstance(self.compile, bool): raise ConfigError(f"TrainConfig.compile must be true or false, got {self.compile!r}")
@@ -205,7 +208,7 @@ PRECISIONS = ("auto", "fp32", "bf16")  # `embryo.model.resolve_precision` turns 
 OPTIMIZERS = ("lamb", "adamw")
 LR_SCHEDULES = ("linear", "wsd")
 _LATER_FIELDS = dict(sentence_task="sop", optimizer="lamb", rtd_weight=50.0, phase1_seq_length=None,
-                     phase1_fraction=0.9, compile=False, lr_schedule="linear", decay_fraction=0.2)  # field: the value every run had before the field existed
+                     phase1_fraction=0.9, compile=False, lr_schedule="linear", decay_fraction=0.2, facts=0)  # field: the value every run had before the field existed
 
 # %% ../nbs/00_config.ipynb #8374d8fb
 _ALBERT_TRAIN = dict(batch_size=4096, learning_rate=0.00176, total_steps=125_000, warmup_steps=3125)
@@ -233,6 +236,9 @@ TRAIN_PRESETS["electra-tiny"] = dict(TRAIN_PRESETS["tiny"], sentence_task="none"
 # every 100 steps up to step 10,000 so that the transition (steps 2,700-8,000 in the quick run) is densely sampled.
 _MATURE = dict(total_steps=32_000, lr_schedule="wsd", decay_fraction=0.2, checkpoint_every=[[100, 10_000], [500, None]])
 for _p in ("tiny", "bert-tiny", "electra-tiny"): TRAIN_PRESETS[f"{_p}-mature"] = dict(TRAIN_PRESETS[_p], **_MATURE)
+# Knowledge with a known exposure history (issue "findings", notebook 06a): the quick run with 100 facts of each built-in
+# relation shown 0, 1, 4, 16 or 64 times at steps drawn from the run's seed; `tiny` itself stays without them.
+TRAIN_PRESETS["tiny-facts"] = dict(TRAIN_PRESETS["tiny"], facts=100)
 
 # %% ../nbs/00_config.ipynb #4aafcbda
 def get_train_config(preset: str = "base", **overrides) -> TrainConfig:

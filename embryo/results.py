@@ -301,6 +301,8 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
     "squad": "`squad_v2`; metrics as the official evaluation script names them, `score` = mean of exact and F1 (per `seed` "
              "as in glue)",
     "knowledge": "a LAMA relation (`P17`, ...), and `all`; metric `p@1` over all facts, `p@1_common` over one-token answers",
+    "exposure": "`exposures_<n>`: the injected facts shown n times (notebook 02c); metric `p@1` asked with the unseen LAMA "
+                "template, `p@1_trained` with the first training phrasing; each fact's score in `scores`",
     "probing": "a probing task (`pos`, `const`, `srl`, `coref` on OntoNotes; `pos_brown`, `*_silver` built in); per `layer`",
     "similarity": "the tokens compared (`brown`: held-out Brown words); per `layer`; metric `<cka|svcca|pwcca>_<final|previous>`, the checkpoint compared with in `settings`",
     "pretraining": "the logged loss (`mlm_loss`) whose phase transitions `embryo.pretrain.transitions` found: one `step` per "

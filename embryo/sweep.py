@@ -40,6 +40,7 @@ ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook
     "glue": "05_glue",
     "squad": "05a_squad",
     "knowledge": "06_knowledge",
+    "exposure": "06a_exposure",
     "probing": "07_probing",
     "similarity": "07a_similarity",
     "attention": "08_attention",

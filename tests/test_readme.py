@@ -79,11 +79,11 @@ def test_nothing_points_outside_the_repository():
 
 def test_data_sources_section_names_every_pinned_package():
     "The README's Data sources table names each package the code fetches, at the pinned version."
-    from embryo import data, glue, knowledge, probing
+    from embryo import data, facts, glue, probing
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Data sources"):]
     section = section[:section.find("\n## ", 3) % (len(section) + 1)]  # up to the next section, if any
-    pinned = [*data.SOURCES.values(), *knowledge.KNOWLEDGE_SOURCES.values(), *glue.BUILTIN_SOURCES.values(),
+    pinned = [*data.SOURCES.values(), *facts.KNOWLEDGE_SOURCES.values(), *glue.BUILTIN_SOURCES.values(),
               data.ONTONOTES_SAMPLE]
     for s in pinned:
         assert f"`{s.name}` {s.version}" in section, f"{s.name} {s.version} is fetched but not in the README's Data sources"

@@ -227,7 +227,7 @@ def test_papermill_sweep_leaves_no_kernel_and_the_working_directory_alone(fixtur
 
 def test_results_remember_their_options_and_other_options_recompute(fixture_copy, tmp_path, capsys):
     "After a default sweep, the user's LAMA folder is computed (and said so), not 'skipped'; a malformed folder shows its error."
-    from embryo.knowledge import load_facts, write_lama
+    from embryo.facts import load_facts, write_lama
     run = copy_run(fixture_copy, tmp_path / "r")
     lama = tmp_path / "lama"
     rels = load_facts()
