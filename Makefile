@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat settings.ini setup.py pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: reproduce mature test test-fast check-sync readme bench clean-venv
+.PHONY: reproduce mature facts test test-fast check-sync readme bench clean-venv
 
 $(STAMP): settings.ini setup.py pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ reproduce: $(STAMP)
 # every 100 steps up to step 10,000), every analysis over it, its figures and report in figures/mature. Resumable.
 mature: $(STAMP)
 	$(BIN)/python -m embryo.cli reproduce --preset tiny-mature --figures figures/mature
+
+# Knowledge with a known exposure history (issue "findings", notebook 02c): the quick run with 100 facts of each built-in
+# relation shown 0, 1, 4, 16 or 64 times at steps recorded in runs/tiny-facts/facts.jsonl; the knowledge analyses over
+# every checkpoint, figures and report in figures/facts. Resumable.
+facts: $(STAMP)
+	$(BIN)/python -m embryo.cli reproduce --preset tiny-facts --figures figures/facts --analyses knowledge exposure
 
 test: $(STAMP) check-sync
 	$(BIN)/python -m pytest tests

@@ -3,10 +3,10 @@
 Each run folder is a pretraining run (`embryo pretrain --run-dir R --set ...`). Every checkpoint is scored on the
 held-out Brown text (`embryo.pretrain.heldout_curve`: 15% masking whatever the run trained with), and the training
 log gives the mean MLM loss of the logged steps up to each checkpoint since the one before. The rows go to a CSV
-(recipe, step, tokens, heldout_mlm_accuracy, train_mlm_loss, and the run's settings that differ from the `tiny`
-preset), which `nbs/03_pretrain.ipynb` draws.
+(recipe, step, tokens, heldout_mlm_accuracy, train_mlm_accuracy on a fixed sample of training examples masked alike,
+train_mlm_loss, and the run's settings that differ from the `tiny` preset), which `nbs/03_pretrain.ipynb` draws.
 
-    python bench/recipe_curves.py --out figures/recipe_curves.csv NAME=RUN_DIR [NAME=RUN_DIR ...]
+    python bench/recipe_curves.py --out figures/recipe_curves.csv NAME=RUN_DIR [NAME=RUN_DIR ...] [--steps 8000 32000]
 """
 import argparse
 import csv
@@ -26,13 +26,14 @@ def settings_text(mc, tc) -> str:
     return " ".join(f"{k}={mine[k]}" for k in sorted(mine) if k not in skip and mine[k] != base.get(k))
 
 
-def curve_rows(name: str, run: Path) -> list[dict]:
+def curve_rows(name: str, run: Path, steps=None) -> list[dict]:
     _, mc, tc = read_run_config(run)
     log = log_records(run / "logs" / "train.jsonl", 1 << 62)
     rows, prev = [], 0
-    for r in heldout_curve(run):
+    for r in heldout_curve(run, steps):
         window = [x["mlm_loss"] for x in log if prev < x["step"] <= r["step"]]
         rows.append(dict(recipe=name, step=r["step"], tokens=r["tokens"], heldout_mlm_accuracy=round(r["mlm_accuracy"], 4),
+                         train_mlm_accuracy=round(r["train_mlm_accuracy"], 4),
                          train_mlm_loss=round(sum(window) / len(window), 4) if window else "",
                          settings=settings_text(mc, tc)))
         prev = r["step"]
@@ -43,12 +44,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", metavar="NAME=RUN_DIR")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--steps", type=int, nargs="+", help="only these checkpoints (default: every one)")
     a = p.parse_args()
     rows = []
     for spec in a.runs:
         name, _, run = spec.partition("=")
         if not run: raise SystemExit(f"{spec!r}: expected NAME=RUN_DIR")
-        rows += curve_rows(name, Path(run))
+        rows += curve_rows(name, Path(run), a.steps)
         print(f"{name}: " + ", ".join(f"{r['step']}: {r['heldout_mlm_accuracy']:.3f}" for r in rows if r["recipe"] == name))
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(rows[0]))

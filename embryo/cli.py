@@ -142,6 +142,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--mode", choices=["inprocess", "papermill"], default="inprocess",
                    help="how the sweep runs: inprocess (default here, unlike embryo sweep) because reproducing runs every "
                         "analysis at many steps and skips a kernel start per job; papermill also keeps each executed notebook")
+    s.add_argument("--analyses", nargs="+", help="only these analyses (default: every one that applies to the run)")
     s.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="train and analyse N seeds of the preset into sibling runs (runs/<preset>, runs/<preset>-seed1, ...) and "
                         "draw them with bootstrap bands into <figures>/seeds/ (default: 1, no bands)")

@@ -14,16 +14,17 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .run import load_checkpoint, resolve_step, Run
+from .run import load_checkpoint, resolve_step, run_transitions, Run
 from .figures import save_figure, step_axis
 from .results import write_results, read_results, read_scores, read_examples, score_rows, binomial_se
 from .facts import TABLE8, FACTS_FILE, EXPOSURES, FACT_TEMPLATES, Fact, read_facts, render
 from .knowledge import cloze_ids, Query, mask_logits, top1
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'METRICS', 'LAMA_TEMPLATES', 'CATEGORIES', 'RECENCY_BINS', 'REPORT', 'fact_queries', 'task_name',
-           'evaluate_step', 'applies_to', 'fact_table', 'constant_floor', 'category', 'categories', 'recency',
-           'plot_fig6_facts', 'plot_fact_categories', 'verdict', 'redraw']
+__all__ = ['ANALYSIS', 'METRICS', 'LAMA_TEMPLATES', 'CATEGORIES', 'RECENCY_BINS', 'FIG6_PANELS', 'REPORT', 'fact_queries',
+           'task_name', 'evaluate_step', 'applies_to', 'constant_answers', 'constant_floor', 'fact_table',
+           'group_curves', 'category', 'categories', 'recency', 'plot_fig6_facts', 'plot_fact_categories', 'verdict',
+           'redraw']
 
 # %% ../nbs/06a_exposure.ipynb #633b7742
 ANALYSIS = "exposure"  # the `analysis` name of this notebook's rows in the results database
@@ -75,10 +76,23 @@ def applies_to(run) -> str | None:
         return f"{Run.of(run).name} was trained without injected facts (TrainConfig.facts=0; the preset tiny-facts has them)"
     return None
 
+# %% ../nbs/06a_exposure.ipynb #40d770c3
+def constant_answers(facts: Sequence[Fact]) -> dict[str, str]:
+    "Per relation: its most frequent answer among the injected facts (what a model that ignores the subject would say)."
+    s = pd.Series([f.object for f in facts], index=[f.relation for f in facts])
+    return s.groupby(level=0).agg(lambda x: x.value_counts().index[0]).to_dict()
+
+def constant_floor(facts: Sequence[Fact]) -> pd.Series:
+    "Per exposure group: the P@1 of always giving each relation's most frequent answer."
+    top = constant_answers(facts)
+    return pd.Series([f.object == top[f.relation] for f in facts]).groupby([f.exposures for f in facts]).mean().rename("floor")
+
 # %% ../nbs/06a_exposure.ipynb #71de314c
 def fact_table(run_dir) -> pd.DataFrame:
-    "Per (fact, evaluated step): relation, subject, object, exposures, known (paraphrase), known_trained, shown (so far), since_last."
+    """Per (fact, evaluated step): relation, subject, object, exposures, `constant` (the constant answer is right), known
+    (asked with the paraphrase), known_trained, shown (exposures so far), since_last (steps since the last one)."""
     facts = {f"{f.relation} {f.subject} -> {f.object}": f for f in read_facts(run_dir)}
+    top = constant_answers(list(facts.values()))
     sc = read_scores(run_dir, ANALYSIS)
     if sc.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
     out, items = {}, {}
@@ -89,17 +103,18 @@ def fact_table(run_dir) -> pd.DataFrame:
                                                                        subject=f.subject, object=f.object, exposures=f.exposures))
             rec["known" if r.key == "p@1" else "known_trained"] = float(v)
     df = pd.DataFrame(list(out.values())).sort_values(["fact", "step"], ignore_index=True)
+    df.insert(6, "constant", [o == top[r] for o, r in zip(df.object, df.relation)])
     seen = [[s for s in facts[i].steps if s <= t] for i, t in zip(df.fact, df.step)]
     df["shown"] = [len(s) for s in seen]
     df["since_last"] = [t - s[-1] if s else np.nan for t, s in zip(df.step, seen)]
     return df
 
-# %% ../nbs/06a_exposure.ipynb #40d770c3
-def constant_floor(facts: Sequence[Fact]) -> pd.Series:
-    "Per exposure group: the share of its facts whose answer is their relation's most frequent answer among the injected facts."
-    df = pd.DataFrame([asdict(f) for f in facts])
-    top = df.groupby("relation").object.agg(lambda s: s.value_counts().index[0])
-    return (df.object == df.relation.map(top)).groupby(df.exposures).mean().rename("floor")
+# %% ../nbs/06a_exposure.ipynb #50fb7e13
+def group_curves(table: pd.DataFrame, column: str = "known", constant: bool | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    "P@1 (step x exposures) and its number of facts, over all facts or those the constant answer gets right (True) or wrong (False)."
+    t = table if constant is None else table[table.constant == constant]
+    g = t.groupby(["step", "exposures"])[column]
+    return g.mean().unstack(), g.size().unstack()
 
 # %% ../nbs/06a_exposure.ipynb #14ce158f
 CATEGORIES = ("learned and kept", "never learned", "learned then forgotten", "oscillating")
@@ -120,9 +135,9 @@ def categories(table: pd.DataFrame, column: str = "known") -> pd.DataFrame:
 # %% ../nbs/06a_exposure.ipynb #2c61610f
 RECENCY_BINS = (0, 100, 300, 1000, 3000, 10_000, 30_000, 100_000, 300_000, 1_000_000, np.inf)  # steps since the last exposure
 
-def recency(table: pd.DataFrame, column: str = "known") -> pd.DataFrame:
-    "P@1 (`p`, with `n` fact-steps and binomial `se`) of exposed facts by steps since their last exposure."
-    t = table[table.since_last.notna()]
+def recency(table: pd.DataFrame, column: str = "known", since: int = 0) -> pd.DataFrame:
+    "P@1 (`p`, with `n` fact-steps and binomial `se`) of exposed facts by steps since their last exposure, at evaluated steps >= `since`."
+    t = table[table.since_last.notna() & (table.step >= since)]
     b = pd.cut(t.since_last, RECENCY_BINS, right=False)
     g = t.groupby(b, observed=True)[column].agg(["mean", "size"]).rename(columns={"mean": "p", "size": "n"})
     return g.assign(se=binomial_se(g.p, g.n), lo=[i.left for i in g.index], hi=[i.right for i in g.index]).reset_index(drop=True)
@@ -132,24 +147,33 @@ def _exposure_colour(c: int):
     import matplotlib
     return "0.45" if c == 0 else matplotlib.colormaps["viridis"](0.15 + 0.7 * EXPOSURES.index(c) / (len(EXPOSURES) - 1))
 
+FIG6_PANELS = (  # (column, constant, title): what each panel of the figure shows
+    ("known", None, "all facts, asked with the unseen paraphrase"),
+    ("known", False, "facts whose answer is not the relation's most frequent"),
+    ("known_trained", None, "all facts, asked with the training phrasing"))
+
 def plot_fig6_facts(run_dir, out_dir=None) -> list[Path]:
-    "Fig. 6 for injected facts: P@1 per exposure group over steps, paraphrase and training phrasing, with the floors."
+    "Fig. 6 for injected facts: P@1 per exposure group over steps (three views), with the constant-answer floor."
     import matplotlib.pyplot as plt
-    df = read_results(run_dir, ANALYSIS)
-    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
-    facts = read_facts(run_dir); fl = constant_floor(facts)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, (metric, asked) in zip(axes, METRICS.items()):
-        for c in EXPOSURES:
-            d = df[(df.task == task_name(c)) & (df.metric == metric)].sort_values("step")
-            if d.empty: continue
-            ax.plot(d.step, d.value, marker="o", ms=3.5, color=_exposure_colour(c), label=f"shown {c}x" + (" (control)" if c == 0 else ""))
-        ax.axhline(fl.mean(), color="k", ls=":", lw=1.2, label=f"constant answer per relation ({fl.mean():.1%})")
-        step_axis(ax, sorted(df.step.unique()), run_dir=run_dir)
-        ax.set_title(f"asked with the {'unseen paraphrase (LAMA template)' if asked == 'paraphrase' else 'training phrasing'}", fontsize=10)
-    axes[0].set_ylabel("P@1 of the injected facts (fraction right)"); axes[0].set_ylim(0, max(0.05, df.value.max() * 1.1, fl.mean() * 1.3))
-    axes[1].legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"Embryology Fig. 6, measured: injected facts by exposure count ({Path(run_dir).name}, {len(facts)} facts)")
+    from matplotlib.ticker import AutoLocator, FuncFormatter
+    ft, facts = fact_table(run_dir), read_facts(run_dir)
+    fl = float(np.mean([f.object == constant_answers(facts)[f.relation] for f in facts]))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=True)
+    for ax, (column, constant, title) in zip(axes, FIG6_PANELS):
+        pc, nc = group_curves(ft, column, constant)
+        for e in pc.columns:
+            ax.plot(pc.index, pc[e], marker="o", ms=3.5, color=_exposure_colour(e),
+                    label=f"shown {e}x" + (" (control)" if e == 0 else "") + f", {int(nc[e].iloc[-1])} facts")
+        floor = 0.0 if constant is False else fl
+        ax.axhline(floor, color="k", ls=":", lw=1.2, label=f"constant answer per relation: {floor:.1%}")
+        step_axis(ax, sorted(ft.step.unique()), run_dir=run_dir)
+        ax.set_xscale("linear"); ax.set_xlim(0, ft.step.max() * 1.02)  # linear: no fact is known before the loss drops
+        ax.xaxis.set_major_locator(AutoLocator()); ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.set_xlabel("pretraining step (optimizer updates)")
+        ax.set_title(title, fontsize=10); ax.legend(fontsize=7, loc="upper left")
+    axes[0].set_ylabel("P@1 (fraction of the facts right)")
+    axes[0].set_ylim(0, max(0.05, fl * 1.15, *(group_curves(ft, k, v)[0].max().max() * 1.1 for k, v, _ in FIG6_PANELS)))
+    fig.suptitle(f"Embryology Fig. 6, measured: injected facts by how often the model read them ({Path(run_dir).name}, {len(facts)} facts)")
     fig.tight_layout()
     return save_figure(fig, out_dir or Path(run_dir) / "figures", "fig6_facts_by_exposure")
 
@@ -157,7 +181,8 @@ def plot_fig6_facts(run_dir, out_dir=None) -> list[Path]:
 def plot_fact_categories(run_dir, out_dir=None) -> list[Path]:
     "Fig. 6's categories counted per fact and exposure group, and P@1 against the steps since the last exposure."
     import matplotlib.pyplot as plt
-    ft = fact_table(run_dir); cat = categories(ft); rc = recency(ft)
+    ft = fact_table(run_dir); cat = categories(ft)
+    since = min((t["start_step"] for t in run_transitions(run_dir)), default=1)  # before the loss drop no fact is known
     tab = pd.crosstab(cat.exposures, cat.category, normalize="index").reindex(columns=list(CATEGORIES), fill_value=0)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     bottom = np.zeros(len(tab))
@@ -166,47 +191,63 @@ def plot_fact_categories(run_dir, out_dir=None) -> list[Path]:
     a.set_xlabel("times the fact was shown in pretraining"); a.set_ylabel("share of the group's facts")
     a.set_title(f"categories over {ft.step.gt(0).groupby(ft.fact).sum().max()} evaluated steps (paraphrase query)", fontsize=10)
     a.legend(fontsize=8)
-    mid = np.sqrt(np.maximum(rc.lo, 1) * np.minimum(rc.hi, ft.step.max()))
-    b.errorbar(mid, rc.p, yerr=2 * rc.se, marker="o", ms=4, capsize=3, color="tab:blue", label="shown at least once (±2 SE)")
-    ctl = ft[(ft.exposures == 0) & (ft.step > 0)].known.mean()
-    b.axhline(ctl, color="0.45", ls="--", lw=1.2, label=f"never shown (control, all steps > 0): {ctl:.1%}")
-    b.set_xscale("log"); b.set_xlabel("steps since the model last read the fact (log scale)"); b.set_ylabel("P@1 (fraction right)")
-    b.set_title("knowledge against recency (pooled over evaluated steps)", fontsize=10); b.legend(fontsize=8)
+    drawn = 0
+    for c in EXPOSURES[1:]:  # per group: a pooled curve would mix how often with how recently (64x facts are always recent)
+        rc = recency(ft[ft.exposures == c], since=since); rc = rc[rc.n >= 30]; drawn += len(rc)  # bins of 30 fact-steps or more
+        mid = np.sqrt(np.maximum(rc.lo, 1) * np.minimum(rc.hi, ft.step.max()))
+        b.errorbar(mid, rc.p, yerr=2 * rc.se, marker="o", ms=4, capsize=3, color=_exposure_colour(c), label=f"shown {c}x (±2 SE)")
+    ctl = ft[(ft.exposures == 0) & (ft.step >= since)].known.mean()
+    b.axhline(ctl, color="0.45", ls="--", lw=1.2, label=f"never shown (control), same steps: {ctl:.1%}")
+    if drawn: b.set_xscale("log")
+    else: b.text(0.5, 0.5, "no bin holds 30 fact-steps on this run", ha="center", transform=b.transAxes)
+    b.set_xlabel("steps since the model last read the fact (log scale)"); b.set_ylabel("P@1 (fraction right)")
+    b.set_ylim(0, None)
+    b.set_title(f"knowledge against recency (evaluated steps from {since:,})", fontsize=10); b.legend(fontsize=8)
     fig.suptitle(f"Embryology Fig. 6's categories, measured per injected fact ({Path(run_dir).name})")
     fig.tight_layout()
     return save_figure(fig, out_dir or Path(run_dir) / "figures", "fig6_facts_categories")
 
 # %% ../nbs/06a_exposure.ipynb #5fe85f1e
-def _share(k: int, n: int) -> tuple[float, float]: return (k / n, binomial_se(k / n, n)) if n else (0.0, 0.0)
+def _clears(p: pd.DataFrame, n: pd.DataFrame, c: int) -> pd.Series:
+    "Per step: whether group `c` is above the control group (0 exposures) by two standard errors of the difference."
+    return p[c] - p[0] > 2 * np.hypot(binomial_se(p[c], n[c]), binomial_se(p[0], n[0]))
+
+def _lost(cat: pd.DataFrame) -> tuple[int, int]:
+    "(facts forgotten or oscillating, facts right at some step) of a set of facts' categories."
+    ever = cat[cat.category != "never learned"]
+    return int(ever.category.isin(["learned then forgotten", "oscillating"]).sum()), len(ever)
 
 def verdict(run_dir) -> str:
-    "H4 on the injected facts, from the database: learned per exposure group against both floors, then whether they fluctuate."
-    df, facts = read_results(run_dir, ANALYSIS, metric="p@1"), read_facts(run_dir)
-    p = df.pivot(index="step", columns="task", values="value"); n = df.pivot(index="step", columns="task", values="n")
-    fl, last, ctl = constant_floor(facts), p.index.max(), task_name(0)
-    se = lambda t: binomial_se(p[t], n[t])
-    learned = [c for c in EXPOSURES[1:] if task_name(c) in p and
-               ((p[task_name(c)] - p[ctl] > 2 * np.hypot(se(task_name(c)), se(ctl))) &
-                (p[task_name(c)] - fl[c] > 2 * se(task_name(c)))).any()]
-    at = ", ".join(f"{c}x {p[task_name(c)][last]:.1%}" for c in EXPOSURES if task_name(c) in p)
-    s = (f"{len(facts)} injected facts over {len(p)} evaluated steps; P@1 on the unseen paraphrase at step {last}: {at} "
-         f"(constant answer {fl.mean():.1%}; best step of each group: "
-         + ", ".join(f"{c}x {p[task_name(c)].max():.1%} at {p[task_name(c)].idxmax()}" for c in EXPOSURES if task_name(c) in p) + ")")
+    "H4 on the injected facts, from the database: learned (above the control, also where the constant answer scores 0), then whether they fluctuate."
+    facts, ft = read_facts(run_dir), fact_table(run_dir)
+    (p, n), (q, m) = group_curves(ft), group_curves(ft, constant=False)
+    last, fl = p.index.max(), float(ft[ft.step == ft.step.max()].constant.mean())
+    groups = [c for c in EXPOSURES if c in p]
+    at = lambda x: ", ".join(f"{c}x {x[c][last]:.1%}" for c in groups if c in x)
+    s = (f"{len(facts)} injected facts over {len(p)} evaluated steps. P@1 on the unseen paraphrase at step {last}: {at(p)}; "
+         f"always giving each relation's most frequent answer scores {fl:.1%} ({'above' if p.loc[last].max() < fl else 'beside'} "
+         "every group)")
+    if last not in q.index or 0 not in q:
+        return s + (". No never-shown fact has an answer other than its relation's most frequent one, so knowing a fact "
+                    "cannot be told from guessing: H4 is not testable on this run.")
+    s += f". On the {int(m.loc[last].sum())} facts whose answer is not that one (where the constant scores 0): {at(q)}"
+    above = {c: _clears(p, n, c) & _clears(q, m, c) for c in groups if c and 0 in p}
+    learned = [c for c, a in above.items() if (a & a.shift(-1, fill_value=False)).any()]  # at two evaluated steps in a row
     if not learned:
-        return s + ("; no exposure group clears the control group and the constant answer by two standard errors at any step, "
+        return s + (". No exposure group clears the never-shown control group by two standard errors on both at two evaluated steps in a row, "
                     "so whether knowledge is learned and then fluctuates (H4) is not testable on this run.")
-    cat = categories(fact_table(run_dir))
-    def lost(group):
-        ever = group[group.category != "never learned"]
-        return int(ever.category.isin(["learned then forgotten", "oscillating"]).sum()), len(ever)
-    (ke, ne), (kc, nc) = lost(cat[cat.exposures.isin(learned)]), lost(cat[cat.exposures == 0])
-    (pe, se_e), (pc, se_c) = _share(ke, ne), _share(kc, nc)
-    s += (f"; the groups shown {', '.join(f'{c}x' for c in learned)} are learned (above both floors by two standard errors). "
-          f"Of their {ne} facts right at some step, {ke} ({pe:.0%}) are forgotten or oscillate by the last step, against "
-          f"{kc} of {nc} ({pc:.0%}) in the control group")
-    if ne and pe - pc > 2 * np.hypot(se_e, se_c):
-        return s + ": knowledge is learned and then fluctuates, as the paper finds (H4 reproduced, with each fact's history known)."
-    return s + ": learned, but its fluctuation is not beyond what the control group's guesses show (H4 partly reproduced: learned, fluctuation not reproduced)."
+    cat = categories(ft)
+    (ke, ne), (kc, nc) = _lost(cat[cat.exposures.isin(learned)]), _lost(cat[cat.exposures == 0])
+    (pe, pc) = (ke / ne if ne else 0.0), (kc / nc if nc else 0.0)
+    where = "; ".join(f"{c}x at steps {', '.join(str(t) for t in above[c][above[c]].index)}" for c in learned)
+    s += (f". Facts shown {', '.join(f'{c}x' for c in learned)} are learned: above the control by two standard errors of "
+          f"the difference on both, at two evaluated steps in a row or more ({where}). Of their {ne} facts right at some "
+          f"step, {ke} ({pe:.0%}) are lost again at a later evaluated step (forgotten, or oscillating), against {kc} of {nc} ({pc:.0%}) in the "
+          "control group, whose hits are guesses")
+    if ne and pe - pc > 2 * np.hypot(binomial_se(pe, ne), binomial_se(pc, nc)):
+        return s + ": knowledge is learned and then fluctuates beyond guessing, as the paper finds (H4 reproduced, with each fact's history known)."
+    return s + (": H4 partly reproduced: knowledge is learned, but its fluctuation stays within what the control group's "
+                "guesses show.")
 
 # %% ../nbs/06a_exposure.ipynb #2ab5f724
 def redraw(run_dir, out_dir=None) -> list[Path]:

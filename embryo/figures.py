@@ -84,9 +84,15 @@ def plot_recipe_curves(csv_file, out_dir=None) -> list[Path] | None:
         settings = g.settings.fillna("").iloc[0]  # empty: the run used the tiny preset as it is
         label = f"{name}: {settings or 'the tiny preset'}"
         g = g[g.tokens > 0].sort_values("tokens")  # the tokens axis is logarithmic
-        ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, "o-", ms=3, label=label)
+        line, = ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, "o-", ms=3, label=label)
+        if "train_mlm_accuracy" in g and g.train_mlm_accuracy.notna().any():  # the same masking on training examples: the gap
+            ax.plot(g.tokens / 1e6, 100 * g.train_mlm_accuracy, "s--", ms=3, color=line.get_color(), alpha=0.7,
+                    label=f"{name}: the same on training examples")
     ax.axhline(22, color="0.5", ls="--", lw=1, label="22%: the accuracy the default run should reach")
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     ax.set_xscale("log"); ax.set_xlabel("tokens seen (millions: steps x batch x sequence length; log scale)")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5))); ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_ylabel("held-out MLM accuracy (%, 15% masking)"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
     ax.set_title("Fig. 2a (recipes): held-out accuracy of tiny-sized recipes over pretraining", fontsize=10)
     if out_dir is None: return fig

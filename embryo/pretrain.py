@@ -603,9 +603,9 @@ HELDOUT_MASK_PROB = 0.15  # held-out text is masked at BERT's rate, whatever the
 
 # %% ../nbs/03_pretrain.ipynb #7996e291
 @torch.no_grad()
-def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: int = 32) -> dict:
+def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: int = 32, examples=None) -> dict:
     "MLM accuracy (beside the most-frequent-token baseline) and sentence-head accuracy on held-out SOP and NSP pairs (ELECTRA: replaced-token detection accuracy beside always answering 'original')."
-    examples = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)[: tc.eval_sequences]
+    if examples is None: examples = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)[: tc.eval_sequences]
     tc = replace(tc, mask_prob=HELDOUT_MASK_PROB, max_predictions=max(1, round(HELDOUT_MASK_PROB * tc.max_seq_length)))
     counts = np.zeros(tok.vocab_size, dtype=np.int64)
     for ids in train_ds.select(range(min(len(train_ds), 2000)))["input_ids"]: np.add.at(counts, ids, 1)
@@ -685,14 +685,17 @@ def fixture_run(root=None, **overrides) -> Path:
 
 # %% ../nbs/03_pretrain.ipynb #59993b5c
 def heldout_curve(run_dir, steps=None, device: str = "cpu") -> list[dict]:
-    "Held-out MLM accuracy (and its baseline) at each checkpoint of the run (or at `steps`), with the tokens seen by then."
+    """Held-out MLM accuracy (and its baseline) at each checkpoint of the run (or at `steps`), with the tokens seen by
+    then, and the same accuracy on as many training examples (a fixed sample, masked alike): the gap between the two."""
     preset, mc, tc = read_run_config(run_dir)
     tok, ds = prepare_run(run_dir, preset, mc, tc)
+    seen = [ds[int(i)] for i in np.random.default_rng([tc.seed, 1]).choice(len(ds), min(len(ds), tc.eval_sequences), replace=False)]
     out = []
     for step in steps if steps is not None else list_steps(run_dir):
-        e = evaluate_heldout(load_checkpoint(run_dir, step, device, mlm=True), tok, tc, torch.device(device), ds)
+        model = load_checkpoint(run_dir, step, device, mlm=True)
+        e, t = (evaluate_heldout(model, tok, tc, torch.device(device), ds, examples=x) for x in (None, seen))
         out.append(dict(step=step, tokens=step * tc.batch_size * tc.max_seq_length, mlm_accuracy=e["mlm_accuracy"],
-                        baseline_accuracy=e["baseline_accuracy"]))
+                        baseline_accuracy=e["baseline_accuracy"], train_mlm_accuracy=t["mlm_accuracy"]))
     return out
 
 # %% ../nbs/03_pretrain.ipynb #562ccc3f

@@ -131,6 +131,16 @@ def case_zero_seeds(tmp):
                 names="--seeds 0", error="SweepError", run=tmp / "run")
 
 
+def case_unknown_analysis_to_reproduce(tmp):
+    return dict(input="reproduce --analyses facts", args=["reproduce", "--analyses", "facts", "--run-dir", str(tmp / "run"),
+                "--figures", str(tmp / "figures")], names="unknown facts; the analyses are", error="SweepError", run=tmp / "run")
+
+
+def case_negative_facts(tmp):
+    return dict(input="pretrain --set facts=-1", args=_pretrain_args(tmp / "run", facts=-1), names="facts=-1 must be at least 0",
+                error="ConfigError", run=tmp / "run")
+
+
 def case_compile_not_a_bool(tmp):
     return dict(input="pretrain --set compile=yes", args=_pretrain_args(tmp / "run", compile="yes"), names="compile must be true or false",
                 error="ConfigError", run=tmp / "run")
@@ -146,7 +156,8 @@ def case_compile_for_electra(tmp):
 CASES = [case_empty_corpus, case_non_utf8_corpus, case_one_line_corpus, case_missing_corpus, case_garbage_config,
          case_truncated_resume, case_malicious_trainer_state, case_truncated_checkpoint, case_pickle_only_step,
          case_mistyped_option, case_misspelt_option, case_disk_full, case_figures_folder_to_compare,
-         case_zero_seeds, case_compile_not_a_bool, case_compile_for_electra]
+         case_zero_seeds, case_unknown_analysis_to_reproduce, case_negative_facts, case_compile_not_a_bool,
+         case_compile_for_electra]
 
 
 def left_on_disk(run: Path) -> str:
