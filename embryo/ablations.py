@@ -19,11 +19,12 @@ import pandas as pd
 import torch
 
 from . import data as D
-from .config import atomic_write, get_config, get_train_config, ConfigError, SHARING, split_names, run_config_file, CPU_FINETUNE
+from .config import atomic_write, get_config, get_train_config, ConfigError, SHARING, split_names, CPU_FINETUNE
 from .model import count_parameters
 from . import pretrain as P
 from . import glue
 from .results import markdown_table
+from .run import read_run_config
 
 # %% auto #0
 __all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT', 'Variant', 'get_scale',
@@ -129,9 +130,9 @@ def run_scores(run_dir, device: str = "cpu", downstream: bool = False, finetune:
     run_dir = Path(run_dir)
     f = run_dir / "logs" / "eval.json"
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: the run has not finished training")
-    ev, cfg = json.loads(f.read_text()), json.loads(run_config_file(run_dir).read_text())
+    ev, (_, mc, _) = json.loads(f.read_text()), read_run_config(run_dir)
     out = dict(mlm=100 * ev["mlm_accuracy"], sop=100 * ev["sop_accuracy"], nsp=100 * ev.get("nsp_accuracy", math.nan),
-               params=count_parameters(get_config(cfg["preset"], **cfg["model"])))
+               params=count_parameters(mc))
     cache, step = run_dir / "logs" / "downstream.json", P.list_steps(run_dir)[-1]
     finetune = finetune or {}
     settings = dict(step=step, **finetune)
