@@ -44,13 +44,18 @@ def other_run(request, tmp_path_factory):
 
 
 def test_found_analysis_notebooks():
-    assert [p.stem.split("_")[0] for p in ANALYSIS_NBS] == ["04", "05", "05a", "06", "07", "07a", "08", "08a"], ANALYSIS_NBS
+    assert [p.stem.split("_")[0] for p in ANALYSIS_NBS] == ["04", "05", "05a", "06", "06a", "07", "07a", "08", "08a"], ANALYSIS_NBS
 
 
 @pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])
 def test_analysis_notebook_on_other_run(nb, other_run, tmp_path):
     import papermill as pm
     from embryo.run import list_steps
+    from embryo.sweep import ANALYSES, analysis_module
+    name = next(a for a, n in ANALYSES.items() if n == nb.stem)
+    if why := analysis_module(name).applies_to(other_run):  # the sweep leaves it out of such a run, saying why
+        assert name == "exposure" and "without injected facts" in why, why  # only the injected facts' analysis may
+        return
     step = list_steps(other_run)[-1]
     try:
         pm.execute_notebook(str(nb), str(tmp_path / nb.name), cwd=str(nb.parent), kernel_name="python3", progress_bar=False,
