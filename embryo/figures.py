@@ -91,7 +91,9 @@ def plot_recipe_curves(csv_file, out_dir=None) -> list[Path] | None:
     ax.axhline(22, color="0.5", ls="--", lw=1, label="22%: the accuracy the default run should reach")
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     ax.set_xscale("log"); ax.set_xlabel("tokens seen (millions: steps x batch x sequence length; log scale)")
-    ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5))); ax.xaxis.set_minor_formatter(NullFormatter())
+    t = df.tokens[df.tokens > 0]
+    ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5) if t.max() / t.min() < 1e3 else (1,)))  # 1-2-5 ticks on short ranges
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_ylabel("held-out MLM accuracy (%, 15% masking)"); ax.grid(alpha=0.3); ax.legend(fontsize=7)
     ax.set_title("Fig. 2a (recipes): held-out accuracy of tiny-sized recipes over pretraining", fontsize=10)
