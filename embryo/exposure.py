@@ -15,6 +15,7 @@ import torch
 
 from . import data as D
 from .run import load_checkpoint, resolve_step, run_transitions, Run
+from .config import atomic_write
 from .figures import save_figure, step_axis
 from .results import write_results, read_results, read_scores, read_examples, score_rows, binomial_se
 from .facts import TABLE8, FACTS_FILE, EXPOSURES, FACT_TEMPLATES, Fact, read_facts, render
@@ -23,8 +24,8 @@ from .knowledge import cloze_ids, Query, mask_logits, top1
 # %% auto #0
 __all__ = ['ANALYSIS', 'METRICS', 'LAMA_TEMPLATES', 'CATEGORIES', 'RECENCY_BINS', 'FIG6_PANELS', 'REPORT', 'fact_queries',
            'task_name', 'evaluate_step', 'applies_to', 'constant_answers', 'constant_floor', 'fact_table',
-           'group_curves', 'category', 'categories', 'recency', 'plot_fig6_facts', 'plot_fact_categories', 'verdict',
-           'redraw']
+           'group_curves', 'category', 'categories', 'recency', 'plot_fig6_facts', 'plot_fact_categories',
+           'table_by_relation', 'verdict', 'redraw']
 
 # %% ../nbs/06a_exposure.ipynb #633b7742
 ANALYSIS = "exposure"  # the `analysis` name of this notebook's rows in the results database
@@ -207,6 +208,21 @@ def plot_fact_categories(run_dir, out_dir=None) -> list[Path]:
     fig.tight_layout()
     return save_figure(fig, out_dir or Path(run_dir) / "figures", "fig6_facts_categories")
 
+# %% ../nbs/06a_exposure.ipynb #a61a2d31
+def table_by_relation(run_dir, out_dir=None) -> list[Path]:
+    "P@1 per relation (rows) and exposure count (columns) at the last evaluated step, with the constant answer's P@1, as CSV and Markdown."
+    from embryo.results import markdown_table
+    ft = fact_table(run_dir); last = ft[ft.step == ft.step.max()]
+    t = last.pivot_table(index="relation", columns="exposures", values="known", aggfunc="mean")
+    t.columns = [f"shown {e}x" for e in t.columns]
+    t["constant answer"] = last.groupby("relation").constant.mean()
+    t["facts"] = last.groupby("relation").size()
+    t = (t.round(3).reset_index())
+    out = Path(out_dir or Path(run_dir) / "figures"); name = "table_facts_by_relation"
+    title = f"Injected facts: P@1 per relation and exposure count at step {int(ft.step.max())} (unseen paraphrase)"
+    return [atomic_write(out / f"{name}.csv", t.to_csv(index=False)),
+            atomic_write(out / f"{name}.md", f"# {title}\n\n" + markdown_table(t, index=False) + "\n")]
+
 # %% ../nbs/06a_exposure.ipynb #5fe85f1e
 def _clears(p: pd.DataFrame, n: pd.DataFrame, c: int) -> pd.Series:
     "Per step: whether group `c` is above the control group (0 exposures) by two standard errors of the difference."
@@ -252,7 +268,7 @@ def verdict(run_dir) -> str:
 # %% ../nbs/06a_exposure.ipynb #2ab5f724
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "The two facts figures of the run from every step in its database."
-    return plot_fig6_facts(run_dir, out_dir) + plot_fact_categories(run_dir, out_dir)
+    return plot_fig6_facts(run_dir, out_dir) + plot_fact_categories(run_dir, out_dir) + table_by_relation(run_dir, out_dir)
 
 REPORT = [
     dict(file="fig6_facts_by_exposure", paper="Embryology Fig. 6 (measured on injected facts)",
@@ -263,4 +279,8 @@ REPORT = [
          caption="Learned and kept, never learned, learned then forgotten, oscillating: counted per fact and exposure "
                  "count; P@1 against the steps since the fact was last read.",
          finding="The paper guesses that the model forgets what it saw long ago; here it is measured."),
+    dict(file="table_facts_by_relation", paper="Embryology Fig. 14 (measured on injected facts)",
+         caption="P@1 of the injected facts per relation and exposure count at the last step, beside each relation's "
+                 "constant answer.",
+         finding="Relations are learned at different times and to different degrees."),
 ]
