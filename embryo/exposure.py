@@ -5,21 +5,19 @@
 # %% ../nbs/06a_exposure.ipynb #94779db0
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
 from . import data as D
 from .run import load_checkpoint, resolve_step, run_transitions, Run
 from .config import atomic_write
 from .figures import save_figure, step_axis
-from .results import write_results, read_results, read_scores, read_examples, score_rows, binomial_se
+from .results import write_results, read_scores, read_examples, score_rows, binomial_se, markdown_table
 from .facts import TABLE8, FACTS_FILE, EXPOSURES, FACT_TEMPLATES, Fact, read_facts, render
-from .knowledge import cloze_ids, Query, mask_logits, top1
+from .knowledge import cloze_ids, Query, predict
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'METRICS', 'LAMA_TEMPLATES', 'CATEGORIES', 'RECENCY_BINS', 'FIG6_PANELS', 'REPORT', 'fact_queries',
@@ -53,12 +51,9 @@ def evaluate_step(run_dir, # a run trained with facts (its facts.jsonl, checkpoi
     step, run_dir = resolve_step(run_dir, step), Path(run_dir)
     facts, tok = read_facts(run_dir), D.load_tokenizer(run_dir)
     model = load_checkpoint(run_dir, int(step), device, mlm=True)
-    hits = {}
-    for metric, asked in METRICS.items():
-        qs, pred = fact_queries(facts, tok, asked), [0] * len(facts)
-        with torch.no_grad():
-            for idx, lg in mask_logits(model, qs, tok.pad_id, device, batch_size):
-                for j, p in zip(idx, top1(lg).tolist()): pred[j] = p
+    answers, hits = sorted({f.answer_id for f in facts}), {}
+    for metric, asked in METRICS.items():  # the top prediction over the whole vocabulary (`predict`'s first list)
+        pred = predict(model, fact_queries(facts, tok, asked), answers, tok.pad_id, device, batch_size)[0]
         hits[metric] = np.array([float(p == f.answer_id) for p, f in zip(pred, facts)])
     rows, scores = [], []
     for c in EXPOSURES:
@@ -157,8 +152,8 @@ def plot_fig6_facts(run_dir, out_dir=None) -> list[Path]:
     "Fig. 6 for injected facts: P@1 per exposure group over steps (three views), with the constant-answer floor."
     import matplotlib.pyplot as plt
     from matplotlib.ticker import AutoLocator, FuncFormatter
-    ft, facts = fact_table(run_dir), read_facts(run_dir)
-    fl = float(np.mean([f.object == constant_answers(facts)[f.relation] for f in facts]))
+    ft = fact_table(run_dir)
+    fl = float(ft[ft.step == ft.step.max()].constant.mean())  # the constant answer's P@1 over all facts
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=True)
     for ax, (column, constant, title) in zip(axes, FIG6_PANELS):
         pc, nc = group_curves(ft, column, constant)
@@ -174,7 +169,7 @@ def plot_fig6_facts(run_dir, out_dir=None) -> list[Path]:
         ax.set_title(title, fontsize=10); ax.legend(fontsize=7, loc="upper left")
     axes[0].set_ylabel("P@1 (fraction of the facts right)")
     axes[0].set_ylim(0, max(0.05, fl * 1.15, *(group_curves(ft, k, v)[0].max().max() * 1.1 for k, v, _ in FIG6_PANELS)))
-    fig.suptitle(f"Embryology Fig. 6, measured: injected facts by how often the model read them ({Path(run_dir).name}, {len(facts)} facts)")
+    fig.suptitle(f"Embryology Fig. 6, measured: injected facts by how often the model read them ({Path(run_dir).name}, {ft.fact.nunique()} facts)")
     fig.tight_layout()
     return save_figure(fig, out_dir or Path(run_dir) / "figures", "fig6_facts_by_exposure")
 
@@ -211,7 +206,6 @@ def plot_fact_categories(run_dir, out_dir=None) -> list[Path]:
 # %% ../nbs/06a_exposure.ipynb #a61a2d31
 def table_by_relation(run_dir, out_dir=None) -> list[Path]:
     "P@1 per relation (rows) and exposure count (columns) at the last evaluated step, with the constant answer's P@1, as CSV and Markdown."
-    from embryo.results import markdown_table
     ft = fact_table(run_dir); last = ft[ft.step == ft.step.max()]
     t = last.pivot_table(index="relation", columns="exposures", values="known", aggfunc="mean")
     t.columns = [f"shown {e}x" for e in t.columns]

@@ -21,7 +21,7 @@ from .data import HF_TOKENIZER_FILES
 from .model import load_safetensors, write_safetensors
 from .run import checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config
 from .results import DB_NAME, connect, db_path, done_steps, write_transitions
-from .sweep import ANALYSES, SweepError, available_analyses, analysis_module, error_text, evaluation_steps, nbs_dir, sweep
+from .sweep import ANALYSES, SweepError, applicable, available_analyses, analysis_module, error_text, evaluation_steps, nbs_dir, sweep
 from .compare import RUN_BUNDLE
 from .seeds import seed_bands, seed_run_dirs
 
@@ -90,7 +90,7 @@ def report_sections(run_dir, figures_dir=None) -> list[dict]:
     out = [dict(r, verdict=_pretraining_verdict(run_dir) if r["file"].startswith("fig2a") else "") for r in CORE_REPORT]
     for a in available_analyses():
         m = analysis_module(a)
-        if not done_steps(run_dir, a) and getattr(m, "applies_to", lambda _: None)(run_dir): continue  # not for this series
+        if not done_steps(run_dir, a) and m.applies_to(run_dir): continue  # not for this series
         try:  # the module's verdict, or a figure's own (`verdicts`) where the module has one
             v, own = (m.verdict(run_dir), getattr(m, "verdicts", lambda _: {})(run_dir)) if done_steps(run_dir, a) else ("not run on this run yet", {})
         except Exception as e: v, own = f"no verdict ({error_text(e)})", {}
@@ -194,7 +194,7 @@ def reproduce(args):
                     options=opts, redraw=False).to_string())
     for p in redraw_all(run, figures): print(f"wrote {p}")
     if getattr(args, "pages", True):
-        try: notebook_pages(run, figures / PAGES_DIR, [a for a in chosen if not analysis_module(a).applies_to(run)],
+        try: notebook_pages(run, figures / PAGES_DIR, applicable(run, chosen)[0],
                             options=REPRODUCE_OPTIONS if args.preset in CPU_PRESETS else None)
         except Exception as e: print(f"notebook pages not written ({error_text(e)}); the figures and the report are")
     publish_report(run, figures)
@@ -424,7 +424,7 @@ def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None,
     figs = os.path.relpath(nbs.parent / "figures", out_dir.resolve())  # where ../figures/ of a notebook's links points from a page
     with tempfile.TemporaryDirectory() as d:
         scratch = _scratch_run(run_dir, Path(d) / run_dir.name)  # the run's name, as figure titles print it
-        for a in analyses or [a for a in available_analyses() if not analysis_module(a).applies_to(run_dir)]:
+        for a in analyses or applicable(run_dir, available_analyses())[0]:
             src, executed = nbs / f"{ANALYSES[a]}.ipynb", Path(d) / f"{ANALYSES[a]}.ipynb"
             params = dict(run_dir=str(scratch), step=step, device=device, **(options or {}).get(a, {}))
             t0 = time.time()
