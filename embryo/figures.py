@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import atomic_write
-from .run import log_records, run_sentence_task, run_transitions
+from .run import REFERENCE, log_records, run_sentence_task, run_transitions
 
 # %% auto #0
-__all__ = ['STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'save_figure', 'step_axis', 'plot_pretraining',
-           'plot_recipe_curves']
+__all__ = ['STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'REFERENCE_STYLE', 'save_figure', 'step_axis', 'reference_label',
+           'plot_pretraining', 'plot_recipe_curves']
 
 # %% ../nbs/02b_figures.ipynb #270bb749
 def save_figure(fig, out_dir, name: str) -> list[Path]:
@@ -42,6 +42,14 @@ def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run
     for i, t in enumerate(run_transitions(run_dir) if run_dir is not None and not marked else []):
         ax.axvline(t["step"], **TRANSITION_STYLE, label=TRANSITION_LABEL if i == 0 else None, gid="loss-transition")
     return ax
+
+# %% ../nbs/02b_figures.ipynb #6eef6d67
+REFERENCE_STYLE = dict(color="0.15", ls="-.", lw=1.2, zorder=2)  # the trained reference, drawn alike in every figure
+
+def reference_label(what: str) -> str:
+    "The legend text of the trained reference's line: its name, and `what` of it is drawn."
+    return f"trained BERT ({REFERENCE['name']}), {what}"
+
 
 # %% ../nbs/02b_figures.ipynb #49fb59af
 def plot_pretraining(run_dir, out_dir=None) -> list[Path]:

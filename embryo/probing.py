@@ -27,9 +27,9 @@ from . import data as D
 from .config import atomic_write, split_names
 from .run import (find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step, series_lacks,
                         encoder_states, max_length)
-from .figures import save_figure, step_axis
+from .figures import REFERENCE_STYLE, reference_label, save_figure, step_axis
 from .reconstruction import align, brown_base_tag
-from .results import write_results, read_results, markdown_table, score_rows, binomial_se
+from .results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', 'SPLITS', 'SPACY_MODEL', 'SPLIT_SHARES', 'REPORT',
@@ -37,8 +37,8 @@ __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', '
            'dependency_constituents', 'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks', 'token_spans',
            'span_means', 'weights_id', 'cache_file', 'task_features', 'control_labels', 'torch_threads', 'train_probes',
            'micro_f1', 'word_identity_f1', 'probe_task', 'evaluate_step', 'applies_to', 'probing_results', 'task_sizes',
-           'layer_curves', 'layer_colour', 'floors', 'plot_fig2b', 'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict',
-           'best_layer_gain', 'layer_verdict', 'verdicts', 'selectivity_table', 'redraw']
+           'layer_curves', 'layer_colour', 'floors', 'reference_f1', 'plot_fig2b', 'plot_fig3', 'plot_fig10',
+           'plot_fig11', 'verdict', 'best_layer_gain', 'layer_verdict', 'verdicts', 'selectivity_table', 'redraw']
 
 # %% ../nbs/07_probing.ipynb #d53027ac
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -558,14 +558,27 @@ def floors(df: pd.DataFrame) -> pd.Series:
     "Each task's word-identity F1 (the mean over the steps that stored it; the same targets at every step)."
     return df[df.metric == "word_identity_f1"].groupby("task").value.mean()
 
+# %% ../nbs/07_probing.ipynb #bd88c716
+def reference_f1(df: pd.DataFrame) -> pd.DataFrame:
+    "The trained reference's best layer and its F1 per task, for tasks probed on it with the classes and splits of `df`."
+    r = reference_results(ANALYSIS)
+    if r.empty or df.empty: return pd.DataFrame(columns=["layer", "f1"])
+    mine, theirs = task_sizes(df), task_sizes(r)
+    alike = lambda t: mine.n_classes[t] == theirs.n_classes[t] and ((mine.loc[t] - theirs.loc[t]).abs() <= 0.05 * theirs.loc[t]).all()
+    same = [t for t in theirs.index if t in mine.index and alike(t)]
+    f = r[(r.metric == "f1") & r.task.isin(same)]
+    return f.loc[f.groupby("task").value.idxmax()].set_index("task")[["layer", "value"]].rename(columns={"value": "f1"})
+
+
 # %% ../nbs/07_probing.ipynb #e2c6ae12
-def _layer_panel(ax, df, task, title, n_layers, control=False, run_dir=None):
+def _layer_panel(ax, df, task, title, n_layers, control=False, run_dir=None, ref=None):
     for metric, ls in (("f1", "-"),) + ((("control_f1", ":"),) if control else ()):
         t = layer_curves(df, task, metric)
         for l in t.columns:
             ax.plot(t.index, t[l], ls, marker="." if ls == "-" else None, color=layer_colour(l, n_layers),
                     label=f"layer {l}" if ls == "-" else None)
     if task in (fl := floors(df)): ax.axhline(fl[task], color="tab:red", ls="--", lw=1)
+    if ref is not None and task in ref.index: ax.axhline(ref.f1[task], **REFERENCE_STYLE)
     step_axis(ax, label=None, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_title(textwrap.fill(title, 48), fontsize=9)
 
@@ -609,15 +622,18 @@ def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False)
     import matplotlib.pyplot as plt
     cols = min(3, len(panels)); rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.1 * rows + 0.5), squeeze=False)
+    ref = reference_f1(df)
     for ax, (task, title, absent) in zip(axes.flat, panels):
         if absent: _absent(ax, title, absent)
-        else: _layer_panel(ax, df, task, title, n_layers, control, run_dir)
+        else: _layer_panel(ax, df, task, title, n_layers, control, run_dir, ref)
     for ax in axes.flat[len(panels):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel("pretraining step (symlog)")
     for ax in axes[:, 0]: ax.set_ylabel("test micro-F1 (0-1)")
     handles = [plt.Line2D([], [], color=layer_colour(l, n_layers), marker=".", label=f"layer {l}") for l in range(n_layers + 1)]
     if control: handles.append(plt.Line2D([], [], color="0.4", ls=":", label="control task"))
     if len(floors(df)): handles.append(plt.Line2D([], [], color="tab:red", ls="--", label="floor: each word's\ncommonest training label"))
+    if any(t in ref.index for t, _, absent in panels if not absent):
+        handles.append(plt.Line2D([], [], **REFERENCE_STYLE, label=reference_label("its best layer").replace(", ", ",\n")))
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="layer (0 = embeddings)")
     fig.suptitle(suptitle, fontsize=10); fig.tight_layout()
     return save_figure(fig, out_dir or Path(run_dir) / "figures", name)

@@ -28,10 +28,11 @@ from .seeds import seed_bands, seed_run_dirs
 
 # %% auto #0
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
-           'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'BUNDLED', 'SHIPPED_FILES', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS',
-           'pace_sentence', 'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds',
-           'status_of', 'findings_markdown', 'sync_findings', 'publish_report', 'bundle_run', 'shipped_steps',
-           'ship_checkpoints', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'notebook_pages']
+           'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'BUNDLED', 'SHIPPED_FILES', 'REFERENCE_ANALYSES', 'NOTEBOOKS',
+           'RESULTS_MARK', 'TWINS', 'pace_sentence', 'report_sections', 'write_report', 'redraw_all', 'reproduce',
+           'reproduce_seeds', 'status_of', 'findings_markdown', 'sync_findings', 'publish_report', 'copy_database',
+           'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference', 'results_markdown', 'sync_notebooks',
+           'checkout_figures', 'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -276,30 +277,34 @@ def publish_report(run_dir, figures_dir="figures") -> list[Path]:
     return paths
 
 # %% ../nbs/10c_report.ipynb #958d1f2e
+def copy_database(run_dir, out: Path) -> Path:
+    "A consistent, compacted copy of the run's results database as `out/results.sqlite` (SQLite's backup API)."
+    import sqlite3
+    out.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(out, f".{DB_NAME}.")
+    tmp = out / f".{DB_NAME}.{temp_tag()}.tmp"  # the temporary name atomic_write gives, so a killed copy is cleaned alike
+    try:
+        with connect(run_dir) as con:
+            dst = sqlite3.connect(tmp, isolation_level=None)
+            try: con.backup(dst); dst.execute("VACUUM")
+            finally: dst.close()
+        os.replace(tmp, out / DB_NAME); fsync_dir(out)
+    finally: tmp.unlink(missing_ok=True)
+    return out / DB_NAME
+
 BUNDLED = ("pretrain_config.json", "logs/train.jsonl", "logs/eval.json", "facts.jsonl")  # besides the results database
 
 def bundle_run(run_dir, figures_dir="figures") -> list[Path]:
     "Copy the run's results database, settings and training log into `figures_dir/run/`, a folder that reads as the run for its results."
-    import sqlite3
     run_dir, out = Path(run_dir), Path(figures_dir) / RUN_BUNDLE
     if out.resolve() == run_dir.resolve(): return []  # the bundle itself: nothing to copy
     paths = []
     for name in BUNDLED:
         src = run_config_file(run_dir) if name == "pretrain_config.json" else run_dir / name  # an old run's config.json too
         if src.exists(): paths.append(atomic_write(out / name, src.read_text(encoding="utf-8")))
-    if db_path(run_dir, DB_NAME).exists():
-        out.mkdir(parents=True, exist_ok=True)
-        clean_stale_temps(out, f".{DB_NAME}.")
-        tmp = out / f".{DB_NAME}.{temp_tag()}.tmp"  # the temporary name atomic_write gives, so a killed copy is cleaned alike
-        try:
-            with connect(run_dir) as con:
-                dst = sqlite3.connect(tmp, isolation_level=None)
-                try: con.backup(dst); dst.execute("VACUUM")
-                finally: dst.close()
-            os.replace(tmp, out / DB_NAME); fsync_dir(out)
-        finally: tmp.unlink(missing_ok=True)
-        paths.append(out / DB_NAME)
+    if db_path(run_dir, DB_NAME).exists(): paths.append(copy_database(run_dir, out))
     return paths + ship_checkpoints(run_dir, out, shipped_steps(run_dir))
+
 
 # %% ../nbs/10c_report.ipynb #edd895e6
 def shipped_steps(run_dir) -> list[int]:
@@ -330,6 +335,18 @@ def ship_checkpoints(run_dir, out, steps) -> list[Path]:
                 if (src / sub / n).exists(): shutil.copyfile(src / sub / n, tmp / sub / n)
         replace_dir(tmp, dst); paths.append(dst)
     return paths
+
+# %% ../nbs/10c_report.ipynb #01025f52
+REFERENCE_ANALYSES = ("probing", "attention", "syntax")  # the analyses whose figures draw the trained reference
+
+def build_reference(runs="runs", out=None, options: dict | None = None) -> Path:
+    "Measure the trained reference with `REFERENCE_ANALYSES` in `runs/<name>` and copy its database to `out`."
+    from embryo.run import REFERENCE, as_run, reference_folder
+    from embryo.results import REFERENCE_DIR
+    run = as_run(reference_folder(), Path(runs) / REFERENCE["name"])
+    sweep(run, list(REFERENCE_ANALYSES), mode="inprocess", options=options or {}, progress=False)
+    return copy_database(run, Path(out) if out else REFERENCE_DIR / REFERENCE["name"])
+
 
 # %% ../nbs/10c_report.ipynb #d7236a80
 NOTEBOOKS = {**ANALYSES, "ablations": "09_albert_ablations"}  # analysis -> its notebook, each with a results cell

