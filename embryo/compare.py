@@ -18,8 +18,8 @@ from .sweep import SweepError, available_analyses
 
 
 # %% auto #0
-__all__ = ['SIDE_BY_SIDE', 'RISE', 'EARLY', 'FLOORS', 'RUN_BUNDLE', 'gain_and_step90', 'trend', 'side_by_side_verdict',
-           'model_family', 'swept_run', 'compare_runs']
+__all__ = ['SIDE_BY_SIDE', 'RISE', 'EARLY', 'FLOORS', 'RUN_BUNDLE', 'FAMILIES', 'gain_and_step90', 'trend',
+           'side_by_side_verdict', 'model_family', 'swept_run', 'run_length', 'compare_runs']
 
 # %% ../nbs/10a_compare.ipynb #9b8bd093
 def _best_layer_mean(df):
@@ -92,9 +92,17 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
 
 # %% ../nbs/10a_compare.ipynb #6c1e282f
 RUN_BUNDLE = "run"  # under a figures folder: the run's results, settings and training log (`bundle_run`, notebook 10c)
+FAMILIES = {"albert": "ALBERT", "bert": "BERT", "roberta": "RoBERTa", "electra": "ELECTRA", "distilbert": "DistilBERT",
+            "deberta": "DeBERTa", "deberta-v2": "DeBERTa"}  # a series' config.json model_type, as the figures name it
+
 def model_family(run_dir) -> str:
-    "ALBERT, BERT or ELECTRA: what a run trained, from its settings (BERT is our model with no sharing and E = H)."
-    from embryo.run import read_run_config
+    """ALBERT, BERT or ELECTRA: what a run trained, from its settings (BERT is our model with no sharing and E = H);
+    for a series we did not train (no settings), its checkpoints' model type (BERT, RoBERTa, ...)."""
+    from embryo.run import Run, read_run_config
+    run = Run(run_dir)
+    if not run.settings:
+        kind = json.loads((run.checkpoint(run.steps[-1]) / "config.json").read_text()).get("model_type") if run.steps else None
+        return FAMILIES.get(kind, kind or "a series")
     _, mc, _ = read_run_config(run_dir)
     if mc.model_type == "electra": return "ELECTRA"
     return "BERT" if mc.sharing == "none" and mc.embedding_size == mc.hidden_size else "ALBERT"
@@ -110,6 +118,17 @@ def swept_run(r: Path) -> Path:
                          f"these figures (embryo report --run <that run> --figures {r}), then pass --run {r / RUN_BUNDLE}")
     raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
 
+# %% ../nbs/10a_compare.ipynb #6cb15cfb
+def run_length(run_dir) -> int:
+    "The steps a run was trained for: its settings' total_steps; a series we did not train: its last step."
+    from embryo.run import Run, read_run_config
+    from embryo.results import read_results
+    run = Run(run_dir)
+    if run.settings: return read_run_config(run_dir)[2].total_steps
+    steps = run.steps or sorted(read_results(run_dir).step.unique())
+    return int(max(steps)) if len(steps) else 0
+
+
 # %% ../nbs/10a_compare.ipynb #d83ae451
 def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     "One figure per analysis with a curve per run (Figs. 9, 11, 13c, 14 side by side), `compare.md` with the verdicts, `compare.json`."
@@ -122,7 +141,7 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
     for r in runs: swept_run(r)
     names = {r: f"{model_family(r)} ({read_run_config(r)[0] if r.name == RUN_BUNDLE else r.name})" for r in runs}  # a bundle by its preset
-    total = {r: read_run_config(r)[2].total_steps for r in runs}
+    total = {r: run_length(r) for r in runs}
     out, paths, report = Path(out_dir), [], {}
     md = ["# Three models side by side: does the trend generalise?", "",
           "Each analysis summarised by one number per step, one curve per run (`compare_runs`, notebook 10). A run *rises* "

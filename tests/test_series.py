@@ -244,3 +244,21 @@ def test_the_cli_sweeps_a_trainer_output_dir(tmp_path):
     assert [p.name for p in sorted((tmp_path / "runs" / out.name / "notebooks" / "attention").iterdir())] == \
         [f"step_{s:07d}.ipynb" for s in STEPS]
     assert sorted(a.step.unique()) == STEPS and (a[a.metric == "diagonal"].groupby("step").size() == 4).all()
+
+
+def test_compare_sets_a_trainer_series_beside_our_run(tmp_path, monkeypatch):
+    "`embryo compare --run figures/run --run <swept Trainer series>`: one curve each, the series named by its model type."
+    from embryo.cli import main
+    from embryo.compare import model_family, run_length
+    from embryo.sweep import sweep
+    out = trainer_series("bert")
+    monkeypatch.chdir(tmp_path)
+    sweep(out, ["reconstruction"], mode="inprocess", options={"reconstruction": dict(max_words=60)}, progress=False)
+    run = tmp_path / "runs" / out.name
+    assert model_family(run) == "BERT" and run_length(run) == STEPS[-1]
+    assert main(["compare", "--run", str(ROOT / "figures" / "run"), "--run", str(run), "--figures", str(tmp_path / "cmp")]) in (0, None)
+    report = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    ours = f"ALBERT ({json.loads((ROOT / 'figures' / 'run' / 'pretrain_config.json').read_text())['preset']})"
+    assert sorted(report["analyses"]["reconstruction"]["runs"]) == sorted([ours, f"BERT ({out.name})"]), report
+    assert report["analyses"]["reconstruction"]["runs"][f"BERT ({out.name})"]["first"] >= 0
+    assert (tmp_path / "cmp" / "fig_compare_reconstruction.png").stat().st_size > 10_000
