@@ -73,14 +73,15 @@ def choose_maps(n_layers: int, n_heads: int, layers=None, heads=None) -> tuple[l
 
 # %% ../nbs/08_attention.ipynb #1faea36d
 def input_ids(tok, task: str = "brown", n_sentences: int = 256, seq_len: int = 24, seed: int = 0) -> torch.Tensor:
-    "(n, seq_len) token ids: `[CLS]`, the first `seq_len - 2` pieces of held-out sentences, `[SEP]`."
+    "(n, seq_len) token ids: the first pieces of held-out sentences inside the tokenizer's special tokens (`[CLS]`, `[SEP]`)."
     check_task(task)
-    if seq_len < 3: raise ValueError(f"seq_len must be at least 3 ([CLS], one piece, [SEP]); got {seq_len}")
+    k = tok.n_added  # ours and BERT's: 2; a causal LM's tokenizer: none
+    if seq_len < k + 1: raise ValueError(f"seq_len must be at least {k + 1} ({k} special tokens and one piece); got {seq_len}")
     texts = [sentence_text(s.words, tok.normalise)[0] for s in tagged_sentences()]
-    ids = [x for x in tok.encode_batch(texts) if len(x) >= seq_len - 2]
-    if not ids: raise ValueError(f"no {task} sentence has {seq_len - 2} pieces or more; choose a smaller seq_len")
+    ids = [x for x in tok.encode_batch(texts) if len(x) >= seq_len - k]
+    if not ids: raise ValueError(f"no {task} sentence has {seq_len - k} pieces or more; choose a smaller seq_len")
     pick = np.sort(np.random.default_rng(seed).permutation(len(ids))[:n_sentences])
-    return torch.tensor([[tok.cls_id, *ids[i][:seq_len - 2], tok.sep_id] for i in pick])
+    return torch.tensor([tok.wrap(ids[i][:seq_len - k]) for i in pick])
 
 # %% ../nbs/08_attention.ipynb #4f7afe32
 @torch.no_grad()

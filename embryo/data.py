@@ -500,6 +500,8 @@ class Tokenizer:
             starts.append(p.begin + (1 if p.end > p.begin and raw[p.begin:p.begin + 1] == b" " else 0))
         return ids, starts, ends
 
+    def wrap(self, ids) -> list[int]: "`[CLS]` ids `[SEP]`: one text as the model reads it."; return [self.cls_id, *ids, self.sep_id]
+    prefix, n_added = 1, 2  # special tokens before the text, and in all, that `wrap` adds
     def decode(self, ids) -> str: return self.sp.decode([int(i) for i in ids])
     def __len__(self): return self.vocab_size
     def __repr__(self): return f"Tokenizer({self.path}, vocab_size={self.vocab_size})"
@@ -558,6 +560,11 @@ class HFTokenizer:
         self.pieces = t.convert_ids_to_tokens(list(range(self.vocab_size)))
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             t.pad_token_id, t.unk_token_id, t.cls_token_id, t.sep_token_id, t.mask_token_id)
+        if self.pad_id is None: self.pad_id = t.eos_token_id or 0  # GPT-2 and Pythia have none: masked out anyway
+        plain, full = (t("a b", add_special_tokens=s)["input_ids"] for s in (False, True))
+        k = next(i for i in range(len(full) - len(plain) + 1) if full[i:i + len(plain)] == plain)
+        self._before, self._after = full[:k], full[k + len(plain):]  # BERT: [CLS], [SEP]; RoBERTa: <s>, </s>; GPT-2: none
+        self.prefix, self.n_added = len(self._before), len(self._before) + len(self._after)
         self.special_ids = tuple(sorted(set(t.all_special_ids)))
         self.sha256 = hashlib.sha256(t.backend_tokenizer.to_str().encode()).hexdigest()  # vocabulary, rules, normaliser
 
@@ -582,6 +589,10 @@ class HFTokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return self.hf(list(texts), add_special_tokens=False)["input_ids"] if len(texts) else []
+
+    def wrap(self, ids) -> list[int]:
+        "One text as the model reads it: the tokenizer's own special tokens around `ids` (none for a causal LM's)."
+        return [*self._before, *ids, *self._after]
 
     def decode(self, ids) -> str: return self.hf.decode([int(i) for i in ids])
     def __len__(self): return self.vocab_size

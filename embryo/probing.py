@@ -246,21 +246,21 @@ def span_means(model, tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple
     by_text = {}
     for k, (t, s, e) in enumerate(spans): by_text.setdefault(t, []).append(k)
     enc = {t: token_spans(tok, texts[t], [spans[k][1:] for k in ks]) for t, ks in by_text.items()}
-    order = sorted((t for t in enc if len(enc[t][0]) + 2 <= max_length), key=lambda t: -len(enc[t][0]))
+    order = sorted((t for t in enc if len(enc[t][0]) + tok.n_added <= max_length), key=lambda t: -len(enc[t][0]))
     out, kept = None, np.zeros(len(spans), dtype=bool)
     i = 0
     while i < len(order):
-        n = max(1, batch_tokens // (len(enc[order[i]][0]) + 2))
+        n = max(1, batch_tokens // (len(enc[order[i]][0]) + tok.n_added))
         batch, i = order[i:i + n], i + n
-        T = len(enc[batch[0]][0]) + 2
+        T = len(enc[batch[0]][0]) + tok.n_added
         ids = torch.full((len(batch), T), tok.pad_id, dtype=torch.long); att = torch.zeros_like(ids)
         rows, starts, ends, where = [], [], [], []
         for r, t in enumerate(batch):
             x = enc[t][0]
-            ids[r, :len(x) + 2] = torch.tensor([tok.cls_id, *x, tok.sep_id]); att[r, :len(x) + 2] = 1
+            ids[r, :len(x) + tok.n_added] = torch.tensor(tok.wrap(x)); att[r, :len(x) + tok.n_added] = 1
             for k, ts in zip(by_text[t], enc[t][1]):
                 if ts is None: continue
-                rows.append(r); starts.append(ts[0] + 1); ends.append(ts[1] + 1); where.append(k)  # +1: [CLS]
+                rows.append(r); starts.append(ts[0] + tok.prefix); ends.append(ts[1] + tok.prefix); where.append(k)  # after [CLS]
         h = _hidden_states(model, ids.to(device), att.to(device)).cpu()  # (L+1, B, T, H)
         if out is None: out = np.zeros((len(spans), h.shape[0], h.shape[-1]), dtype=np.float16)
         if not rows: continue

@@ -545,7 +545,7 @@ class HFMaskedLM(torch.nn.Module):
     @property
     def max_length(self) -> int:
         "The longest input its position table takes (RoBERTa's positions start after its padding id)."
-        pad = getattr(self.model.base_model.embeddings, "padding_idx", None)
+        pad = getattr(getattr(self.model.base_model, "embeddings", None), "padding_idx", None)  # GPT-2 has no `embeddings`
         return self.config.max_position_embeddings - (pad + 1 if pad is not None else 0)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, output_attentions=False,
@@ -565,13 +565,13 @@ class HFMaskedLM(torch.nn.Module):
 
 # %% ../nbs/02a_run.ipynb #67f585e1
 def load_hf_model(folder, device="cpu") -> HFMaskedLM:
-    "A transformers encoder checkpoint, in eval mode: its masked LM where the folder holds the head, else the encoder."
+    """A transformers checkpoint in eval mode: its masked LM where the folder holds the head, else the bare model (an
+    encoder, or a causal LM's decoder: hidden states and attention maps)."""
     from transformers import AutoModel, AutoModelForMaskedLM
     folder, kind = Path(folder), checkpoint_kind(folder)
-    if kind in ("causal-lm", "other"):
-        what = "a causal language model" if kind == "causal-lm" else "a model of a family with no masked LM"
-        raise CheckpointError(f"{folder} holds {what}; embryo analyses masked-LM encoders for now (BERT, RoBERTa and "
-                              "the like): causal LMs such as Pythia are a later part of this work")
+    if kind == "other":
+        raise CheckpointError(f"{folder} holds a model of a family with neither a masked LM nor a causal LM; embryo "
+                              "reads encoders (BERT, RoBERTa and the like) and causal LMs (GPT-2, Pythia)")
     quiet_transformers()
     model = None
     if kind == "masked-lm":
@@ -647,8 +647,7 @@ def run_sentence_task(run_dir) -> str:
     except (OSError, ValueError): return "sop"
 
 # %% ../nbs/02a_run.ipynb #d663dffa
-NEEDS = {"encoder": ("the hidden states and attention maps of a bidirectional encoder (causal LMs are not read yet)",
-                     ("albert", "electra", "masked-lm", "encoder")),
+NEEDS = {"encoder": ("the hidden states and attention maps of a transformer", ("albert", "electra", "masked-lm", "encoder", "causal-lm")),
          "mlm_head": ("the vocabulary scores of a masked-LM head", ("albert", "electra", "masked-lm")),
          "ours": ("embryo's ALBERT or ELECTRA classes, which its fine-tuning builds on", ("albert", "electra"))}
 

@@ -124,12 +124,13 @@ def read_treebank(source) -> list[Parsed]:
 # %% ../nbs/08a_syntax.ipynb #e27b3395
 def word_attention(att: np.ndarray, # (..., T, T) token attention, [CLS] at 0, pieces 1..T-2, [SEP] at T-1
                    spans: Sequence[tuple[int, int]], # per word, its [start, end) range among the pieces (0-based, no [CLS])
+                   offset: int = 1, # tokens before the first piece: 1 ([CLS]), 0 for a causal LM (`tok.prefix`)
                   ) -> np.ndarray:
     "(..., W, W) word attention: rows the mean over a word's pieces, columns the sum over them; [CLS], [SEP] dropped."
     T, W = att.shape[-1], len(spans)
     rows, cols = np.zeros((W, T)), np.zeros((T, W))
     for w, (s, e) in enumerate(spans):
-        rows[w, s + 1:e + 1] = 1 / (e - s); cols[s + 1:e + 1, w] = 1  # +1: [CLS] is token 0
+        rows[w, s + offset:e + offset] = 1 / (e - s); cols[s + offset:e + offset, w] = 1  # [CLS] is token 0
     return rows @ att @ cols
 
 # %% ../nbs/08a_syntax.ipynb #efebeed6
@@ -167,21 +168,21 @@ def sentence_inputs(tok, sents: Sequence[Parsed], max_sentences: int = 500, max_
     for s in sents:
         if len(out) >= max_sentences: break
         ids, spans = align(tok, s.words)
-        if len(s.words) < 2 or any(x is None for x in spans) or len(ids) + 2 > max_tokens: passed += 1; continue
-        out.append((torch.tensor([[tok.cls_id, *ids, tok.sep_id]]), spans, s))
+        if len(s.words) < 2 or any(x is None for x in spans) or len(ids) + tok.n_added > max_tokens: passed += 1; continue
+        out.append((torch.tensor([tok.wrap(ids)]), spans, s))
     return out, passed
 
 # %% ../nbs/08a_syntax.ipynb #343a6562
-def syntax_counts(model, inputs, device="cpu") -> dict[str, np.ndarray | int]:
+def syntax_counts(model, inputs, device="cpu", offset: int = 1) -> dict[str, np.ndarray | int]:
     "Words chosen correctly per (layer, head), by the adjacent baselines, and the number of words and sentences scored."
-    with torch_threads(1): return _syntax_counts(model, inputs, device)  # a one-sentence forward pass gains nothing from more, and loses much on a busy CPU
+    with torch_threads(1): return _syntax_counts(model, inputs, device, offset)  # a one-sentence forward pass gains nothing from more, and loses much on a busy CPU
 
 # %% ../nbs/08a_syntax.ipynb #209087a0
-def _syntax_counts(model, inputs, device):
+def _syntax_counts(model, inputs, device, offset):
     words, base, by_word, names = 0, {"previous": 0, "next": 0, "random": 0.0}, [], []
     for n, (ids, spans, s) in enumerate(inputs):
         maps, _ = attention_maps(model, ids, device, batch_size=1)  # (L, H, T, T): this one sentence's maps
-        by_word.append(word_correct(choices(word_attention(maps, spans)), s.heads))  # (L, H, W)
+        by_word.append(word_correct(choices(word_attention(maps, spans, offset)), s.heads))  # (L, H, W)
         names += [f"{n}:{i} {x}" for i, x in enumerate(s.words)]
         words += len(s.words)
         for k, ch in adjacent_choices(len(s.words)).items(): base[k] += int(correct(ch, s.heads))
@@ -229,7 +230,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     for task, sents in (("silver", silver_sentences()), ("gold", gold)):
         if sents is None: continue
         inputs, _ = sentence_inputs(tok, sents, max_sentences, max_length(model))
-        counts = syntax_counts(model, inputs, device)
+        counts = syntax_counts(model, inputs, device, tok.prefix)
         rows += step_rows(counts, task); scores += uas_scores(counts, task)
     write_results(run_dir, ANALYSIS, step, rows, scores=scores)
     return pd.DataFrame(rows)

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SERIES = dict(sentences=600, vocab_size=600, hidden_size=32, layers=2, heads=2, max_length=64, batch_size=16,
               max_steps=12, save_steps=4, learning_rate=2e-3, seed=0)
 STEPS = [4, 8, 12]
+EOT = "<|endoftext|>"  # GPT-NeoX's one special token
 ENCODER = ["probing", "similarity", "attention", "syntax"]
 QUICK = {"probing": dict(tasks="pos_brown", max_sentences=200, max_train=300, max_dev=60, max_test=100),
          "similarity": dict(max_tokens=300), "attention": dict(n_sentences=24, seq_len=12),
@@ -37,22 +38,29 @@ def _tokenizer(kind: str, lines: list[str]):
         t.train_from_iterator(lines, vocab_size=SERIES["vocab_size"], show_progress=False)
         return BertTokenizerFast(tokenizer_object=t._tokenizer)
     t = ByteLevelBPETokenizer()
+    if kind == "gpt-neox":  # Pythia's kind: byte-level BPE, one special token, no [CLS]/[SEP] around a text
+        from transformers import PreTrainedTokenizerFast
+        t.train_from_iterator(lines, vocab_size=SERIES["vocab_size"], show_progress=False, special_tokens=[EOT])
+        return PreTrainedTokenizerFast(tokenizer_object=t._tokenizer, bos_token=EOT, eos_token=EOT, unk_token=EOT, pad_token=EOT)
     t.train_from_iterator(lines, vocab_size=SERIES["vocab_size"], show_progress=False,
                           special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
     return RobertaTokenizerFast(tokenizer_object=t._tokenizer)
 
 
 def _model(kind: str, tok):
-    from transformers import BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
+    from transformers import BertConfig, BertForMaskedLM, GPTNeoXConfig, GPTNeoXForCausalLM, RobertaConfig, RobertaForMaskedLM
     size = dict(vocab_size=len(tok), hidden_size=SERIES["hidden_size"], num_hidden_layers=SERIES["layers"],
                 num_attention_heads=SERIES["heads"], intermediate_size=2 * SERIES["hidden_size"])
+    if kind == "gpt-neox":
+        return GPTNeoXForCausalLM(GPTNeoXConfig(**size, max_position_embeddings=128, bos_token_id=tok.bos_token_id,
+                                                eos_token_id=tok.eos_token_id))
     if kind == "bert": return BertForMaskedLM(BertConfig(**size, max_position_embeddings=128))
     return RobertaForMaskedLM(RobertaConfig(**size, max_position_embeddings=130, type_vocab_size=1, pad_token_id=tok.pad_token_id,
                                             bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
 
 
 def trainer_series(kind: str) -> Path:
-    """A Trainer's output_dir (checkpoint-4/, -8/, -12/) of a tiny `kind` ('bert' or 'roberta') masked LM trained on the
+    """A Trainer's output_dir (checkpoint-4/, -8/, -12/) of a tiny `kind` ('bert', 'roberta' masked LM or 'gpt-neox' causal LM) trained on the
     first sentences of the built-in corpus; built once (about 15 s) and cached under the data dir."""
     import transformers
     key = hashlib.sha256(json.dumps([kind, SERIES, transformers.__version__]).encode()).hexdigest()[:10]
@@ -73,7 +81,7 @@ def trainer_series(kind: str) -> Path:
                                  learning_rate=SERIES["learning_rate"], seed=SERIES["seed"], save_only_model=True,
                                  report_to=[], use_cpu=True, disable_tqdm=True)
         Trainer(model=model, args=args, train_dataset=data, processing_class=tok,
-                data_collator=DataCollatorForLanguageModeling(tok, mlm_probability=0.15)).train()
+                data_collator=DataCollatorForLanguageModeling(tok, mlm=kind != "gpt-neox", mlm_probability=0.15)).train()
         shutil.rmtree(out, ignore_errors=True)
         os.rename(tmp, out)
     return out
@@ -191,11 +199,36 @@ def test_a_bare_encoder_series_leaves_out_what_needs_a_head(tmp_path, monkeypatc
     assert type(run.tokenizer()).__name__ == "HFTokenizer"  # from vocab.txt alone, through transformers
 
 
-def test_a_causal_lm_series_is_left_out_by_name(tmp_path, monkeypatch, capsys):
-    "A GPT-2 series (Pythia-like hub revisions step1000, step2000) is a run, but no encoder: each analysis says why, none fails."
+def test_a_causal_lm_trainer_series_gets_the_encoder_analyses(tmp_path, monkeypatch, capsys):
+    """A GPT-NeoX (Pythia's architecture) trained by Trainer, byte-level BPE with no [CLS]/[SEP]: probing, similarity,
+    attention and syntax read its decoder's hidden states and causal attention maps; reconstruction and knowledge say
+    in one line that it has no masked-LM head."""
+    from embryo.sweep import sweep
+    out = trainer_series("gpt-neox")
+    monkeypatch.chdir(tmp_path)
+    t = sweep(out, ENCODER + ["reconstruction", "knowledge"], mode="inprocess", options=QUICK, progress=False)
+    said = [l for l in capsys.readouterr().out.splitlines() if "not run" in l]
+    assert sorted(t.index) == sorted(ENCODER) and list(t.columns) == STEPS and (t == "done").all().all(), t
+    assert [l.split(":")[0] for l in said] == ["reconstruction", "knowledge"], said
+    assert all("gpt_neox causal-lm models (GPTNeoXForCausalLM); this analysis needs the vocabulary scores of a "
+               "masked-LM head" in l for l in said), said
+    run = Run(tmp_path / "runs" / out.name)
+    assert run.kind == "causal-lm" and (run.tokenizer().prefix, run.tokenizer().n_added) == (0, 0)
+    L, H = SERIES["layers"], SERIES["heads"]
+    f1 = read_results(run, "probing", task="pos_brown", metric="f1")
+    assert sorted(f1.step.unique()) == STEPS and sorted(f1.layer.unique()) == list(range(L + 1)) and f1.value.between(0, 1).all()
+    a = read_results(run, "attention", metric="next")
+    assert len(a) == len(STEPS) * L * H and (a.value.abs() < 1e-6).all()  # causal: nothing attends to the next token
+    assert (read_results(run, "attention", metric="self").value > 0).all()
+    x = read_results(run, "syntax", metric="uas_best")
+    assert sorted(x.step.unique()) == STEPS and x.value.between(0, 1).all()
+    s = read_results(run, "similarity", metric="cka_final", step=STEPS[-1])
+    assert (s.value - 1).abs().max() < 1e-6
+
+
+def test_a_gpt2_series_named_like_hub_revisions(tmp_path, monkeypatch, capsys):
+    "GPT-2 checkpoints saved as step1000/, step2000/ (Pythia's revision names): attention runs, reconstruction says why."
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-    from embryo.model import CheckpointError
-    from embryo.run import load_checkpoint
     from embryo.sweep import sweep
     tok = AutoTokenizer.from_pretrained(trainer_series("roberta") / "checkpoint-4")
     for s in (1000, 2000):
@@ -203,13 +236,12 @@ def test_a_causal_lm_series_is_left_out_by_name(tmp_path, monkeypatch, capsys):
         GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64)).save_pretrained(d)
         tok.save_pretrained(d)
     monkeypatch.chdir(tmp_path)
-    t = sweep(tmp_path / "pythia-like", ENCODER + ["reconstruction"], mode="inprocess", progress=False)
+    t = sweep(tmp_path / "pythia-like", ["attention", "reconstruction"], mode="inprocess", options=QUICK, progress=False)
     said = [l for l in capsys.readouterr().out.splitlines() if "not run" in l]
-    assert t.empty and [l.split(":")[0] for l in said] == ENCODER + ["reconstruction"], said
-    assert all("gpt2 causal-lm models (GPT2LMHeadModel)" in l for l in said), said
+    assert list(t.index) == ["attention"] and list(t.columns) == [1000, 2000] and (t == "done").all().all(), t
+    assert len(said) == 1 and said[0].startswith("reconstruction") and "gpt2 causal-lm models (GPT2LMHeadModel)" in said[0]
     assert Run(tmp_path / "runs" / "pythia-like").steps == [1000, 2000]
-    with pytest.raises(CheckpointError, match="holds a causal language model; embryo analyses masked-LM encoders for now"):
-        load_checkpoint(tmp_path / "runs" / "pythia-like", 2000)
+
 
 def test_knowledge_says_why_it_skips_byte_level_bpe(tmp_path):
     from embryo import knowledge, reconstruction, glue
