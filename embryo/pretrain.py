@@ -42,8 +42,8 @@ __all__ = ['FIXED_SETTINGS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_grou
            'seq_length_at', 'checkpoint_steps', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches',
            'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'TrainingDiverged', 'diverged', 'DiskFull',
            'resolve_data_workers', 'check_compile', 'compile_step', 'deterministic_kernels', 'prefetched', 'train_step',
-           'train', 'heldout_examples', 'evaluate_heldout', 'corpus_slice', 'fixture_run', 'heldout_curve',
-           'split_overrides', 'pretrain_from_args', 'main']
+           'train', 'batch_source', 'loss_counts', 'heldout_examples', 'evaluate_heldout', 'corpus_slice',
+           'fixture_run', 'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -504,6 +504,25 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
                            f"free some space (or pass a --run folder on another disk) and rerun the same command; training "
                            f"resumes from its last resume point (last checkpoint: step {steps[-1] if steps else 'none'})") from None
 
+# %% ../nbs/03_pretrain.ipynb #56cdb729
+def batch_source(run_dir, tok, ds, tc: TrainConfig):
+    "step -> (the `Batches` of its phase, the step within that phase), injected facts (notebook 06a) in their places."
+    T1 = phase1_steps(tc)
+    facts = read_facts(run_dir) if tc.facts else []  # chosen and written by prepare_run
+    inject = lambda steps: injections(facts, tok, tc.batch_size, steps) if facts else None
+    data = Batches(ds, tok, tc, inject(range(T1 + 1, tc.total_steps + 1)))
+    if not T1: return lambda step: (data, step)
+    tc1 = replace(tc, max_seq_length=tc.phase1_seq_length, phase1_seq_length=None)  # BERT's first phase: its own
+    data1 = Batches(examples_of(tok, tc1, tc1.max_seq_length), tok, tc1, inject(range(1, T1 + 1)))  # examples, shorter
+    return lambda step: (data1, step) if step <= T1 else (data, step - T1)
+
+def loss_counts(batches, electra: bool) -> torch.Tensor:
+    "What the step's two losses average over, summed over its micro-batches: masked tokens; tokens (ELECTRA's RTD) or labelled sequences."
+    second = lambda b: int(b["attention_mask"].sum()) if electra else int((b["sentence_order_label"] != -100).sum())
+    return torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches), sum(second(b) for b in batches)],
+                        dtype=torch.float64)
+
+
 # %% ../nbs/03_pretrain.ipynb #1fa83f90
 def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, workers) -> dict:
     from tqdm.auto import tqdm
@@ -516,14 +535,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     if rank == 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override, verbose=progress)
     if world > 1: dist.barrier()
     if rank != 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override)  # reads what rank 0 cached
-    T1 = phase1_steps(tc)
-    facts = read_facts(run_dir) if tc.facts else []  # injected facts (notebook 06a), chosen and written by prepare_run
-    inject = lambda steps: injections(facts, tok, tc.batch_size, steps) if facts else None
-    data = Batches(ds, tok, tc, inject(range(T1 + 1, tc.total_steps + 1)))
-    if T1:  # BERT's first phase: its own examples at the shorter length, its own example stream
-        tc1 = replace(tc, max_seq_length=tc.phase1_seq_length, phase1_seq_length=None)
-        data1 = Batches(examples_of(tok, tc1, tc1.max_seq_length), tok, tc1, inject(range(1, T1 + 1)))
-    source = lambda step: (data1, step) if step <= T1 else (data, step - T1)  # (batches, step within its phase)
+    T1, source = phase1_steps(tc), batch_source(run_dir, tok, ds, tc)
     torch.manual_seed(tc.seed)
     t0 = time.perf_counter()
     model = pretraining_model(mc).to(dev)
@@ -552,10 +564,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
         return [src.collate(ks) for ks in np.array_split(list(src.indices(s))[rank::world], tc.grad_accum)]
     with open(log_file, "a") as log, deterministic_kernels(tc.compile):
         for step, batches in prefetched(step_batches, range(start + 1, last + 1), resolve_data_workers(workers, dev, world), dev.type == "cuda"):
-            counts = torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches),  # masked tokens
-                                   sum(int(b["attention_mask"].sum()) if electra else int((b["sentence_order_label"] != -100).sum())
-                                       for b in batches)],  # what the second loss averages over: tokens (RTD) or labelled sequences
-                                  dtype=torch.float64)
+            counts = loss_counts(batches, electra)
             if world > 1: dist.all_reduce(counts)
             logged = step % tc.log_every == 0 or step == 1 or step == tc.total_steps
             stats = train_step(model, batches, counts[0].item(), counts[1].item(), world, dev, ddp, weight, precision,
