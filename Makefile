@@ -18,8 +18,8 @@ $(STAMP): settings.ini setup.py pyproject.toml
 reproduce: $(STAMP)
 	$(BIN)/python -m embryo.cli reproduce
 
-# The mature run (issue "findings"): tiny's model for 4x the tokens (32,000 steps, warmup-stable-decay, a checkpoint
-# every 100 steps up to step 10,000), every analysis over it, its figures and report in figures/mature. Resumable.
+# The mature run (issue "findings"): tiny's model for 4x the tokens (8,000 steps of 128 sequences, warmup-stable-decay,
+# a checkpoint every 50 steps up to step 2,500), every analysis over it, its figures and report in figures/mature. Resumable.
 mature: $(STAMP)
 	$(BIN)/python -m embryo.cli reproduce --preset tiny-mature --figures figures/mature
 
