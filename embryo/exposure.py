@@ -27,11 +27,13 @@ __all__ = ['ANALYSIS', 'METRICS', 'LAMA_TEMPLATES', 'CATEGORIES', 'RECENCY_BINS'
 
 # %% ../nbs/06a_exposure.ipynb #633b7742
 ANALYSIS = "exposure"  # the `analysis` name of this notebook's rows in the results database
-METRICS = {"p@1": "paraphrase", "p@1_trained": "trained"}  # metric -> which sentence asks: the LAMA template, or training phrasing 1
+# metric -> which sentence asks: the LAMA template, or training phrasing 1
+METRICS = {"p@1": "paraphrase", "p@1_trained": "trained"}
 LAMA_TEMPLATES = {r: TABLE8[r][1] for r in FACT_TEMPLATES}  # the query: the relation's LAMA template (notebook 06)
 
 def fact_queries(facts: Sequence[Fact], tok, asked: str) -> list[Query]:
-    "One cloze query per fact, asked with its relation's LAMA template (`asked='paraphrase'`) or first training phrasing ('trained')."
+    ("One cloze query per fact, asked with its relation's LAMA template (`asked='paraphrase'`) "
+     "or first training phrasing ('trained').")
     tpl = LAMA_TEMPLATES if asked == "paraphrase" else {r: t[0] for r, t in FACT_TEMPLATES.items()}
     out = []
     for f in facts:
@@ -69,7 +71,8 @@ def evaluate_step(run_dir, # a run trained with facts (its facts.jsonl, checkpoi
 def applies_to(run) -> str | None:
     "None where this analysis runs on the series `run`; else why not, in one line."
     if not (Path(Run.of(run).path) / FACTS_FILE).exists():
-        return f"{Run.of(run).name} was trained without injected facts (TrainConfig.facts=0; the preset tiny-facts has them)"
+        return (f"{Run.of(run).name} was trained without injected facts "
+                "(TrainConfig.facts=0; the preset tiny-facts has them)")
     return None
 
 # %% ../nbs/06a_exposure.ipynb #40d770c3
@@ -81,12 +84,14 @@ def constant_answers(facts: Sequence[Fact]) -> dict[str, str]:
 def constant_floor(facts: Sequence[Fact]) -> pd.Series:
     "Per exposure group: the P@1 of always giving each relation's most frequent answer."
     top = constant_answers(facts)
-    return pd.Series([f.object == top[f.relation] for f in facts]).groupby([f.exposures for f in facts]).mean().rename("floor")
+    right = pd.Series([f.object == top[f.relation] for f in facts])
+    return right.groupby([f.exposures for f in facts]).mean().rename("floor")
 
 # %% ../nbs/06a_exposure.ipynb #71de314c
 def fact_table(run_dir) -> pd.DataFrame:
-    """Per (fact, evaluated step): relation, subject, object, exposures, `constant` (the constant answer is right), known
-    (asked with the paraphrase), known_trained, shown (exposures so far), since_last (steps since the last one)."""
+    """Per (fact, evaluated step): relation, subject, object, exposures, `constant` (the constant answer is right),
+    known (asked with the paraphrase), known_trained, shown (exposures so far), since_last (steps since the last
+    one)."""
     facts = {f"{f.relation} {f.subject} -> {f.object}": f for f in read_facts(run_dir)}
     top = constant_answers(list(facts.values()))
     sc = read_scores(run_dir, ANALYSIS)
@@ -95,8 +100,9 @@ def fact_table(run_dir) -> pd.DataFrame:
     for r in sc.itertuples():
         if r.examples not in items: items[r.examples] = read_examples(run_dir, ANALYSIS, r.task, r.examples)
         for item, v in zip(items[r.examples], r.scores):
-            f = facts[item]; rec = out.setdefault((item, r.step), dict(step=int(r.step), fact=item, relation=f.relation,
-                                                                       subject=f.subject, object=f.object, exposures=f.exposures))
+            f = facts[item]
+            rec = out.setdefault((item, r.step), dict(step=int(r.step), fact=item, relation=f.relation,
+                                                      subject=f.subject, object=f.object, exposures=f.exposures))
             rec["known" if r.key == "p@1" else "known_trained"] = float(v)
     df = pd.DataFrame(list(out.values())).sort_values(["fact", "step"], ignore_index=True)
     df.insert(6, "constant", [o == top[r] for o, r in zip(df.object, df.relation)])
@@ -106,8 +112,10 @@ def fact_table(run_dir) -> pd.DataFrame:
     return df
 
 # %% ../nbs/06a_exposure.ipynb #50fb7e13
-def group_curves(table: pd.DataFrame, column: str = "known", constant: bool | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    "P@1 (step x exposures) and its number of facts, over all facts or those the constant answer gets right (True) or wrong (False)."
+def group_curves(table: pd.DataFrame, column: str = "known",
+                 constant: bool | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    ("P@1 (step x exposures) and its number of facts, over all facts or those the constant answer gets right (True) "
+     "or wrong (False).")
     t = table if constant is None else table[table.constant == constant]
     g = t.groupby(["step", "exposures"])[column]
     return g.mean().unstack(), g.size().unstack()
@@ -129,14 +137,17 @@ def categories(table: pd.DataFrame, column: str = "known") -> pd.DataFrame:
     return t.groupby("fact").agg(exposures=("exposures", "first"), category=(column, category)).reset_index()
 
 # %% ../nbs/06a_exposure.ipynb #2c61610f
-RECENCY_BINS = (0, 100, 300, 1000, 3000, 10_000, 30_000, 100_000, 300_000, 1_000_000, np.inf)  # steps since the last exposure
+# steps since the last exposure
+RECENCY_BINS = (0, 100, 300, 1000, 3000, 10_000, 30_000, 100_000, 300_000, 1_000_000, np.inf)
 
 def recency(table: pd.DataFrame, column: str = "known", since: int = 0) -> pd.DataFrame:
-    "P@1 (`p`, with `n` fact-steps and binomial `se`) of exposed facts by steps since their last exposure, at evaluated steps >= `since`."
+    ("P@1 (`p`, with `n` fact-steps and binomial `se`) of exposed facts by steps since their last exposure, "
+     "at evaluated steps >= `since`.")
     t = table[table.since_last.notna() & (table.step >= since)]
     b = pd.cut(t.since_last, RECENCY_BINS, right=False)
     g = t.groupby(b, observed=True)[column].agg(["mean", "size"]).rename(columns={"mean": "p", "size": "n"})
-    return g.assign(se=binomial_se(g.p, g.n), lo=[i.left for i in g.index], hi=[i.right for i in g.index]).reset_index(drop=True)
+    g = g.assign(se=binomial_se(g.p, g.n), lo=[i.left for i in g.index], hi=[i.right for i in g.index])
+    return g.reset_index(drop=True)
 
 # %% ../nbs/06a_exposure.ipynb #a8433e4e
 def _exposure_colour(c: int):
@@ -169,7 +180,8 @@ def plot_fig6_facts(run_dir, out_dir=None) -> list[Path]:
         ax.set_title(title, fontsize=10); ax.legend(fontsize=7, loc="upper left")
     axes[0].set_ylabel("P@1 (fraction of the facts right)")
     axes[0].set_ylim(0, max(0.05, fl * 1.15, *(group_curves(ft, k, v)[0].max().max() * 1.1 for k, v, _ in FIG6_PANELS)))
-    fig.suptitle(f"Embryology Fig. 6, measured: injected facts by how often the model read them ({Path(run_dir).name}, {ft.fact.nunique()} facts)")
+    fig.suptitle(f"Embryology Fig. 6, measured: injected facts by how often the model read them "
+                 f"({Path(run_dir).name}, {ft.fact.nunique()} facts)")
     fig.tight_layout()
     return save_figure(fig, out_dir or Path(run_dir) / "figures", "fig6_facts_by_exposure")
 
@@ -185,13 +197,17 @@ def plot_fact_categories(run_dir, out_dir=None) -> list[Path]:
     for k, colour in zip(CATEGORIES, ("tab:green", "0.75", "tab:red", "tab:orange")):
         a.bar([str(c) for c in tab.index], tab[k], bottom=bottom, color=colour, label=k); bottom += tab[k].values
     a.set_xlabel("times the fact was shown in pretraining"); a.set_ylabel("share of the group's facts")
-    a.set_title(f"categories over {ft.step.gt(0).groupby(ft.fact).sum().max()} evaluated steps (paraphrase query)", fontsize=10)
+    n_steps = ft.step.gt(0).groupby(ft.fact).sum().max()
+    a.set_title(f"categories over {n_steps} evaluated steps (paraphrase query)", fontsize=10)
     a.legend(fontsize=8)
     drawn = 0
-    for c in EXPOSURES[1:]:  # per group: a pooled curve would mix how often with how recently (64x facts are always recent)
-        rc = recency(ft[ft.exposures == c], since=since); rc = rc[rc.n >= 30]; drawn += len(rc)  # bins of 30 fact-steps or more
+    # per group: a pooled curve would mix how often with how recently (64x facts are always recent)
+    for c in EXPOSURES[1:]:
+        rc = recency(ft[ft.exposures == c], since=since)
+        rc = rc[rc.n >= 30]; drawn += len(rc)  # bins of 30 fact-steps or more
         mid = np.sqrt(np.maximum(rc.lo, 1) * np.minimum(rc.hi, ft.step.max()))
-        b.errorbar(mid, rc.p, yerr=2 * rc.se, marker="o", ms=4, capsize=3, color=_exposure_colour(c), label=f"shown {c}x (±2 SE)")
+        b.errorbar(mid, rc.p, yerr=2 * rc.se, marker="o", ms=4, capsize=3, color=_exposure_colour(c),
+                   label=f"shown {c}x (±2 SE)")
     ctl = ft[(ft.exposures == 0) & (ft.step >= since)].known.mean()
     b.axhline(ctl, color="0.45", ls="--", lw=1.2, label=f"never shown (control), same steps: {ctl:.1%}")
     if drawn: b.set_xscale("log")
@@ -205,7 +221,8 @@ def plot_fact_categories(run_dir, out_dir=None) -> list[Path]:
 
 # %% ../nbs/06a_exposure.ipynb #a61a2d31
 def table_by_relation(run_dir, out_dir=None) -> list[Path]:
-    "P@1 per relation (rows) and exposure count (columns) at the last evaluated step, with the constant answer's P@1, as CSV and Markdown."
+    ("P@1 per relation (rows) and exposure count (columns) at the last evaluated step, with the constant answer's "
+     "P@1, as CSV and Markdown.")
     ft = fact_table(run_dir); last = ft[ft.step == ft.step.max()]
     t = last.pivot_table(index="relation", columns="exposures", values="known", aggfunc="mean")
     t.columns = [f"shown {e}x" for e in t.columns]
@@ -228,46 +245,51 @@ def _lost(cat: pd.DataFrame) -> tuple[int, int]:
     return int(ever.category.isin(["learned then forgotten", "oscillating"]).sum()), len(ever)
 
 def verdict(run_dir) -> str:
-    "H4 on the injected facts, from the database: learned (above the control, also where the constant answer scores 0), then whether they fluctuate."
+    ("H4 on the injected facts, from the database: learned (above the control, also where the constant answer "
+     "scores 0), then whether they fluctuate.")
     facts, ft = read_facts(run_dir), fact_table(run_dir)
     (p, n), (q, m) = group_curves(ft), group_curves(ft, constant=False)
     last, fl = p.index.max(), float(ft[ft.step == ft.step.max()].constant.mean())
     groups = [c for c in EXPOSURES if c in p]
     at = lambda x: ", ".join(f"{c}x {x[c][last]:.1%}" for c in groups if c in x)
-    s = (f"{len(facts)} injected facts over {len(p)} evaluated steps. P@1 on the unseen paraphrase at step {last}: {at(p)}; "
-         f"always giving each relation's most frequent answer scores {fl:.1%} ({'above' if p.loc[last].max() < fl else 'beside'} "
-         "every group)")
+    s = (f"{len(facts)} injected facts over {len(p)} evaluated steps. "
+         f"P@1 on the unseen paraphrase at step {last}: {at(p)}; "
+         f"always giving each relation's most frequent answer scores {fl:.1%} "
+         f"({'above' if p.loc[last].max() < fl else 'beside'} every group)")
     if last not in q.index or 0 not in q:
-        return s + (". No never-shown fact has an answer other than its relation's most frequent one, so knowing a fact "
-                    "cannot be told from guessing: H4 is not testable on this run.")
+        return s + (". No never-shown fact has an answer other than its relation's most frequent one, so knowing a "
+                    "fact cannot be told from guessing: H4 is not testable on this run.")
     s += f". On the {int(m.loc[last].sum())} facts whose answer is not that one (where the constant scores 0): {at(q)}"
     above = {c: _clears(p, n, c) & _clears(q, m, c) for c in groups if c and 0 in p}
-    learned = [c for c, a in above.items() if (a & a.shift(-1, fill_value=False)).any()]  # at two evaluated steps in a row
+    learned = [c for c, a in above.items() if (a & a.shift(-1, fill_value=False)).any()]  # at two steps in a row
     if not learned:
-        return s + (". No exposure group clears the never-shown control group by two standard errors on both at two evaluated steps in a row, "
-                    "so whether knowledge is learned and then fluctuates (H4) is not testable on this run.")
+        return s + (". No exposure group clears the never-shown control group by two standard errors on both at two "
+                    "evaluated steps in a row, so whether knowledge is learned and then fluctuates (H4) is not "
+                    "testable on this run.")
     cat = categories(ft)
     (ke, ne), (kc, nc) = _lost(cat[cat.exposures.isin(learned)]), _lost(cat[cat.exposures == 0])
     (pe, pc) = (ke / ne if ne else 0.0), (kc / nc if nc else 0.0)
     where = "; ".join(f"{c}x at steps {', '.join(str(t) for t in above[c][above[c]].index)}" for c in learned)
-    s += (f". Facts shown {', '.join(f'{c}x' for c in learned)} are learned: above the control by two standard errors of "
-          f"the difference on both, at two evaluated steps in a row or more ({where}). Of their {ne} facts right at some "
-          f"step, {ke} ({pe:.0%}) are lost again at a later evaluated step (forgotten, or oscillating), against {kc} of {nc} ({pc:.0%}) in the "
-          "control group, whose hits are guesses")
+    s += (f". Facts shown {', '.join(f'{c}x' for c in learned)} are learned: above the control by two standard "
+          f"errors of the difference on both, at two evaluated steps in a row or more ({where}). Of their {ne} facts "
+          f"right at some step, {ke} ({pe:.0%}) are lost again at a later evaluated step (forgotten, or oscillating), "
+          f"against {kc} of {nc} ({pc:.0%}) in the control group, whose hits are guesses")
     if ne and pe - pc > 2 * np.hypot(binomial_se(pe, ne), binomial_se(pc, nc)):
-        return s + ": knowledge is learned and then fluctuates beyond guessing, as the paper finds (H4 reproduced, with each fact's history known)."
-    return s + (": H4 partly reproduced: knowledge is learned, but its fluctuation stays within what the control group's "
-                "guesses show.")
+        return s + (": knowledge is learned and then fluctuates beyond guessing, as the paper finds (H4 reproduced, "
+                    "with each fact's history known).")
+    return s + (": H4 partly reproduced: knowledge is learned, but its fluctuation stays within what the control "
+                "group's guesses show.")
 
 # %% ../nbs/06a_exposure.ipynb #2ab5f724
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "The two facts figures of the run from every step in its database."
-    return plot_fig6_facts(run_dir, out_dir) + plot_fact_categories(run_dir, out_dir) + table_by_relation(run_dir, out_dir)
+    return (plot_fig6_facts(run_dir, out_dir) + plot_fact_categories(run_dir, out_dir)
+            + table_by_relation(run_dir, out_dir))
 
 REPORT = [
     dict(file="fig6_facts_by_exposure", paper="Embryology Fig. 6 (measured on injected facts)",
-         caption="P@1 of facts shown 0, 1, 4, 16 or 64 times, asked with a paraphrase never shown and with the training "
-                 "phrasing; the constant answer per relation dotted.",
+         caption="P@1 of facts shown 0, 1, 4, 16 or 64 times, asked with a paraphrase never shown and with the "
+                 "training phrasing; the constant answer per relation dotted.",
          finding="World knowledge is learned during pretraining and then fluctuates (H4)."),
     dict(file="fig6_facts_categories", paper="Embryology Fig. 6 (categories per fact)",
          caption="Learned and kept, never learned, learned then forgotten, oscillating: counted per fact and exposure "
