@@ -108,7 +108,8 @@ def pretrain_variant(root, variant: Variant, scale: dict, seed: int, steps: int,
     "Train (or resume, or skip when finished) one row's run under `root`; returns its run folder."
     run = variant.run_dir(root, seed)
     preset, mc, tc = run_configs(variant, scale, seed, steps)
-    if (run / "logs" / "eval.json").exists():  # finished: reused only if made with these settings (train checks the others)
+    # finished: reused only if made with these settings (train checks the others)
+    if (run / "logs" / "eval.json").exists():
         P.run_config(run, preset, mc, tc); return run
     run.mkdir(parents=True, exist_ok=True)
     if not (run / "spiece.model").exists(): shutil.copy(shared_tokenizer(root, scale), run / "spiece.model")
@@ -116,12 +117,14 @@ def pretrain_variant(root, variant: Variant, scale: dict, seed: int, steps: int,
     return run
 
 # %% ../nbs/09_albert_ablations.ipynb #366be137
-DOWNSTREAM_TASKS = ("polarity", "uncertainty")  # the built-in tasks Tables 3-6 average (their cached scores hold these two)
+# the built-in tasks Tables 3-6 average (their cached scores hold these two)
+DOWNSTREAM_TASKS = ("polarity", "uncertainty")
 
 def downstream_scores(run_dir, step: int, device: str = "cpu", **finetune) -> dict[str, float]:
     "Dev score (percent) of each of `DOWNSTREAM_TASKS` after finetuning checkpoint `step` with `finetune` (`glue.evaluate_step`'s options)."
     df = glue.evaluate_step(run_dir, step, device=device, tasks=DOWNSTREAM_TASKS, progress=False, **finetune)
-    score = df[(df["metric"] == "score") & (df["seed"] == -1)].set_index("task")["value"]  # the mean over finetuning seeds
+    # the mean over finetuning seeds
+    score = df[(df["metric"] == "score") & (df["seed"] == -1)].set_index("task")["value"]
     return {t: 100 * float(score[t]) for t in DOWNSTREAM_TASKS}
 
 # %% ../nbs/09_albert_ablations.ipynb #f6083751
@@ -334,14 +337,16 @@ def _state(root) -> dict:
     return json.loads(f.read_text()) if f.exists() else {}
 
 # %% ../nbs/09_albert_ablations.ipynb #6422d824
-def run_ablations(preset: str | None = None, # None: micro (about a minute); "tiny": the CPU default; "base": the paper's
+# None: micro (about a minute); "tiny": the CPU default; "base": the paper's
+def run_ablations(preset: str | None = None,
                   steps: int | None = None, # pretraining steps per run; None: the scale's default
                   seeds: int = 2, # seeds per row
                   device: str = "cpu",
                   root=None, # where the runs go; None: `default_root(preset)`
                   tables: Sequence[str] | str = TABLES + ("table3",), # names, or "table6,table5"
                   figures_dir=None, # None: <root>/figures
-                  downstream: bool = False, # also finetune each run on the built-in downstream tasks (minutes per run on CPU)
+                  # also finetune each run on the built-in downstream tasks (minutes per run on CPU)
+                  downstream: bool = False,
                   verbose: bool = True) -> list[Path]:
     "Pretrain every missing run of `tables` (seeds 0..seeds-1), measure Table 3, write the tables; returns the paths."
     scale = get_scale(preset)
@@ -349,7 +354,8 @@ def run_ablations(preset: str | None = None, # None: micro (about a minute); "ti
     steps = int(steps or scale["steps"])
     unknown = [t for t in tables if t not in TABLES + ("table3",)]
     if unknown: raise ValueError(f"unknown table(s) {', '.join(unknown)}; the tables are: {', '.join(TABLES + ('table3',))}")
-    root = Path(root or default_root(preset)); root.mkdir(parents=True, exist_ok=True)  # only after the names are checked
+    # only after the names are checked
+    root = Path(root or default_root(preset)); root.mkdir(parents=True, exist_ok=True)
     atomic_write(root / "ablations.json", json.dumps(dict(preset=preset, steps=steps, seeds=seeds), indent=2) + "\n")
     todo = list(dict.fromkeys((v, s) for t in tables if t != "table3" for v in table_variants(t, scale) for s in range(seeds)))
     for i, (v, s) in enumerate(todo):
@@ -446,7 +452,8 @@ def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256
                 f"{' and '.join(t.upper() for t in tasks)} accuracy lies within 2 binomial standard errors of chance (50%; {nums}), "
                 + (f"so the sentence tasks the table compares cannot be read from these runs; differences beyond the seed "
                    f"spread: {'; '.join(beyond)}." if beyond else
-                   "and no row differs from its reference beyond the seed spread, so what the table compares cannot be read "
+                   "and no row differs from its reference beyond the seed spread, so what the table compares cannot "
+                   "be read "
                    "from these runs (the paper's rows differ after 125,000 steps)."))
     return (f"{TITLES[table][1].split(':')[0]} after {steps} steps: differences beyond the seed spread: "
             f"{'; '.join(beyond) or 'none'}; {nums}.")

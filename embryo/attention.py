@@ -230,7 +230,8 @@ def input_length(u: float) -> float:
     return (3 + np.sqrt(9 - 8 * u)) / (2 * u)
 
 # %% ../nbs/08_attention.ipynb #8cb14906
-NEIGHBOUR_RATIO = 5  # a head "attends to its neighbour" when its mass on token i-1 (or i+1) is this many times an even spread's
+# a head "attends to its neighbour" when its mass on token i-1 (or i+1) is this many times an even spread's
+NEIGHBOUR_RATIO = 5
 
 # %% ../nbs/08_attention.ipynb #d73363bb
 def neighbour_heads(run_dir, task: str = "brown", ratio: float = NEIGHBOUR_RATIO) -> pd.DataFrame:

@@ -49,7 +49,8 @@ SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary o
     "squad": ("Figs. 12, 13", "SQuAD 2.0 (mean of F1 and exact match)",
               lambda df: df[(df.metric == "score") & (df.seed == -1) & (df.task == "squad_v2")].groupby("step").value.mean()),
 }
-RISE, EARLY = 0.02, 0.5  # a run rises when it gains this much; early when 90% of the gain comes within this share of training
+# a run rises when it gains this much; early when 90% of the gain comes within this share of training
+RISE, EARLY = 0.02, 0.5
 # each analysis's floor in its summary's units, where a run stores one: always the most frequent word (mask prediction),
 # the bag-of-words regression (downstream); NaN where the run has none (runs evaluated before floors were stored)
 FLOORS = {"reconstruction": lambda df: df[(df.task == "most_frequent_token") & (df.metric == "all")].value.mean(),
@@ -140,7 +141,8 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
     for r in runs: swept_run(r)
-    names = {r: f"{model_family(r)} ({read_run_config(r)[0] if r.name == RUN_BUNDLE else r.name})" for r in runs}  # a bundle by its preset
+    # a bundle by its preset
+    names = {r: f"{model_family(r)} ({read_run_config(r)[0] if r.name == RUN_BUNDLE else r.name})" for r in runs}
     total = {r: run_length(r) for r in runs}
     out, paths, report = Path(out_dir), [], {}
     md = ["# Three models side by side: does the trend generalise?", "",

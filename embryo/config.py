@@ -50,7 +50,8 @@ class ModelConfig:
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
     model_type: str = "albert"  # albert (ALBERT, BERT) | electra (a generator and a discriminator, notebook 01a)
-    generator_size: float = 0.25  # ELECTRA: the generator's hidden, FFN and head counts as a fraction of the discriminator's
+    # ELECTRA: the generator's hidden, FFN and head counts as a fraction of the discriminator's
+    generator_size: float = 0.25
 
     def __post_init__(self): self.validate()
 
@@ -150,7 +151,8 @@ class TrainConfig:
     mask_prob: float = 0.15
     max_predictions: int | None = None  # cap per sequence; None: ALBERT's 20 per 512 tokens, scaled to max_seq_length
     max_ngram: int = 3  # n-gram masking, p(n) proportional to 1/n
-    corpus: str = "embryo-mini"  # embryo-mini, a text file or folder, a datasets file or saved folder, or a hub dataset name
+    # embryo-mini, a text file or folder, a datasets file or saved folder, or a hub dataset name
+    corpus: str = "embryo-mini"
     tokenizer_vocab_size: int = 30000  # SentencePiece pieces trained on the corpus (= the model's vocab_size)
     checkpoint_pow2_until: int = 512
     checkpoint_every: list = field(default_factory=lambda: [[1000, 10_000], [5000, 100_000], [50_000, None]])
@@ -161,7 +163,8 @@ class TrainConfig:
     precision: str = "auto"  # matmul precision: auto (bf16 where the device has native bf16 matmul) | fp32 | bf16
     compile: bool = False  # torch.compile the model's step (one graph in fixed shapes; needs a C++ compiler on a CPU)
     optimizer: str = "lamb"  # lamb (ALBERT section 4.1) | adamw (BERT's and ELECTRA's Adam with decoupled weight decay)
-    rtd_weight: float = 50.0  # ELECTRA: the replaced-token-detection loss's weight beside the generator's MLM loss (lambda)
+    # ELECTRA: the replaced-token-detection loss's weight beside the generator's MLM loss (lambda)
+    rtd_weight: float = 50.0
     phase1_seq_length: int | None = None  # BERT's two phases (embryology B.2): this length first, max_seq_length after
     phase1_fraction: float = 0.9  # the share of total_steps trained at phase1_seq_length
     lr_schedule: str = "linear"  # linear: warmup then linear decay to zero | wsd: warmup, stable, then linear decay
@@ -208,7 +211,8 @@ PRECISIONS = ("auto", "fp32", "bf16")  # `embryo.model.resolve_precision` turns 
 OPTIMIZERS = ("lamb", "adamw")
 LR_SCHEDULES = ("linear", "wsd")
 _LATER_FIELDS = dict(sentence_task="sop", optimizer="lamb", rtd_weight=50.0, phase1_seq_length=None,
-                     phase1_fraction=0.9, compile=False, lr_schedule="linear", decay_fraction=0.2, facts=0)  # field: the value every run had before the field existed
+                     # field: the value every run had before the field existed
+                     phase1_fraction=0.9, compile=False, lr_schedule="linear", decay_fraction=0.2, facts=0)
 
 # %% ../nbs/00_config.ipynb #8374d8fb
 _ALBERT_TRAIN = dict(batch_size=4096, learning_rate=0.00176, total_steps=125_000, warmup_steps=3125)
@@ -330,7 +334,8 @@ def atomic_write(path, data: str | bytes):
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
-            os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp makes it owner-only; the file gets what open() would give
+            # mkstemp makes it owner-only; the file gets what open() would give
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
             f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)
@@ -396,7 +401,8 @@ def check_parameters():
 
 # %% ../nbs/00_config.ipynb #77d36e9d
 def add_pretrain_args(p: argparse.ArgumentParser, # the parser of a command that pretrains
-                      figures_help: str = "also draw Fig. 2a here (default: <run>/figures)"): # what --figures does there
+                      # what --figures does there
+                      figures_help: str = "also draw Fig. 2a here (default: <run>/figures)"):
     "Add the options of a pretraining run (preset, run folder, overrides, device, figures, progress) to `p`."
     p.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model and training preset (default: tiny)")
     p.add_argument("--run-dir", "--run", dest="run_dir", type=Path, help="run folder (default: runs/<preset>); "

@@ -563,7 +563,8 @@ class HFTokenizer:
         if self.pad_id is None: self.pad_id = t.eos_token_id or 0  # GPT-2 and Pythia have none: masked out anyway
         plain, full = (t("a b", add_special_tokens=s)["input_ids"] for s in (False, True))
         k = next(i for i in range(len(full) - len(plain) + 1) if full[i:i + len(plain)] == plain)
-        self._before, self._after = full[:k], full[k + len(plain):]  # BERT: [CLS], [SEP]; RoBERTa: <s>, </s>; GPT-2: none
+        # BERT: [CLS], [SEP]; RoBERTa: <s>, </s>; GPT-2: none
+        self._before, self._after = full[:k], full[k + len(plain):]
         self.prefix, self.n_added = len(self._before), len(self._before) + len(self._after)
         self.special_ids = tuple(sorted(set(t.all_special_ids)))
         self.sha256 = hashlib.sha256(t.backend_tokenizer.to_str().encode()).hexdigest()  # vocabulary, rules, normaliser
@@ -858,9 +859,11 @@ class ConllSentence:
     words: list[str]
     pos: list[str]
     constituents: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, label), TOP included
-    srl: list[tuple[int, list[tuple[int, int, str]]]] = field(default_factory=list)  # (predicate word, [(start, end, role)]), V left out
+    # (predicate word, [(start, end, role)]), V left out
+    srl: list[tuple[int, list[tuple[int, int, str]]]] = field(default_factory=list)
     entities: list[tuple[int, int, str]] = field(default_factory=list)
-    mentions: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, chain id); chains are per document
+    # (start, end, chain id); chains are per document
+    mentions: list[tuple[int, int, int]] = field(default_factory=list)
     file: str = ""
 
 # %% ../nbs/02_data.ipynb #55037c0a

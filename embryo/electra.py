@@ -22,7 +22,8 @@ __all__ = ['GENERATOR', 'quiet_transformers', 'electra_configs', 'ElectraOutput'
            'load_electra_weights', 'ElectraEncoder', 'ElectraHalf', 'is_electra', 'load_electra', 'pretraining_model']
 
 # %% ../nbs/01a_electra.ipynb #142bac0c
-GENERATOR = "generator"  # the generator's folder inside an ELECTRA checkpoint folder (the discriminator is the folder itself)
+# the generator's folder inside an ELECTRA checkpoint folder (the discriminator is the folder itself)
+GENERATOR = "generator"
 
 def quiet_transformers():
     "transformers' progress bars and load reports are noise in a loop that loads hundreds of checkpoints."
@@ -75,7 +76,8 @@ class ElectraPair(nn.Module):
         self.discriminator = ElectraForPreTraining(disc)
         self.generator = ElectraForMaskedLM(gen)
         self.generator.electra.embeddings = self.discriminator.electra.embeddings  # one set of embeddings (ELECTRA 3.2)
-        self.generator.generator_lm_head.weight = self.discriminator.electra.embeddings.word_embeddings.weight  # tied output
+        # tied output
+        self.generator.generator_lm_head.weight = self.discriminator.electra.embeddings.word_embeddings.weight
 
     def num_parameters(self, exclude=()) -> int:
         "Distinct parameters of both halves (the shared embeddings once)."
@@ -142,7 +144,8 @@ class ElectraEncoder(nn.Module):
         super().__init__()
         self.electra, self.embeddings, self.encoder, self.config = electra, electra.embeddings, electra.encoder, electra.config
         H = electra.config.hidden_size
-        self.pooler = nn.Linear(H, H)  # ELECTRA's classification head: dense + GELU on [CLS]; new, trained by finetuning
+        # ELECTRA's classification head: dense + GELU on [CLS]; new, trained by finetuning
+        self.pooler = nn.Linear(H, H)
         nn.init.normal_(self.pooler.weight, 0.0, electra.config.initializer_range); nn.init.zeros_(self.pooler.bias)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, output_attentions=False):

@@ -26,7 +26,8 @@ def save_figure(fig, out_dir, name: str) -> list[Path]:
 
 # %% ../nbs/02b_figures.ipynb #f678d503
 STEP_LABEL = "pretraining step (optimizer updates, symlog scale)"
-TRANSITION_LABEL = "loss drop (change point)"  # the loss's phase transitions (`transitions`), drawn alike in every figure over steps
+# the loss's phase transitions (`transitions`), drawn alike in every figure over steps
+TRANSITION_LABEL = "loss drop (change point)"
 TRANSITION_STYLE = dict(color="tab:red", ls=":", lw=1.2, alpha=0.8, zorder=1)
 
 def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run_dir=None):
@@ -34,11 +35,13 @@ def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run
     from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
     hi = max(steps) if steps is not None and len(steps) else ax.dataLim.x1  # the last step drawn
     ax.set_xscale("symlog", linthresh=1, linscale=0.5)
-    ax.set_xlim(-0.4, 1.6 * max(float(hi), 1.0))  # a margin either side (a marker at step 0 or the last step is not cut)
+    # a margin either side (a marker at step 0 or the last step is not cut)
+    ax.set_xlim(-0.4, 1.6 * max(float(hi), 1.0))
     ax.xaxis.set_major_locator(SymmetricalLogLocator(base=10, linthresh=1))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 0 else ""))
     if label: ax.set_xlabel(label, fontsize=fontsize)
-    marked = any(l.get_gid() == "loss-transition" for l in ax.lines)  # a second call on the same axes draws nothing twice
+    # a second call on the same axes draws nothing twice
+    marked = any(l.get_gid() == "loss-transition" for l in ax.lines)
     for i, t in enumerate(run_transitions(run_dir) if run_dir is not None and not marked else []):
         ax.axvline(t["step"], **TRANSITION_STYLE, label=TRANSITION_LABEL if i == 0 else None, gid="loss-transition")
     return ax
@@ -62,7 +65,8 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     sentence = run_sentence_task(run_dir)
     step = [r["step"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4))
-    key = next((k for k in ("rtd_loss", "nsp_loss", "sop_loss") if k in rows[0]), "sop_loss")  # the second loss the log recorded
+    # the second loss the log recorded
+    key = next((k for k in ("rtd_loss", "nsp_loss", "sop_loss") if k in rows[0]), "sop_loss")
     sentence = key[:-5] if key == "rtd_loss" else sentence
     for k, c, label in (("loss", "k", "loss" + (" (mlm + 50 rtd)" if key == "rtd_loss" else "")), ("mlm_loss", "tab:blue", "mlm loss"),
                         (key, "tab:orange", f"{sentence} loss")):
@@ -93,14 +97,16 @@ def plot_recipe_curves(csv_file, out_dir=None) -> list[Path] | None:
         label = f"{name}: {settings or 'the tiny preset'}"
         g = g[g.tokens > 0].sort_values("tokens")  # the tokens axis is logarithmic
         line, = ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, "o-", ms=3, label=label)
-        if "train_mlm_accuracy" in g and g.train_mlm_accuracy.notna().any():  # the same masking on training examples: the gap
+        # the same masking on training examples: the gap
+        if "train_mlm_accuracy" in g and g.train_mlm_accuracy.notna().any():
             ax.plot(g.tokens / 1e6, 100 * g.train_mlm_accuracy, "s--", ms=3, color=line.get_color(), alpha=0.7,
                     label=f"{name}: the same on training examples")
     ax.axhline(22, color="0.5", ls="--", lw=1, label="22%: the accuracy the default run should reach")
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     ax.set_xscale("log"); ax.set_xlabel("tokens seen (millions: steps x batch x sequence length; log scale)")
     t = df.tokens[df.tokens > 0]
-    ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5) if t.max() / t.min() < 1e3 else (1,)))  # 1-2-5 ticks on short ranges
+    # 1-2-5 ticks on short ranges
+    ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5) if t.max() / t.min() < 1e3 else (1,)))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_ylabel("held-out MLM accuracy (%, 15% masking)"); ax.grid(alpha=0.3); ax.legend(fontsize=7)

@@ -26,7 +26,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import data as D
-from .config import atomic_write, split_names, CPU_FINETUNE  # CPU_FINETUNE: the CPU-sized models' finetuning settings
+# CPU_FINETUNE: the CPU-sized models' finetuning settings
+from .config import atomic_write, split_names, CPU_FINETUNE
 from .model import autocast
 from .run import Run, load_checkpoint, list_steps, find_checkpoint, resolve_step, series_lacks
 from .figures import save_figure, step_axis
@@ -547,7 +548,8 @@ def bow_score(task: Task, train: Sequence[Example], dev: Sequence[Example]) -> f
     return metrics(task, out, gold)[task.metric]
 
 # %% ../nbs/05_glue.ipynb #ceabfaa8
-SETTINGS = ("seed", "learning_rate", "batch_size", "train_steps", "warmup_steps", "train_examples", "max_seq_length")  # the settings table's names
+# the settings table's names
+SETTINGS = ("seed", "learning_rate", "batch_size", "train_steps", "warmup_steps", "train_examples", "max_seq_length")
 
 def _order(tasks: list[str], from_mnli: bool) -> list[str]:
     "The tasks in running order: MNLI first when another task starts from it (added if missing)."
@@ -606,7 +608,8 @@ def _data_name(glue_dir) -> str:
 # %% ../nbs/05_glue.ipynb #48635f78
 def evaluate_step(run_dir, step: int | None = None, device="cpu",
                   tasks=None, # task names (list or "a,b"); None: built-in tasks, or GLUE's 8 when glue_dir is given
-                  glue_dir=None, # a GLUE folder, a DatasetDict (or a dict of them by task), "datasets", or None (built-in tasks only)
+                  # a GLUE folder, a DatasetDict (or a dict of them by task), "datasets", or None (built-in tasks only)
+                  glue_dir=None,
                   seed: int = 0, # the head's initialisation, dropout and example order (of the first finetuning)
                   max_train_examples: int | None = DEFAULT_MAX_TRAIN, # per task at most; None: all
                   from_mnli: bool = True, # RTE, STS-B and MRPC start from the MNLI-finetuned model, as the paper
@@ -638,7 +641,8 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
             runs[name].append((m, settings, init is not None, scored))
     rows, samples, sets, scores = [], [], [], []
     for name, got in runs.items():
-        if all(g[3] is not None for g in got):  # each dev example's score per finetuning seed (notebook 10b resamples them)
+        # each dev example's score per finetuning seed (notebook 10b resamples them)
+        if all(g[3] is not None for g in got):
             scores += score_rows(name, {f"seed{seed + k}": g[3][0] for k, g in enumerate(got)}, got[0][3][1])
         settings = got[0][1]
         n_dev = sum(settings["dev_examples"].values())
@@ -818,7 +822,8 @@ def verdict(run_dir) -> str:
     if len(s) < 2: return out + "."
     if first in seeds.index and last in seeds.index and seeds.loc[[first, last]].notna().sum(axis=1).min() > 1:
         a, b = seeds.loc[first].dropna(), seeds.loc[last].dropna()
-        apart, odds = b.min() > a.max(), math.comb(len(a) + len(b), len(a))  # all of b above all of a: 1 in `odds` by chance
+        # all of b above all of a: 1 in `odds` by chance
+        apart, odds = b.min() > a.max(), math.comb(len(a) + len(b), len(a))
         out += (f"; {'every' if apart else 'not every'} seed of step {last} beats every seed of step {first}"
                 + (f" (exchangeable seeds do so 1 time in {odds})" if apart else "")
                 + f", and the mean moves by {b.mean() - a.mean():+.1f} points: "
@@ -850,7 +855,8 @@ def word_order_check(run_dir, out_dir, seeds: int = 5, learning_rate: float = CP
     out = dict(task="word_order", seeds=seeds, learning_rate=learning_rate, train_examples=max_train_examples or "all", steps={})
     try: old = json.loads(f.read_text())
     except (OSError, ValueError): old = {}
-    if {k: v for k, v in old.items() if k != "steps"} == {k: v for k, v in out.items() if k != "steps"}: out = old  # add steps
+    # add steps
+    if {k: v for k, v in old.items() if k != "steps"} == {k: v for k, v in out.items() if k != "steps"}: out = old
     for s in steps:
         df = evaluate_step(run_dir, s, device, tasks="word_order", max_train_examples=max_train_examples, learning_rate=learning_rate,
                            seeds=seeds, progress=False, write=False)

@@ -197,7 +197,8 @@ def gather_masked(h, labels, n: int):
     """The hidden states and labels of the first `n` labelled positions of each sequence, as (B * n, H) and (B * n,), the
     rows of a sequence with fewer than `n` padded with label -100. The same targets as `h[labels != -100]` when no sequence
     has more than `n` (the trainer checks), in shapes that do not depend on the data, as `torch.compile` needs."""
-    order = torch.argsort((labels == -100).to(torch.uint8), dim=1, stable=True)[:, :n]  # labelled positions first, in order
+    # labelled positions first, in order
+    order = torch.argsort((labels == -100).to(torch.uint8), dim=1, stable=True)[:, :n]
     rows = torch.gather(h, 1, order[..., None].expand(-1, -1, h.shape[-1]))
     return rows.reshape(-1, h.shape[-1]), torch.gather(labels, 1, order).reshape(-1)
 
@@ -252,12 +253,14 @@ class AlbertForPreTraining(nn.Module):
         c = self.config
         H, I, E, V, L = c.hidden_size, c.intermediate_size, c.embedding_size, c.vocab_size, c.num_hidden_layers
         per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H  # projections + FFN + (QK^T, AV)
-        fwd = L * per_layer + (2 * E * H if E != H else 0) + 2 * (H * E + E * V) * predicted  # + embedding projection + MLM head
+        # + embedding projection + MLM head
+        fwd = L * per_layer + (2 * E * H if E != H else 0) + 2 * (H * E + E * V) * predicted
         return (3 if training else 1) * fwd
 
 # %% ../nbs/01_model.ipynb #89ad0454
 def count_parameters(config: ModelConfig, # the model to count
-                     part: str = "model", # "model" (AlbertModel: with pooler), "encoder" (no pooler), "all" (with MLM and SOP heads)
+                     # "model" (AlbertModel: with pooler), "encoder" (no pooler), "all" (with MLM and SOP heads)
+                     part: str = "model",
                     ) -> int:
     "Distinct parameters of the model `config` describes, built on the meta device (no memory is allocated)."
     if config.model_type != "albert":
@@ -311,7 +314,8 @@ def write_param_tables(out_dir="figures") -> list[Path]:
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader(); w.writerows(rows)
     md = ["# ALBERT Tables 2, 4 and 5: parameters, counted from our model, beside the paper's", "",
-          "Counted on the meta device, V = 30,000, shared tensors once, pretraining heads never. `ours` counts the encoder "
+          "Counted on the meta device, V = 30,000, shared tensors once, pretraining heads never. `ours` counts the "
+          "encoder "
           "with its pooler (as transformers' AlbertModel); `no pooler` without it.", "",
           "| Table | Model | L | H | E | sharing | paper (M) | ours | no pooler | matches | ours - paper (M) |",
           "|---|---|---:|---:|---:|---|---:|---:|---:|---|---:|"]
@@ -355,7 +359,8 @@ def autocast(device, precision: str):
 @contextmanager
 def _bf16(device):
     from torch.nn.attention import sdpa_kernel, SDPBackend
-    kernels = sdpa_kernel([SDPBackend.MATH]) if device.type == "cpu" else nullcontext()  # CPU: its flash backward is slow
+    # CPU: its flash backward is slow
+    kernels = sdpa_kernel([SDPBackend.MATH]) if device.type == "cpu" else nullcontext()
     with torch.autocast(device.type, torch.bfloat16), kernels: yield
 
 # %% ../nbs/01_model.ipynb #53cf6fb2
@@ -363,7 +368,8 @@ class CheckpointError(ValueError):
     "A checkpoint folder that cannot be loaded, with the file and field at fault."
 
 # %% ../nbs/01_model.ipynb #a134a804
-TIED_KEYS = ("predictions.decoder.weight", "predictions.decoder.bias")  # stored once, as the embeddings and predictions.bias
+# stored once, as the embeddings and predictions.bias
+TIED_KEYS = ("predictions.decoder.weight", "predictions.decoder.bias")
 EMBEDDING_PROJECTION = "albert.encoder.embedding_hidden_mapping_in"
 
 # %% ../nbs/01_model.ipynb #1b4994b2
@@ -414,7 +420,8 @@ def write_safetensors(state_dict: dict, folder) -> Path:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".model.safetensors.{temp_tag()}.", suffix=".tmp"); os.close(fd)
     try:
         save_file({k: v.contiguous() for k, v in state_dict.items()}, tmp, metadata={"format": "pt"})
-        with open(tmp, "rb+") as f: os.fsync(f.fileno())  # the bytes on disk before the name: no renamed, truncated file
+        # the bytes on disk before the name: no renamed, truncated file
+        with open(tmp, "rb+") as f: os.fsync(f.fileno())
         os.replace(tmp, folder / "model.safetensors")
         fsync_dir(folder)
     finally:
@@ -477,9 +484,11 @@ def load_pretrained(folder, allow_pickle: bool = False, map_location="cpu") -> A
     try: config = from_hf_config(json.loads(cfg_file.read_text()), cfg_file)
     except json.JSONDecodeError as e: raise CheckpointError(f"{cfg_file} is not valid JSON: {e}") from None
     sd, src = _read_weights(folder, allow_pickle)
-    if config.hidden_size >= 768:  # paper-size: build on the meta device (no memory, no random init), weights assigned below
+    # paper-size: build on the meta device (no memory, no random init), weights assigned below
+    if config.hidden_size >= 768:
         with torch.device("meta"): model = AlbertForPreTraining(config)
-    else: model = AlbertForPreTraining(config)  # small: a CPU init (0.04 s for tiny) beats a first meta build (1.4 s of imports)
+    # small: a CPU init (0.04 s for tiny) beats a first meta build (1.4 s of imports)
+    else: model = AlbertForPreTraining(config)
     if config.embedding_size == config.hidden_size and f"{EMBEDDING_PROJECTION}.weight" in sd:
         w, b = sd.pop(f"{EMBEDDING_PROJECTION}.weight"), sd.pop(f"{EMBEDDING_PROJECTION}.bias")
         if not (torch.equal(w, torch.eye(len(w), dtype=w.dtype)) and not b.any()):
@@ -497,7 +506,8 @@ def load_pretrained(folder, allow_pickle: bool = False, map_location="cpu") -> A
     for k, k0 in _shared_keys(model).items():
         if not torch.equal(sd[k], sd[k0]):
             raise CheckpointError(f"{src}: {cfg_file.name} says sharing={config.sharing!r} but {k} differs from {k0}")
-    dtype = next(iter(want.values())).dtype  # a checkpoint stored in 16 bits (a bundle's) loads into the model's precision
+    # a checkpoint stored in 16 bits (a bundle's) loads into the model's precision
+    dtype = next(iter(want.values())).dtype
     sd = {k: v.to(dtype) if v.is_floating_point() and v.dtype != dtype else v for k, v in sd.items()}
     model.load_state_dict(sd, strict=False, assign=True)
     model.predictions.decoder.weight = model.albert.embeddings.word_embeddings.weight

@@ -185,7 +185,8 @@ class Batches:
         self.ds, self.tok, self.tc, self.n, self.inject = dataset, tokenizer, tc, len(dataset), inject or {}
         if self.n == 0: raise ValueError("the pretraining dataset is empty: the corpus has no document with two segments")
         self._perm = {}
-        self.cap = tc.max_predictions or D.albert_max_predictions(tc.max_seq_length)  # masked positions per sequence, at most
+        # masked positions per sequence, at most
+        self.cap = tc.max_predictions or D.albert_max_predictions(tc.max_seq_length)
 
     def example(self, k: int) -> tuple[int, int]:
         "(epoch, example index) of the k-th example drawn in the run."
@@ -226,7 +227,8 @@ def _diff(old: dict, new: dict, prefix="") -> list[str]:
     return out
 
 # %% ../nbs/03_pretrain.ipynb #417d2ca0
-FIXED_SETTINGS = ("corpus", "tokenizer_vocab_size", "max_seq_length", "seed", "sentence_task", "short_seq_prob")  # the run's data
+# the run's data
+FIXED_SETTINGS = ("corpus", "tokenizer_vocab_size", "max_seq_length", "seed", "sentence_task", "short_seq_prob")
 
 # %% ../nbs/03_pretrain.ipynb #54bec905
 def _progress(run_dir) -> bool:
@@ -247,7 +249,8 @@ def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override:
     f = run_config_file(run_dir)
     if not f.exists():
         old_file = Path(run_dir) / "config.json"
-        if old_file.exists() and _progress(run_dir): read_config(old_file)  # an old run whose settings file is garbage: say so
+        # an old run whose settings file is garbage: say so
+        if old_file.exists() and _progress(run_dir): read_config(old_file)
         atomic_write(f, json.dumps(cfg, indent=2) + "\n"); return cfg
     old = read_config(f)
     old.get("train", {}).setdefault("precision", "auto")  # runs made before the setting existed: bf16 on a GPU, as auto
@@ -312,7 +315,8 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
         try: D.train_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
         except (ValueError, RuntimeError) as e:
             if isinstance(e, D.CorpusError): raise
-            why = " ".join(str(e).split()).split("] ")[-1].split(". Pick")[0][:200]  # SentencePiece's own words, without its source line
+            # SentencePiece's own words, without its source line
+            why = " ".join(str(e).split()).split("] ")[-1].split(". Pick")[0][:200]
             raise D.CorpusError(f"corpus {text}: no tokenizer of {tc.tokenizer_vocab_size} pieces can be trained on it "
                                 f"(SentencePiece: {why}); give it more text, or a smaller vocabulary "
                                 "(--set vocab_size=N, which sets tokenizer_vocab_size too)") from None
@@ -424,7 +428,8 @@ def deterministic_kernels(on: bool = True):
     them: otherwise inductor sums the embedding's gradient with atomic adds in whatever order the threads run, and a
     resumed run drifts from the run trained in one go (measured: 1e-10 at step 1, 1e-7 by step 8)."""
     before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    fill = torch.utils.deterministic.fill_uninitialized_memory  # (deterministic mode fills every new tensor: not needed)
+    # (deterministic mode fills every new tensor: not needed)
+    fill = torch.utils.deterministic.fill_uninitialized_memory
     if on: torch.use_deterministic_algorithms(True, warn_only=True); torch.utils.deterministic.fill_uninitialized_memory = False
     try: yield
     finally:
@@ -738,7 +743,8 @@ def pretrain_from_args(a) -> dict:
     else: preset, mc, tc = a.preset, get_config(a.preset, **m), get_train_config(a.preset, **t)
     res = train(run, preset, mc, tc, device=a.device, progress=not a.no_progress, override=override,
                 data_workers=a.data_workers)
-    if res: plot_pretraining(run, a.figures or Path(run) / "figures")  # the finished run's Fig. 2a (the loop draws nothing)
+    # the finished run's Fig. 2a (the loop draws nothing)
+    if res: plot_pretraining(run, a.figures or Path(run) / "figures")
     if res:
         s = sentence_name(tc.sentence_task, mc.model_type)
         second = (f", {s.upper()} accuracy {res[f'{s}_accuracy']:.3f}" if f"{s}_accuracy" in res else "") + \

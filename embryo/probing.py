@@ -260,7 +260,8 @@ def span_means(model, tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple
             ids[r, :len(x) + tok.n_added] = torch.tensor(tok.wrap(x)); att[r, :len(x) + tok.n_added] = 1
             for k, ts in zip(by_text[t], enc[t][1]):
                 if ts is None: continue
-                rows.append(r); starts.append(ts[0] + tok.prefix); ends.append(ts[1] + tok.prefix); where.append(k)  # after [CLS]
+                # after [CLS]
+                rows.append(r); starts.append(ts[0] + tok.prefix); ends.append(ts[1] + tok.prefix); where.append(k)
         h = _hidden_states(model, ids.to(device), att.to(device)).cpu()  # (L+1, B, T, H)
         if out is None: out = np.zeros((len(spans), h.shape[0], h.shape[-1]), dtype=np.float16)
         if not rows: continue
@@ -686,7 +687,8 @@ def verdict(run_dir) -> str:
         n = df[(df.task == t) & (df.metric == "f1") & (df.step == last) & (df.layer == L)].n
         p, k = float(y.max()), int(n.iloc[0]) if len(n) and n.iloc[0] else 0
         if t in fl and not p - fl[t] > 2 * binomial_se(p, k): low.append(t); continue
-        if len(y) >= 3 and y.max() - y.iloc[0] > 0.02:  # the step where the gain over the first step passes half its maximum
+        # the step where the gain over the first step passes half its maximum
+        if len(y) >= 3 and y.max() - y.iloc[0] > 0.02:
             half = y.index[(y - y.iloc[0] >= (y.max() - y.iloc[0]) / 2).values][0]
             early.append((t, int(half)))
     s = f"At step {last}, layer {L} probes reach test micro-F1 " + "; ".join(parts)
@@ -722,7 +724,8 @@ def layer_verdict(run_dir) -> str:
     if task is None or L < 2: return "No POS probe on two layers or more: Fig. 3's claim about layers is not testable on this run."
     c = layer_curves(df, task)[[1, L]].dropna()
     n = int(df[(df.task == task) & (df.metric == "f1")].n.max())
-    d = c[L] - c[1]; se = pd.Series(2 * np.hypot(binomial_se(c[1], n), binomial_se(c[L], n)), index=d.index)  # 2 SE of the difference
+    # 2 SE of the difference
+    d = c[L] - c[1]; se = pd.Series(2 * np.hypot(binomial_se(c[1], n), binomial_se(c[L], n)), index=d.index)
     below, above = d.iloc[0] < -se.iloc[0], bool((d > se).iloc[1:].any())
     first = int(d.index[1:][(d > se).iloc[1:].values][0]) if above else None
     s = (f"On {task}, layer {L} (the top) minus layer 1 is {d.iloc[0]:+.3f} at step {d.index[0]} (2 SE {se.iloc[0]:.3f}) and "
@@ -745,7 +748,8 @@ def selectivity_table(run_dir, out_dir=None) -> list[Path]:
     t = t.reindex(_task_order(t.index.get_level_values(0).unique()), level=0)
     flat = t.reset_index()
     md = (f"# Probing at step {last} ({run_dir.name}): F1, control-task F1 and selectivity per layer\n\n"
-          "Selectivity = F1 - control F1 (Hewitt & Liang 2019). Sizes are targets per split; layer 0 is the embedding output.\n\n"
+          "Selectivity = F1 - control F1 (Hewitt & Liang 2019). Sizes are targets per split; layer 0 is the "
+          "embedding output.\n\n"
           + markdown_table(flat, index=False) + "\n" + verdict(run_dir) + "\n")
     return [atomic_write(out_dir / "table_probing_selectivity.md", md), atomic_write(out_dir / "table_probing_selectivity.csv", flat.to_csv(index=False))]
 

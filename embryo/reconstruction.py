@@ -144,7 +144,8 @@ def token_counts(run_dir, tok) -> np.ndarray:
     corpus = corpus_file(TrainConfig(**settings["train"])) if settings else None
     counts = np.zeros(tok.vocab_size, dtype=np.int64)
     if corpus is not None:
-        lines = [s for d in D.read_corpus(corpus) for s in d]  # a text file, a folder, dataset files or a hub name alike
+        # a text file, a folder, dataset files or a hub name alike
+        lines = [s for d in D.read_corpus(corpus) for s in d]
     else:
         lines = [sentence_text(s.words, tok.normalise)[0] for s in tagged_sentences()]
     for i in range(0, len(lines), 20000):
@@ -287,8 +288,10 @@ def evaluate_model(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray,
     return accuracy_rows(*evaluate_words(model, tok, sentences, ranks, max_words, device))
 
 # %% ../nbs/04_reconstruction.ipynb #661cebbb
-LEARNED = 0.05  # a group's last accuracy below this (or not above its floor): not learned on this run, left out of the orders
-FLOOR = "most_frequent_token"  # the task of the floor rows: a constant prediction of the evaluated words' most frequent token
+# a group's last accuracy below this (or not above its floor): not learned on this run, left out of the orders
+LEARNED = 0.05
+# the task of the floor rows: a constant prediction of the evaluated words' most frequent token
+FLOOR = "most_frequent_token"
 
 def floor_rows(items: Sequence[Item], ids_all: list[list[int]], ranks: np.ndarray) -> list[dict]:
     "Per group, the accuracy of always predicting the one-piece word of `items` most frequent in the corpus (by `ranks`)."

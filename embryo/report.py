@@ -44,7 +44,8 @@ CORE_REPORT = [
          finding="The losses fall fastest early; MLM accuracy rises from chance."),
     dict(file="fig2a_recipe_curves", paper="Embryology Fig. 2a (recipes)",
          caption="Held-out MLM accuracy against tokens seen for tiny-sized recipes, and where measured the same accuracy on "
-                 "training examples (recipe_curves.csv beside the figures, from bench/recipe_curves.py): in figures/, the "
+                 "training examples (recipe_curves.csv beside the figures, from bench/recipe_curves.py): in "
+                 "figures/, the "
                  "recipes measured when choosing the tiny preset; in figures/mature/, the mature run's own curve.",
          finding="Not in the paper: how the CPU-sized recipe was chosen (notebook 03_pretrain), and the gap between "
                  "training and held-out accuracy."),
@@ -108,7 +109,8 @@ def _table_html(csv: Path) -> str:
     except Exception as e: return f"<p>could not read {html.escape(csv.name)}: {html.escape(str(e))}</p>"
 
 # %% ../nbs/10c_report.ipynb #7575357d
-REPORT_JSON = "report.json"  # beside index.html: its sections and verdicts, which the notebooks' results cells are written from
+# beside index.html: its sections and verdicts, which the notebooks' results cells are written from
+REPORT_JSON = "report.json"
 PAGES_DIR = "notebooks"  # under the figures folder: the analysis notebooks executed on the run, as HTML
 
 SEEDS_DIR = "seeds"  # under the figures folder: the seed bands, and each further seed's own figures in seed<k>/
@@ -154,7 +156,8 @@ def write_report(run_dir, figures_dir="figures") -> Path:
 def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
     "Redraw the pretraining figure and every analysis's figures of `run_dir` into `figures_dir`."
     from embryo.figures import plot_pretraining, plot_recipe_curves
-    if (Path(run_dir) / "logs" / "train.jsonl").exists(): write_transitions(run_dir)  # stored with the run's other results
+    # stored with the run's other results
+    if (Path(run_dir) / "logs" / "train.jsonl").exists(): write_transitions(run_dir)
     paths = plot_pretraining(run_dir, figures_dir) if (Path(run_dir) / "logs").is_dir() else []
     recipes = Path(figures_dir) / "recipe_curves.csv"  # committed with the figures: the recipe search behind `tiny`
     if recipes.exists(): paths += plot_recipe_curves(recipes, figures_dir)
@@ -163,13 +166,16 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
     return paths
 
 # %% ../nbs/10c_report.ipynb #713b2e88
-CPU_PRESETS = ("tiny", "bert-tiny", "electra-tiny", "tiny-mature", "bert-tiny-mature", "electra-tiny-mature")  # the presets `reproduce` runs at CPU size (ALBERT and its BERT and ELECTRA twins)
+# the presets `reproduce` runs at CPU size (ALBERT and its BERT and ELECTRA twins)
+CPU_PRESETS = ("tiny", "bert-tiny", "electra-tiny", "tiny-mature", "bert-tiny-mature", "electra-tiny-mature")
 # on the CPU presets, the slower analyses run on `evaluation_steps(run, early, dense)`: `early` log-spaced checkpoints
 # before the loss leaves its plateau, `dense` evenly spaced ones from there to the last (attention and syntax: every step)
 REPRODUCE_STEPS = {"glue": (2, 8), "probing": (4, 12), "similarity": (4, 12), "reconstruction": (4, 12), "knowledge": (4, 12)}
-REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}  # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
+# on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
+REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}
 USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run {run} --analyses squad "
-                      "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>`"}  # analyses reproduce skips
+                      # analyses reproduce skips
+                      "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>`"}
 
 # %% ../nbs/10c_report.ipynb #7ef9334d
 def reproduce(args):
@@ -247,7 +253,8 @@ def findings_markdown(figures_dir="figures") -> str:
     "The findings table of the report in `figures_dir` (its report.json) as Markdown: id, claim, status, verdict."
     shown = {s["file"]: s["verdict"] for s in json.loads((Path(figures_dir) / REPORT_JSON).read_text())["sections"]}
     cell = lambda s: " ".join(s.split()).replace("|", "\\|")
-    pick = lambda f: next((shown[g] for g in ((f,) if isinstance(f, str) else f) if g in shown), "")  # injected facts before LAMA's
+    # injected facts before LAMA's
+    pick = lambda f: next((shown[g] for g in ((f,) if isinstance(f, str) else f) if g in shown), "")
     rows = [f"| {i} | {claim} | **{status_of(pick(f))}** | {cell(pick(f) or 'not run')} |" for i, claim, f in FINDINGS]
     return "\n".join(["| | the paper's finding | on this run | the verdict, with its numbers |", "|---|---|---|---|", *rows]) + "\n"
 
@@ -282,7 +289,8 @@ def copy_database(run_dir, out: Path) -> Path:
     import sqlite3
     out.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(out, f".{DB_NAME}.")
-    tmp = out / f".{DB_NAME}.{temp_tag()}.tmp"  # the temporary name atomic_write gives, so a killed copy is cleaned alike
+    # the temporary name atomic_write gives, so a killed copy is cleaned alike
+    tmp = out / f".{DB_NAME}.{temp_tag()}.tmp"
     try:
         with connect(run_dir) as con:
             dst = sqlite3.connect(tmp, isolation_level=None)
@@ -300,7 +308,8 @@ def bundle_run(run_dir, figures_dir="figures") -> list[Path]:
     if out.resolve() == run_dir.resolve(): return []  # the bundle itself: nothing to copy
     paths = []
     for name in BUNDLED:
-        src = run_config_file(run_dir) if name == "pretrain_config.json" else run_dir / name  # an old run's config.json too
+        # an old run's config.json too
+        src = run_config_file(run_dir) if name == "pretrain_config.json" else run_dir / name
         if src.exists(): paths.append(atomic_write(out / name, src.read_text(encoding="utf-8")))
     if db_path(run_dir, DB_NAME).exists(): paths.append(copy_database(run_dir, out))
     return paths + ship_checkpoints(run_dir, out, shipped_steps(run_dir))
@@ -328,7 +337,8 @@ def ship_checkpoints(run_dir, out, steps) -> list[Path]:
     for step in steps:
         src, dst = find_checkpoint(run_dir, step), checkpoint_dir(out, step)
         tmp = dst.with_name(f".{dst.name}.{temp_tag()}.tmp")
-        for sub in [p.parent.relative_to(src) for p in sorted(src.rglob("model.safetensors"))]:  # an ELECTRA's generator/ too
+        # an ELECTRA's generator/ too
+        for sub in [p.parent.relative_to(src) for p in sorted(src.rglob("model.safetensors"))]:
             sd = load_safetensors(src / sub / "model.safetensors")
             write_safetensors({k: v.half() if v.is_floating_point() else v for k, v in sd.items()}, tmp / sub)
             for n in SHIPPED_FILES:
@@ -438,7 +448,8 @@ def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None,
         print("notebook pages skipped: they need nbconvert, a development requirement (pip install -e '.[dev]')"); return []
     run_dir, out_dir = Path(run_dir).resolve(), Path(out_dir)
     step, nbs, paths = list_steps(run_dir)[-1], nbs_dir(), []
-    figs = os.path.relpath(nbs.parent / "figures", out_dir.resolve())  # where ../figures/ of a notebook's links points from a page
+    # where ../figures/ of a notebook's links points from a page
+    figs = os.path.relpath(nbs.parent / "figures", out_dir.resolve())
     with tempfile.TemporaryDirectory() as d:
         scratch = _scratch_run(run_dir, Path(d) / run_dir.name)  # the run's name, as figure titles print it
         for a in analyses or applicable(run_dir, available_analyses())[0]:

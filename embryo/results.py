@@ -112,8 +112,10 @@ def use_wal(con, path, timeout: float):
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if con.execute("PRAGMA journal_mode").fetchone()[0] == "wal": return  # WAL is kept in the file: after the first open, nothing to do
-            if con.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal": return  # a refused switch returns the old mode
+            # WAL is kept in the file: after the first open, nothing to do
+            if con.execute("PRAGMA journal_mode").fetchone()[0] == "wal": return
+            # a refused switch returns the old mode
+            if con.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal": return
         except sqlite3.OperationalError as e:
             if "locked" not in str(e) and "busy" not in str(e): raise
         if time.monotonic() > deadline:
@@ -293,7 +295,8 @@ def done_steps(run_dir, analysis: str) -> list[int]:
 
 # %% ../nbs/03a_results.ipynb #a2d65606
 import embryo
-REFERENCE_DIR = Path(embryo.__file__).resolve().parents[1] / "figures" / "reference"  # committed bundles, one per reference
+# committed bundles, one per reference
+REFERENCE_DIR = Path(embryo.__file__).resolve().parents[1] / "figures" / "reference"
 
 def reference_results(analysis: str, **where) -> pd.DataFrame:
     "The rows of `analysis` measured on the trained reference (`REFERENCE`, notebook 02a); none where it was not."
@@ -305,7 +308,8 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
     "reconstruction": "the input: `reconstruction` (unmasked tokens) or `mask_prediction` (masked); metric `all`, "
                       "`pos/<class>`, `verb/<form>`, `freq/<rank range>` (accuracy on that subset of tokens)",
     "glue": "a GLUE task (`sst2`, `mrpc`, ...) or a built-in task (`polarity`, ...), and `glue` / `builtin`, their mean; "
-            "metric `score` (`seed` -1: the mean over finetuning seeds; `seed` k: seed k's), `score_sd` (their spread), "
+            "metric `score` (`seed` -1: the mean over finetuning seeds; `seed` k: seed k's), `score_sd` (their "
+            "spread), "
             "the task's own metrics; settings in `settings`",
     "squad": "`squad_v2`; metrics as the official evaluation script names them, `score` = mean of exact and F1 (per `seed` "
              "as in glue)",
@@ -334,7 +338,8 @@ def describe_results(run_dir) -> pd.DataFrame:
 
 # %% ../nbs/03a_results.ipynb #1f43c8e0
 TRANSITION_METRICS = {"drop": "drop", "loss_before": "before", "loss_after": "after", "rate": "rate", "start_step": "start_step",
-                      "end_step": "end_step", "open": "open"}  # metric -> the field of `embryo.pretrain.transitions`' dicts
+                      # metric -> the field of `embryo.pretrain.transitions`' dicts
+                      "end_step": "end_step", "open": "open"}
 
 def write_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
     "Store the run's loss transitions (`embryo.pretrain.run_transitions`) as analysis `pretraining`, replacing those stored before."
@@ -411,13 +416,15 @@ def merge_results(run_dir, sources: Iterable) -> dict:
             try:
                 con.execute("INSERT OR IGNORE INTO examples SELECT * FROM src.examples")  # by content: never replaced
                 for table, cols in (("results", COLUMNS), ("samples", SAMPLE_COLUMNS), ("settings", SETTING_COLUMNS), ("scores", SCORE_COLUMNS)):
-                    mine, theirs, cols = _groups(con, table), _groups(con, f"src.{table}"), ", ".join(cols)  # every column by name
+                    # every column by name
+                    mine, theirs, cols = _groups(con, table), _groups(con, f"src.{table}"), ", ".join(cols)
                     for g, t in theirs.items():
                         if g in mine and mine[g] >= t: continue
                         con.execute(f"DELETE FROM {table} WHERE analysis=? AND step=? AND task=?", g)
                         counts[table] += con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM src.{table} "
                                                      "WHERE analysis=? AND step=? AND task=?", g).rowcount
-                if con.execute("SELECT 1 FROM src.sqlite_master WHERE name='computed_with'").fetchone():  # older shards lack it
+                # older shards lack it
+                if con.execute("SELECT 1 FROM src.sqlite_master WHERE name='computed_with'").fetchone():
                     con.execute("INSERT INTO computed_with SELECT * FROM src.computed_with WHERE true ON CONFLICT(analysis, step) "
                                 "DO UPDATE SET digest=excluded.digest, options=excluded.options, created_at=excluded.created_at "
                                 "WHERE excluded.created_at > computed_with.created_at")

@@ -184,7 +184,8 @@ def clean_run(run_dir) -> list[str]:
         if not folder.is_dir() or folder.is_symlink(): continue
         for p in folder.glob(".*"):
             if p.name == LOCK_FILE: continue
-            if p.name.endswith(".tmp") and (stale_temp(p.name) or folder in (run_dir, ck)):  # the lock: no other writer here
+            # the lock: no other writer here
+            if p.name.endswith(".tmp") and (stale_temp(p.name) or folder in (run_dir, ck)):
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True); done.append(f"removed {p}")
     for old in [*(ck.glob("step_*.old") if ck.is_dir() else []), run_dir / "resume.old"]:
         if not old.is_dir(): continue
@@ -286,7 +287,8 @@ def transitions(run_dir_or_rows, key: str = "mlm_loss",
                 min_size: float = 0.1,     # the shortest segment, in decades
                 window: float = 0.1,       # the loss before/after is the mean over this many decades either side
                 min_records: int = 3,      # each window is widened until it holds this many records
-                z: float = 3.0,            # the drop beyond the neighbours' pace, in standard errors of the window means
+                # the drop beyond the neighbours' pace, in standard errors of the window means
+                z: float = 3.0,
                 min_drop: float = 0.01,    # and in nats
                ) -> list[dict]:
     "The steps where the logged `key` drops faster than before and after (or than before, if the log ends inside the drop): change points in its pace per log-step (PELT, L2 cost)."
@@ -297,7 +299,8 @@ def transitions(run_dir_or_rows, key: str = "mlm_loss",
     if len(rows) < 4: return []
     steps, loss = np.array([r["step"] for r in rows], dtype=float), np.array([r[key] for r in rows], dtype=float)
     x = np.log10(steps)
-    noise = 1.4826 * np.median(np.abs(np.diff(loss))) / np.sqrt(2)  # per record; consecutive records differ little by trend
+    # per record; consecutive records differ little by trend
+    noise = 1.4826 * np.median(np.abs(np.diff(loss))) / np.sqrt(2)
     grid = np.arange(x.min(), x.max() + 0.5 / per_decade, 1 / per_decade)
     cell = np.clip(np.round((x - grid[0]) * per_decade).astype(int), 0, len(grid) - 1)
     n, total = np.bincount(cell, minlength=len(grid)), np.bincount(cell, loss, minlength=len(grid))
@@ -545,7 +548,8 @@ class HFMaskedLM(torch.nn.Module):
     @property
     def max_length(self) -> int:
         "The longest input its position table takes (RoBERTa's positions start after its padding id)."
-        pad = getattr(getattr(self.model.base_model, "embeddings", None), "padding_idx", None)  # GPT-2 has no `embeddings`
+        # GPT-2 has no `embeddings`
+        pad = getattr(getattr(self.model.base_model, "embeddings", None), "padding_idx", None)
         return self.config.max_position_embeddings - (pad + 1 if pad is not None else 0)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, output_attentions=False,
@@ -621,8 +625,10 @@ class Run(os.PathLike):
             f = run_config_file(self.path)
             self._settings = read_config(f) if f.is_file() else {}
         return self._settings
-    model_type = property(lambda self: self.settings.get("model", {}).get("model_type", "albert"))  # albert (BERT too) | electra
-    sentence_task = property(lambda self: self.settings.get("train", {}).get("sentence_task", "sop"))  # sop | nsp | none
+    # albert (BERT too) | electra
+    model_type = property(lambda self: self.settings.get("model", {}).get("model_type", "albert"))
+    # sop | nsp | none
+    sentence_task = property(lambda self: self.settings.get("train", {}).get("sentence_task", "sop"))
     preset = property(lambda self: self.settings.get("preset"))  # None for a series we did not train
 
     steps = property(lambda self: list_steps(self.path))  # the steps with a complete checkpoint

@@ -55,7 +55,8 @@ def multibootstrap(hits, resamples: int = SEED_RESAMPLES, level: float = 0.95, r
     K, _, N = H.shape
     strata = np.zeros(N, int) if strata is None else np.asarray(strata)
     rng = np.random.default_rng(rng_seed)
-    seeds = np.stack([np.bincount(rng.integers(0, K, K), minlength=K) for _ in range(resamples)])  # times each seed is drawn
+    # times each seed is drawn
+    seeds = np.stack([np.bincount(rng.integers(0, K, K), minlength=K) for _ in range(resamples)])
     drawn = np.zeros((resamples, N))  # times each example is drawn, within its stratum
     for t in np.unique(strata):
         idx = np.flatnonzero(strata == t)
@@ -99,8 +100,10 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
     md = ["# Seeds and confidence", "",
           f"{len(runs)} runs of one recipe that differ in their seed ({', '.join(f'{r.name}: seed {seed[r]}' for r in runs)}). "
           f"Bands: the {level:.0%} percentile interval of the mean over {resamples:,} resamples with replacement (`seed_bands`, "
-          "notebook 10): of the seeds and of the examples together (MultiBERTs' multibootstrap) where the runs store each example's "
-          "score (mask prediction's words, probing's test targets, GLUE's dev examples, knowledge's facts, attention's inputs, "
+          "notebook 10): of the seeds and of the examples together (MultiBERTs' multibootstrap) where the runs store "
+          "each example's "
+          "score (mask prediction's words, probing's test targets, GLUE's dev examples, knowledge's facts, "
+          "attention's inputs, "
           "syntax's words), of the seeds alone elsewhere (the loss; CKA, not a mean over examples); each figure and verdict says which.", ""]
     cache = {}
     def scores_of(rs, a):  # each analysis's stored scores, read once for the side-by-side figure and every panel figure
@@ -138,8 +141,10 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
         drawn = seed_panels(runs, name, out, seed, total, resamples, level, scores_of)
         if drawn: paths += drawn[0]; panels[name] = drawn[1]; lines += drawn[2]
     if panels: md += ["# Every figure over steps, panel by panel", "",
-                      "The same bands for each layer, task, part of speech, verb form, frequency band or relation that the "
-                      "paper's figures over steps draw (`seed_panels`). *first* and *last*: the mean over seeds at the first and "
+                      "The same bands for each layer, task, part of speech, verb form, frequency band or relation "
+                      "that the "
+                      "paper's figures over steps draw (`seed_panels`). *first* and *last*: the mean over seeds at "
+                      "the first and "
                       f"last step; then the mean's gain from the first step to its best (for the loss: its drop) with its "
                       f"{level:.0%} interval, the step by which 90% of it comes, and the share of resamples that gain at least "
                       f"{RISE}, and do so within the first {EARLY:.0%} of training.", ""] + lines
@@ -160,7 +165,8 @@ def _mask_prediction(df, prefix: str) -> pd.DataFrame:
     return _pivot(df[(df.task == "mask_prediction") & df.metric.str.startswith(prefix)], "metric", prefix)
 
 # %% ../nbs/10b_seeds.ipynb #069eb4bd
-SEED_PANELS = {  # figure -> (paper figure, analysis (None: the training log), what is drawn, a column per panel, +1 or -1 if lower is better)
+# figure -> (paper figure, analysis (None: the training log), what is drawn, a column per panel, +1 or -1 if lower is better)
+SEED_PANELS = {
     # reconstruction's panels are named by their words' group without its prefix ('pos/', 'verb/', 'freq/')
     "loss": ("Fig. 2a", None, "MLM loss (nats per prediction)", None, -1),
     "reconstruction_by_pos": ("Fig. 1", "reconstruction", "mask prediction accuracy", lambda df: _mask_prediction(df, "pos/"), 1),
@@ -181,7 +187,8 @@ SEED_PANELS = {  # figure -> (paper figure, analysis (None: the training log), w
     "knowledge_by_relation": ("Fig. 14", "knowledge", "P@1", lambda df: _pivot(df[df.metric == "p@1"], "task"), 1),
 }
 
-BEST_LAYER, SEED_MEAN = "best layer", "mean over seeds"  # keys of `example_matrix` that choose among a task's stored keys
+# keys of `example_matrix` that choose among a task's stored keys
+BEST_LAYER, SEED_MEAN = "best layer", "mean over seeds"
 
 # %% ../nbs/10b_seeds.ipynb #d82d20f0
 def _best_head_parts(g: str, tasks) -> list:
@@ -189,7 +196,8 @@ def _best_head_parts(g: str, tasks) -> list:
     return [(t, g.replace(" ", "") + "/best_head", None) for t in sorted(tasks)]
 
 # %% ../nbs/10b_seeds.ipynb #2d946093
-EXAMPLE_PARTS = {  # a SEED_PANELS figure -> its panel's examples from (panel, the tasks with stored scores): (task, key, group) parts, counted equally
+# a SEED_PANELS figure -> its panel's examples from (panel, the tasks with stored scores): (task, key, group) parts, counted equally
+EXAMPLE_PARTS = {
     "reconstruction_by_pos": lambda g, tasks: [("mask_prediction", "correct", f"pos/{g}")],
     "reconstruction_by_verb_form": lambda g, tasks: [("mask_prediction", "correct", f"verb/{g}")],
     "reconstruction_by_frequency": lambda g, tasks: [("mask_prediction", "correct", f"freq/{g}")],

@@ -72,7 +72,8 @@ def linear_cka(X, Y) -> float:
     return float(np.linalg.norm(Y.X.T @ X.X) ** 2 / den) if den > 0 else float("nan")
 
 # %% ../nbs/07a_similarity.ipynb #0000000e
-KEEP_VARIANCE = 0.99  # SVCCA keeps the leading singular directions that hold this share of the variance (Raghu et al. 2017)
+# SVCCA keeps the leading singular directions that hold this share of the variance (Raghu et al. 2017)
+KEEP_VARIANCE = 0.99
 
 def cca(X, Y) -> tuple[np.ndarray, np.ndarray]:
     "Canonical correlations of X and Y (largest first, min(rank X, rank Y) of them) and X's unit-length canonical variates (n, k)."
@@ -233,7 +234,8 @@ def plot_similarity(run_dir, reference: str = "final"):
     if reference not in REFERENCES: raise ValueError(f"reference must be one of {', '.join(REFERENCES)}; got {reference!r}")
     df = similarity_results(run_dir)
     L = int(df.layer.max())
-    low = df[df.metric.str.endswith(f"_{reference}")].value.min()  # the previous checkpoint is close: zoom in to where the values are
+    # the previous checkpoint is close: zoom in to where the values are
+    low = df[df.metric.str.endswith(f"_{reference}")].value.min()
     lo = -0.02 if reference == "final" or not low < 1 else min(0.9, np.floor((low - 0.005) * 50) / 50)
     fig, axes = plt.subplots(1, len(MEASURES), figsize=(4.6 * len(MEASURES) + 1.2, 4.2), sharey=True, layout="constrained")
     for ax, m in zip(axes, MEASURES):

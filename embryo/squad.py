@@ -355,7 +355,8 @@ WINDOW_SETTINGS = ("doc_stride", "max_query_length", "max_answer_length", "train
 def evaluate_step(run_dir, step: int | None = None, device="cpu",
                   squad_dir=None, # a folder with train-v2.0.json and dev-v2.0.json, or "datasets" (online)
                   seed: int = 0, # the head's initialisation and the order of the training windows
-                  max_train_examples: int | None = DEFAULT_MAX_TRAIN, # training questions at most (a seeded sample); None: all
+                  # training questions at most (a seeded sample); None: all
+                  max_train_examples: int | None = DEFAULT_MAX_TRAIN,
                   max_dev_examples: int | None = None, # dev questions at most (a fixed sample); None: all
                   learning_rate: float | None = None, # None: Table 7's 3e-5
                   doc_stride: int = DOC_STRIDE, max_query_length: int = MAX_QUERY_LENGTH,
@@ -370,7 +371,8 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
     max_len = max_seq_length(run_dir, pre, SQUAD)
     q_len, stride = window_settings(max_len, doc_stride, max_query_length)
     train_f, unread = features(tok, train, max_len, doc_stride, max_query_length)
-    train_f = [f for f in train_f if f.example not in unread]  # as transformers' example: not trained on a misplaced answer
+    # as transformers' example: not trained on a misplaced answer
+    train_f = [f for f in train_f if f.example not in unread]
     steps, warmup = schedule(SQUAD, len(train_f))
     lr, t0 = learning_rate or SQUAD.lr, time.time()
     torch.manual_seed(seed)
@@ -389,7 +391,8 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
     rows = [dict(task=TASK, metric=k, value=float(v), n=int(m.get(k.split("_")[0] + "_total", len(dev)))) for k, v in m.items()]
     rows += seed_rows(TASK, [m["score"]], seed, len(dev))
     rows.append(dict(task=TASK, metric="train_loss", value=float(loss), n=len(train)))
-    sets = [dict(task=TASK, name=k, value=float(settings[k])) for k in SETTINGS + WINDOW_SETTINGS]  # the settings table, as glue
+    # the settings table, as glue
+    sets = [dict(task=TASK, name=k, value=float(settings[k])) for k in SETTINGS + WINDOW_SETTINGS]
     samples = [dict(task=TASK, item="settings", text=json.dumps(settings)), dict(task=TASK, item="predictions", text=json.dumps(preds))]
     write_results(run_dir, ANALYSIS, step, rows, samples, sets)
     return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
@@ -400,7 +403,8 @@ def applies_to(run) -> str | None:
     return series_lacks(run, "ours")
 
 # %% ../nbs/05a_squad.ipynb #30152479
-REPORT = [dict(zip(("file", "paper", "caption", "finding"), r)) for r in (  # for the sweep's report, like every analysis's
+# for the sweep's report, like every analysis's
+REPORT = [dict(zip(("file", "paper", "caption", "finding"), r)) for r in (
     ("fig12_squad", "Embryology Fig. 12 (SQuAD 2.0)",
      "SQuAD 2.0 dev score (mean of exact match and F1, x100) over pretraining steps, best step marked x, the all-null "
      "baseline dashed.",

@@ -113,7 +113,8 @@ def evaluation_steps(run_dir, early: int, dense: int = 12) -> list[int]:
     steps = list_steps(run_dir)
     found = run_transitions(run_dir) if steps else []
     if not found: return log_spaced(steps, early + dense)
-    first = min(found, key=lambda t: t["start_step"])  # leaving the plateau; a later drop (a final decay) is not the window
+    # leaving the plateau; a later drop (a final decay) is not the window
+    first = min(found, key=lambda t: t["start_step"])
     start, stop = first["start_step"], first["end_step"]
     end = max([s for s in steps if s <= start] or steps[:1])  # the plateau's last checkpoint
     stop = min([s for s in steps if s >= stop] or steps[-1:])  # the first checkpoint after the drop
@@ -235,7 +236,8 @@ def _register_engine():
             client = PapermillNotebookClient(nb_man, km=km, kernel_name=kernel_name, log=logger, log_output=log_output,
                                              stdout_file=stdout_file, stderr_file=stderr_file, startup_timeout=start_timeout,
                                              timeout=execution_timeout, shutdown_kernel="immediate", **kwargs)
-            return client.execute(cleanup_kc=True)  # the kernel was handed over: stop it and close the client's channels
+            # the kernel was handed over: stop it and close the client's channels
+            return client.execute(cleanup_kc=True)
     papermill_engines.register(WARM_ENGINE, StartedKernelEngine)
 
 # %% ../nbs/10_sweep.ipynb #e4a5a215

@@ -123,7 +123,8 @@ def read_treebank(source) -> list[Parsed]:
 
 # %% ../nbs/08a_syntax.ipynb #e27b3395
 def word_attention(att: np.ndarray, # (..., T, T) token attention, [CLS] at 0, pieces 1..T-2, [SEP] at T-1
-                   spans: Sequence[tuple[int, int]], # per word, its [start, end) range among the pieces (0-based, no [CLS])
+                   # per word, its [start, end) range among the pieces (0-based, no [CLS])
+                   spans: Sequence[tuple[int, int]],
                    offset: int = 1, # tokens before the first piece: 1 ([CLS]), 0 for a causal LM (`tok.prefix`)
                   ) -> np.ndarray:
     "(..., W, W) word attention: rows the mean over a word's pieces, columns the sum over them; [CLS], [SEP] dropped."
@@ -175,7 +176,8 @@ def sentence_inputs(tok, sents: Sequence[Parsed], max_sentences: int = 500, max_
 # %% ../nbs/08a_syntax.ipynb #343a6562
 def syntax_counts(model, inputs, device="cpu", offset: int = 1) -> dict[str, np.ndarray | int]:
     "Words chosen correctly per (layer, head), by the adjacent baselines, and the number of words and sentences scored."
-    with torch_threads(1): return _syntax_counts(model, inputs, device, offset)  # a one-sentence forward pass gains nothing from more, and loses much on a busy CPU
+    # a one-sentence forward pass gains nothing from more, and loses much on a busy CPU
+    with torch_threads(1): return _syntax_counts(model, inputs, device, offset)
 
 # %% ../nbs/08a_syntax.ipynb #209087a0
 def _syntax_counts(model, inputs, device, offset):
@@ -186,7 +188,8 @@ def _syntax_counts(model, inputs, device, offset):
         names += [f"{n}:{i} {x}" for i, x in enumerate(s.words)]
         words += len(s.words)
         for k, ch in adjacent_choices(len(s.words)).items(): base[k] += int(correct(ch, s.heads))
-        base["random"] += sum(len(x) for x in neighbours(s.heads)) / (len(s.words) - 1)  # a uniform choice's expected hits
+        # a uniform choice's expected hits
+        base["random"] += sum(len(x) for x in neighbours(s.heads)) / (len(s.words) - 1)
     if not by_word: raise ValueError("no sentence could be scored: none has two words or more that align with the "
                                       "model's pieces and fit its positions")
     word_hits = np.concatenate(by_word, -1)  # (L, H, words)
@@ -217,7 +220,8 @@ def uas_scores(counts: dict, task: str) -> list[dict]:
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to score
                   device: str = "cpu",
-                  treebank=None, # a CoNLL-U file or a folder of *.conllu files: gold arcs (task "gold"); None: silver only
+                  # a CoNLL-U file or a folder of *.conllu files: gold arcs (task "gold"); None: silver only
+                  treebank=None,
                   max_sentences: int = 500, # sentences scored per task
                  ) -> pd.DataFrame:
     "UAS of every head of every layer at `step` against silver (and gold) arcs, written to the run's database."
