@@ -452,9 +452,8 @@ def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256
                 f"{' and '.join(t.upper() for t in tasks)} accuracy lies within 2 binomial standard errors of chance (50%; {nums}), "
                 + (f"so the sentence tasks the table compares cannot be read from these runs; differences beyond the seed "
                    f"spread: {'; '.join(beyond)}." if beyond else
-                   "and no row differs from its reference beyond the seed spread, so what the table compares cannot "
-                   "be read "
-                   "from these runs (the paper's rows differ after 125,000 steps)."))
+                   "and no row differs from its reference beyond the seed spread, so what the table compares cannot be "
+                   "read from these runs (the paper's rows differ after 125,000 steps)."))
     return (f"{TITLES[table][1].split(':')[0]} after {steps} steps: differences beyond the seed spread: "
             f"{'; '.join(beyond) or 'none'}; {nums}.")
 

@@ -315,8 +315,7 @@ def write_param_tables(out_dir="figures") -> list[Path]:
     w.writeheader(); w.writerows(rows)
     md = ["# ALBERT Tables 2, 4 and 5: parameters, counted from our model, beside the paper's", "",
           "Counted on the meta device, V = 30,000, shared tensors once, pretraining heads never. `ours` counts the "
-          "encoder "
-          "with its pooler (as transformers' AlbertModel); `no pooler` without it.", "",
+          "encoder with its pooler (as transformers' AlbertModel); `no pooler` without it.", "",
           "| Table | Model | L | H | E | sharing | paper (M) | ours | no pooler | matches | ours - paper (M) |",
           "|---|---|---:|---:|---:|---|---:|---:|---:|---|---:|"]
     md += [f'| {r["table"]} | {r["model"]} | {r["L"]} | {r["H"]} | {r["E"]} | {r["sharing"]} | {r["paper_M"]} | '

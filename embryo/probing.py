@@ -748,8 +748,8 @@ def selectivity_table(run_dir, out_dir=None) -> list[Path]:
     t = t.reindex(_task_order(t.index.get_level_values(0).unique()), level=0)
     flat = t.reset_index()
     md = (f"# Probing at step {last} ({run_dir.name}): F1, control-task F1 and selectivity per layer\n\n"
-          "Selectivity = F1 - control F1 (Hewitt & Liang 2019). Sizes are targets per split; layer 0 is the "
-          "embedding output.\n\n"
+          "Selectivity = F1 - control F1 (Hewitt & Liang 2019). Sizes are targets per split; "
+          "layer 0 is the embedding output.\n\n"
           + markdown_table(flat, index=False) + "\n" + verdict(run_dir) + "\n")
     return [atomic_write(out_dir / "table_probing_selectivity.md", md), atomic_write(out_dir / "table_probing_selectivity.csv", flat.to_csv(index=False))]
 

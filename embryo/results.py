@@ -309,8 +309,7 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
                       "`pos/<class>`, `verb/<form>`, `freq/<rank range>` (accuracy on that subset of tokens)",
     "glue": "a GLUE task (`sst2`, `mrpc`, ...) or a built-in task (`polarity`, ...), and `glue` / `builtin`, their mean; "
             "metric `score` (`seed` -1: the mean over finetuning seeds; `seed` k: seed k's), `score_sd` (their "
-            "spread), "
-            "the task's own metrics; settings in `settings`",
+            "spread), the task's own metrics; settings in `settings`",
     "squad": "`squad_v2`; metrics as the official evaluation script names them, `score` = mean of exact and F1 (per `seed` "
              "as in glue)",
     "knowledge": "a LAMA relation (`P17`, ...), and `all`; metric `p@1` over all facts, `p@1_common` over one-token answers",

@@ -101,10 +101,9 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
           f"{len(runs)} runs of one recipe that differ in their seed ({', '.join(f'{r.name}: seed {seed[r]}' for r in runs)}). "
           f"Bands: the {level:.0%} percentile interval of the mean over {resamples:,} resamples with replacement (`seed_bands`, "
           "notebook 10): of the seeds and of the examples together (MultiBERTs' multibootstrap) where the runs store "
-          "each example's "
-          "score (mask prediction's words, probing's test targets, GLUE's dev examples, knowledge's facts, "
-          "attention's inputs, "
-          "syntax's words), of the seeds alone elsewhere (the loss; CKA, not a mean over examples); each figure and verdict says which.", ""]
+          "each example's score (mask prediction's words, probing's test targets, GLUE's dev examples, knowledge's "
+          "facts, attention's inputs, syntax's words), of the seeds alone elsewhere (the loss; CKA, not a mean over "
+          "examples); each figure and verdict says which.", ""]
     cache = {}
     def scores_of(rs, a):  # each analysis's stored scores, read once for the side-by-side figure and every panel figure
         if (tuple(rs), a) not in cache: cache[tuple(rs), a] = stored_scores(rs, a)
@@ -141,9 +140,8 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
         drawn = seed_panels(runs, name, out, seed, total, resamples, level, scores_of)
         if drawn: paths += drawn[0]; panels[name] = drawn[1]; lines += drawn[2]
     if panels: md += ["# Every figure over steps, panel by panel", "",
-                      "The same bands for each layer, task, part of speech, verb form, frequency band or relation "
-                      "that the "
-                      "paper's figures over steps draw (`seed_panels`). *first* and *last*: the mean over seeds at "
+                      "The same bands for each layer, task, part of speech, verb form, frequency band or relation that "
+                      "the paper's figures over steps draw (`seed_panels`). *first* and *last*: the mean over seeds at "
                       "the first and "
                       f"last step; then the mean's gain from the first step to its best (for the loss: its drop) with its "
                       f"{level:.0%} interval, the step by which 90% of it comes, and the share of resamples that gain at least "

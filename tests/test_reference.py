@@ -26,7 +26,7 @@ def test_the_committed_reference_has_every_drawn_analysis():
     assert {"pos_brown", "dep_silver", "ner_silver", "const_silver"} <= set(f1.task)
 
 
-def test_the_figures_draw_it_where_the_task_matches(tmp_path):
+def test_the_figures_draw_it_where_the_task_matches(tmp_path, monkeypatch):
     "Fig. 11 of the committed run gets one reference line per panel; a run probed on other splits gets none."
     import matplotlib.pyplot as plt
     from embryo import probing
@@ -39,9 +39,8 @@ def test_the_figures_draw_it_where_the_task_matches(tmp_path):
     def keep(fig, *a, **k):
         drawn.append([l.get_ydata()[0] for ax in fig.axes for l in ax.lines if l.get_linestyle() == REFERENCE_STYLE["ls"]])
         return real(fig, *a, **k)
-    plt.Figure.savefig = keep
-    try: probing.plot_fig11(ROOT / "figures" / "run", tmp_path)
-    finally: plt.Figure.savefig = real
+    monkeypatch.setattr(plt.Figure, "savefig", keep)
+    probing.plot_fig11(ROOT / "figures" / "run", tmp_path)
     assert sorted(drawn[0]) == sorted(ref.f1.tolist())
     other = df.copy()
     other.loc[other.metric == "n_test", "value"] = 10  # probed on another test split: not the same task
