@@ -19,12 +19,12 @@ import pandas as pd
 from .run import DB_NAME, REFERENCE  # one name for the file, where the run (notebook 02a) defines it
 
 # %% auto #0
-__all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED',
-           'REFERENCE_DIR', 'TASK_NAMES', 'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path', 'unpack', 'migrate',
-           'use_wal', 'connect', 'text_digest', 'encode_scores', 'decode_scores', 'binomial_se', 'score_rows',
-           'read_scores', 'read_examples', 'write_results', 'read_results', 'read_settings', 'read_samples',
-           'done_steps', 'reference_results', 'describe_results', 'write_transitions', 'log_job', 'read_log',
-           'options_digest', 'set_computed_with', 'computed_with', 'merge_results', 'markdown_table']
+__all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TABLES',
+           'UNRECORDED', 'REFERENCE_DIR', 'TASK_NAMES', 'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path',
+           'unpack', 'migrate', 'use_wal', 'connect', 'text_digest', 'encode_scores', 'decode_scores', 'binomial_se',
+           'score_rows', 'read_scores', 'read_examples', 'write_results', 'read_results', 'read_settings',
+           'read_samples', 'done_steps', 'reference_results', 'describe_results', 'write_transitions', 'log_job',
+           'read_log', 'options_digest', 'set_computed_with', 'computed_with', 'merge_results', 'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
 COLUMNS = ("analysis", "step", "task", "layer", "head", "seed", "metric", "value", "n", "created_at")
@@ -221,32 +221,33 @@ def _insert_results(con, analysis: str, rows: list[tuple[int, dict]], now: float
                       r["metric"], None if r["value"] is None else float(r["value"]), r.get("n"), now) for step, r in rows])
 
 # %% ../nbs/03a_results.ipynb #bad48bbc
+TABLES = ("results", "samples", "settings", "scores")  # the rows of one (analysis, step) live in these four
+UNRECORDED = "unrecorded"  # the options of rows written outside a sweep: not known, so they match no options
+
 def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], samples: Iterable[dict] = (),
                   settings: Iterable[dict] = (), scores: Iterable[dict] = ()) -> int:
-    """Replace the results, text `samples` (task, item, text), `settings` (task, name, value) and examples' `scores`
-    (task, key, scores, examples: `score_rows`) of `analysis` at `step` for the tasks given."""
+    """Replace every result, text `samples` (task, item, text), `settings` (task, name, value) and examples' `scores`
+    (task, key, scores, examples: `score_rows`) of `analysis` at `step`, in one transaction."""
     rows, samples, settings, scores = list(rows), list(samples), list(settings), [_check_scores(s) for s in scores]
     _check_rows(rows)
-    now = time.time()
-    tasks = sorted({r["task"] for r in rows} | {s["task"] for s in samples} | {s["task"] for s in settings} | {s["task"] for s in scores})
+    now, step = time.time(), int(step)
     with connect(run_dir) as con:
         con.execute("BEGIN IMMEDIATE")
         try:
-            for t in tasks:
-                con.execute("DELETE FROM results WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
-                con.execute("DELETE FROM samples WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
-                con.execute("DELETE FROM settings WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
-                con.execute("DELETE FROM scores WHERE analysis=? AND step=? AND task=?", (analysis, int(step), t))
-            _insert_scores(con, analysis, int(step), scores, now)
-            _insert_results(con, analysis, [(int(step), r) for r in rows], now)
+            for t in TABLES: con.execute(f"DELETE FROM {t} WHERE analysis=? AND step=?", (analysis, step))
+            _insert_scores(con, analysis, step, scores, now)
+            _insert_results(con, analysis, [(step, r) for r in rows], now)
             con.executemany(f"INSERT INTO settings ({', '.join(SETTING_COLUMNS)}) VALUES ({','.join('?' * len(SETTING_COLUMNS))})",
-                            [(analysis, int(step), s["task"], s["name"], float(s["value"]), now) for s in settings])
+                            [(analysis, step, s["task"], s["name"], float(s["value"]), now) for s in settings])
             con.executemany(f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({','.join('?' * len(SAMPLE_COLUMNS))})",
-                            [(analysis, int(step), s["task"], str(s["item"]), s["text"], now) for s in samples])
+                            [(analysis, step, s["task"], str(s["item"]), s["text"], now) for s in samples])
+            # the sweep records its options once the job ends
+            con.execute("INSERT OR REPLACE INTO computed_with VALUES (?,?,?,?,?)", (analysis, step, UNRECORDED, UNRECORDED, now))
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK"); raise
     return len(rows)
+
 
 # %% ../nbs/03a_results.ipynb #051449f6
 def read_results(run_dir, analysis: str | None = None, **where) -> pd.DataFrame:
@@ -400,6 +401,26 @@ def _groups(con, table: str, key: str = "analysis, step, task") -> dict:
     return {tuple(r[:-1]): r[-1] for r in con.execute(f"SELECT {key}, MAX(created_at) FROM {table} GROUP BY {key}")}
 
 # %% ../nbs/03a_results.ipynb #19ef89f5
+def _step_groups(con, db: str = "main") -> dict:
+    "(analysis, step) -> when its rows were last written, over the four tables that hold them."
+    out = {}
+    for t in TABLES:
+        for a, s, at in con.execute(f"SELECT analysis, step, MAX(created_at) FROM {db}.{t} GROUP BY analysis, step"):
+            out[(a, s)] = max(at, out.get((a, s), at))
+    return out
+
+def _copy_step(con, g: tuple, counts: dict):
+    "Replace every row of the (analysis, step) `g` and its options record with the attached source's."
+    for t in TABLES:
+        cols = ", ".join(dict(results=COLUMNS, samples=SAMPLE_COLUMNS, settings=SETTING_COLUMNS, scores=SCORE_COLUMNS)[t])
+        con.execute(f"DELETE FROM {t} WHERE analysis=? AND step=?", g)
+        counts[t] += con.execute(f"INSERT INTO {t} ({cols}) SELECT {cols} FROM src.{t} WHERE analysis=? AND step=?", g).rowcount
+    con.execute("DELETE FROM computed_with WHERE analysis=? AND step=?", g)  # an older shard without one: the defaults
+    if con.execute("SELECT 1 FROM src.sqlite_master WHERE name='computed_with'").fetchone():
+        con.execute("INSERT INTO computed_with SELECT * FROM src.computed_with WHERE analysis=? AND step=?", g)
+
+
+# %% ../nbs/03a_results.ipynb #e946e69e
 def merge_results(run_dir, sources: Iterable) -> dict:
     "Copy the results, samples, settings and sweep log of each source database (or run folder) into `run_dir`'s main database."
     target = db_path(run_dir, DB_NAME)  # the main file, whatever shard this process writes
@@ -414,19 +435,9 @@ def merge_results(run_dir, sources: Iterable) -> dict:
             con.execute("BEGIN IMMEDIATE")
             try:
                 con.execute("INSERT OR IGNORE INTO examples SELECT * FROM src.examples")  # by content: never replaced
-                for table, cols in (("results", COLUMNS), ("samples", SAMPLE_COLUMNS), ("settings", SETTING_COLUMNS), ("scores", SCORE_COLUMNS)):
-                    # every column by name
-                    mine, theirs, cols = _groups(con, table), _groups(con, f"src.{table}"), ", ".join(cols)
-                    for g, t in theirs.items():
-                        if g in mine and mine[g] >= t: continue
-                        con.execute(f"DELETE FROM {table} WHERE analysis=? AND step=? AND task=?", g)
-                        counts[table] += con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM src.{table} "
-                                                     "WHERE analysis=? AND step=? AND task=?", g).rowcount
-                # older shards lack it
-                if con.execute("SELECT 1 FROM src.sqlite_master WHERE name='computed_with'").fetchone():
-                    con.execute("INSERT INTO computed_with SELECT * FROM src.computed_with WHERE true ON CONFLICT(analysis, step) "
-                                "DO UPDATE SET digest=excluded.digest, options=excluded.options, created_at=excluded.created_at "
-                                "WHERE excluded.created_at > computed_with.created_at")
+                mine = _step_groups(con)
+                for g, at in _step_groups(con, "src").items():
+                    if g not in mine or mine[g] < at: _copy_step(con, g, counts)  # the later write wins, whole
                 counts["sweep_log"] += con.execute(
                     "INSERT INTO sweep_log SELECT * FROM src.sweep_log WHERE true ON CONFLICT(analysis, step) DO UPDATE "
                     "SET status=excluded.status, seconds=excluded.seconds, error=excluded.error, notebook=excluded.notebook, "

@@ -24,7 +24,7 @@ import pandas as pd
 
 from .config import clean_stale_temps, temp_tag, check_value
 from .run import list_steps, find_checkpoint, complete_run, as_run, run_transitions
-from .results import DB_NAME, db_path, log_job, read_log, computed_with, options_digest, set_computed_with
+from .results import DB_NAME, UNRECORDED, db_path, log_job, read_log, computed_with, options_digest, set_computed_with
 
 
 # %% auto #0
@@ -358,7 +358,8 @@ def plan(run_dir, analyses=None, steps=None, force=False, shard=None, options: d
 
 def say_recomputed(redo: dict, options: dict):
     "Print, per analysis, the steps a sweep recomputes because their results were computed with other options."
-    said = lambda o: {"{}": "the default options", "": "a job that never finished"}.get(o, o)
+    said = lambda o: {"{}": "the default options", "": "a job that never finished",
+                      UNRECORDED: "options nobody recorded (written outside a sweep)"}.get(o, o)
     for a in sorted({j.analysis for j in redo}):
         steps = sorted(j.step for j in redo if j.analysis == a)
         olds = sorted({redo[j] for j in redo if j.analysis == a})

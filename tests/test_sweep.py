@@ -109,7 +109,7 @@ def test_cli_exit_status_reports_failures(fixture_copy, tmp_path):
 def _writer(args):
     db, worker, batches = args
     for b in range(batches):
-        # each worker rewrites its own step and, in turn with all others, the shared step 0
+        # each worker rewrites its own step and, in turn with all others, the shared step 0 (with a task of its own)
         write_results(db, "stress", 1 + worker, [dict(task="t", metric=f"m{k}", value=b, n=k) for k in range(20)])
         write_results(db, "stress", 0, [dict(task=f"w{worker}", metric=f"m{k}", value=b) for k in range(20)])
     return worker
@@ -120,9 +120,10 @@ def test_eight_parallel_writers_lose_and_duplicate_nothing(tmp_path):
     with mp.get_context("spawn").Pool(8) as pool:
         assert sorted(pool.map(_writer, [(db, w, 15) for w in range(8)])) == list(range(8))
     df = read_results(db, "stress")
-    assert len(df) == 8 * 20 + 8 * 20  # each worker's step, and each worker's task at step 0
+    assert len(df) == 8 * 20 + 20  # each worker's step, and at step 0 one worker's write whole (a write replaces the step)
+    assert df[df.step == 0].task.nunique() == 1  # never two writers' rows mixed at one step
     assert not df.duplicated(["step", "task", "layer", "metric"]).any()
-    assert set(df.value) == {14.0}  # every group holds its last write
+    assert set(df.value) == {14.0}  # every step holds its last write
     with sqlite3.connect(db) as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
@@ -240,7 +241,8 @@ def test_results_remember_their_options_and_other_options_recompute(fixture_copy
     assert t.loc["knowledge", 8] == "done"
     out = capsys.readouterr().out
     assert "knowledge: recomputing step(s) 8: their results were computed with" in out and str(lama) in out, out
-    assert set(read_results(run, "knowledge").task) <= {f"lama:{r}" for r in sorted(rels)[:2]} | set(sorted(rels)[:2]) | before
+    # the step holds the LAMA folder's two relations alone, not them beside the built-in ones (issue 32, finding 1)
+    assert len(set(read_results(run, "knowledge", step=8).task)) == 2 < len(before), read_results(run, "knowledge").task.unique()
     t = sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": dict(quick, facts=str(lama))}, progress=False)
     assert t.loc["knowledge", 8] == "skipped"  # the same options and data: done
     (lama / "relations.jsonl").write_text("this is not json\n")  # the user's data changed, and is now malformed
@@ -250,6 +252,13 @@ def test_results_remember_their_options_and_other_options_recompute(fixture_copy
     assert "relations.jsonl" in err, err
     assert sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": quick}, force=True,
                  progress=False).loc["knowledge", 8] == "done"  # --force stays
+    assert set(read_results(run, "knowledge", step=8).task) == before  # back to the defaults: the LAMA relations are gone
+    write_results(run, "knowledge", 8, [dict(task="P36", metric="p@1", value=0.5)])  # by hand, options unknown
+    capsys.readouterr()
+    assert sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": quick},
+                 progress=False).loc["knowledge", 8] == "done"
+    assert "options nobody recorded (written outside a sweep)" in capsys.readouterr().out
+    assert set(read_results(run, "knowledge", step=8).task) == before
 
 
 def test_a_killed_papermill_sweeps_temporary_notebook_is_removed_by_the_rerun(fixture_copy, tmp_path):
