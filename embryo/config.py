@@ -8,18 +8,19 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field, fields, asdict
+from dataclasses import MISSING, dataclass, field, fields, asdict
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['SHARING', 'ACTIVATIONS', 'MODEL_TYPES', 'PRESETS', 'SENTENCE_TASKS', 'CPU_FINETUNE', 'PRECISIONS', 'OPTIMIZERS',
            'LR_SCHEDULES', 'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG', 'PARAMETER_TYPES', 'ConfigError',
-           'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config', 'run_config_file', 'migrate_run_config',
-           'fsync_dir', 'temp_tag', 'stale_temp', 'clean_stale_temps', 'atomic_write', 'split_names', 'ParameterError',
-           'check_value', 'check_parameters', 'add_pretrain_args']
+           'check_types', 'check_ranges', 'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config',
+           'run_config_file', 'migrate_run_config', 'fsync_dir', 'temp_tag', 'stale_temp', 'clean_stale_temps',
+           'atomic_write', 'split_names', 'ParameterError', 'check_value', 'check_parameters', 'add_pretrain_args']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -28,6 +29,38 @@ MODEL_TYPES = ("albert", "electra")  # ALBERT and BERT (notebook 01), ELECTRA's 
 
 class ConfigError(ValueError):
     "A configuration that cannot describe a model, with what to do about it."
+
+# %% ../nbs/00_config.ipynb #e8971269
+_KINDS = {"int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false", "list": "a list"}
+
+def _type_name(t) -> str: return t if isinstance(t, str) else t.__name__ if isinstance(t, type) else str(t)
+
+def _fits(t: str, v) -> bool:
+    "Whether `v` is of the declared type `t` ('int', 'float', 'int | None', ...); a bool is not a number here."
+    if t.endswith(" | None") and v is None: return True
+    t = t.removesuffix(" | None")
+    if t in ("int", "float") and isinstance(v, bool): return False
+    if t == "float": return isinstance(v, (int, float)) and math.isfinite(v)
+    return isinstance(v, dict(int=int, str=str, bool=bool, list=list).get(t, object))
+
+# %% ../nbs/00_config.ipynb #7cf0ee01
+def check_types(cfg, skip=()):
+    "Raise a `ConfigError` naming the first field of the dataclass `cfg` (outside `skip`) whose value is not its declared type."
+    for f in fields(cfg):
+        t, v = _type_name(f.type), getattr(cfg, f.name)
+        if f.name in skip or _fits(t, v): continue
+        kind = _KINDS.get(t.removesuffix(" | None"), t) + (" or null" if t.endswith(" | None") else "")
+        raise ConfigError(f"{type(cfg).__name__}.{f.name}={v!r} is not {kind}: pass one, e.g. --set {f.name}="
+                          f"{json.dumps(f.default_factory() if f.default is MISSING else f.default)} (its default)")
+
+# %% ../nbs/00_config.ipynb #89e5ff52
+def check_ranges(cfg, ranges: dict):
+    "Raise a `ConfigError` naming the first field of `cfg` outside its interval in `ranges` ('(0, inf)', '[0, 1)', ...)."
+    for name, interval in ranges.items():
+        v = getattr(cfg, name)
+        lo, hi = (float(x) for x in interval[1:-1].split(","))
+        if v is None or (lo <= v if interval[0] == "[" else lo < v) and (v <= hi if interval[-1] == "]" else v < hi): continue
+        raise ConfigError(f"{type(cfg).__name__}.{name}={v!r} is outside {interval}: pass a value in it with --set {name}=...")
 
 # %% ../nbs/00_config.ipynb #bb0b8844
 @dataclass
@@ -57,6 +90,8 @@ class ModelConfig:
 
     def validate(self):
         "Raise `ConfigError` naming the field when the numbers cannot build a model."
+        check_types(self)
+        check_ranges(self, dict(initializer_range="(0, inf)", layer_norm_eps="(0, inf)", generator_size="(0, 1]"))
         for f in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                   "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             v = getattr(self, f)
@@ -172,6 +207,14 @@ class TrainConfig:
     facts: int = 0  # facts of each built-in relation shown at known steps (notebook 06a, `embryo.facts`); 0: none
 
     def __post_init__(self):
+        if isinstance(self.checkpoint_every, int) and not isinstance(self.checkpoint_every, bool):
+            self.checkpoint_every = [[self.checkpoint_every, None]]  # one number: a checkpoint every that many steps
+        check_types(self, skip=("corpus",))  # a corpus may also be a `datasets.Dataset`
+        check_ranges(self, _TRAIN_RANGES)
+        if not all(isinstance(r, list) and len(r) == 2 and _fits("int", r[0]) and r[0] >= 1 and _fits("int | None", r[1])
+                   for r in self.checkpoint_every):
+            raise ConfigError(f"TrainConfig.checkpoint_every={self.checkpoint_every!r} is not a number of steps or a list of "
+                              "[every, until] pairs: pass e.g. --set checkpoint_every=500 or 'checkpoint_every=[[50, 2500], [250, null]]'")
         if self.sentence_task not in SENTENCE_TASKS:
             raise ConfigError(f"TrainConfig.sentence_task={self.sentence_task!r} is not one of {', '.join(SENTENCE_TASKS)}")
         if self.precision not in PRECISIONS:
@@ -193,7 +236,6 @@ class TrainConfig:
         if self.facts < 0: raise ConfigError(f"TrainConfig.facts={self.facts} must be at least 0 (0: no facts injected)")
         if not 0 < self.decay_fraction <= 1: raise ConfigError(f"TrainConfig.decay_fraction={self.decay_fraction} must lie in (0, 1]")
         if not 0 < self.phase1_fraction < 1: raise ConfigError(f"TrainConfig.phase1_fraction={self.phase1_fraction} must lie in (0, 1)")
-        if not isinstance(self.compile, bool): raise ConfigError(f"TrainConfig.compile must be true or false, got {self.compile!r}")
         if self.max_predictions is not None and self.max_predictions < 1:
             raise ConfigError(f"TrainConfig.max_predictions must be at least 1 (or None for ALBERT's cap), got {self.max_predictions}")
 
@@ -203,6 +245,10 @@ class TrainConfig:
 
 # %% ../nbs/00_config.ipynb #8d946577
 SENTENCE_TASKS = ("sop", "nsp", "none")  # ALBERT Table 6: sentence-order, BERT's next-sentence, no sentence loss
+_TRAIN_RANGES = dict(learning_rate="(0, inf)", weight_decay="[0, inf)", adam_beta1="[0, 1)", adam_beta2="[0, 1)",
+                     adam_epsilon="(0, inf)", max_grad_norm="(0, inf)", seed="[0, inf)", short_seq_prob="[0, 1]",
+                     mask_prob="(0, 1)", max_ngram="[1, inf)", tokenizer_vocab_size="[1, inf)", eval_sequences="[1, inf)",
+                     checkpoint_pow2_until="[0, inf)", rtd_weight="[0, inf)")
 # Finetuning of the CPU-sized models (`tiny`, `bert-tiny`, the tiny ablations; used by notebooks 05, 09 and 10): 300
 # examples per task, and 1e-4 instead of Table 7's 1e-5: at 1e-5 the ~100 finetuning steps of so few examples leave
 # the classifier at chance for every checkpoint (measured), which tests nothing.

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -227,7 +228,7 @@ def _columns(task: Task, names: Sequence[str], where: str) -> tuple:
 # %% ../nbs/05_glue.ipynb #a2807613
 def _table_label(task: Task, v, names, where: str):
     "A label as a table stores it (a score, a label name, or a class index: the hub's order, or `names`) as ours."
-    if not task.labels or (isinstance(v, str) and not v.lstrip("-").isdigit()): return _label(task, str(v), where)
+    if not task.labels or (isinstance(v, str) and not re.fullmatch(r"-?[0-9]+", v)): return _label(task, str(v), where)
     k = int(v)
     if task.labels[0].isdigit(): return _label(task, str(k), where)
     order = names or _HF_LABELS[task.name]

@@ -30,7 +30,7 @@ from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_trai
 from .model import AlbertForPreTraining, CheckpointError, load_pretrained, autocast, resolve_precision, load_safetensors
 from .electra import ElectraPair, GENERATOR, is_electra, load_electra, pretraining_model
 from . import data as D
-from .run import (CheckpointNotFound, checkpoint_dir, list_steps, find_checkpoint, load_checkpoint, replace_dir,
+from .run import (CheckpointNotFound, check_device, checkpoint_dir, list_steps, find_checkpoint, load_checkpoint, replace_dir,
                         save_checkpoint, run_lock, clean_run, forget_inherited_locks, read_config, read_run_config,
                         sentence_name, corpus_file, CORPUS_FORMS, write_tokenizer_files, complete_run, log_records, train_log,
                         run_transitions)
@@ -42,7 +42,7 @@ __all__ = ['FIXED_SETTINGS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_grou
            'seq_length_at', 'checkpoint_steps', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches',
            'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'TrainingDiverged', 'diverged', 'DiskFull',
            'resolve_data_workers', 'check_compile', 'compile_step', 'deterministic_kernels', 'prefetched', 'train_step',
-           'train', 'batch_source', 'loss_counts', 'heldout_examples', 'evaluate_heldout', 'corpus_slice',
+           'train', 'batch_source', 'loss_counts', 'Saves', 'heldout_examples', 'evaluate_heldout', 'corpus_slice',
            'fixture_run', 'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
@@ -136,13 +136,13 @@ def set_rng_state(st: dict):
     if "cuda" in st and torch.cuda.is_available(): torch.cuda.set_rng_state_all(st["cuda"])
 
 # %% ../nbs/03_pretrain.ipynb #ef0673d4
-def save_resume(model, opt, run_dir, step: int):
-    "Write `resume/`: the weights and `trainer_state.pt` (optimizer, RNG states, step), atomically."
+def save_resume(model, opt, run_dir, step: int, rng: dict | None = None):
+    "Write `resume/`: the weights and `trainer_state.pt` (optimizer, RNG states `rng` or now, step), atomically."
     final = Path(run_dir) / "resume"
     tmp = final.with_name(f".resume.{temp_tag()}.tmp")
     if tmp.exists(): shutil.rmtree(tmp)
     model.save_pretrained(tmp)
-    torch.save(dict(step=step, optimizer=opt.state_dict(), rng=rng_state()), tmp / "trainer_state.pt")
+    torch.save(dict(step=step, optimizer=opt.state_dict(), rng=rng or rng_state()), tmp / "trainer_state.pt")
     with open(tmp / "trainer_state.pt", "rb+") as f: os.fsync(f.fileno())
     replace_dir(tmp, final)
 
@@ -350,16 +350,17 @@ def examples_of(tok, tc: TrainConfig, max_seq_length: int):
 
 # %% ../nbs/03_pretrain.ipynb #3fef3168
 class TrainingDiverged(RuntimeError):
-    "The loss became NaN or infinite."
+    "The loss (or the weights) became NaN or infinite."
 
-def diverged(run_dir, loss: float, step: int, saved: int, tc: TrainConfig) -> TrainingDiverged:
-    "The error for a loss that became `loss` (NaN or infinite) at `step`: what was saved last, and how to train again."
-    good = [s for s in list_steps(run_dir) if s < step]
-    return TrainingDiverged(f"{run_dir}: the loss became {loss} at step {step}; nothing was saved "
+def diverged(run_dir, what: str, step: int, saved: int, tc: TrainConfig) -> TrainingDiverged:
+    "The error for `what` went wrong at `step` ('the loss became nan'): what was saved last, and how to train again."
+    good = [s for s in list_steps(run_dir) if s <= max(saved, 0)]
+    return TrainingDiverged(f"{run_dir}: {what} at step {step}; nothing was saved "
                             f"after step {max(saved, 0)} (the last checkpoint is step {good[-1] if good else 'none'}). "
                             f"To train again from step {max(saved, 0)} with a lower learning rate, run: embryo pretrain "
                             f"--run-dir {run_dir} --override --set learning_rate={tc.learning_rate / 2:g} "
                             "(or raise warmup_steps the same way); the change is recorded in its pretrain_config.json")
+
 
 # %% ../nbs/03_pretrain.ipynb #106741c2
 class DiskFull(OSError):
@@ -400,7 +401,7 @@ def resolve_data_workers(workers, device, world: int = 1) -> int:
     """Processes that mask the coming steps' batches: `workers` when it is a number; for 'auto', none on a CPU (a thread
     does it: the cores are busy training) and, per GPU process, up to 4 of the CPU cores it can have (one is its own)."""
     if workers != "auto":
-        if str(workers).isdigit(): return int(workers)
+        if re.fullmatch(r"[0-9]+", str(workers)): return int(workers)
         raise ConfigError(f"data_workers must be 'auto' or a number of processes (0: a thread), got {workers!r}")
     if torch.device(device).type == "cpu": return 0
     return max(1, min(4, (os.cpu_count() or 2) // world - 1))
@@ -495,6 +496,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
     early at that step; `data_workers` processes mask the coming batches (`resolve_data_workers`: 'auto', or a number)."""
     run_dir = Path(run_dir)
     rank, world = _dist()
+    check_device(device); resolve_data_workers(data_workers, "cpu")  # bad values refused before the run folder is made
     with run_lock(run_dir) if rank == 0 else nullcontext({}) as before:
         if rank == 0:
             if before: print(f"pretrain {run_dir}: taking over the lock of pid {before.get('pid')} on {before.get('host')} "
@@ -528,6 +530,27 @@ def loss_counts(batches, electra: bool) -> torch.Tensor:
                         dtype=torch.float64)
 
 
+# %% ../nbs/03_pretrain.ipynb #18234981
+class Saves:
+    """A run's checkpoints and resume points, each written one step late: the save of step s waits until step s+1's
+    loss is finite and its own weights are, so no save ever holds weights that broke."""
+    def __init__(self, model, opt, run_dir, tc: TrainConfig, last: int, saved: int):
+        self.model, self.opt, self.run_dir, self.tc, self.last, self.saved = model, opt, run_dir, tc, last, saved
+        self.checkpoints, self.pending = set(checkpoint_steps(tc)), None
+
+    def after_update(self, step: int):
+        "Step `step`'s update is done: hold its save, if it has one, with the random state it ends with."
+        if step in self.checkpoints or step % self.tc.resume_every == 0 or step == self.last: self.pending = (step, rng_state())
+
+    def write(self):
+        "The next loss was finite (or the run ends): write the held save, once its weights are checked."
+        if self.pending is None: return
+        (step, rng), self.pending = self.pending, None
+        if not all(torch.isfinite(p).all() for p in self.model.parameters()):
+            raise diverged(self.run_dir, "the weights became non-finite", step, self.saved, self.tc)
+        if step in self.checkpoints: save_checkpoint(self.model, self.run_dir, step)
+        save_resume(self.model, self.opt, self.run_dir, step, rng); self.saved = step
+
 # %% ../nbs/03_pretrain.ipynb #1fa83f90
 def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, workers) -> dict:
     from tqdm.auto import tqdm
@@ -560,7 +583,8 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     sentence = sentence_name(tc.sentence_task, mc.model_type)  # the log names the second loss after the task trained
     electra = mc.model_type == "electra"
     weight = tc.rtd_weight if electra else float(tc.sentence_task != "none")
-    saves, last = set(checkpoint_steps(tc)), min(tc.total_steps, stop_after or tc.total_steps)
+    last = min(tc.total_steps, stop_after or tc.total_steps)
+    saver = Saves(model, opt, run_dir, tc, last, saved)
     bar = tqdm(total=tc.total_steps, initial=start, desc=f"pretrain {run_dir.name}", disable=not progress or rank != 0)
     t0, tokens = time.perf_counter(), 0
     model.train()
@@ -576,7 +600,8 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
                                compiled, source(step)[0].cap if tc.compile else None, count_hits=logged)
             if world > 1: dist.all_reduce(stats)
             mlm_loss, sop_loss = (stats[0] / counts[0]).item(), (stats[1] / counts[1]).item()
-            if not math.isfinite(mlm_loss + sop_loss): raise diverged(run_dir, mlm_loss + sop_loss, step, saved, tc)
+            if not math.isfinite(mlm_loss + sop_loss): raise diverged(run_dir, f"the loss became {mlm_loss + sop_loss}", step, saver.saved, tc)
+            if rank == 0: saver.write()  # the previous step's save, now that its weights gave a finite loss
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
             lr = lr_at(step - 1, tc)
             for g in opt.param_groups: g["lr"] = lr
@@ -592,9 +617,9 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
                     log.write(json.dumps(rec) + "\n"); log.flush()
                     bar.set_postfix(loss=f"{rec['loss']:.3f}", mlm_acc=f"{rec['mlm_accuracy']:.3f}")
                     t0, tokens = time.perf_counter(), 0
-                if step in saves: save_checkpoint(model, run_dir, step)
-                if step in saves or step % tc.resume_every == 0 or step == last: save_resume(model, opt, run_dir, step); saved = step
+                saver.after_update(step)
             bar.update(1)
+    if rank == 0: saver.write()  # the last step's: no loss follows, its weights are checked
     bar.close()
     if world > 1: dist.barrier()
     if rank != 0 or last < tc.total_steps: return {}

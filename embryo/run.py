@@ -24,11 +24,11 @@ from . import data as D
 # %% auto #0
 __all__ = ['LOCK_FILE', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE',
            'HUB_FILES', 'REFERENCE', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS',
-           'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'replace_dir',
-           'save_checkpoint', 'resolve_step', 'RunLocked', 'forget_inherited_locks', 'run_lock', 'clean_run',
-           'read_config', 'read_run_config', 'sentence_name', 'corpus_file', 'write_tokenizer_files', 'complete_run',
-           'log_records', 'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'step_of',
-           'trainer_log', 'write_series_log', 'series_tokenizer', 'single_model', 'as_run', 'hub_run',
+           'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'check_device',
+           'replace_dir', 'save_checkpoint', 'resolve_step', 'RunLocked', 'forget_inherited_locks', 'run_lock',
+           'clean_run', 'read_config', 'read_run_config', 'sentence_name', 'corpus_file', 'write_tokenizer_files',
+           'complete_run', 'log_records', 'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError',
+           'step_of', 'trainer_log', 'write_series_log', 'series_tokenizer', 'single_model', 'as_run', 'hub_run',
            'reference_folder', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'encoder_states',
            'max_length', 'Run', 'run_model_type', 'run_sentence_task', 'series_lacks']
 
@@ -43,7 +43,7 @@ def _checkpoint_folders(run_dir) -> dict[int, Path]:
     if not ck.is_dir(): return out
     for p in sorted(ck.iterdir(), key=lambda p: p.name.endswith(".old")):  # step_N first, its .old only in its place
         name = p.name[:-4] if p.name.endswith(".old") else p.name
-        if name.startswith("step_") and name[5:].isdigit() and (p / "model.safetensors").exists():
+        if re.fullmatch(r"step_[0-9]+", name) and (p / "model.safetensors").exists():  # ASCII digits: not ², not ٣
             out.setdefault(int(name[5:]), p)
     return out
 
@@ -83,6 +83,20 @@ def load_checkpoint(run_dir, step: int, device="cpu", mlm: bool = False) -> torc
     if kind == "electra": return load_electra(folder, GENERATOR if mlm else "discriminator", device)
     if kind == "albert": return load_pretrained(folder, map_location=device)
     return load_hf_model(folder, device)
+
+# %% ../nbs/02a_run.ipynb #1949e4c3
+def check_device(device: str) -> str:
+    "`device` ('auto', 'cpu', 'cuda', 'cuda:1', 'mps') if this machine has it; otherwise a `ConfigError` naming what to pass."
+    if device == "auto": return device
+    try: d = torch.device(device)
+    except (RuntimeError, TypeError): raise ConfigError(f"--device {device!r} is not a device: pass cpu, cuda, cuda:N or auto") from None
+    n = torch.cuda.device_count() if d.type == "cuda" else 0
+    if d.type == "cuda" and (not torch.cuda.is_available() or (d.index or 0) >= n):
+        raise ConfigError(f"--device {device}: this machine has {n or 'no'} CUDA GPU{'s' * (n != 1)} that torch "
+                          f"{torch.__version__} can use; pass --device cpu (or auto, which takes a GPU where there is one)")
+    if d.type == "mps" and not torch.backends.mps.is_available(): raise ConfigError(f"--device mps: this machine has no MPS device; pass --device cpu")
+    if d.type not in ("cpu", "cuda", "mps"): raise ConfigError(f"--device {device}: embryo runs on cpu, cuda or mps")
+    return device
 
 # %% ../nbs/02a_run.ipynb #1bdc7526
 def replace_dir(tmp: Path, final: Path):

@@ -23,7 +23,7 @@ from typing import Sequence
 import pandas as pd
 
 from .config import clean_stale_temps, temp_tag, check_value
-from .run import list_steps, find_checkpoint, complete_run, as_run, run_transitions
+from .run import list_steps, find_checkpoint, complete_run, as_run, run_transitions, check_device
 from .results import DB_NAME, UNRECORDED, db_path, log_job, read_log, computed_with, options_digest, set_computed_with
 
 
@@ -391,6 +391,7 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
     "Run analyses over checkpoints, skipping what is done; returns the closing table (analyses x steps)."
     from tqdm.auto import tqdm
     if mode not in ("papermill", "inprocess"): raise SweepError(f"mode {mode!r}: use 'papermill' or 'inprocess'")
+    check_device(device)
     run_dir = as_run(run_dir)
     complete_run(run_dir)  # a run made by an older version: settings renamed, tokenizer files into every checkpoint
     shard = parse_shard(shard) if isinstance(shard, str) else shard

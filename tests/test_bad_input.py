@@ -142,7 +142,7 @@ def case_negative_facts(tmp):
 
 
 def case_compile_not_a_bool(tmp):
-    return dict(input="pretrain --set compile=yes", args=_pretrain_args(tmp / "run", compile="yes"), names="compile must be true or false",
+    return dict(input="pretrain --set compile=yes", args=_pretrain_args(tmp / "run", compile="yes"), names="compile='yes' is not true or false",
                 error="ConfigError", run=tmp / "run")
 
 
@@ -153,11 +153,74 @@ def case_compile_for_electra(tmp):
                 error="ConfigError", run=tmp / "run")
 
 
+# Settings: each refused before anything is written (issue 32, finding 5), with the field, the value and what to pass.
+# (field, value, what the line names); a value that is a str reaches the run as `--set field=<str>`, unquoted.
+SETTINGS = [
+    ("batch_size", "abc", "TrainConfig.batch_size='abc' is not an integer"), ("total_steps", 40.5, "total_steps=40.5 is not an integer"),
+    ("learning_rate", -0.01, "learning_rate=-0.01 is outside (0, inf)"), ("learning_rate", "NaN", "learning_rate=nan is not a finite number"),
+    ("learning_rate", "Infinity", "learning_rate=inf is not a finite number"), ("learning_rate", "fast", "learning_rate='fast' is not a finite"),
+    ("mask_prob", 2, "mask_prob=2 is outside (0, 1)"), ("mask_prob", 0, "mask_prob=0 is outside (0, 1)"),
+    ("weight_decay", -1, "weight_decay=-1 is outside [0, inf)"), ("adam_beta1", 1.0, "adam_beta1=1.0 is outside [0, 1)"),
+    ("adam_beta2", -0.1, "adam_beta2=-0.1 is outside"), ("adam_epsilon", 0, "adam_epsilon=0 is outside (0, inf)"),
+    ("max_grad_norm", -1, "max_grad_norm=-1 is outside"), ("seed", -1, "seed=-1 is outside [0, inf)"), ("seed", 1.5, "seed=1.5 is not an integer"),
+    ("short_seq_prob", 1.5, "short_seq_prob=1.5 is outside [0, 1]"), ("max_ngram", 0, "max_ngram=0 is outside [1, inf)"),
+    ("eval_sequences", 0, "eval_sequences=0 is outside"), ("checkpoint_pow2_until", -1, "checkpoint_pow2_until=-1 is outside"),
+    ("rtd_weight", -1, "rtd_weight=-1 is outside"), ("warmup_steps", -1, "warmup_steps=-1 must lie in [0, total_steps=4]"),
+    ("warmup_steps", 10, "warmup_steps=10 must lie in [0, total_steps=4]"), ("grad_accum", 3, "not divisible by grad_accum=3"),
+    ("grad_accum", 0, "grad_accum must be at least 1"), ("max_seq_length", 4, "max_seq_length must be at least 8"),
+    ("log_every", 0, "log_every must be at least 1"), ("resume_every", 0, "resume_every must be at least 1"),
+    ("optimizer", "sgd", "optimizer='sgd' is not one of lamb, adamw"), ("lr_schedule", "cosine", "lr_schedule='cosine' is not one of"),
+    ("decay_fraction", 0, "decay_fraction=0 must lie in (0, 1]"), ("phase1_fraction", 1, "phase1_fraction=1 must lie in (0, 1)"),
+    ("phase1_seq_length", 128, "phase1_seq_length=128 must lie in [8, max_seq_length=64)"),
+    ("sentence_task", "nsp2", "sentence_task='nsp2' is not one of sop, nsp, none"), ("precision", "fp16", "precision='fp16' is not one of"),
+    ("checkpoint_every", "often", "checkpoint_every='often' is not a list"),
+    ("checkpoint_every", [[0, None]], "checkpoint_every=[[0, None]] is not a number of steps or a list of [every, until] pairs"),
+    ("checkpoint_every", [[10, 2.5]], "is not a number of steps or a list of [every, until] pairs"),
+    ("max_predictions", 0, "max_predictions must be at least 1"), ("max_predictions", "all", "max_predictions='all' is not an integer or null"),
+    ("tokenizer_vocab_size", 0, "vocab_size"), ("hidden_size", "big", "ModelConfig.hidden_size='big' is not an integer"),
+    ("num_attention_heads", 3, "is not divisible by num_attention_heads=3"), ("sharing", "some", "sharing='some' is not one of"),
+    ("hidden_act", "swish", "hidden_act='swish' is not one of"), ("hidden_dropout_prob", 1.5, "hidden_dropout_prob must lie in [0, 1)"),
+    ("initializer_range", 0, "initializer_range=0 is outside (0, inf)"), ("layer_norm_eps", -1, "layer_norm_eps=-1 is outside"),
+    ("model_type", "gpt", "model_type='gpt' is not one of albert, electra"), ("num_hidden_layers", 0, "num_hidden_layers must be a positive"),
+    ("embedding_size", 2.5, "embedding_size=2.5 is not an integer"), ("pad_token_id", 5000, "pad_token_id=5000 is outside the vocabulary"),
+    ("generator_size", 0, "generator_size=0 is outside (0, 1]"), ("facts", 1.5, "facts=1.5 is not an integer"),
+    ("compile", 1, "compile=1 is not true or false"),
+]
+
+
+def _setting_case(field, value, names):
+    def make(tmp):
+        args = _pretrain_args(tmp / "run")
+        if isinstance(value, str): args.append(f"{field}={value}")  # as a user types it: no JSON quotes
+        else: args.append(f"{field}={json.dumps(value)}")
+        return dict(input=f"pretrain --set {args[-1]}", args=args, names=names, error="ConfigError", run=tmp / "run", fresh=True)
+    make.__name__ = f"case_set_{field}_{value}"
+    return make
+
+
+def _args_case(label, extra, names, error="ConfigError"):
+    def make(tmp):
+        args = _pretrain_args(tmp / "run")
+        i = args.index("--set")
+        args = args + list(extra[1:]) if extra[0] == "--set" else args[:i] + list(extra) + args[i:]  # one --set list
+        return dict(input=f"pretrain {label}", args=args, names=names, error=error, run=tmp / "run", fresh=True)
+    make.__name__ = f"case_{label.replace(' ', '_').replace('-', '')}"
+    return make
+
+
+ARGS = [_args_case("--device cuda (no GPU here)", ["--device", "cuda"], "--device cuda: this machine has no CUDA GPU"),
+        _args_case("--device gpu", ["--device", "gpu"], "--device 'gpu' is not a device: pass cpu, cuda, cuda:N or auto"),
+        _args_case("--data-workers many", ["--data-workers", "many"], "data_workers must be 'auto' or a number of processes"),
+        _args_case("--data-workers superscript-two", ["--data-workers", "\u00b2"], "data_workers must be 'auto' or a number of processes"),
+        _args_case("--set lr=1 (not a field)", ["--set", "lr=1"], "--set lr: not a field of ModelConfig or TrainConfig"),
+        _args_case("--set batch_size (no value)", ["--set", "batch_size"], "--set 'batch_size': expected name=value")]
+
+
 CASES = [case_empty_corpus, case_non_utf8_corpus, case_one_line_corpus, case_missing_corpus, case_garbage_config,
          case_truncated_resume, case_malicious_trainer_state, case_truncated_checkpoint, case_pickle_only_step,
          case_mistyped_option, case_misspelt_option, case_disk_full, case_figures_folder_to_compare,
          case_zero_seeds, case_unknown_analysis_to_reproduce, case_negative_facts, case_compile_not_a_bool,
-         case_compile_for_electra]
+         case_compile_for_electra] + [_setting_case(*c) for c in SETTINGS] + ARGS
 
 
 def left_on_disk(run: Path) -> str:
@@ -189,6 +252,7 @@ def test_bad_input_gives_one_line_with_the_file_and_the_fix(make, tmp_path):
     assert len(line.splitlines()) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
     assert c["error"] in line and c["names"] in line, line
     assert "nothing temporary" in left or left == "no run folder", left
+    if c.get("fresh"): assert left == "no run folder", left  # refused before the run folder was made
     if c.get("never"): assert not c["never"].exists(), "the malicious pickle ran"
 
 

@@ -1,4 +1,5 @@
 """Pretraining end to end: exact resume after SIGKILL, torchrun with 2 processes, clear errors."""
+import math
 import json
 import os
 import re
@@ -227,6 +228,25 @@ def test_divergence_message_names_a_command_that_works(tmp_path):
     assert cfg["train"]["learning_rate"] == 0.005
     assert cfg["history"][0]["changed"] == ["train.learning_rate: 1000000000000.0 in the run, 0.005 now"], cfg["history"]
     assert P.list_steps(run) == [0, 10]
+
+
+def test_divergence_never_saves_non_finite_weights_and_its_advice_trains_again(tmp_path):
+    "Issue 32, finding 2: a checkpoint or resume point saved as the weights break held NaN, so the advice diverged forever."
+    run = tmp_path / "run"
+    # a save every step up to 16: the step whose update breaks the weights is a save step
+    args = fixture_args(run, learning_rate=1e12, warmup_steps=0, max_grad_norm=1e30, checkpoint_pow2_until=16,
+                        checkpoint_every=[[1, None]], resume_every=1, total_steps=12)
+    res = _cli("pretrain", *args)
+    assert res.returncode == 2 and "TrainingDiverged" in res.stderr, res.stderr[-2000:]
+    for step in P.list_steps(run):  # every checkpoint that exists is finite
+        assert all(torch.isfinite(t).all() for t in weights(run, step).values()), step
+    resume = run / "resume" / "model.safetensors"  # none when the first update already broke the weights
+    assert not resume.exists() or all(torch.isfinite(t).all() for t in load_file(resume).values())
+    cmd = re.search(r"run: embryo (pretrain .*?) \(or raise", res.stderr)[1].split()
+    cmd[[i for i, c in enumerate(cmd) if c.startswith("learning_rate=")][0]] = "learning_rate=0.005"
+    res = _cli(*cmd, "--no-progress")
+    assert res.returncode == 0, res.stderr[-2000:]  # the advised command trains on from a finite resume point
+    assert P.list_steps(run)[-1] == 12 and all(math.isfinite(r["loss"]) for r in losses(run))
 
 
 def test_missing_step_lists_the_steps():

@@ -32,3 +32,16 @@ def test_the_quick_run_is_measured_to_stop_while_its_loss_still_falls(root):
     assert 0.5 < end < 1.5, end  # nats per decade of steps, at the last logged step
     v = _pretraining_verdict(root / "figures" / "run")
     assert f"falls at {end:.2f} nats per decade" in v and "stops while still falling" in v, v
+
+
+def test_step_folders_are_ascii_digits_only(fixture_copy):
+    "Issue 32, finding 8: `step_²` made every sweep fail with a traceback and `step_٣` was read as step 3."
+    import shutil
+    from embryo.sweep import sweep
+    src = fixture_copy / "checkpoints" / "step_0000002"
+    for name in ("step_\u00b2", "step_\u0663"):
+        shutil.copytree(src, fixture_copy / "checkpoints" / name)
+    run = Run(fixture_copy)
+    assert run.steps == [0, 1, 2, 4, 8, 16, 20, 30]  # neither is a step
+    t = sweep(fixture_copy, ["knowledge"], steps=[2], mode="inprocess", options={"knowledge": dict(max_facts=5)}, progress=False)
+    assert t.loc["knowledge", 2] == "done"
