@@ -163,6 +163,10 @@ def main(argv=None):
     "Entry point of the `embryo` console script; the project's own errors print as one message (exit status 2)."
     args = parser().parse_args(argv)
     try: return args.fn(args)
+    except KeyboardInterrupt:  # Ctrl-C: what was saved stays, and the same command goes on from it
+        print(f"embryo {args.command}: interrupted; rerun the same command to go on (training resumes from its last "
+              "resume point, a sweep skips the jobs it finished)", file=sys.stderr)
+        return 130
     except Exception as e:  # embryo's error classes carry messages that name the problem and the fix: no traceback
         if not type(e).__module__.startswith("embryo."): raise
         print(f"embryo {args.command}: {type(e).__name__}: {e}", file=sys.stderr)

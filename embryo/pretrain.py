@@ -440,12 +440,14 @@ def deterministic_kernels(on: bool = True):
 def prefetched(make, steps, workers: int = 0, pin_memory: bool = False):
     """Yield `(s, make(s))` for each of `steps`, in order. With no `workers` the next one is made in a background thread
     while the caller works on this one; with `workers` processes (a forked `DataLoader`), two steps per worker are made
-    ahead. `make` is deterministic in `s`, so the same batches come out either way."""
+    ahead. `make` is deterministic in `s`, so the same batches come out either way. The loader draws its workers' seeds
+    from a generator of its own: from torch's global one it would shift the dropout that follows, so the number of
+    workers, and where a run resumed, would change the run."""
     steps = list(steps)
     if workers and steps:
         yield from torch.utils.data.DataLoader(_Steps(make, steps), batch_size=None, num_workers=workers, prefetch_factor=2,
                                                pin_memory=pin_memory, multiprocessing_context="fork",
-                                               worker_init_fn=forget_inherited_locks)
+                                               worker_init_fn=forget_inherited_locks, generator=torch.Generator())
         return
     with ThreadPoolExecutor(1) as pool:
         upcoming = pool.submit(make, steps[0]) if steps else None

@@ -193,7 +193,8 @@ def _setting_case(field, value, names):
         args = _pretrain_args(tmp / "run")
         if isinstance(value, str): args.append(f"{field}={value}")  # as a user types it: no JSON quotes
         else: args.append(f"{field}={json.dumps(value)}")
-        return dict(input=f"pretrain --set {args[-1]}", args=args, names=names, error="ConfigError", run=tmp / "run", fresh=True)
+        return dict(input=f"pretrain --set {args[-1]}", args=args, names=names, error="ConfigError", run=tmp / "run", fresh=True,
+                    inprocess=True)
     make.__name__ = f"case_set_{field}_{value}"
     return make
 
@@ -203,7 +204,7 @@ def _args_case(label, extra, names, error="ConfigError"):
         args = _pretrain_args(tmp / "run")
         i = args.index("--set")
         args = args + list(extra[1:]) if extra[0] == "--set" else args[:i] + list(extra) + args[i:]  # one --set list
-        return dict(input=f"pretrain {label}", args=args, names=names, error=error, run=tmp / "run", fresh=True)
+        return dict(input=f"pretrain {label}", args=args, names=names, error=error, run=tmp / "run", fresh=True, inprocess=True)
     make.__name__ = f"case_{label.replace(' ', '_').replace('-', '')}"
     return make
 
@@ -231,10 +232,20 @@ def left_on_disk(run: Path) -> str:
     return f"{len(names)} files" + (f", temporary: {tmp}" if tmp else ", nothing temporary")
 
 
+def _in_process(args):
+    "The `embryo` command run in this process (settings are refused before torch does any work: no start-up to pay)."
+    import contextlib, io, types
+    from embryo.cli import main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(list(args))
+    return types.SimpleNamespace(returncode=code or 0, stderr=err.getvalue())
+
+
 def run_case(make, tmp):
     c = make(tmp)
     try:
-        res = _cli(*c["args"])
+        res = _in_process(c["args"]) if c.get("inprocess") else _cli(*c["args"])
         if c.get("log"):  # a failing sweep job: the line is in its failure log
             from embryo.results import read_log
             line = read_log(c["run"]).error.iloc[-1]
