@@ -381,14 +381,30 @@ def _read_text_file(path: Path) -> Iterator[list[str]]:
 # %% ../nbs/02_data.ipynb #6fcfbda9
 def _dataset_documents(ds, text_column: str) -> Iterator[list[str]]:
     if text_column not in ds.column_names:
-        raise CorpusError(f"the dataset has no {text_column!r} column; its columns are {ds.column_names}: "
-                          f"pass text_column= one of them")
+        raise CorpusError(f"the dataset has no {text_column!r} column; its columns are {', '.join(ds.column_names)}: name the "
+                          f"column that holds one document per row {text_column!r} (from Python, read_corpus(..., "
+                          "text_column=...) reads another)")
     for i, text in enumerate(ds[text_column]):
         if text is None: continue
         if not isinstance(text, str):
             raise CorpusError(f"row {i} of column {text_column!r} is {type(text).__name__}, not text")
         doc = [s for line in text.splitlines() for s in split_sentences(line.strip())]
         if doc: yield doc
+
+# %% ../nbs/02_data.ipynb #4d4808ee
+def _load_data_file(p: Path):
+    "A .json/.jsonl/.csv/.parquet file as a `datasets.Dataset`, quietly; a file its format cannot read is a `CorpusError`."
+    import datasets
+    was = datasets.is_progress_bar_enabled(); datasets.disable_progress_bars()
+    level = datasets.logging.get_verbosity(); datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its own error too
+    try: return datasets.load_dataset(_DATASET_EXT[p.suffix], data_files=str(p), split="train")
+    except Exception as e:
+        why = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+        raise CorpusError(f"cannot be read as {_DATASET_EXT[p.suffix]} ({why}): check that the file is whole and in the "
+                          "format its extension says (a text corpus ends in .txt)") from None
+    finally:
+        if was: datasets.enable_progress_bars()
+        datasets.logging.set_verbosity(level)
 
 # %% ../nbs/02_data.ipynb #4492aed9
 def read_corpus(src, # a text file, a folder of .txt files, dataset files, a `datasets.Dataset`, or a hub name
@@ -409,8 +425,8 @@ def read_corpus(src, # a text file, a folder of .txt files, dataset files, a `da
         return [d for f in files for d in _read_text_file(f)]
     if p.is_file():
         if p.suffix in _DATASET_EXT:
-            return read_corpus(datasets.load_dataset(_DATASET_EXT[p.suffix], data_files=str(p), split="train"),
-                               text_column)
+            try: return read_corpus(_load_data_file(p), text_column)
+            except CorpusError as e: raise CorpusError(f"{p}: {e}") from None
         return list(_read_text_file(p))
     if isinstance(src, str) and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", src):
         try: ds = datasets.load_dataset(src, split=split)

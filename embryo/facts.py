@@ -308,6 +308,9 @@ def load_facts(facts=None, relations=None) -> dict[str, Relation]:
     "Relations to evaluate: the built-in facts (None), a LAMA folder (path), or a dict of `Relation`s as is."
     if facts is None: facts = fetch_facts(verbose=False)
     if isinstance(facts, (str, Path)): return load_lama(facts, relations)
+    if not isinstance(facts, dict) or not all(isinstance(v, Relation) for v in facts.values()):
+        raise FactsError(f"facts={facts!r} is neither a LAMA folder nor relations: pass the path of a LAMA folder "
+                         "(relations.jsonl and one <id>.jsonl per relation), or leave it out for the built-in facts")
     return {r: facts[r] for r in select_relations(facts, relations)}
 
 # %% ../nbs/02c_facts.ipynb #0240c53d

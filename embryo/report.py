@@ -19,7 +19,7 @@ import pandas as pd
 from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
 from .data import HF_TOKENIZER_FILES
 from .model import load_safetensors, write_safetensors
-from .run import checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config
+from .run import SeriesError, checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config
 from .results import DB_NAME, connect, db_path, done_steps, write_transitions
 from .sweep import ANALYSES, SweepError, applicable, available_analyses, analysis_module, error_text, evaluation_steps, nbs_dir, sweep
 from .compare import RUN_BUNDLE
@@ -155,6 +155,10 @@ def write_report(run_dir, figures_dir="figures") -> Path:
 def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
     "Redraw the pretraining figure and every analysis's figures of `run_dir` into `figures_dir`."
     from embryo.figures import plot_pretraining, plot_recipe_curves
+    if not (Path(run_dir) / DB_NAME).exists() and not (Path(run_dir) / "logs").is_dir():
+        where = f"{run_dir} holds no {DB_NAME} and no logs/" if Path(run_dir).is_dir() else f"no run folder at {run_dir}"
+        raise SeriesError(f"{where}: nothing to report; pass a run that was trained or swept (embryo sweep --run <run>), "
+                          "or a bundle like figures/run")
     # stored with the run's other results
     if (Path(run_dir) / "logs" / "train.jsonl").exists(): write_transitions(run_dir)
     paths = plot_pretraining(run_dir, figures_dir) if (Path(run_dir) / "logs").is_dir() else []

@@ -21,10 +21,11 @@ from .run import DB_NAME, REFERENCE  # one name for the file, where the run (not
 # %% auto #0
 __all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TABLES',
            'UNRECORDED', 'REFERENCE_DIR', 'TASK_NAMES', 'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path',
-           'unpack', 'migrate', 'use_wal', 'connect', 'text_digest', 'encode_scores', 'decode_scores', 'binomial_se',
-           'score_rows', 'read_scores', 'read_examples', 'write_results', 'read_results', 'read_settings',
-           'read_samples', 'done_steps', 'reference_results', 'describe_results', 'write_transitions', 'log_job',
-           'read_log', 'options_digest', 'set_computed_with', 'computed_with', 'merge_results', 'markdown_table']
+           'unpack', 'migrate', 'use_wal', 'ResultsDamaged', 'connect', 'text_digest', 'encode_scores', 'decode_scores',
+           'binomial_se', 'score_rows', 'read_scores', 'read_examples', 'write_results', 'read_results',
+           'read_settings', 'read_samples', 'done_steps', 'reference_results', 'describe_results', 'write_transitions',
+           'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with', 'merge_results',
+           'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
 COLUMNS = ("analysis", "step", "task", "layer", "head", "seed", "metric", "value", "n", "created_at")
@@ -124,6 +125,9 @@ def use_wal(con, path, timeout: float):
         time.sleep(0.02)
 
 # %% ../nbs/03a_results.ipynb #68217c01
+class ResultsDamaged(RuntimeError):
+    "A results database SQLite cannot read (truncated, or overwritten by something else)."
+
 @contextmanager
 def connect(run_dir, timeout: float = 60.0):
     "A connection to the run's database (created on first use) in WAL mode; commits on success, rolls back on error."
@@ -136,6 +140,10 @@ def connect(run_dir, timeout: float = 60.0):
         migrate(con)
         con.executescript(SCHEMA)
         yield con
+    except sqlite3.DatabaseError as e:
+        if "not a database" not in str(e) and "malformed" not in str(e): raise
+        raise ResultsDamaged(f"{path} is damaged, SQLite cannot read it ({e}): move it aside (mv {path} {path}.damaged) and "
+                             "rerun the sweep, which computes its results again, or put back a copy") from None
     finally:
         con.close()
 

@@ -59,6 +59,12 @@ def list_steps(run_dir) -> list[int]:
 def _steps_text(steps):
     return ", ".join(map(str, steps)) if len(steps) <= 12 else ", ".join(map(str, steps[:8])) + ", ..., " + ", ".join(map(str, steps[-3:]))
 
+# %% ../nbs/02a_run.ipynb #bd29f43e
+def _no_checkpoints(run_dir) -> str:
+    "Why `run_dir` has no checkpoint to give: it is not there, or nothing was trained into it yet."
+    if not Path(run_dir).is_dir(): return f"no run folder at {run_dir}: pass the folder of a run (embryo pretrain makes one)"
+    return f"{run_dir} has no checkpoints; train it first (embryo pretrain --run-dir {run_dir})"
+
 # %% ../nbs/02a_run.ipynb #86f581a1
 def find_checkpoint(run_dir, step: int) -> Path:
     "The checkpoint folder of `step`, or `CheckpointNotFound` naming the steps that exist."
@@ -70,7 +76,7 @@ def find_checkpoint(run_dir, step: int) -> Path:
                                  "refuses it; convert it once to safetensors (transformers: from_pretrained, then "
                                  "save_pretrained(folder, safe_serialization=True)) if you trust its source")
     steps = list_steps(run_dir)
-    if not steps: raise CheckpointNotFound(f"{run_dir} has no checkpoints; train it first (embryo pretrain --run {run_dir})")
+    if not steps: raise CheckpointNotFound(_no_checkpoints(run_dir))
     raise CheckpointNotFound(f"{run_dir} has no checkpoint for step {step}; it has {_steps_text(steps)}. "
                              "Pass one of those, or run the pretraining further.")
 
@@ -128,7 +134,7 @@ def resolve_step(run_dir, step: int | str | None = None) -> int:
     "`step` as an int; None: the run's last checkpoint (or `CheckpointNotFound` when it has none)."
     if step is not None: return int(step)
     steps = list_steps(run_dir)
-    if not steps: raise CheckpointNotFound(f"{run_dir} has no checkpoints; train it first (embryo pretrain --run {run_dir})")
+    if not steps: raise CheckpointNotFound(_no_checkpoints(run_dir))
     return steps[-1]
 
 # %% ../nbs/02a_run.ipynb #b2859bd8

@@ -153,6 +153,80 @@ def case_compile_for_electra(tmp):
                 error="ConfigError", run=tmp / "run")
 
 
+def _damaged_db(run, how):
+    "The run's results.sqlite, truncated after real rows were written, or overwritten with text (issue 32, finding 4)."
+    from embryo.results import write_results
+    f = run / "results.sqlite"
+    if how == "truncated":
+        for step in range(40):
+            write_results(run, "knowledge", step, [dict(task=f"P{k}", metric="p@1", value=0.5) for k in range(40)])
+        for extra in ("-wal", "-shm"): Path(f"{f}{extra}").unlink(missing_ok=True)
+        f.write_bytes(f.read_bytes()[:len(f.read_bytes()) // 3])
+    else: f.write_text("results: none yet\n" * 100)
+    return f
+
+
+def _db_case(command, how):
+    def make(tmp):
+        run = _copy_fixture(tmp / "run")
+        f = _damaged_db(run, how)
+        args = dict(sweep=["sweep", "--run", str(run), "--analyses", "knowledge", "--steps", "8", "--mode", "inprocess"],
+                    report=["report", "--run", str(run), "--figures", str(tmp / "figures")],
+                    merge=["merge", "--run", str(tmp / "other"), str(f)])[command]
+        if command == "merge": _copy_fixture(tmp / "other")
+        return dict(input=f"{how} results.sqlite ({command})", args=args, names=f"{f} is damaged", error="ResultsDamaged", run=run)
+    make.__name__ = f"case_{how}_results_{command}"
+    return make
+
+
+DATABASES = [_db_case(c, h) for c in ("sweep", "report", "merge") for h in ("truncated", "garbage")]
+
+
+def case_jsonl_without_text(tmp):
+    f = _corpus(tmp, "c.jsonl", b'{"body": "One sentence here ."}\n{"body": "Another one ."}\n')
+    return dict(input=".jsonl corpus without a text column", args=_pretrain_args(tmp / "run", corpus=str(f)),
+                names=f"{f}: the dataset has no 'text' column; its columns are body: name the column", error="CorpusError", run=tmp / "run")
+
+
+def case_csv_without_text(tmp):
+    f = _corpus(tmp, "c.csv", b"body\nOne sentence here .\n")
+    return dict(input=".csv corpus without a text column", args=_pretrain_args(tmp / "run", corpus=str(f)),
+                names=f"{f}: the dataset has no 'text' column", error="CorpusError", run=tmp / "run")
+
+
+def case_broken_parquet(tmp):
+    f = _corpus(tmp, "c.parquet", b"PAR1 this is not really parquet")
+    return dict(input="broken .parquet corpus", args=_pretrain_args(tmp / "run", corpus=str(f)),
+                names=f"{f}: cannot be read as parquet", error="CorpusError", run=tmp / "run")
+
+
+def case_facts_option_not_a_folder(tmp):
+    run = _copy_fixture(tmp / "run")
+    return dict(input="sweep --option 'knowledge.facts={\"P1\": 3}'", args=["sweep", "--run", str(run), "--analyses", "knowledge",
+                "--steps", "8", "--mode", "inprocess", "--option", 'knowledge.facts={"P1": 3}'],
+                names="is neither a LAMA folder nor relations: pass the path of a LAMA folder", error="FactsError", run=run, status=1, log=True)
+
+
+def case_report_of_a_missing_run(tmp):
+    return dict(input="report --run <missing>", args=["report", "--run", str(tmp / "nope"), "--figures", str(tmp / "figures")],
+                names=f"no run folder at {tmp / 'nope'}: nothing to report", error="SeriesError", run=tmp / "nope")
+
+
+def case_report_of_an_empty_folder(tmp):
+    (tmp / "empty").mkdir()
+    return dict(input="report --run <an empty folder>", args=["report", "--run", str(tmp / "empty"), "--figures", str(tmp / "figures")],
+                names="holds no results.sqlite and no logs/: nothing to report", error="SeriesError", run=tmp / "empty")
+
+
+def case_sweep_of_a_missing_run(tmp):
+    return dict(input="sweep --run <missing>", args=["sweep", "--run", str(tmp / "nope"), "--analyses", "knowledge"],
+                names=f"no run folder or checkpoint folder at {tmp / 'nope'}", error="SeriesError", run=tmp / "nope")
+
+
+CORPORA = [case_jsonl_without_text, case_csv_without_text, case_broken_parquet, case_facts_option_not_a_folder,
+           case_report_of_a_missing_run, case_report_of_an_empty_folder, case_sweep_of_a_missing_run]
+
+
 # Settings: each refused before anything is written (issue 32, finding 5), with the field, the value and what to pass.
 # (field, value, what the line names); a value that is a str reaches the run as `--set field=<str>`, unquoted.
 SETTINGS = [
@@ -221,7 +295,7 @@ CASES = [case_empty_corpus, case_non_utf8_corpus, case_one_line_corpus, case_mis
          case_truncated_resume, case_malicious_trainer_state, case_truncated_checkpoint, case_pickle_only_step,
          case_mistyped_option, case_misspelt_option, case_disk_full, case_figures_folder_to_compare,
          case_zero_seeds, case_unknown_analysis_to_reproduce, case_negative_facts, case_compile_not_a_bool,
-         case_compile_for_electra] + [_setting_case(*c) for c in SETTINGS] + ARGS
+         case_compile_for_electra] + [_setting_case(*c) for c in SETTINGS] + ARGS + DATABASES + CORPORA
 
 
 def left_on_disk(run: Path) -> str:
