@@ -112,6 +112,9 @@ def load_lama(folder, # a LAMA folder: relations.jsonl and TREx/<relation>.jsonl
         raise FileNotFoundError(f"{rel_file} not found: a LAMA folder holds relations.jsonl and TREx/<relation>.jsonl")
     meta = {}
     for i, r in _read_jsonl(rel_file, ("relation", "template")):
+        if not isinstance(r["relation"], str) or not re.fullmatch(r"[A-Za-z0-9_-]+", r["relation"]):
+            raise FactsError(f"{rel_file}, line {i}: relation {r['relation']!r} is not a relation id (letters, digits, _ and - "
+                             "only, like P36): its facts are read from TREx/<id>.jsonl inside the folder, nowhere else")
         if "[X]" not in r["template"] or "[Y]" not in r["template"]:
             raise FactsError(f"{rel_file}, line {i}: the template {r['template']!r} of {r['relation']} needs both [X] and [Y]")
         if (folder / "TREx" / f"{r['relation']}.jsonl").is_file(): meta[r["relation"]] = r

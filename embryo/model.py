@@ -27,7 +27,7 @@ __all__ = ['ACT', 'PAPER_PARAMS', 'TIED_KEYS', 'EMBEDDING_PROJECTION', 'AlbertEm
            'AlbertMLMHead', 'AlbertSOPHead', 'PretrainingOutput', 'gather_masked', 'AlbertForPreTraining',
            'count_parameters', 'param_table', 'write_param_tables', 'native_bf16', 'resolve_precision', 'autocast',
            'CheckpointError', 'to_hf_config', 'from_hf_config', 'add_identity_projection', 'hf_state_dict',
-           'write_safetensors', 'save_pretrained', 'load_safetensors', 'load_pretrained']
+           'write_safetensors', 'save_pretrained', 'load_safetensors', 'weight_shards', 'load_pretrained']
 
 # %% ../nbs/01_model.ipynb #736c51b7
 class AlbertEmbeddings(nn.Module):
@@ -444,6 +444,18 @@ def load_safetensors(f: Path) -> dict:
                               f"perhaps cut short by a crash or a full disk; delete {f.parent} and save it again "
                               "(or rerun the pretraining, which rewrites it)") from None
 
+# %% ../nbs/01_model.ipynb #87d578dc
+def weight_shards(index: Path) -> list[str]:
+    "The weight files a `model.safetensors.index.json` names: plain names in its own folder, or a `CheckpointError`."
+    try: shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise CheckpointError(f"{index} is not a safetensors index (JSON with a weight_map): save the model again") from None
+    for s in shards:
+        if not isinstance(s, str) or Path(s).name != s or s in (".", ".."):
+            raise CheckpointError(f"{index} names {s!r} as a weight file, outside {index.parent}: a checkpoint's weights "
+                                  "are read from its own folder only; give the weight_map the files' names in that folder")
+    return shards
+
 # %% ../nbs/01_model.ipynb #9a10fc5d
 def _read_weights(folder: Path, allow_pickle: bool) -> tuple[dict, Path]:
     "The state dict stored in `folder` and the file it came from."
@@ -451,9 +463,8 @@ def _read_weights(folder: Path, allow_pickle: bool) -> tuple[dict, Path]:
     st, index, pkl = folder / "model.safetensors", folder / "model.safetensors.index.json", folder / "pytorch_model.bin"
     if st.exists(): return load_safetensors(st), st
     if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         sd = {}
-        for s in shards: sd.update(load_safetensors(folder / s))
+        for s in weight_shards(index): sd.update(load_safetensors(folder / s))
         return sd, index
     if pkl.exists():
         if not allow_pickle:

@@ -17,20 +17,21 @@ import numpy as np
 import torch
 
 from .config import ModelConfig, TrainConfig, ConfigError, atomic_write, fsync_dir, temp_tag, stale_temp, run_config_file, migrate_run_config
-from .model import CheckpointError, PretrainingOutput, load_pretrained
+from .model import CheckpointError, PretrainingOutput, load_pretrained, weight_shards
 from .electra import GENERATOR, is_electra, load_electra, quiet_transformers
 from . import data as D
 
 # %% auto #0
-__all__ = ['LOCK_FILE', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE',
-           'HUB_FILES', 'REFERENCE', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS',
+__all__ = ['LOCK_FILE', 'SWEEP_LOCK', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'STEP_DIR', 'STEP_SCALE',
+           'TRAINER_STATE', 'HUB_FILES', 'REFERENCE', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS',
            'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'check_device',
            'replace_dir', 'save_checkpoint', 'resolve_step', 'RunLocked', 'forget_inherited_locks', 'run_lock',
-           'clean_run', 'read_config', 'read_run_config', 'sentence_name', 'corpus_file', 'write_tokenizer_files',
-           'complete_run', 'log_records', 'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError',
-           'step_of', 'trainer_log', 'write_series_log', 'series_tokenizer', 'single_model', 'as_run', 'hub_run',
-           'reference_folder', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'encoder_states',
-           'max_length', 'Run', 'run_model_type', 'run_sentence_task', 'series_lacks']
+           'training_holder', 'sweep_lock', 'clean_run', 'read_config', 'read_run_config', 'sentence_name',
+           'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions',
+           'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log',
+           'series_tokenizer', 'single_model', 'as_run', 'hub_run', 'reference_folder', 'checkpoint_kind', 'HFEncoder',
+           'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task',
+           'series_lacks']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -141,10 +142,11 @@ def resolve_step(run_dir, step: int | str | None = None) -> int:
 class RunLocked(RuntimeError):
     "Another process is writing this run folder."
 
-# %% ../nbs/02a_run.ipynb #f20bd063
-LOCK_FILE = ".lock"
+# %% ../nbs/02a_run.ipynb #bec8b835
+LOCK_FILE = ".lock"  # who holds the run's writer lock (the lock itself is on the folder)
+SWEEP_LOCK = ".sweep.lock"  # who sweeps the run's main results (a shard's: .sweep.<shard>.lock)
 _held: dict[Path, int] = {}  # run folders this process holds, with how many nested `run_lock`s
-_lock_fds: dict[Path, int] = {}  # and the open lock file of each
+_lock_fds: dict[Path, int] = {}  # and the open locked folder of each
 
 # %% ../nbs/02a_run.ipynb #ceb478b7
 def _lock_holder(f: Path) -> dict:
@@ -157,6 +159,13 @@ def _lock_holder(f: Path) -> dict:
         time.sleep(0.05)
     return {}
 
+def _name_holder(info: Path, text: str):
+    fd = os.open(info, os.O_RDWR | os.O_CREAT, 0o644)
+    try: os.ftruncate(fd, 0); os.pwrite(fd, text.encode(), 0); os.fsync(fd)
+    finally: os.close(fd)
+
+def _who(h: dict) -> str: return f"pid {h.get('pid')} on {h.get('host')} since {h.get('since')}" if h else "another process"
+
 # %% ../nbs/02a_run.ipynb #5ac98d61
 def forget_inherited_locks(*_):
     """In a forked child (a data worker): close the lock files it inherited, so that a killed writer's lock is free at
@@ -164,11 +173,28 @@ def forget_inherited_locks(*_):
     for fd in _lock_fds.values(): os.close(fd)
     _lock_fds.clear(); _held.clear()
 
-# %% ../nbs/02a_run.ipynb #3d885230
+# %% ../nbs/02a_run.ipynb #426ed2f6
+@contextmanager
+def _flocked(target: Path, info: Path, busy, wait: bool = False):
+    """Hold an exclusive `flock` on `target` (a folder, or a file made if need be) for the block, with this process named
+    in `info`; yields what `info` named before (a holder that never released: it was killed) and the locked descriptor.
+    Another holder: `busy(its info)` is raised, or with `wait` the block waits its turn."""
+    import fcntl, socket
+    fd = os.open(target, os.O_RDONLY) if target.is_dir() else os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try: fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError: raise busy(_lock_holder(info)) from None
+        before = _lock_holder(info) if info.exists() and info.stat().st_size else {}
+        me = dict(pid=os.getpid(), host=socket.gethostname(), since=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        _name_holder(info, json.dumps(me))  # in place: `info` may be the locked file itself
+        try: yield before, fd
+        finally: _name_holder(info, "")  # released cleanly: names nobody
+    finally: os.close(fd)  # closing releases the flock
+
+# %% ../nbs/02a_run.ipynb #705197e4
 @contextmanager
 def run_lock(run_dir, wait: bool = False):
     "Hold the writer lock of `run_dir` for the block; a second writer gets `RunLocked` naming the holder (or waits, if `wait`)."
-    import fcntl, socket
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
     key = run_dir.resolve()
     if key in _held:  # this process holds it already (fixture_run around train)
@@ -177,23 +203,33 @@ def run_lock(run_dir, wait: bool = False):
         finally: _held[key] -= 1
         return
     f = run_dir / LOCK_FILE
-    fd = os.open(f, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try: fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            h = _lock_holder(f)
-            who = f"pid {h.get('pid')} on {h.get('host')} since {h.get('since')}" if h else "another process"
-            raise RunLocked(f"{run_dir} is being written by {who} ({f}); wait for it to finish, or stop it "
-                            f"(kill {h.get('pid', '<pid>')}) and rerun: training resumes from its last saved step") from None
-        before = _lock_holder(f) if os.fstat(fd).st_size else {}  # a holder that never released: it was killed
-        me = dict(pid=os.getpid(), host=socket.gethostname(), since=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        os.ftruncate(fd, 0); os.pwrite(fd, json.dumps(me).encode(), 0); os.fsync(fd)
+    busy = lambda h: RunLocked(f"{run_dir} is being written by {_who(h)} ({f}); wait for it to finish, or stop it "
+                               f"(kill {h.get('pid', '<pid>')}) and rerun: training resumes from its last saved step")
+    with _flocked(run_dir, f, busy, wait) as (before, fd):
         _held[key], _lock_fds[key] = 1, fd
         try: yield before
-        finally:
-            del _held[key], _lock_fds[key]
-            os.ftruncate(fd, 0)  # released cleanly: an empty lock file names nobody
-    finally: os.close(fd)  # closing releases the flock
+        finally: del _held[key], _lock_fds[key]
+
+# %% ../nbs/02a_run.ipynb #acec6c60
+def training_holder(run_dir) -> dict | None:
+    "Who is training `run_dir` now (pid, host, since; {} if unnamed), or None when nobody is."
+    import fcntl
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or run_dir.resolve() in _held: return None
+    fd = os.open(run_dir, os.O_RDONLY)
+    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError: return _lock_holder(run_dir / LOCK_FILE)
+    finally: os.close(fd)
+    return None
+
+# %% ../nbs/02a_run.ipynb #7ec0a4db
+@contextmanager
+def sweep_lock(run_dir, shard: str | None = None):
+    "Hold the lock of one sweep of `run_dir` (of its `shard`'s results); a second gets `RunLocked` naming the first."
+    f = Path(run_dir) / (SWEEP_LOCK if shard is None else f".sweep.{shard}.lock")
+    busy = lambda h: RunLocked(f"{run_dir} is being swept by {_who(h)} ({f}): wait for it to finish and rerun, which skips "
+                               f"what it did, or stop it (kill {h.get('pid', '<pid>')}) and rerun: finished jobs are kept")
+    with _flocked(f, f, busy) as (before, _): yield before
 
 # %% ../nbs/02a_run.ipynb #7fc5040b
 def clean_run(run_dir) -> list[str]:
@@ -596,6 +632,7 @@ def load_hf_model(folder, device="cpu") -> HFMaskedLM:
     if kind == "other":
         raise CheckpointError(f"{folder} holds a model of a family with neither a masked LM nor a causal LM; embryo "
                               "reads encoders (BERT, RoBERTa and the like) and causal LMs (GPT-2, Pythia)")
+    if (folder / "model.safetensors.index.json").exists(): weight_shards(folder / "model.safetensors.index.json")
     quiet_transformers()
     model = None
     if kind == "masked-lm":

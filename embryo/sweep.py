@@ -23,7 +23,7 @@ from typing import Sequence
 import pandas as pd
 
 from .config import clean_stale_temps, temp_tag, check_value
-from .run import list_steps, find_checkpoint, complete_run, as_run, run_transitions, check_device
+from .run import list_steps, find_checkpoint, complete_run, as_run, run_transitions, check_device, sweep_lock, training_holder, _who
 from .results import DB_NAME, UNRECORDED, db_path, log_job, read_log, computed_with, options_digest, set_computed_with
 
 
@@ -402,10 +402,14 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
         if a not in ANALYSES: raise SweepError(f"options for unknown analysis {a!r}; the analyses are {', '.join(ANALYSES)}")
         check_options(a, options[a], mode)
     threads = max(1, (os.cpu_count() or 1) // max(1, workers))
-    with _env(EMBRYO_RESULTS=shard_db_name(shard) if shard else None,
-              OMP_NUM_THREADS=threads if workers > 1 else None):
+    with sweep_lock(run_dir, shard_db_name(shard) if shard else None), \
+         _env(EMBRYO_RESULTS=shard_db_name(shard) if shard else None, OMP_NUM_THREADS=threads if workers > 1 else None):
         redo = {}
         todo, skipped = plan(run_dir, analyses, steps, force, shard, options, redo)
+        if (h := training_holder(run_dir)) is not None:
+            print(f"{run_dir} is still training ({_who(h)}): this sweep evaluates the checkpoints saved so far (up to step "
+                  f"{max(list_steps(run_dir), default=0)}) and its figures show those; the steps saved after it are left for "
+                  "later: rerun the same sweep when training ends (what is done is skipped)", flush=True)
         for a in {j.analysis for j in todo + skipped}:  # notebooks a killed sweep left under temporary names
             if (run_dir / "notebooks" / a).is_dir(): clean_stale_temps(run_dir / "notebooks" / a, ".step_")
         say_recomputed(redo, options)

@@ -223,8 +223,19 @@ def case_sweep_of_a_missing_run(tmp):
                 names=f"no run folder or checkpoint folder at {tmp / 'nope'}", error="SeriesError", run=tmp / "nope")
 
 
+def case_lama_relation_outside_its_folder(tmp):
+    run = _copy_fixture(tmp / "run")
+    lama = tmp / "lama"; (lama / "TREx").mkdir(parents=True)
+    (lama / "relations.jsonl").write_text(json.dumps({"relation": "../../x", "template": "[X] is the capital of [Y] ."}) + "\n")
+    (tmp / "x.jsonl").write_text(json.dumps({"sub_label": "secret", "obj_label": "file"}) + "\n")  # what ../../x would read
+    return dict(input="LAMA relation named ../../x", args=["sweep", "--run", str(run), "--analyses", "knowledge", "--steps", "8",
+                "--mode", "inprocess", "--option", f"knowledge.facts={json.dumps(str(lama))}"],
+                names="relation '../../x' is not a relation id", error="FactsError", run=run, status=1, log=True)
+
+
 CORPORA = [case_jsonl_without_text, case_csv_without_text, case_broken_parquet, case_facts_option_not_a_folder,
-           case_report_of_a_missing_run, case_report_of_an_empty_folder, case_sweep_of_a_missing_run]
+           case_report_of_a_missing_run, case_report_of_an_empty_folder, case_sweep_of_a_missing_run,
+           case_lama_relation_outside_its_folder]
 
 
 # Settings: each refused before anything is written (issue 32, finding 5), with the field, the value and what to pass.

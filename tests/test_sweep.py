@@ -382,3 +382,27 @@ def test_downstream_floor_is_the_floor_of_the_aggregate_drawn():
     df = pd.DataFrame(dict(task=["glue", "builtin", "glue", "builtin"], metric=["bow", "bow", "score", "score"], seed=-1, step=0,
                            value=[0.7, 0.6, 0.8, 0.55]))
     assert FLOORS["glue"](df) == 0.7 and SIDE_BY_SIDE["glue"][2](df).tolist() == [0.8]
+
+
+def _holding(lock: str, run: Path) -> subprocess.Popen:
+    "Another process holding `lock` ('sweep_lock' or 'run_lock') of `run` until killed; returns once it holds it."
+    p = subprocess.Popen([sys.executable, "-c", f"import time\nfrom embryo.run import {lock}\nwith {lock}({str(run)!r}):\n"
+                          "    print('held', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_a_second_sweep_is_refused_and_a_sweep_during_training_says_so(fixture_copy, tmp_path, capsys):
+    "Issue 32, finding 6: two sweeps of one run both ran every job, and a sweep during training did not say so."
+    run = copy_run(fixture_copy, tmp_path / "r")
+    first = _holding("sweep_lock", run)
+    try: r = _cli("sweep", "--run", str(run), "--analyses", "knowledge", "--steps", "8", "--mode", "inprocess")
+    finally: first.kill(); first.wait()
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert f"RunLocked: {run} is being swept by pid {first.pid} on" in r.stderr, r.stderr
+    trainer = _holding("run_lock", run)
+    try: t = sweep(run, ["knowledge"], steps=[8], mode="inprocess", options=QUICK, progress=False)
+    finally: trainer.kill(); trainer.wait()
+    out = capsys.readouterr().out
+    assert t.loc["knowledge", 8] == "done" and f"{run} is still training (pid {trainer.pid} on" in out, out
+    assert "up to step 30" in out and "rerun the same sweep when training ends" in out, out
