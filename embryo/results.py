@@ -353,12 +353,15 @@ def write_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
     "Store the run's loss transitions (`embryo.pretrain.run_transitions`) as analysis `pretraining`, replacing those stored before."
     from embryo.run import run_transitions
     found, now = run_transitions(run_dir, key), time.time()
+    rows = [(t["step"], dict(task=key, metric=m, value=t[f])) for t in found for m, f in TRANSITION_METRICS.items()]
+    same = lambda stored: sorted(stored, key=str) == sorted(((s, r["metric"], r["value"]) for s, r in rows), key=str)
     with connect(run_dir) as con:
+        # as stored already (a report of a committed bundle): the file is left as it is
+        if same(con.execute("SELECT step, metric, value FROM results WHERE analysis='pretraining' AND task=?", (key,))): return found
         con.execute("BEGIN IMMEDIATE")
         try:
             con.execute("DELETE FROM results WHERE analysis='pretraining' AND task=?", (key,))
-            _insert_results(con, "pretraining", [(t["step"], dict(task=key, metric=m, value=t[f]))
-                                                 for t in found for m, f in TRANSITION_METRICS.items()], now)
+            _insert_results(con, "pretraining", rows, now)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK"); raise

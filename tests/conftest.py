@@ -71,6 +71,7 @@ SLOW = {
     "test_sweep.py::test_report_shows_figures_with_paper_numbers_and_verdicts",
     "test_sweep.py::test_results_remember_their_options_and_other_options_recompute",
     "test_sweep.py::test_shards_write_their_own_files_and_merge_without_loss",
+    "test_sweep.py::test_report_leaves_the_bundle_it_reads_as_it_was",
 }
 
 
