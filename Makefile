@@ -34,8 +34,10 @@ facts: $(STAMP)
 reference: $(STAMP)
 	$(BIN)/python -m embryo.cli reference
 
+# The notebooks run under nbdev's own runner (nbdev_test, as the design card says), the other tests under pytest.
 test: $(STAMP) check-sync
-	$(BIN)/python -m pytest tests
+	$(BIN)/nbdev_test --do_print --timing
+	$(BIN)/python -m pytest tests --deselect tests/test_notebooks.py::test_notebook
 
 # The edit-test loop: every test but those marked slow (tests/conftest.py), under 3 minutes here.
 test-fast: $(STAMP) check-sync

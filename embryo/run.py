@@ -132,8 +132,10 @@ def save_checkpoint(model, run_dir, step: int) -> Path:
 
 # %% ../nbs/02a_run.ipynb #0bb182b6
 def resolve_step(run_dir, step: int | str | None = None) -> int:
-    "`step` as an int; None: the run's last checkpoint (or `CheckpointNotFound` when it has none)."
-    if step is not None: return int(step)
+    "`step` as an int, once its checkpoint is found; None: the run's last one (`CheckpointNotFound` naming those there are)."
+    if step is not None:
+        find_checkpoint(run_dir, int(step))  # a step that is not there: one line, with the steps that are
+        return int(step)
     steps = list_steps(run_dir)
     if not steps: raise CheckpointNotFound(_no_checkpoints(run_dir))
     return steps[-1]

@@ -58,10 +58,24 @@ def test_analysis_notebook_on_other_run(nb, other_run, tmp_path):
         return
     step = list_steps(other_run)[-1]
     try:
-        pm.execute_notebook(str(nb), str(tmp_path / nb.name), cwd=str(nb.parent), kernel_name="python3", progress_bar=False,
+        pm.execute_notebook(str(nb), str(tmp_path / nb.name), cwd=str(nb.parent.parent), kernel_name="python3", progress_bar=False,
                             parameters=dict(run_dir=str(other_run), step=step, figures_dir=str(tmp_path / "figures"),
                                             **OPTIONS.get(nb.stem.split("_")[0], {})))
     except pm.PapermillExecutionError as e:
         pytest.fail(f"{nb.name} fails on a run configured unlike the fixture ({other_run.name}: {OTHER_RUNS[other_run.name]}): "
                     f"{e.ename}: {e.evalue}\n"
                     + "".join(e.traceback[-3:]), pytrace=False)
+
+
+@pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])
+def test_a_step_that_does_not_exist_stops_the_notebook_at_once(nb, tmp_path):
+    "Issue 33, point 3: the design card's `papermill nbs/05_glue.ipynb -p step 250000` failed 15-20 s in, in a demo cell."
+    import papermill as pm
+    with pytest.raises(pm.PapermillExecutionError) as e:
+        pm.execute_notebook(str(nb), str(tmp_path / nb.name), cwd=str(nb.parent.parent), kernel_name="python3",
+                            progress_bar=False, parameters=dict(step=250000))
+    assert e.value.ename == "CheckpointNotFound" and "has no checkpoint for step 250000; it has 0, " in e.value.evalue, e.value.evalue
+    import nbformat
+    cells = nbformat.read(tmp_path / nb.name, as_version=4).cells
+    first = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
+    assert e.value.exec_count <= sum(c.cell_type == "code" for c in cells[:first + 5]), e.value.exec_count  # right after them
