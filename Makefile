@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat settings.ini setup.py pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: reproduce mature facts reference test test-fast check-sync readme bench clean-venv
+.PHONY: reproduce mature facts reference test test-fast check-sync readme bench lab clean-venv
 
 $(STAMP): settings.ini setup.py pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,10 @@ check-sync: $(STAMP)
 	  echo "nbdev_export or nbdev_clean changed these files: run both and commit the result"; \
 	  diff <(echo "$$before") <(echo "$$after"); exit 1; fi; \
 	echo "notebooks clean, package in sync with nbs/"
+
+# The notebooks in JupyterLab, in the environment the two commands install.
+lab: $(STAMP)
+	$(BIN)/jupyter lab nbs/
 
 readme: $(STAMP)
 	$(BIN)/jupyter nbconvert --to markdown --stdout nbs/index.ipynb > README.md.tmp && mv README.md.tmp README.md

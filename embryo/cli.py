@@ -104,10 +104,12 @@ def cmd_reference(args):
 def parser() -> argparse.ArgumentParser:
     "The `embryo` argument parser, one subparser per subcommand."
     from embryo.config import add_pretrain_args  # not embryo.pretrain: `embryo --help` must not import torch
+    import embryo
     p = argparse.ArgumentParser(prog="embryo", description="Pretrained language model embryology: ALBERT, every checkpoint analysed.")
+    p.add_argument("--version", action="version", version=f"embryo {embryo.__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    def add(name, fn, help_):
-        s = sub.add_parser(name, help=help_, description=help_); s.set_defaults(fn=fn); return s
+    def add(name, fn, help_):  # a help text is %-formatted, a description is printed as it is
+        s = sub.add_parser(name, help=help_, description=help_.replace("%%", "%")); s.set_defaults(fn=fn); return s
     def figures_arg(s): s.add_argument("--figures", default=Path("figures"), type=Path, help="folder for figures and tables (default: figures)")
     add("fetch", cmd_fetch, "download and check the built-in corpus embryo-mini")
     add_pretrain_args(add("pretrain", cmd_pretrain, "pretrain a run and keep its checkpoints (resumes where it stopped)"))

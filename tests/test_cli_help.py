@@ -51,3 +51,12 @@ def test_sweep_help_names_every_analysis():
     from embryo.sweep import ANALYSES
     out = subprocess.run([sys.executable, "-m", "embryo.cli", "sweep", "--help"], capture_output=True, text=True, check=True).stdout
     assert all(a in " ".join(out.split()) for a in ANALYSES), out
+
+
+def test_version_and_descriptions_print_as_written():
+    "Issue 33, point 9: no --version, and `embryo seeds --help` printed '95%%'."
+    import embryo
+    r = subprocess.run([sys.executable, "-m", "embryo.cli", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == f"embryo {embryo.__version__}", r.stdout + r.stderr
+    out = subprocess.run([sys.executable, "-m", "embryo.cli", "seeds", "--help"], capture_output=True, text=True).stdout
+    assert "95% bootstrap band" in out and "%%" not in out, out
