@@ -25,8 +25,8 @@ from . import data as D
 __all__ = ['LOCK_FILE', 'SWEEP_LOCK', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'STEP_DIR', 'STEP_SCALE',
            'TRAINER_STATE', 'HUB_FILES', 'REFERENCE', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS',
            'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'check_device',
-           'replace_dir', 'save_checkpoint', 'resolve_step', 'RunLocked', 'forget_inherited_locks', 'run_lock',
-           'training_holder', 'sweep_lock', 'clean_run', 'read_config', 'read_run_config', 'sentence_name',
+           'replace_dir', 'save_checkpoint', 'resolve_step', 'RunLocked', 'holder_text', 'forget_inherited_locks',
+           'run_lock', 'training_holder', 'sweep_lock', 'clean_run', 'read_config', 'read_run_config', 'sentence_name',
            'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions',
            'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log',
            'series_tokenizer', 'single_model', 'as_run', 'hub_run', 'reference_folder', 'checkpoint_kind', 'HFEncoder',
@@ -166,7 +166,7 @@ def _name_holder(info: Path, text: str):
     try: os.ftruncate(fd, 0); os.pwrite(fd, text.encode(), 0); os.fsync(fd)
     finally: os.close(fd)
 
-def _who(h: dict) -> str: return f"pid {h.get('pid')} on {h.get('host')} since {h.get('since')}" if h else "another process"
+def holder_text(h: dict) -> str: return f"pid {h.get('pid')} on {h.get('host')} since {h.get('since')}" if h else "another process"
 
 # %% ../nbs/02a_run.ipynb #5ac98d61
 def forget_inherited_locks(*_):
@@ -205,7 +205,7 @@ def run_lock(run_dir, wait: bool = False):
         finally: _held[key] -= 1
         return
     f = run_dir / LOCK_FILE
-    busy = lambda h: RunLocked(f"{run_dir} is being written by {_who(h)} ({f}); wait for it to finish, or stop it "
+    busy = lambda h: RunLocked(f"{run_dir} is being written by {holder_text(h)} ({f}); wait for it to finish, or stop it "
                                f"(kill {h.get('pid', '<pid>')}) and rerun: training resumes from its last saved step")
     with _flocked(run_dir, f, busy, wait) as (before, fd):
         _held[key], _lock_fds[key] = 1, fd
@@ -229,7 +229,7 @@ def training_holder(run_dir) -> dict | None:
 def sweep_lock(run_dir, shard: str | None = None):
     "Hold the lock of one sweep of `run_dir` (of its `shard`'s results); a second gets `RunLocked` naming the first."
     f = Path(run_dir) / (SWEEP_LOCK if shard is None else f".sweep.{shard}.lock")
-    busy = lambda h: RunLocked(f"{run_dir} is being swept by {_who(h)} ({f}): wait for it to finish and rerun, which skips "
+    busy = lambda h: RunLocked(f"{run_dir} is being swept by {holder_text(h)} ({f}): wait for it to finish and rerun, which skips "
                                f"what it did, or stop it (kill {h.get('pid', '<pid>')}) and rerun: finished jobs are kept")
     with _flocked(f, f, busy) as (before, _): yield before
 

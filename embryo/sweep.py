@@ -23,7 +23,7 @@ from typing import Sequence
 import pandas as pd
 
 from .config import clean_stale_temps, temp_tag, check_value
-from .run import list_steps, find_checkpoint, complete_run, as_run, run_transitions, check_device, sweep_lock, training_holder, _who
+from .run import list_steps, find_checkpoint, complete_run, as_run, run_transitions, check_device, sweep_lock, training_holder, holder_text
 from .results import DB_NAME, UNRECORDED, db_path, log_job, read_log, computed_with, options_digest, set_computed_with
 
 
@@ -407,7 +407,7 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
         redo = {}
         todo, skipped = plan(run_dir, analyses, steps, force, shard, options, redo)
         if (h := training_holder(run_dir)) is not None:
-            print(f"{run_dir} is still training ({_who(h)}): this sweep evaluates the checkpoints saved so far (up to step "
+            print(f"{run_dir} is still training ({holder_text(h)}): this sweep evaluates the checkpoints saved so far (up to step "
                   f"{max(list_steps(run_dir), default=0)}) and its figures show those; the steps saved after it are left for "
                   "later: rerun the same sweep when training ends (what is done is skipped)", flush=True)
         for a in {j.analysis for j in todo + skipped}:  # notebooks a killed sweep left under temporary names

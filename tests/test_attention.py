@@ -97,6 +97,7 @@ def test_known_attention_gives_known_rows(fixture_copy, tmp_path, monkeypatch):
     run.mkdir()
     (run / "spiece.model").write_bytes((fixture_copy / "spiece.model").read_bytes())
     monkeypatch.setattr(A, "find_checkpoint", lambda *a, **k: run)
+    monkeypatch.setattr(A, "resolve_step", lambda run_dir, step: int(step))  # a stand-in model at a step of its own
     monkeypatch.setattr(A, "load_checkpoint", lambda *a, **k: KnownAttention())
     T = SMALL["seq_len"]
     df = A.evaluate_step(run, 7, **SMALL)

@@ -158,6 +158,7 @@ def test_evaluate_step_p_at_1_is_exactly_known(run, tmp_path, monkeypatch):
     other = next(i for i in range(5, tok.vocab_size) if i not in ids.values())
     cases = [(ids[w1], ids[w2], {("P30", "p@1"): 0.5, ("P30", "p@1_common"): 0.5, ("P36", "p@1"): 0.0, ("P36", "p@1_common"): 0.0}),
              (other, ids[w2], {("P30", "p@1"): 0.0, ("P30", "p@1_common"): 0.25, ("P36", "p@1"): 0.0, ("P36", "p@1_common"): 0.5})]
+    monkeypatch.setattr(K, "resolve_step", lambda run_dir, step: int(step))  # the stand-in model stands in for a step too
     for first, second, want in cases:
         monkeypatch.setattr(K, "load_checkpoint", lambda *a, **k: K.ConstantModel(tok.vocab_size, first, second))
         rows = K.evaluate_step(run, 12345, facts=facts, n_tracked=2)
