@@ -588,7 +588,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     last = min(tc.total_steps, stop_after or tc.total_steps)
     saver = Saves(model, opt, run_dir, tc, last, saved)
     bar = tqdm(total=tc.total_steps, initial=start, desc=f"pretrain {run_dir.name}", disable=not progress or rank != 0)
-    t0, tokens = time.perf_counter(), 0
+    t0, tokens, acc = time.perf_counter(), 0, "-"
     model.train()
     def step_batches(step):
         src, s = source(step)
@@ -617,9 +617,10 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
                            f"{sentence}_accuracy": (stats[3] / counts[1]).item(), "lr": lr, "tokens_per_s": tokens / dt,
                            "precision": precision, **({"compiled": True} if tc.compile else {}), **({"seq_length": max(b["input_ids"].shape[1] for b in batches)} if T1 else {})}
                     log.write(json.dumps(rec) + "\n"); log.flush()
-                    bar.set_postfix(loss=f"{rec['loss']:.3f}", mlm_acc=f"{rec['mlm_accuracy']:.3f}")
+                    acc = f"{rec['mlm_accuracy']:.3f}"  # counted on the steps it logs
                     t0, tokens = time.perf_counter(), 0
                 saver.after_update(step)
+            if rank == 0: bar.set_postfix(loss=f"{mlm_loss + sop_loss * weight:.3f}", mlm_acc=acc, refresh=False)  # every step
             bar.update(1)
     if rank == 0: saver.write()  # the last step's: no loss follows, its weights are checked
     bar.close()

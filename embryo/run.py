@@ -526,6 +526,7 @@ def as_run(src, dst=None) -> Path:
     newest_first = [ckpts[s] for s in sorted(ckpts, reverse=True)] + [src]  # a Trainer's output_dir holds its last save
     series_tokenizer(newest_first, dst)
     write_series_log(newest_first, dst)
+    print(f"{src} is read as the run {dst}: its checkpoints are linked there, and results and figures go there", flush=True)
     return dst
 
 # %% ../nbs/02a_run.ipynb #83c1097d

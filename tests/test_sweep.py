@@ -154,6 +154,10 @@ def test_a_folder_of_hf_checkpoints_is_swept_as_a_run(fixture_copy, tmp_path):
     run = as_run(tmp_path / "release", tmp_path / "runs" / "release")
     t = sweep(run, ["knowledge"], mode="inprocess", options=QUICK, progress=False)
     assert t.loc["knowledge"].tolist() == ["done", "done"]
+    # swept by its own folder, it says where the linked run went (issue 33, point 9)
+    r = subprocess.run([sys.executable, "-m", "embryo.cli", "sweep", "--run", str(tmp_path / "release"), "--analyses", "knowledge",
+                        "--mode", "inprocess", "--option", "knowledge.max_facts=5"], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0 and f"{tmp_path / 'release'} is read as the run runs/release: its checkpoints are linked there" in r.stdout, r.stdout + r.stderr
 
 
 def test_hub_checkpoints_offline_give_a_clear_error(tmp_path, monkeypatch):
