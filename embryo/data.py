@@ -547,7 +547,7 @@ _HF_SPECIAL = dict(bos_token="[CLS]", eos_token="[SEP]", unk_token="<unk>", sep_
                    cls_token="[CLS]", mask_token="[MASK]")  # the names ALBERT's released tokenizers give our SPECIALS
 
 def hf_tokenizer_files(tokenizer, # a `Tokenizer`, a run folder or a spiece.model
-                       model_max_length: int = 512) -> dict[str, bytes]: # the model's position table
+                       model_max_length: int = 512) -> dict[str, bytes]: # the longest input: the positions trained
     "The files (name: bytes) that make a folder load in `transformers.AutoTokenizer` with this tokenizer's ids."
     tok = load_tokenizer(tokenizer)
     config = dict(tokenizer_class="AlbertTokenizer", do_lower_case=True, remove_space=True, keep_accents=False,

@@ -325,7 +325,7 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
     if tok.vocab_size != mc.vocab_size:
         raise ConfigError(f"{run_dir / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is {mc.vocab_size}; "
                           "set vocab_size and tokenizer_vocab_size to the same number")
-    write_tokenizer_files(run_dir, mc.max_position_embeddings)
+    write_tokenizer_files(run_dir, tc.max_seq_length)  # model_max_length: the positions it is trained on, not the table's
     if verbose:
         key = D.dataset_key(text, tok, tc.max_seq_length, tc.seed, 1, tc.short_seq_prob, tc.sentence_task)
         cached = (D.data_dir() / "datasets" / key / "dataset_info.json").exists()

@@ -98,6 +98,8 @@ def test_ctrl_c_is_one_line_and_the_same_command_goes_on(tmp_path):
     for step in P.list_steps(reference):
         assert (P.checkpoint_dir(run, step) / "model.safetensors").read_bytes() == \
             (P.checkpoint_dir(reference, step) / "model.safetensors").read_bytes(), step
+    # a tokenizer that says how long an input the model was trained on (64 positions, of a table of 512)
+    assert json.loads((P.checkpoint_dir(run, 30) / "tokenizer_config.json").read_text())["model_max_length"] == 64
 
 
 def _started(run):
