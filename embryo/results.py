@@ -229,7 +229,8 @@ def _insert_results(con, analysis: str, rows: list[tuple[int, dict]], now: float
                       r["metric"], None if r["value"] is None else float(r["value"]), r.get("n"), now) for step, r in rows])
 
 # %% ../nbs/03a_results.ipynb #bad48bbc
-TABLES = ("results", "samples", "settings", "scores")  # the rows of one (analysis, step) live in these four
+# the rows of one (analysis, step) live in these four tables, with these columns
+TABLES = dict(results=COLUMNS, samples=SAMPLE_COLUMNS, settings=SETTING_COLUMNS, scores=SCORE_COLUMNS)
 UNRECORDED = "unrecorded"  # the options of rows written outside a sweep: not known, so they match no options
 
 def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], samples: Iterable[dict] = (),
@@ -407,10 +408,6 @@ def computed_with(run_dir, analysis: str) -> dict[int, tuple[str, str]]:
         rec = {s: (d, o) for s, d, o in con.execute("SELECT step, digest, options FROM computed_with WHERE analysis=?", (analysis,))}
     return {s: rec.get(s, (options_digest(DEFAULTS), DEFAULTS)) for s in done_steps(run_dir, analysis)}
 
-# %% ../nbs/03a_results.ipynb #b3e64fa2
-def _groups(con, table: str, key: str = "analysis, step, task") -> dict:
-    return {tuple(r[:-1]): r[-1] for r in con.execute(f"SELECT {key}, MAX(created_at) FROM {table} GROUP BY {key}")}
-
 # %% ../nbs/03a_results.ipynb #19ef89f5
 def _step_groups(con, db: str = "main") -> dict:
     "(analysis, step) -> when its rows were last written, over the four tables that hold them."
@@ -422,8 +419,8 @@ def _step_groups(con, db: str = "main") -> dict:
 
 def _copy_step(con, g: tuple, counts: dict):
     "Replace every row of the (analysis, step) `g` and its options record with the attached source's."
-    for t in TABLES:
-        cols = ", ".join(dict(results=COLUMNS, samples=SAMPLE_COLUMNS, settings=SETTING_COLUMNS, scores=SCORE_COLUMNS)[t])
+    for t, cols in TABLES.items():
+        cols = ", ".join(cols)
         con.execute(f"DELETE FROM {t} WHERE analysis=? AND step=?", g)
         counts[t] += con.execute(f"INSERT INTO {t} ({cols}) SELECT {cols} FROM src.{t} WHERE analysis=? AND step=?", g).rowcount
     con.execute("DELETE FROM computed_with WHERE analysis=? AND step=?", g)  # an older shard without one: the defaults
