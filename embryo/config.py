@@ -44,14 +44,16 @@ def _fits(t: str, v) -> bool:
     return isinstance(v, dict(int=int, str=str, bool=bool, list=list).get(t, object))
 
 # %% ../nbs/00_config.ipynb #7cf0ee01
-def check_types(cfg, skip=()):
-    "Raise a `ConfigError` naming the first field of the dataclass `cfg` (outside `skip`) whose value is not its declared type."
+def check_types(cfg, skip=(), values: dict | None = None):
+    "Raise a `ConfigError` naming the first field of the dataclass `cfg` (outside `skip`) whose value, in `values` if given, else in `cfg`, is not its declared type."
     for f in fields(cfg):
-        t, v = _type_name(f.type), getattr(cfg, f.name)
-        if f.name in skip or _fits(t, v): continue
+        if f.name in skip or (values is not None and f.name not in values): continue
+        t, v = _type_name(f.type), (values or {}).get(f.name, getattr(cfg, f.name))
+        if _fits(t, v): continue
         kind = _KINDS.get(t.removesuffix(" | None"), t) + (" or null" if t.endswith(" | None") else "")
-        raise ConfigError(f"{type(cfg).__name__}.{f.name}={v!r} is not {kind}: pass one, e.g. --set {f.name}="
-                          f"{json.dumps(f.default_factory() if f.default is MISSING else f.default)} (its default)")
+        good, whose = ((getattr(cfg, f.name), "the preset's value") if values is not None else
+                       (f.default_factory() if f.default is MISSING else f.default, "its default"))
+        raise ConfigError(f"{type(cfg).__name__}.{f.name}={v!r} is not {kind}: pass one, e.g. --set {f.name}={json.dumps(good)} ({whose})")
 
 # %% ../nbs/00_config.ipynb #89e5ff52
 def check_ranges(cfg, ranges: dict):
@@ -164,6 +166,7 @@ def get_config(preset: str = "base", # a name in `PRESETS`
     known = {f.name for f in fields(ModelConfig)}
     bad = sorted(set(overrides) - known)
     if bad: raise ConfigError(f"unknown ModelConfig field(s) {', '.join(bad)}; the fields are: {', '.join(sorted(known))}")
+    check_types(ModelConfig(**PRESETS[preset]), values=overrides)  # a bad override is named beside the preset's value
     return ModelConfig(**{**PRESETS[preset], **overrides})
 
 # %% ../nbs/00_config.ipynb #9a67a313
@@ -299,6 +302,7 @@ def get_train_config(preset: str = "base", **overrides) -> TrainConfig:
     known = {f.name for f in fields(TrainConfig)}
     bad = sorted(set(overrides) - known)
     if bad: raise ConfigError(f"unknown TrainConfig field(s) {', '.join(bad)}; the fields are: {', '.join(sorted(known))}")
+    check_types(TrainConfig(**TRAIN_PRESETS[preset]), skip=("corpus", "checkpoint_every"), values=overrides)  # beside the preset's value
     return TrainConfig(**{**TRAIN_PRESETS[preset], **overrides})
 
 # %% ../nbs/00_config.ipynb #f7e2d1bd
