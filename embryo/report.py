@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -29,10 +30,10 @@ from .seeds import seed_bands, seed_run_dirs
 # %% auto #0
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
            'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'BUNDLED', 'SHIPPED_FILES', 'REFERENCE_ANALYSES', 'NOTEBOOKS',
-           'RESULTS_MARK', 'TWINS', 'pace_sentence', 'report_sections', 'write_report', 'redraw_all', 'reproduce',
-           'reproduce_seeds', 'status_of', 'findings_markdown', 'sync_findings', 'publish_report', 'copy_database',
-           'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference', 'results_markdown', 'sync_notebooks',
-           'checkout_figures', 'notebook_pages']
+           'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'pace_sentence', 'report_sections', 'write_report', 'redraw_all',
+           'reproduce', 'reproduce_seeds', 'status_of', 'findings_markdown', 'sync_findings', 'publish_report',
+           'copy_database', 'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference', 'results_markdown',
+           'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value', 'sync_prose', 'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -282,7 +283,7 @@ def publish_report(run_dir, figures_dir="figures") -> list[Path]:
     paths = [write_report(run_dir, figures_dir), *bundle_run(run_dir, figures_dir)]
     paths.append(atomic_write(Path(figures_dir) / "findings.md", f"# The paper's findings on run {Path(run_dir).name}\n\n"
                               + findings_markdown(figures_dir)))
-    if (root := checkout_figures(figures_dir)) is not None: paths += sync_notebooks(root) + sync_findings(root)
+    if (root := checkout_figures(figures_dir)) is not None: paths += sync_notebooks(root) + sync_findings(root) + sync_prose(root)
     for p in paths: print(f"wrote {p}")
     return paths
 
@@ -428,6 +429,42 @@ def checkout_figures(figures_dir) -> Path | None:
     except SweepError: return None
     f = Path(figures_dir).resolve()
     return root if f == root or f.parent == root else None
+
+# %% ../nbs/10c_report.ipynb #bb8cca1b
+FACT_SPAN = re.compile(r"<!-- fact (?P<spec>[^>]+?) -->(?P<value>[^<`\n]*)<!-- /fact -->")  # a value is one short run of text
+
+class FactError(ValueError):
+    "A fact span that names a file, row or column the committed figures do not have."
+
+# %% ../nbs/10c_report.ipynb #78e95439
+def fact_value(spec: str, figures_root="figures") -> str:
+    "The text a fact span `FILE | column=value; ... | column | format` cites, read from the committed `figures_root/FILE`."
+    try: file, where, column, fmt = (s.strip() for s in spec.split("|"))
+    except ValueError: raise FactError(f"fact span {spec!r}: write it as FILE | column=value; ... | column | format") from None
+    if not (Path(figures_root) / file).is_file(): raise FactError(f"fact span {spec!r}: no file {file} under {figures_root}")
+    if file.endswith(".json"):  # a JSON record: no row conditions, the column is its key
+        value = json.loads((Path(figures_root) / file).read_text()).get(column)
+        if where or not isinstance(value, (int, float)): raise FactError(f"fact span {spec!r}: {file} has no number {column!r}")
+        return format(float(value), fmt)
+    rows = pd.read_csv(Path(figures_root) / file, dtype=str, keep_default_na=False)
+    for cond in filter(None, (c.strip() for c in where.split(";"))):
+        k, _, v = cond.partition("="); rows = rows[rows[k.strip()] == v.strip()] if k.strip() in rows else rows.iloc[:0]
+    if len(rows) != 1 or column not in rows or rows[column].iloc[0] == "":
+        raise FactError(f"fact span {spec!r}: {len(rows)} rows of {file} match, with a value in {column!r} wanted in exactly one")
+    return format(float(rows[column].iloc[0]), fmt)
+
+# %% ../nbs/10c_report.ipynb #6e3b612a
+def sync_prose(figures_root="figures", nbs=None) -> list[Path]:
+    "Rewrite every fact span in the notebooks' markdown from the committed files under `figures_root`; returns the notebooks changed."
+    changed = []
+    for path in sorted(Path(nbs or nbs_dir()).glob("*.ipynb")):
+        nb, hit = json.loads(path.read_text(encoding="utf-8")), False
+        for c in (c for c in nb["cells"] if c["cell_type"] == "markdown"):
+            src = "".join(c["source"])
+            new = FACT_SPAN.sub(lambda m: f"<!-- fact {m['spec']} -->{fact_value(m['spec'], figures_root)}<!-- /fact -->", src)
+            if new != src: c["source"], hit = new.splitlines(keepends=True), True
+        if hit: changed.append(atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"))
+    return changed
 
 # %% ../nbs/10c_report.ipynb #0c1b0b95
 def _scratch_run(run_dir: Path, dst: Path) -> Path:

@@ -309,6 +309,17 @@ def test_notebooks_show_the_committed_results(root):
         else: assert "../figures/" in cell, f"{path.name}: its results cell shows no committed figure"
 
 
+def test_prose_cites_the_committed_numbers(root):
+    "Every number a notebook's prose cites from a run (a fact span) is the one the committed figures/ hold."
+    from embryo.report import FACT_SPAN, fact_value
+    spans = [(p.name, m) for p in sorted((root / "nbs").glob("*.ipynb")) for c in json.loads(p.read_text())["cells"]
+             if c["cell_type"] == "markdown" for m in FACT_SPAN.finditer("".join(c["source"]))]
+    assert len(spans) >= 10, f"only {len(spans)} fact spans in the notebooks' prose"
+    stale = [(name, m["value"], fact_value(m["spec"], root / "figures"), m["spec"]) for name, m in spans
+             if m["value"] != fact_value(m["spec"], root / "figures")]
+    assert not stale, f"prose cites numbers the committed figures/ do not hold (run `embryo report`): {stale}"
+
+
 def test_committed_report_json_matches_index(root):
     "figures/report.json (what the notebooks show) and index.html were written together: the same sections and verdicts."
     import html
