@@ -696,17 +696,18 @@ FIXTURE = dict(model=dict(vocab_size=1000, embedding_size=32, hidden_size=64, nu
                           resume_every=10, log_every=5, eval_sequences=64))
 
 # %% ../nbs/03_pretrain.ipynb #af092baf
-def corpus_slice(n_docs: int = 300) -> Path:
-    "The first `n_docs` documents of `embryo-mini` as a corpus file of their own (cached beside it)."
+def corpus_slice(n_docs: int = 300, start: int = 0) -> Path:
+    "Documents `start` to `start + n_docs` of `embryo-mini` as a corpus file of their own (cached beside it)."
     src = D.fetch(verbose=False) / "train.txt"
-    out = D.data_dir() / f"embryo-mini-first{n_docs}.txt"
+    out = D.data_dir() / (f"embryo-mini-first{n_docs}.txt" if start == 0 else f"embryo-mini-docs{start}-{start + n_docs}.txt")
     if not out.exists():
-        docs, cur = [], []
+        docs, cur, seen = [], [], 0
         with open(src) as f:
             for line in f:
                 if line.strip(): cur.append(line)
                 elif cur:
-                    docs.append("".join(cur)); cur = []
+                    if seen >= start: docs.append("".join(cur))
+                    cur, seen = [], seen + 1
                     if len(docs) == n_docs: break
         atomic_write(out, "\n".join(docs))
     return out

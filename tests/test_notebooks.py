@@ -19,10 +19,12 @@ def test_notebook(nb, capsys):
     assert ok, f"{nb.name} failed (see the traceback above)"
 
 
-# A second micro run whose settings differ from the fixture's wherever an analysis could assume them: sequence length,
-# vocabulary, layers, heads, and BERT's layout (no sharing, E = H, NSP), like the BERT twin. Each analysis notebook runs
+# A second micro run whose settings differ from the fixture's wherever an analysis could assume them: its corpus (documents
+# 2,000-2,300 of embryo-mini, PTB's, where the fixture reads Brown's first 300, so its SentencePiece vocabulary differs too),
+# sequence length, vocabulary size, layers, heads, and BERT's layout (no sharing, E = H, NSP), like the BERT twin. Each analysis notebook runs
 # whole on it under papermill, as the README's `papermill nbs/05_glue.ipynb out.ipynb -p run_dir ... -p step ...` does,
 # so a demo or test cell that holds only for the fixture fails here.
+OTHER_CORPUS = dict(n_docs=300, start=2000)
 OTHER_RUN = dict(vocab_size=600, tokenizer_vocab_size=600, max_seq_length=32, num_hidden_layers=3, num_attention_heads=4,
                  sharing="none", embedding_size=64, sentence_task="nsp", total_steps=8, eval_sequences=32)
 # The same as an ELECTRA pair (notebook 01a): the analyses read the generator or the discriminator through one interface.
@@ -39,8 +41,21 @@ def other_run(request, tmp_path_factory):
     import shutil
     from embryo.pretrain import fixture_run
     dst = tmp_path_factory.mktemp("run") / request.param
-    shutil.copytree(fixture_run(**OTHER_RUNS[request.param]), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume"))
+    from embryo.pretrain import corpus_slice
+    shutil.copytree(fixture_run(**OTHER_RUNS[request.param], corpus=str(corpus_slice(**OTHER_CORPUS))), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume"))
     return dst
+
+
+def test_other_runs_read_a_corpus_of_their_own(other_run):
+    "The other runs' text and SentencePiece vocabulary are not the fixture's, so a cell that assumes the fixture's pieces fails."
+    import sentencepiece as spm
+    from embryo.pretrain import fixture_run
+    from embryo.run import read_run_config
+    mine, theirs = (read_run_config(r)[2].corpus for r in (fixture_run(), other_run))
+    assert mine != theirs and Path(theirs).read_text()[:2000] != Path(mine).read_text()[:2000], (mine, theirs)
+    pieces = [set(spm.SentencePieceProcessor(model_file=str(r / "spiece.model")).id_to_piece(i) for i in range(600))
+              for r in (fixture_run(), other_run)]
+    assert len(pieces[0] ^ pieces[1]) > 100, "the two vocabularies are nearly the same"
 
 
 def test_found_analysis_notebooks():
