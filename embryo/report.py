@@ -451,7 +451,8 @@ def fact_value(spec: str, figures_root="figures") -> str:
         k, _, v = cond.partition("="); rows = rows[rows[k.strip()] == v.strip()] if k.strip() in rows else rows.iloc[:0]
     if len(rows) != 1 or column not in rows or rows[column].iloc[0] == "":
         raise FactError(f"fact span {spec!r}: {len(rows)} rows of {file} match, with a value in {column!r} wanted in exactly one")
-    return format(float(rows[column].iloc[0]), fmt)
+    value = rows[column].iloc[0]
+    return value if fmt == "s" else format(float(value), fmt)  # `s`: the table's own text, e.g. "7.1 ± 0.2"
 
 # %% ../nbs/10c_report.ipynb #6e3b612a
 def sync_prose(figures_root="figures", nbs=None) -> list[Path]:
