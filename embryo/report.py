@@ -442,8 +442,11 @@ def fact_value(spec: str, figures_root="figures") -> str:
     try: file, where, column, fmt = (s.strip() for s in spec.split("|"))
     except ValueError: raise FactError(f"fact span {spec!r}: write it as FILE | column=value; ... | column | format") from None
     if not (Path(figures_root) / file).is_file(): raise FactError(f"fact span {spec!r}: no file {file} under {figures_root}")
-    if file.endswith(".json"):  # a JSON record: no row conditions, the column is its key
-        value = json.loads((Path(figures_root) / file).read_text()).get(column)
+    if file.endswith(".json"):  # a JSON record: no row conditions, the column is its key path (`transitions.0.step`)
+        value = json.loads((Path(figures_root) / file).read_text())
+        for k in column.split("."):
+            value = value[int(k)] if isinstance(value, list) and k.isdigit() and int(k) < len(value) else (
+                value.get(k) if isinstance(value, dict) else None)
         if where or not isinstance(value, (int, float)): raise FactError(f"fact span {spec!r}: {file} has no number {column!r}")
         return format(float(value), fmt)
     rows = pd.read_csv(Path(figures_root) / file, dtype=str, keep_default_na=False)
