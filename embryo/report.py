@@ -436,6 +436,16 @@ FACT_SPAN = re.compile(r"<!-- fact (?P<spec>[^>]+?) -->(?P<value>[^<`\n]*)<!-- /
 class FactError(ValueError):
     "A fact span that names a file, row or column the committed figures do not have."
 
+# %% ../nbs/10c_report.ipynb #f3ae4b44
+def _json_step(value, key: str):
+    "One step of a fact's key path: a record's key, a list's index, or `[k=v]`, the one record of a list whose `k` is `v`."
+    if key.startswith("[") and key.endswith("]") and isinstance(value, list):
+        k, _, v = key[1:-1].partition("=")
+        hits = [x for x in value if isinstance(x, dict) and str(x.get(k)) == v]
+        return hits[0] if len(hits) == 1 else None
+    if isinstance(value, list): return value[int(key)] if key.isdigit() and int(key) < len(value) else None
+    return value.get(key) if isinstance(value, dict) else None
+
 # %% ../nbs/10c_report.ipynb #78e95439
 def fact_value(spec: str, figures_root="figures") -> str:
     "The text a fact span `FILE | column=value; ... | column | format` cites, read from the committed `figures_root/FILE`."
@@ -444,11 +454,10 @@ def fact_value(spec: str, figures_root="figures") -> str:
     if not (Path(figures_root) / file).is_file(): raise FactError(f"fact span {spec!r}: no file {file} under {figures_root}")
     if file.endswith(".json"):  # a JSON record: no row conditions, the column is its key path (`transitions.0.step`)
         value = json.loads((Path(figures_root) / file).read_text())
-        for k in column.split("."):
-            value = value[int(k)] if isinstance(value, list) and k.isdigit() and int(k) < len(value) else (
-                value.get(k) if isinstance(value, dict) else None)
-        if where or not isinstance(value, (int, float)): raise FactError(f"fact span {spec!r}: {file} has no number {column!r}")
-        return format(float(value), fmt)
+        for k in column.split("."): value = _json_step(value, k)
+        if where or not isinstance(value, (int, float, str)) or (fmt != "s") != isinstance(value, (int, float)):
+            raise FactError(f"fact span {spec!r}: {file} has no {'text' if fmt == 's' else 'number'} {column!r}")
+        return value if fmt == "s" else format(float(value), fmt)
     rows = pd.read_csv(Path(figures_root) / file, dtype=str, keep_default_na=False)
     for cond in filter(None, (c.strip() for c in where.split(";"))):
         k, _, v = cond.partition("="); rows = rows[rows[k.strip()] == v.strip()] if k.strip() in rows else rows.iloc[:0]
