@@ -18,17 +18,17 @@ import torch
 from . import data as D
 from .config import atomic_write
 from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, encoder_states
-from .figures import REFERENCE_STYLE, reference_label, save_figure, step_axis
+from .figures import REFERENCE_STYLE, fill_steps, plot_steps, reference_label, save_figure, step_axis
 from .reconstruction import tagged_sentences, sentence_text
 from .results import write_results, read_results, read_samples, reference_results, markdown_table, score_rows
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'NEIGHBOUR_RATIO', 'REPORT', 'UnknownTask',
-           'check_task', 'parse_ints', 'choose_maps', 'input_ids', 'attention_maps', 'uniform_diagonal', 'map_stats',
-           'step_rows', 'map_samples', 'diagonal_scores', 'evaluate_step', 'applies_to', 'head_metrics', 'stored_maps',
-           'grid_steps', 'emergence_step', 'emergence_table', 'paper_layers', 'order_reproduced', 'input_length',
-           'neighbour_heads', 'layer_colours', 'plot_maps_grid', 'write_gif', 'reference_diagonal', 'plot_diagonal',
-           'neighbour_sentence', 'verdict', 'redraw']
+__all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'NEIGHBOUR_RATIO', 'FIRST_HEAD_STYLE',
+           'REPORT', 'UnknownTask', 'check_task', 'parse_ints', 'choose_maps', 'input_ids', 'attention_maps',
+           'uniform_diagonal', 'map_stats', 'step_rows', 'map_samples', 'diagonal_scores', 'evaluate_step',
+           'applies_to', 'head_metrics', 'stored_maps', 'grid_steps', 'emergence_step', 'emergence_table',
+           'paper_layers', 'order_reproduced', 'input_length', 'neighbour_heads', 'layer_colours', 'plot_maps_grid',
+           'write_gif', 'reference_diagonal', 'plot_diagonal', 'neighbour_sentence', 'verdict', 'redraw']
 
 # %% ../nbs/08_attention.ipynb #d8a8cb67
 ANALYSIS = "attention"  # the `analysis` name of this notebook's rows in the results database
@@ -322,6 +322,9 @@ def reference_diagonal(task: str = "brown") -> tuple[float, float] | None:
 
 
 # %% ../nbs/08_attention.ipynb #84ebd36d
+# the step a head first passes NEIGHBOUR_RATIO: unlike the loss drop's red dotted mark (`step_axis`), which may lie near it
+FIRST_HEAD_STYLE = dict(color="tab:orange", ls="--", lw=1.5, zorder=1)
+
 def plot_diagonal(run_dir, task: str = "brown"):
     "Diagonal mass over steps per layer: (a) mean and range over heads, (b) the most diagonal head with its emergence step."
     import matplotlib.pyplot as plt
@@ -333,11 +336,11 @@ def plot_diagonal(run_dir, task: str = "brown"):
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True, layout="constrained")
     for layer, g in d.groupby("layer"):
         t = g.pivot(index="step", columns="head", values="value").sort_index()
-        a.plot(t.index, t.mean(axis=1), marker=".", color=colours[layer], label=f"layer {layer}")
-        a.fill_between(t.index, t.min(axis=1), t.max(axis=1), color=colours[layer], alpha=0.15, lw=0)
+        plot_steps(a, t.index, t.mean(axis=1), run_dir, marker=".", color=colours[layer], label=f"layer {layer}")
+        fill_steps(a, t.index, t.min(axis=1), t.max(axis=1), run_dir, color=colours[layer], alpha=0.15, lw=0)
         row = em.loc[layer]
         c = t[int(row["head"])]
-        b.plot(c.index, c, marker=".", color=colours[layer], label=f"layer {layer}, head {int(row['head'])}")
+        plot_steps(b, c.index, c, run_dir, marker=".", color=colours[layer], label=f"layer {layer}, head {int(row['head'])}")
         if not np.isnan(row["emergence step"]):
             b.plot([row["emergence step"]], [c[row["emergence step"]]], "o", ms=10, mfc="none", color=colours[layer])
     n = neighbour_heads(run_dir, task)
@@ -347,7 +350,7 @@ def plot_diagonal(run_dir, task: str = "brown"):
         if v is not None: ax.axhline(v, **REFERENCE_STYLE, label=reference_label(what))
     for ax in (a, b):
         if len(base): ax.axhline(base.mean(), color="0.5", ls="--", lw=1, label="a head attending evenly")
-        if len(first): ax.axvline(first[0], color="tab:red", ls=":", lw=1.5,
+        if len(first): ax.axvline(first[0], **FIRST_HEAD_STYLE, gid="first-neighbour-head",
                                   label=f"step {first[0]}: first head with {NEIGHBOUR_RATIO}x an even spread on token i-1 or i+1")
         step_axis(ax, run_dir=run_dir); ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

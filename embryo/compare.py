@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -136,7 +137,7 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from embryo.run import read_run_config
-    from embryo.figures import save_figure, step_axis
+    from embryo.figures import plot_steps, save_figure, step_axis
     from embryo.results import read_results
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
@@ -160,8 +161,8 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
         verdict = side_by_side_verdict(a, trends)
         fig, ax = plt.subplots(figsize=(6.4, 3.8))
         for r, s in series.items():
-            ax.plot(s.index, s.values, "o-", ms=3, label=names[r])
-        step_axis(ax, [int(x) for s in series.values() for x in s.index]); ax.set_ylabel(what)
+            plot_steps(ax, s.index, s.values, r, label=names[r])
+        step_axis(ax, [int(x) for s in series.values() for x in s.index]); ax.set_ylabel(textwrap.fill(what, 36))  # on lines no taller than the panel
         ax.legend(fontsize=8); ax.set_title(f"{fig_no}, side by side: {what}", fontsize=10)
         paths += save_figure(fig, out, f"fig_compare_{a}")
         report[a] = dict(paper=fig_no, drawn=what, verdict=verdict, runs={n: t for n, t in trends.items()})

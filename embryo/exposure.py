@@ -14,7 +14,7 @@ import pandas as pd
 from . import data as D
 from .run import load_checkpoint, resolve_step, run_transitions, Run
 from .config import atomic_write
-from .figures import save_figure, step_axis
+from .figures import legend_below, plot_steps, save_figure, step_axis
 from .results import write_results, read_scores, read_examples, score_rows, binomial_se, markdown_table
 from .facts import TABLE8, FACTS_FILE, EXPOSURES, FACT_TEMPLATES, Fact, read_facts, render
 from .knowledge import cloze_ids, Query, predict
@@ -169,7 +169,7 @@ def plot_fig6_facts(run_dir, out_dir=None) -> list[Path]:
     for ax, (column, constant, title) in zip(axes, FIG6_PANELS):
         pc, nc = group_curves(ft, column, constant)
         for e in pc.columns:
-            ax.plot(pc.index, pc[e], marker="o", ms=3.5, color=_exposure_colour(e),
+            plot_steps(ax, pc.index, pc[e], run_dir, marker="o", ms=3.5, color=_exposure_colour(e),
                     label=f"shown {e}x" + (" (control)" if e == 0 else "") + f", {int(nc[e].iloc[-1])} facts")
         floor = 0.0 if constant is False else fl
         ax.axhline(floor, color="k", ls=":", lw=1.2, label=f"constant answer per relation: {floor:.1%}")
@@ -177,7 +177,7 @@ def plot_fig6_facts(run_dir, out_dir=None) -> list[Path]:
         ax.set_xscale("linear"); ax.set_xlim(0, ft.step.max() * 1.02)  # linear: no fact is known before the loss drops
         ax.xaxis.set_major_locator(AutoLocator()); ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.set_xlabel("pretraining step (optimizer updates)")
-        ax.set_title(title, fontsize=10); ax.legend(fontsize=7, loc="upper left")
+        ax.set_title(title, fontsize=10); legend_below(ax, fontsize=7, ncol=2)
     axes[0].set_ylabel("P@1 (fraction of the facts right)")
     axes[0].set_ylim(0, max(0.05, fl * 1.15, *(group_curves(ft, k, v)[0].max().max() * 1.1 for k, v, _ in FIG6_PANELS)))
     fig.suptitle(f"Embryology Fig. 6, measured: injected facts by how often the model read them "

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from .config import atomic_write
-from .run import REFERENCE, log_records, run_sentence_task, run_transitions
+from .run import REFERENCE, log_records, run_sentence_task, run_transitions, saved_steps
 
 # %% auto #0
-__all__ = ['STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'REFERENCE_STYLE', 'save_figure', 'step_axis', 'reference_label',
+__all__ = ['STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'TRANSITION_GID', 'REFERENCE_STYLE', 'save_figure', 'step_axis',
+           'legend_entries', 'legend_below', 'gapped', 'plot_steps', 'fill_steps', 'reference_label',
            'plot_pretraining', 'plot_recipe_curves']
 
 # %% ../nbs/02b_figures.ipynb #270bb749
@@ -29,6 +32,7 @@ STEP_LABEL = "pretraining step (optimizer updates, symlog scale)"
 # the loss's phase transitions (`transitions`), drawn alike in every figure over steps
 TRANSITION_LABEL = "loss drop (change point)"
 TRANSITION_STYLE = dict(color="tab:red", ls=":", lw=1.2, alpha=0.8, zorder=1)
+TRANSITION_GID = "loss-transition"  # the marks' id, in the figure and in its SVG
 
 def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run_dir=None):
     "Pretraining steps on `ax`'s x-axis, the same in every figure: symlog (step 0 shows), no negative side, room for the first and last markers; `run_dir`'s loss transitions marked."
@@ -41,10 +45,58 @@ def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 0 else ""))
     if label: ax.set_xlabel(label, fontsize=fontsize)
     # a second call on the same axes draws nothing twice
-    marked = any(l.get_gid() == "loss-transition" for l in ax.lines)
+    marked = any(l.get_gid() == TRANSITION_GID for l in ax.lines)
     for i, t in enumerate(run_transitions(run_dir) if run_dir is not None and not marked else []):
-        ax.axvline(t["step"], **TRANSITION_STYLE, label=TRANSITION_LABEL if i == 0 else None, gid="loss-transition")
+        ax.axvline(t["step"], **TRANSITION_STYLE, label=TRANSITION_LABEL if i == 0 else None, gid=TRANSITION_GID)
     return ax
+
+# %% ../nbs/02b_figures.ipynb #180e096f
+def legend_entries(axes, handles=None) -> tuple[list, list]:
+    "Handles and labels for a legend: `handles` (default: those drawn on `axes`, each label once), then the loss-drop mark of `axes`, once and last."
+    axes = list(np.ravel([axes]))
+    if handles is None:
+        drawn = {}
+        for ax in axes:
+            for h, l in zip(*ax.get_legend_handles_labels()): drawn.setdefault(l, h)
+        handles = list(drawn.values())
+    mark = next((l for ax in axes for l in ax.lines if l.get_gid() == TRANSITION_GID and l.get_label() == TRANSITION_LABEL), None)
+    handles = [h for h in handles if h.get_label() != TRANSITION_LABEL] + ([mark] if mark is not None else [])
+    return handles, [h.get_label() for h in handles]
+
+def legend_below(ax, *args, below: float = 0.5, **kw):
+    "A legend under `ax`, its top `below` inches under the axes (under the tick labels and the x label): it covers no curve, however the panel is sized."
+    from matplotlib.transforms import ScaledTranslation
+    return ax.legend(*args, loc="upper center", bbox_to_anchor=(0.5, 0),
+                     bbox_transform=ax.transAxes + ScaledTranslation(0, -below, ax.figure.dpi_scale_trans), **kw)
+
+# %% ../nbs/02b_figures.ipynb #c9b534df
+def gapped(saved, steps, *values) -> tuple[np.ndarray, ...]:
+    "`steps` and each of `values` sorted by step, without the steps where a value is NaN, and with a NaN between two steps that have a step of `saved` between them: a line drawn through them breaks there."
+    s = np.asarray(steps, dtype=float); vs = [np.asarray(v, dtype=float) for v in values]
+    order = np.argsort(s, kind="stable"); s, vs = s[order], [v[order] for v in vs]
+    keep = np.all([np.isfinite(v) for v in vs], axis=0) if vs else np.ones(len(s), bool)
+    s, vs = s[keep], [v[keep] for v in vs]
+    saved = np.unique(np.asarray(list(saved), dtype=float))
+    # how many saved steps lie strictly between each two consecutive steps
+    skipped = np.searchsorted(saved, s[1:], "left") > np.searchsorted(saved, s[:-1], "right")
+    at = np.flatnonzero(skipped) + 1
+    return (np.insert(s, at, (s[at - 1] + s[at]) / 2), *(np.insert(v, at, np.nan) for v in vs))
+
+# %% ../nbs/02b_figures.ipynb #1171208a
+def plot_steps(ax, steps, values, run_dir, **kw):
+    "Draw `values` over `steps` on `ax`: a marker at every measured step, a line only between consecutive measured steps with no checkpoint of `run_dir` unevaluated between them (`gapped`; `run_dir` None: only at NaN values)."
+    if "marker" not in kw: kw = {"marker": "o", "ms": 3, **kw}
+    line, = ax.plot(*gapped(saved_steps(run_dir) if run_dir is not None else (), steps, values), **kw)
+    return line
+
+def fill_steps(ax, steps, lo, hi, run_dir, **kw):
+    "Shade between `lo` and `hi` over `steps` on `ax`, with the gaps `plot_steps` leaves; at a step measured alone, a bar from `lo` to `hi`."
+    x, lo, hi = gapped(saved_steps(run_dir) if run_dir is not None else (), steps, lo, hi)
+    band = ax.fill_between(x, lo, hi, **kw)
+    ok = np.isfinite(lo); beside = np.r_[False, ok, False]
+    alone = ok & ~beside[:-2] & ~beside[2:]  # no measured neighbour: a shade of no width would not show
+    if alone.any(): ax.vlines(x[alone], lo[alone], hi[alone], colors=band.get_facecolor(), lw=4)
+    return band
 
 # %% ../nbs/02b_figures.ipynb #6eef6d67
 REFERENCE_STYLE = dict(color="0.15", ls="-.", lw=1.2, zorder=2)  # the trained reference, drawn alike in every figure
@@ -75,12 +127,12 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     for t in run_transitions(run_dir):  # the same marks as every figure over steps, with what each drop was
         ax.annotate(f"{t['before']:.2f} -> {t['after']:.2f}", (t["step"], 1), xycoords=("data", "axes fraction"), rotation=90,
                     va="top", ha="right", fontsize=7, color=TRANSITION_STYLE["color"])
-    h1, l1 = ax.get_legend_handles_labels(); h2, l2 = [], []
+    h1, h2 = ax.get_legend_handles_labels()[0], []
     if "mlm_accuracy" in rows[0]:
         ax2 = ax.twinx(); ax2.plot(step, [r["mlm_accuracy"] for r in rows], "tab:green", ls="--", label="MLM accuracy")
         ax2.set_ylabel("MLM accuracy (fraction of masked tokens)"); ax2.set_ylim(0, 1)
-        h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="center left", fontsize=8)
+        h2 = ax2.get_legend_handles_labels()[0]
+    ax.legend(*legend_entries(ax, h1 + h2), loc="center left", fontsize=8)
     ax.set_title(f"Fig. 2a: pretraining loss over steps ({run_dir.name})")
     return save_figure(fig, out_dir or run_dir / "figures", "fig2a_pretraining_loss")
 

@@ -31,7 +31,7 @@ from . import data as D
 from .config import atomic_write, split_names, CPU_FINETUNE
 from .model import autocast
 from .run import Run, load_checkpoint, list_steps, find_checkpoint, resolve_step, series_lacks
-from .figures import save_figure, step_axis
+from .figures import legend_below, plot_steps, save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows
 
 DEFAULT_MAX_TRAIN = 500  # training examples per task by default: both built-in tasks finetune in minutes on a CPU
@@ -739,7 +739,7 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for a, c in zip(aggs, ("tab:blue", "tab:green")):
         s, per_seed = t[a].dropna(), seed_scores(run_dir, a)
-        ax.plot(s.index, s.values, "o-", color=c, label=_agg_label(run_dir, a) + " (mean over seeds)")
+        plot_steps(ax, s.index, s.values, run_dir, marker="o", color=c, label=_agg_label(run_dir, a) + " (mean over seeds)")
         multi = per_seed[per_seed.notna().sum(axis=1) > 1] if len(per_seed) else per_seed
         if len(multi):  # every seed's score where a step has several: the spread the verdict weighs
             for k in multi.columns: ax.plot(multi.index, multi[k], "_", color=c, ms=9, mew=1.5)
@@ -763,10 +763,10 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
     run_dir = Path(run_dir); t, chance, bow = scores_table(run_dir), _floor(run_dir), _floor(run_dir, "bow")
     names = [c for c in t.columns if c in TASKS]
     ncol = min(4, len(names)); nrow = math.ceil(len(names) / ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 2.8 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 4.0 * nrow), squeeze=False)  # each panel's legend under it
     for ax, name in zip(axes.flat, names):
         task, s = TASKS[name], t[name].dropna()
-        ax.plot(s.index, s.values, "o-", ms=3, color="tab:blue")
+        plot_steps(ax, s.index, s.values, run_dir, color="tab:blue")
         ax.plot([s.idxmax()], [s.max()], "x", color="tab:red", ms=10, mew=2, clip_on=False, label=f"best: step {s.idxmax()}")
         if name in chance: ax.axhline(chance[name], color="grey", ls="--", lw=1, label="chance")
         if name in bow: ax.axhline(bow[name], color="tab:orange", ls=":", lw=1.5, label=f"bag-of-words: {bow[name]:.1f}")
@@ -774,7 +774,8 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
         ax.set_ylim(*honest_range([s, chance.reindex([name]), bow.reindex([name])]))
         ax.set_title(f"{task.title} ({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)
         step_axis(ax, t.index, fontsize=8, run_dir=run_dir)
-        ax.set_ylabel(f"{task.metric} (x100)", fontsize=8); ax.legend(fontsize=7); ax.grid(alpha=0.3)
+        ax.set_ylabel(f"{task.metric} (x100)", fontsize=8); ax.grid(alpha=0.3)
+        legend_below(ax, fontsize=7)
     for ax in list(axes.flat)[len(names):]: ax.axis("off")
     fig.suptitle(f"Fig. 5b / Fig. 12: each task on its dev split over pretraining, best step x ({run_dir.name})", fontsize=10)
     fig.tight_layout()

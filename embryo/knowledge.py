@@ -23,7 +23,7 @@ import torch
 from . import data as D
 from .config import atomic_write
 from .run import load_checkpoint, resolve_step, series_lacks, Run
-from .figures import save_figure, step_axis, STEP_LABEL
+from .figures import legend_entries, plot_steps, save_figure, step_axis, STEP_LABEL
 from .results import write_results, read_results, read_samples, read_scores, read_examples, score_rows
 from .facts import TABLE8, RELATION_LABELS, Relation, select_relations, load_facts, render, single_token_id
 
@@ -280,25 +280,30 @@ def constant_floor(run_dir) -> pd.DataFrame:
 # %% ../nbs/06_knowledge.ipynb #74a298df
 FLOOR_STYLE = dict(ls=":", lw=1.2, alpha=0.9)  # the constant-answer floor, in the relation's colour
 
+def _style_entries(floor: bool) -> list:
+    "Legend entries for the line styles of Figs. 6 and 14: the two vocabularies, and the floor where one is drawn."
+    from matplotlib.lines import Line2D
+    return [Line2D([], [], color="k", label="full vocabulary"), Line2D([], [], color="k", ls="--", label="common vocabulary"),
+            *([Line2D([], [], color="k", **FLOOR_STYLE, label="floor: its most frequent answer")] if floor else [])]
+
 def _curves(ax, df, relation, label=True, run_dir=None, floor=None):
     for metric, ls in zip(METRICS, ("-", "--")):
         d = df[(df.task == relation) & (df.metric == metric)].sort_values("step")
         name = f"{relation} {RELATION_LABELS.get(relation, '')}".strip() if label and metric == METRICS[0] else None
-        ax.plot(d.step, d.value, ls, marker="o", ms=3, color=relation_colour(relation), label=name)
+        plot_steps(ax, d.step, d.value, run_dir, ls=ls, color=relation_colour(relation), label=name)
     if floor is not None and relation in floor.index: ax.axhline(floor.floor[relation], color=relation_colour(relation), **FLOOR_STYLE)
     step_axis(ax, df.step.unique(), label=None, run_dir=run_dir)
 
 # %% ../nbs/06_knowledge.ipynb #a5c97f70
 def _ylim(df, floors=()) -> tuple[float, float]:
     "P@1 axis from 0 to just above the largest value or floor (at least 0.05, at most 1), so small values stay visible."
-    return 0.0, min(1.0, max(0.05, 1.15 * max(float(df.value.max()), *map(float, floors))))
+    return 0.0, min(1.0, max(0.05, 1.15 * max([float(df.value.max()), *map(float, floors)])))
 
 # %% ../nbs/06_knowledge.ipynb #b9b47847
 def plot_fig6(run_dir, out_dir=None) -> list[Path]:
     "Fig. 6: P@1 over pretraining steps for the paper's Fig. 6 relations (or the available ones)."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
     run_dir = Path(run_dir); df = knowledge_results(run_dir)
     rels = fig6_relations(sorted(df.task.unique()))
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -307,12 +312,11 @@ def plot_fig6(run_dir, out_dir=None) -> list[Path]:
     ax.set_ylim(*_ylim(df[df.task.isin(rels)], floor.floor[floor.index.isin(rels)]))
     ax.set_xlabel(STEP_LABEL)
     ax.set_ylabel("P@1 (fraction of cloze queries, 0-1)")
-    h, l = ax.get_legend_handles_labels()
-    h += [Line2D([], [], color="k"), Line2D([], [], color="k", ls="--"), Line2D([], [], color="k", **FLOOR_STYLE)]
-    l += ["full vocabulary", "common vocabulary", "floor: its most frequent answer"]
-    ax.legend(h, l, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    # the relations, then the styles, then the loss drop
+    ax.legend(*legend_entries(ax, ax.get_legend_handles_labels()[0] + _style_entries(floor.index.isin(rels).any())), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     n_paper = sum(r in FIG6_RELATIONS for r in rels)
-    ax.set_title(f"Fig. 6: world knowledge during pretraining ({run_dir.name}; {n_paper} of the paper's 7 relations)", fontsize=10)
+    ax.set_title(f"Fig. 6: world knowledge during pretraining ({run_dir.name}; {len(rels)} relations drawn, "
+                 f"{n_paper} of them among the paper's {len(FIG6_RELATIONS)})", fontsize=10)
     return save_figure(fig, out_dir or run_dir / "figures", "fig6_world_knowledge")
 
 # %% ../nbs/06_knowledge.ipynb #72ea377e
@@ -336,8 +340,9 @@ def plot_fig14(run_dir, out_dir=None) -> list[Path]:
     for ax in axes.flat[len(rels):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel("step (symlog)")
     for ax in axes[:, 0]: ax.set_ylabel("P@1 (0-1)")
-    fig.suptitle(f"Fig. 14: all world knowledge during pretraining ({run_dir.name}; solid: full vocabulary, dashed: common, dotted: the constant-answer floor)", fontsize=10)
+    fig.suptitle(f"Fig. 14: all world knowledge during pretraining ({run_dir.name}; {len(rels)} relations)", fontsize=10)
     fig.tight_layout()
+    fig.legend(*legend_entries(axes, _style_entries(len(floor) > 0)), fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return save_figure(fig, out_dir or run_dir / "figures", "fig14_world_knowledge_all")
 
 # %% ../nbs/06_knowledge.ipynb #d1133132

@@ -33,14 +33,14 @@ from . import data as D
 from .run import (CheckpointNotFound, check_device, checkpoint_dir, list_steps, find_checkpoint, load_checkpoint, replace_dir,
                         save_checkpoint, run_lock, clean_run, forget_inherited_locks, read_config, read_run_config,
                         sentence_name, corpus_file, CORPUS_FORMS, write_tokenizer_files, complete_run, log_records, train_log,
-                        run_transitions)
+                        run_transitions, checkpoint_steps)
 from .figures import plot_pretraining
 from .facts import read_facts, injections, prepare_facts
 
 # %% auto #0
 __all__ = ['FIXED_SETTINGS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer', 'lr_at', 'phase1_steps',
-           'seq_length_at', 'checkpoint_steps', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches',
-           'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'TrainingDiverged', 'diverged', 'DiskFull',
+           'seq_length_at', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
+           'run_corpus', 'prepare_run', 'examples_of', 'TrainingDiverged', 'diverged', 'DiskFull',
            'resolve_data_workers', 'check_compile', 'compile_step', 'deterministic_kernels', 'prefetched', 'train_step',
            'train', 'batch_source', 'loss_counts', 'Saves', 'heldout_examples', 'evaluate_heldout', 'corpus_slice',
            'fixture_run', 'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
@@ -109,18 +109,6 @@ def phase1_steps(tc: TrainConfig) -> int:
 def seq_length_at(step: int, tc: TrainConfig) -> int:
     "The sequence length of optimizer step `step` (1-based): BERT trains 128 tokens for 90% of its steps, 512 after (B.2)."
     return tc.phase1_seq_length if step <= phase1_steps(tc) else tc.max_seq_length
-
-# %% ../nbs/03_pretrain.ipynb #a0564edd
-def checkpoint_steps(tc: TrainConfig) -> list[int]:
-    "Steps to save: 0, powers of two up to `checkpoint_pow2_until`, then each `[every, until]` segment, and the last step."
-    steps, k = {0, tc.total_steps}, 1
-    while k <= min(tc.checkpoint_pow2_until, tc.total_steps): steps.add(k); k *= 2
-    start = tc.checkpoint_pow2_until
-    for every, until in tc.checkpoint_every:
-        end = tc.total_steps if until is None else min(until, tc.total_steps)
-        steps.update(range((start // every + 1) * every, end + 1, every))
-        start = max(start, end)
-    return sorted(steps)
 
 # %% ../nbs/03_pretrain.ipynb #d97368ca
 def rng_state() -> dict:

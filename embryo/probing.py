@@ -27,7 +27,7 @@ from . import data as D
 from .config import atomic_write, split_names
 from .run import (find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step, series_lacks,
                         encoder_states, max_length)
-from .figures import REFERENCE_STYLE, reference_label, save_figure, step_axis
+from .figures import REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure, step_axis
 from .reconstruction import align, brown_base_tag
 from .results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
 
@@ -576,8 +576,8 @@ def _layer_panel(ax, df, task, title, n_layers, control=False, run_dir=None, ref
     for metric, ls in (("f1", "-"),) + ((("control_f1", ":"),) if control else ()):
         t = layer_curves(df, task, metric)
         for l in t.columns:
-            ax.plot(t.index, t[l], ls, marker="." if ls == "-" else None, color=layer_colour(l, n_layers),
-                    label=f"layer {l}" if ls == "-" else None)
+            plot_steps(ax, t.index, t[l], run_dir, ls=ls, marker=".", color=layer_colour(l, n_layers),
+                       label=f"layer {l}" if ls == "-" else None)
     if task in (fl := floors(df)): ax.axhline(fl[task], color="tab:red", ls="--", lw=1)
     if ref is not None and task in ref.index: ax.axhline(ref.f1[task], **REFERENCE_STYLE)
     step_axis(ax, label=None, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
@@ -604,11 +604,11 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
         ax.plot([r["step"] for r in log], [r["mlm_accuracy"] for r in log], color="k", lw=1, alpha=0.7, label="MLM accuracy (training batches)")
     for i, t in enumerate(_task_order(df.task.unique())):
         c = layer_curves(df, t)
-        if layer in c: ax.plot(c.index, c[layer], "-o", ms=3, color=f"C{i}", label=f"{t} F1")
+        if layer in c: plot_steps(ax, c.index, c[layer], run_dir, color=f"C{i}", label=f"{t} F1")
         if t in (fl := floors(df)): ax.axhline(fl[t], color=f"C{i}", ls="--", lw=0.8, label=f"{t} word-identity floor {fl[t]:.2f}")
     step_axis(ax, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_ylabel("micro-F1 / MLM accuracy (fraction, 0-1)")
-    ax.legend(fontsize=7, loc="upper left")
+    legend_below(ax, fontsize=7, ncol=3, below=0.55)
     sizes = task_sizes(df)
     txt = "task: classes, train/dev/test\n" + "\n".join(f"{t}: {r.n_classes}, {r.n_train}/{r.n_dev}/{r.n_test}" for t, r in sizes.iterrows())
     why = "no MLM accuracy in the training log" if train_log(run_dir) else "no training log"
@@ -631,11 +631,11 @@ def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False)
     for ax in axes[-1]: ax.set_xlabel("pretraining step (symlog)")
     for ax in axes[:, 0]: ax.set_ylabel("test micro-F1 (0-1)")
     handles = [plt.Line2D([], [], color=layer_colour(l, n_layers), marker=".", label=f"layer {l}") for l in range(n_layers + 1)]
-    if control: handles.append(plt.Line2D([], [], color="0.4", ls=":", label="control task"))
+    if control: handles.append(plt.Line2D([], [], color="0.4", ls=":", marker=".", label="control task"))
     if len(floors(df)): handles.append(plt.Line2D([], [], color="tab:red", ls="--", label="floor: each word's\ncommonest training label"))
     if any(t in ref.index for t, _, absent in panels if not absent):
         handles.append(plt.Line2D([], [], **REFERENCE_STYLE, label=reference_label("its best layer").replace(", ", ",\n")))
-    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="layer (0 = embeddings)")
+    fig.legend(*legend_entries(axes, handles), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="layer (0 = embeddings)")
     fig.suptitle(suptitle, fontsize=10); fig.tight_layout()
     return save_figure(fig, out_dir or Path(run_dir) / "figures", name)
 

@@ -20,7 +20,7 @@ from . import data as D
 from .config import atomic_write
 from .model import autocast
 from .run import Run, find_checkpoint, list_steps, load_checkpoint, corpus_file, resolve_step, series_lacks, max_length
-from .figures import save_figure, step_axis
+from .figures import legend_entries, plot_steps, save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows, binomial_se
 
 # %% auto #0
@@ -400,7 +400,7 @@ def _plot_set(run_dir, fig_id: str):
             for i, g in enumerate(groups):  # one colour per group in every panel
                 if g not in t or (rescale and g not in learned): continue  # rescaled: only the groups above their floor
                 y = t[g] / t[g].iloc[-1] if rescale else t[g]
-                ax.plot(t.index, y, marker=".", color=f"C{i}", label=g.replace("_", " "))
+                plot_steps(ax, t.index, y, run_dir, marker=".", color=f"C{i}", label=g.replace("_", " "))
                 if not rescale and g in fl: ax.axhline(fl[g], color=f"C{i}", ls=":", lw=1)
             if not ax.lines: ax.text(0.5, 0.5, "no group clears its most-frequent-token floor:\nnothing to rescale",
                                      ha="center", va="center", transform=ax.transAxes, color="0.4")
@@ -410,10 +410,11 @@ def _plot_set(run_dir, fig_id: str):
             ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=f"C{i}", marker=".", label=g.replace("_", " ")) for i, g in enumerate(groups)]
     if len(fl): handles.append(plt.Line2D([], [], color="0.3", ls=":", label="floor: always the most frequent token"))
-    axes[0, 1].legend(handles=handles, title=what, fontsize=8, loc="upper left")
     num = {"fig1": "1", "fig7": "7", "fig8": "8"}[fig_id]
     fig.suptitle(f"Fig. {num}: token reconstruction and mask prediction by {what} ({Path(run_dir).name})")
     fig.tight_layout()
+    # beside the panels, not over their curves
+    fig.legend(*legend_entries(axes, handles), title=what, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
 
 # %% ../nbs/04_reconstruction.ipynb #e18bd884

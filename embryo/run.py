@@ -27,11 +27,11 @@ __all__ = ['LOCK_FILE', 'SWEEP_LOCK', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANS
            'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'check_device',
            'replace_dir', 'save_checkpoint', 'resolve_step', 'RunLocked', 'holder_text', 'forget_inherited_locks',
            'run_lock', 'training_holder', 'sweep_lock', 'clean_run', 'read_config', 'read_run_config', 'sentence_name',
-           'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions',
-           'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log',
-           'series_tokenizer', 'single_model', 'as_run', 'hub_run', 'reference_folder', 'checkpoint_kind', 'HFEncoder',
-           'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task',
-           'series_lacks']
+           'checkpoint_steps', 'saved_steps', 'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records',
+           'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log',
+           'write_series_log', 'series_tokenizer', 'single_model', 'as_run', 'hub_run', 'reference_folder',
+           'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run',
+           'run_model_type', 'run_sentence_task', 'series_lacks']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -274,6 +274,25 @@ def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
 def sentence_name(sentence_task: str, model_type: str = "albert") -> str:
     "The name of a run's second loss: rtd for ELECTRA's replaced-token detection, nsp for BERT's next-sentence task, else sop (ALBERT's head)."
     return "rtd" if model_type == "electra" else "nsp" if sentence_task == "nsp" else "sop"
+
+# %% ../nbs/02a_run.ipynb #b8a32ef1
+def checkpoint_steps(tc: TrainConfig) -> list[int]:
+    "Steps to save: 0, powers of two up to `checkpoint_pow2_until`, then each `[every, until]` segment, and the last step."
+    steps, k = {0, tc.total_steps}, 1
+    while k <= min(tc.checkpoint_pow2_until, tc.total_steps): steps.add(k); k *= 2
+    start = tc.checkpoint_pow2_until
+    for every, until in tc.checkpoint_every:
+        end = tc.total_steps if until is None else min(until, tc.total_steps)
+        steps.update(range((start // every + 1) * every, end + 1, every))
+        start = max(start, end)
+    return sorted(steps)
+
+# %% ../nbs/02a_run.ipynb #6db73e21
+def saved_steps(run_dir) -> list[int]:
+    "The steps `run_dir` saves a checkpoint at: its settings' schedule (`checkpoint_steps`), and the checkpoints its folder holds (all there are, for a series without settings)."
+    steps = set(list_steps(run_dir))
+    if run_config_file(run_dir).exists(): steps.update(checkpoint_steps(read_run_config(run_dir)[2]))
+    return sorted(steps)
 
 # %% ../nbs/02a_run.ipynb #4c07f483
 CORPUS_FORMS = ("'embryo-mini', a text file or a folder of .txt files (one sentence a line, a blank line between documents), "

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -90,7 +91,7 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from embryo.run import read_run_config
-    from embryo.figures import save_figure, step_axis
+    from embryo.figures import fill_steps, legend_below, plot_steps, save_figure, step_axis
     from embryo.results import read_results
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("seed bands need two seeds or more (embryo reproduce --seeds 3, or --run runs/tiny --run runs/tiny-seed1 ...)")
@@ -123,11 +124,11 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
                    + f". It rises (gains at least {RISE}) in {b['share_rising']:.0%} of the resamples, and within the first {EARLY:.0%} of "
                    f"training in {b['share_early']:.0%}. Seed to seed at the last step: {curves[:, -1].min():.3f} to {curves[:, -1].max():.3f}.")
         fig, ax = plt.subplots(figsize=(6.4, 3.8))
-        for r, c in zip(series, curves): ax.plot(steps, c, "-", lw=0.8, alpha=0.6, label=f"seed {seed[r]}")
-        ax.fill_between(steps, b["lo"], b["hi"], color="k", alpha=0.15, lw=0, label=f"{level:.0%} band (bootstrap over {b['resampled']})")
-        ax.plot(steps, mean, "ko-", ms=3, lw=1.6, label=f"mean of {len(series)} seeds")
-        step_axis(ax, steps, run_dir=runs[0]); ax.set_ylabel(what)
-        ax.legend(fontsize=7); ax.set_title(f"{fig_no}, {len(series)} seeds: {what}", fontsize=10)
+        for r, c in zip(series, curves): plot_steps(ax, steps, c, runs[0], marker=".", ms=3, lw=0.8, alpha=0.6, label=f"seed {seed[r]}")
+        fill_steps(ax, steps, b["lo"], b["hi"], runs[0], color="k", alpha=0.15, lw=0, label=f"{level:.0%} band (bootstrap over {b['resampled']})")
+        plot_steps(ax, steps, mean, runs[0], color="k", lw=1.6, label=f"mean of {len(series)} seeds")
+        step_axis(ax, steps, run_dir=runs[0]); ax.set_ylabel(textwrap.fill(what, 36))  # on lines no taller than the panel
+        legend_below(ax, fontsize=7, ncol=2, below=0.55); ax.set_title(f"{fig_no}, {len(series)} seeds: {what}", fontsize=10)
         paths += save_figure(fig, out, f"fig_seeds_{a}")
         report[a] = dict(paper=fig_no, drawn=what, verdict=verdict, steps=[int(s) for s in steps], mean=mean.tolist(),
                          band=[b["lo"].tolist(), b["hi"].tolist()], seeds={str(seed[r]): c.tolist() for r, c in zip(series, curves)},
@@ -296,7 +297,7 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
     the runs' stored scores (`stored_scores`, or a cache of it)."""
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from embryo.figures import save_figure, step_axis
+    from embryo.figures import fill_steps, legend_entries, plot_steps, save_figure, step_axis
     fig_no, analysis, what, table, sign = SEED_PANELS[name]
     tabs = _panel_tables(runs, analysis, table)
     if len(tabs) < 2: return None
@@ -311,18 +312,18 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
     cols = min(4, len(panels)); rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows + 0.5), squeeze=False)
     for ax, (g, (steps, curves, b)) in zip(axes.flat, panels.items()):
-        for r, c in zip(tabs, curves): ax.plot(steps, c, "-", lw=0.7, alpha=0.6, label=f"seed {seed[r]}")
-        ax.fill_between(steps, b["lo"], b["hi"], color="k", alpha=0.15, lw=0, label=f"{level:.0%} band")
-        ax.plot(steps, b["mean"], "k-", lw=1.4, label=f"mean of {len(tabs)}")
+        for r, c in zip(tabs, curves): plot_steps(ax, steps, c, runs[0], marker=".", ms=2, lw=0.7, alpha=0.6, label=f"seed {seed[r]}")
+        fill_steps(ax, steps, b["lo"], b["hi"], runs[0], color="k", alpha=0.15, lw=0, label=f"{level:.0%} band")
+        plot_steps(ax, steps, b["mean"], runs[0], color="k", ms=2, lw=1.4, label=f"mean of {len(tabs)}")
         step_axis(ax, steps, fontsize=7, run_dir=runs[0]); ax.tick_params(labelsize=7)
-        ax.set_title(str(g), fontsize=9); ax.set_ylabel(what, fontsize=7)
+        ax.set_title(str(g), fontsize=9); ax.set_ylabel(textwrap.fill(what, 30), fontsize=7)
     for ax in axes.flat[len(panels):]: ax.set_visible(False)
-    axes.flat[0].legend(fontsize=6)
     alone = [str(g) for g, (_, _, b) in panels.items() if b["resampled"] == "seeds"]
     over = ("seeds" if len(alone) == len(panels) else "seeds and examples" if not alone
             else f"seeds and examples ({', '.join(alone)}: the seeds alone)")
     fig.suptitle(f"{fig_no}, {len(tabs)} seeds: {what}, mean and {level:.0%} band over {over}", fontsize=10)
     fig.tight_layout()
+    fig.legend(*legend_entries(axes.flat[0]), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))  # beside the panels
     paths = save_figure(fig, out, f"fig_seeds_{name}")
     word = "drop" if sign < 0 else "gain"
     sure = [g for g, (_, _, b) in panels.items() if b["share_rising"] >= level]

@@ -19,7 +19,7 @@ import pandas as pd
 from . import data as D
 from .config import atomic_write
 from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, max_length
-from .figures import save_figure, step_axis
+from .figures import legend_entries, plot_steps, save_figure, step_axis
 from .probing import layer_colour, weights_id, brown_sentences, span_means
 from .results import markdown_table, read_results, read_settings, write_results
 
@@ -241,15 +241,16 @@ def plot_similarity(run_dir, reference: str = "final"):
     for ax, m in zip(axes, MEASURES):
         t = curves(df, f"{m}_{reference}")
         for l in t.columns:
-            ax.plot(t.index, t[l], marker=".", color=layer_colour(l, L), label=f"layer {l}" + (" (embeddings)" if l == 0 else ""))
+            plot_steps(ax, t.index, t[l], run_dir, marker=".", color=layer_colour(l, L), label=f"layer {l}" + (" (embeddings)" if l == 0 else ""))
         if m == "cka" and reference == "final":
             ax.axhline(SETTLED_CKA, color="0.4", ls="--", lw=1, label=f"settled: CKA >= {SETTLED_CKA}")
         if t.empty: ax.text(0.5, 0.5, "one step only:\nno previous checkpoint", ha="center", va="center", transform=ax.transAxes, color="0.4")
         step_axis(ax, sorted(df.step.unique()), label="pretraining step" + (" of the later checkpoint" if reference == "previous" else "")
                   + " (symlog)", run_dir=run_dir)
         ax.set_ylim(lo, 1.005 if reference == "previous" else 1.02); ax.grid(alpha=0.3); ax.set_title(TITLES[m], fontsize=10)
-    axes[0].set_ylabel(f"similarity to the {reference} checkpoint (1 = the same up to the measure's invariances)", fontsize=8)
-    axes[0].legend(fontsize=7, loc="lower right")
+    # on two lines: one would be taller than the panel
+    axes[0].set_ylabel(f"similarity to the {reference} checkpoint\n(1 = the same up to the measure's invariances)", fontsize=9)
+    fig.legend(*legend_entries(axes), fontsize=8, loc="outside right center")  # beside the panels, not over the curves
     what = {"final": f"to the final checkpoint (step {int(df.final_step.max())})",
             "previous": "to the previous saved checkpoint"}[reference]
     fig.suptitle(f"Beyond the paper (cf. embryology repository's SVCCA plots): similarity of each layer's word representations "

@@ -28,7 +28,7 @@ from .glue import SETTINGS, SPLIT_SEED, Task, collate, finetune, max_seq_length,
 from .model import EMBEDDING_PROJECTION, add_identity_projection, autocast
 from .electra import ElectraEncoder
 from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks
-from .figures import save_figure, step_axis
+from .figures import plot_steps, save_figure, step_axis
 from .results import markdown_table, read_results, write_results
 
 DEFAULT_MAX_TRAIN = 1000  # training questions of a run by default (the cost on a CPU: see "One checkpoint" below)
@@ -431,8 +431,9 @@ def plot_fig12_squad(run_dir, out_dir=None) -> list[Path]:
     import matplotlib.pyplot as plt
     run_dir = Path(run_dir); t = scores_table(run_dir)
     fig, ax = plt.subplots(figsize=(5.2, 3.8))
-    ax.plot(t.index, t["score"], "o-", color="tab:blue", label="score = (EM + F1) / 2")
-    for k, style in (("exact", ":"), ("f1", "--")): ax.plot(t.index, t[k], style, color="tab:blue", lw=1, alpha=0.7, label=k)
+    plot_steps(ax, t.index, t["score"], run_dir, marker="o", color="tab:blue", label="score = (EM + F1) / 2")
+    for k, style in (("exact", ":"), ("f1", "--")):
+        plot_steps(ax, t.index, t[k], run_dir, ls=style, marker=".", color="tab:blue", lw=1, alpha=0.7, label=k)
     best = t["score"].idxmax()
     ax.plot([best], [t["score"].max()], "x", color="tab:red", ms=10, mew=2, label=f"best: step {best}")
     ax.axhline(t["chance"].iloc[-1], ls="--", color="grey", lw=1, label=f"no answer to every question: {t['chance'].iloc[-1]:.1f}")

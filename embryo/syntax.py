@@ -17,7 +17,7 @@ from . import data as D
 from .attention import attention_maps, layer_colours
 from .config import atomic_write
 from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, max_length
-from .figures import REFERENCE_STYLE, reference_label, save_figure, step_axis
+from .figures import REFERENCE_STYLE, plot_steps, reference_label, save_figure, step_axis
 from .probing import brown_sentences, silver_annotation, torch_threads
 from .reconstruction import align
 from .results import write_results, read_results, reference_results, markdown_table, score_rows
@@ -287,9 +287,9 @@ def plot_syntax(run_dir):
         t = best_curves(run_dir, task)
         layers = [c for c in t.columns if isinstance(c, (int, np.integer))]
         colours = layer_colours(layers)
-        for l in layers: ax.plot(t.index, t[l], marker=".", color=colours[l], label=f"layer {l}, best head")
-        ax.plot(t.index, t["adjacent"], ls="--", color="0.4", label="baseline: always the adjacent word")
-        ax.plot(t.index, t["random"], ls=":", color="0.4", label="chance: a random other word")
+        for l in layers: plot_steps(ax, t.index, t[l], run_dir, marker=".", color=colours[l], label=f"layer {l}, best head")
+        plot_steps(ax, t.index, t["adjacent"], run_dir, ls="--", marker=".", ms=3, color="0.4", label="baseline: always the adjacent word")
+        plot_steps(ax, t.index, t["random"], run_dir, ls=":", marker=".", ms=3, color="0.4", label="chance: a random other word")
         if (ref := reference_uas(task)): ax.axhline(ref[1], **REFERENCE_STYLE, label=reference_label(f"its best head (layer {ref[0]})"))
         n = int(read_results(run_dir, ANALYSIS, task=task, metric="uas_adjacent").n.iloc[-1])
         ax.set_title(f"{'silver arcs (spaCy, held-out Brown)' if task == 'silver' else 'gold arcs (treebank)'}, {n:,} words",

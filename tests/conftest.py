@@ -33,6 +33,12 @@ SLOW = {
     "test_corpus.py::test_hub_name_is_read_as_a_hub_dataset",
     "test_data.py::test_fetch_rebuilds_a_damaged_corpus",
     "test_electra.py::test_resume_is_bit_identical",
+    "test_figures.py::test_measured_points_are_markers_and_no_line_crosses_an_unevaluated_checkpoint",  # each draws the figures of five bundles
+    "test_figures.py::test_every_figure_that_marks_the_loss_drop_names_it_last",
+    "test_figures.py::test_no_legend_covers_a_measured_point",
+    "test_figures.py::test_fig4_first_head_and_loss_drop_are_told_apart",
+    "test_figures.py::test_fig6_title_counts_the_relations_it_draws",
+    "test_figures.py::test_no_y_label_is_clipped_and_the_similarity_label_fits_its_panel",
     "test_glue.py::test_builtin_cache_rebuilds_when_a_file_changes",
     "test_glue.py::test_builtin_step_is_stored_replaced_and_drawn",
     "test_glue.py::test_datasets_offline_gives_a_clear_error",
