@@ -436,7 +436,7 @@ FACT_SPAN = re.compile(r"<!-- fact (?P<spec>[^>]+?) -->(?P<value>[^<`\n]*)<!-- /
 class FactError(ValueError):
     "A fact span that names a file, row or column the committed figures do not have."
 
-# %% ../nbs/10c_report.ipynb #f3ae4b44
+# %% ../nbs/10c_report.ipynb #3beea91d
 def _json_step(value, key: str):
     "One step of a fact's key path: a record's key, a list's index, or `[k=v]`, the one record of a list whose `k` is `v`."
     if key.startswith("[") and key.endswith("]") and isinstance(value, list):
