@@ -45,7 +45,9 @@ def replace_dir(tmp: Path, dst: Path):
 
 def build(out: Path, quiet: bool = False) -> Path:
     "Build the site into `out` (replaced whole when the build succeeds); returns its front page."
-    from sphinx.cmd.build import build_main
+    try: from sphinx.cmd.build import build_main
+    except ImportError:
+        print(f"docs: no Sphinx in {sys.executable}; run `make docs`, which installs it into .venv-docs", file=sys.stderr); sys.exit(2)
     t0 = time.time()
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".docs-build-", dir=out.parent) as d:  # beside `out`: renamed into place
