@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat settings.ini setup.py pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: reproduce mature facts reference test test-fast check-sync readme bench lab clean-venv
+.PHONY: reproduce mature facts reference test test-fast check-sync readme docs bench lab clean-venv
 
 $(STAMP): settings.ini setup.py pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,27 @@ lab: $(STAMP)
 readme: $(STAMP)
 	$(BIN)/jupyter nbconvert --to markdown --stdout nbs/index.ipynb > README.md.tmp && mv README.md.tmp README.md
 
+# The documentation site, offline: a page per notebook in reading order, the front page from nbs/index.ipynb, each
+# analysis page with its committed figures and verdicts (its results cell), the figures copied in; open _site/index.html.
+# Sphinx with myst-nb, not mkdocs-jupyter: myst-nb parses each notebook's Markdown into Sphinx's document tree, so every
+# image and link of a results cell is checked (a missing figure fails the build) and its figure copied into the site,
+# where mkdocs-jupyter passes notebooks through nbconvert as finished HTML that mkdocs neither checks nor copies from.
+# It reads the notebooks as committed, never running them (about 15 s). nbdev_docs needs quarto, which installs from
+# no registry here, and pip-installs into the active environment; the generator gets an environment of its own,
+# .venv-docs, so neither .venv nor an active one is touched.
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed-$(shell cat docs/requirements.txt | cksum | cut -d' ' -f1)
+SITE ?= _site
+
+$(DOCS_STAMP): docs/requirements.txt
+	@test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DOCS_VENV)/bin/python -m pip install --quiet -r docs/requirements.txt
+	rm -f $(DOCS_VENV)/.installed-* && touch $@
+
+docs: $(DOCS_STAMP)
+	$(DOCS_VENV)/bin/python docs/build.py --quiet --out "$(SITE)"
+
 bench: $(STAMP)
 	$(BIN)/python bench/model_speed.py
 	$(BIN)/python bench/pretrain_speed.py
@@ -69,4 +90,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/sweep_overhead.py
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(DOCS_VENV)

@@ -525,7 +525,7 @@ class Tokenizer:
 # %% ../nbs/02_data.ipynb #595d5346
 HF_VOCAB_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")  # any one: an HF tokenizer
 
-def load_tokenizer(src) -> Tokenizer | HFTokenizer:
+def load_tokenizer(src) -> "Tokenizer | HFTokenizer":  # quoted: nbdev's docs read it before HFTokenizer (below) exists
     """The tokenizer of a run folder (its ALBERT-style `spiece.model`, else its Hugging Face tokenizer files), of a
     model file, or a tokenizer object (returned as is)."""
     if not isinstance(src, (str, os.PathLike)): return src

@@ -32,6 +32,9 @@ SLOW = {
     "test_bad_input.py::test_bad_input_gives_one_line_with_the_file_and_the_fix",
     "test_corpus.py::test_hub_name_is_read_as_a_hub_dataset",
     "test_data.py::test_fetch_rebuilds_a_damaged_corpus",
+    "test_docs.py::test_each_analysis_page_shows_its_committed_figures_and_verdicts",  # make docs: a site in about a minute
+    "test_docs.py::test_front_page_is_index_and_every_notebook_has_a_page",
+    "test_docs.py::test_nbdev_docs_processes_every_notebook",
     "test_electra.py::test_resume_is_bit_identical",
     "test_figures.py::test_measured_points_are_markers_and_no_line_crosses_an_unevaluated_checkpoint",  # each draws the figures of five bundles
     "test_figures.py::test_every_figure_that_marks_the_loss_drop_names_it_last",
