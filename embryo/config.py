@@ -453,7 +453,7 @@ def check_parameters():
 def add_pretrain_args(p: argparse.ArgumentParser, # the parser of a command that pretrains
                       # what --figures does there
                       figures_help: str = "also draw Fig. 2a here (default: <run>/figures)"):
-    "Add the options of a pretraining run (preset, run folder, overrides, device, figures, progress) to `p`."
+    "Add the options of a pretraining run (preset, run folder, overrides, device, figures, progress, TensorBoard) to `p`."
     p.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model and training preset (default: tiny)")
     p.add_argument("--run-dir", "--run", dest="run_dir", type=Path, help="run folder (default: runs/<preset>); "
                    "under torchrun write --run-dir, since torchrun takes --run for its own --run-path")
@@ -463,5 +463,7 @@ def add_pretrain_args(p: argparse.ArgumentParser, # the parser of a command that
                    "a thread does it; up to 4 per GPU), or a number (0: a thread); the batches are the same either way")
     p.add_argument("--figures", type=Path, help=figures_help)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--tensorboard", action="store_true", help="also write the training log as TensorBoard event files into "
+                   "<run>/tensorboard/ (needs the tensorboardX package: pip install tensorboardX)")
     p.add_argument("--override", action="store_true", help="change training settings (--set) of a run that has checkpoints: "
                    "it resumes from its last resume point with its stored settings plus these, recorded in its pretrain_config.json")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +27,26 @@ __all__ = ['GENERATOR', 'quiet_transformers', 'electra_configs', 'ElectraOutput'
 # the generator's folder inside an ELECTRA checkpoint folder (the discriminator is the folder itself)
 GENERATOR = "generator"
 
+_QUIET = dict(lock=threading.Lock(), blocks=0, saved=None)  # quiet blocks running now (any thread), and what they silenced
+
+@contextmanager
 def quiet_transformers():
-    "transformers' progress bars and load reports are noise in a loop that loads hundreds of checkpoints."
-    import transformers
-    transformers.utils.logging.disable_progress_bar(); transformers.utils.logging.set_verbosity_error()
+    """transformers' progress bars and load reports silenced while the block runs (noise in a loop that loads hundreds of
+    checkpoints), then set back as they were: the user's own loads afterwards still report what they had to initialise."""
+    import transformers.utils.logging as hf
+    with _QUIET["lock"]:
+        if not _QUIET["blocks"]:
+            _QUIET["saved"] = hf.get_verbosity(), hf.is_progress_bar_enabled()
+            hf.set_verbosity_error(); hf.disable_progress_bar()
+        _QUIET["blocks"] += 1
+    try: yield
+    finally:
+        with _QUIET["lock"]:
+            _QUIET["blocks"] -= 1
+            if not _QUIET["blocks"]:
+                level, bars = _QUIET["saved"]
+                hf.set_verbosity(level)
+                if bars: hf.enable_progress_bar()
 
 # %% ../nbs/01a_electra.ipynb #f5119861
 def electra_configs(c: ModelConfig):
@@ -183,13 +201,12 @@ def load_electra(folder, half: str = "discriminator", device="cpu") -> ElectraHa
     "One half of an ELECTRA checkpoint folder, in eval mode, for the analyses (attention maps available)."
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
     if half not in (GENERATOR, "discriminator"): raise ValueError(f"half must be generator or discriminator, got {half!r}")
-    quiet_transformers()
     folder = Path(folder)
     sub, cls = (folder / GENERATOR, ElectraForMaskedLM) if half == GENERATOR else (folder, ElectraForPreTraining)
     if not (sub / "model.safetensors").exists():
         raise CheckpointError(f"{sub / 'model.safetensors'} is missing: an ELECTRA checkpoint holds the discriminator's "
                               f"weights and the generator's in {GENERATOR}/")
-    model = cls.from_pretrained(sub, attn_implementation="eager")  # eager: the attention maps can be returned
+    with quiet_transformers(): model = cls.from_pretrained(sub, attn_implementation="eager")  # eager: attention maps
     return ElectraHalf(model, half).to(device).eval()
 
 # %% ../nbs/01a_electra.ipynb #c96f7077

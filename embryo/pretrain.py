@@ -33,17 +33,19 @@ from . import data as D
 from .run import (CheckpointNotFound, check_device, checkpoint_dir, list_steps, find_checkpoint, load_checkpoint, replace_dir,
                         save_checkpoint, run_lock, clean_run, forget_inherited_locks, read_config, read_run_config,
                         sentence_name, corpus_file, CORPUS_FORMS, write_tokenizer_files, complete_run, log_records, train_log,
-                        run_transitions, checkpoint_steps)
+                        run_transitions, checkpoint_steps, MODEL_CARD, TENSORBOARD_DIR)
 from .figures import plot_pretraining
 from .facts import read_facts, injections, prepare_facts
 
 # %% auto #0
-__all__ = ['FIXED_SETTINGS', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer', 'lr_at', 'phase1_steps',
-           'seq_length_at', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'Batches', 'run_config',
-           'run_corpus', 'prepare_run', 'examples_of', 'TrainingDiverged', 'diverged', 'DiskFull',
-           'resolve_data_workers', 'check_compile', 'compile_step', 'deterministic_kernels', 'prefetched', 'train_step',
-           'train', 'batch_source', 'loss_counts', 'Saves', 'heldout_examples', 'evaluate_heldout', 'corpus_slice',
-           'fixture_run', 'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
+__all__ = ['FIXED_SETTINGS', 'CORPUS_LANGUAGES', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer',
+           'lr_at', 'phase1_steps', 'seq_length_at', 'tokens_seen', 'rng_state', 'set_rng_state', 'save_resume',
+           'load_resume', 'Batches', 'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'bert_shaped',
+           'model_card', 'write_model_card', 'write_model_cards', 'tensorboard_module', 'TensorBoardLog',
+           'tensorboard_log', 'TrainingDiverged', 'diverged', 'DiskFull', 'resolve_data_workers', 'check_compile',
+           'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'train', 'batch_source', 'loss_counts',
+           'Saves', 'heldout_examples', 'evaluate_heldout', 'corpus_slice', 'fixture_run', 'heldout_curve',
+           'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -109,6 +111,12 @@ def phase1_steps(tc: TrainConfig) -> int:
 def seq_length_at(step: int, tc: TrainConfig) -> int:
     "The sequence length of optimizer step `step` (1-based): BERT trains 128 tokens for 90% of its steps, 512 after (B.2)."
     return tc.phase1_seq_length if step <= phase1_steps(tc) else tc.max_seq_length
+
+# %% ../nbs/03_pretrain.ipynb #9a49580c
+def tokens_seen(step: int, tc: TrainConfig) -> int:
+    "Sequence positions trained on by the end of optimizer step `step`: the batch times each step's sequence length (shorter examples padded)."
+    T1 = min(step, phase1_steps(tc))
+    return tc.batch_size * (T1 * (tc.phase1_seq_length or 0) + (step - T1) * tc.max_seq_length)
 
 # %% ../nbs/03_pretrain.ipynb #d97368ca
 def rng_state() -> dict:
@@ -336,6 +344,262 @@ def examples_of(tok, tc: TrainConfig, max_seq_length: int):
                                          "sentences or more (one sentence a line, a blank line between documents); add text")
     return ds
 
+# %% ../nbs/03_pretrain.ipynb #7a511e73
+CORPUS_LANGUAGES = {"embryo-mini": "en"}  # the built-in corpus is English text (notebook 02); another corpus's is not known
+_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # safetensors' names
+
+# %% ../nbs/03_pretrain.ipynb #ad83f9e4
+def _weights(f: Path) -> str:
+    "The floating-point data types a safetensors file stores ('float32'), read from its header alone."
+    with open(f, "rb") as fh: header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+    return ", ".join(sorted({_DTYPES.get(t["dtype"], t["dtype"]) for k, t in header.items()
+                             if k != "__metadata__" and t["dtype"] in _DTYPES}))
+
+# %% ../nbs/03_pretrain.ipynb #f1649086
+def _shown(p) -> str:
+    "A path as a user types it here: relative to the working directory when it lies inside it, else as given."
+    p, cwd = Path(p), Path.cwd()
+    return str(p.relative_to(cwd)) if p.is_absolute() and p.is_relative_to(cwd) else str(p)
+
+# %% ../nbs/03_pretrain.ipynb #0a7f984f
+def bert_shaped(mc: ModelConfig) -> bool:
+    "Whether an ALBERT config has BERT's shape (the `bert-*` presets): no cross-layer sharing, embeddings as wide as the layers."
+    return mc.model_type == "albert" and mc.sharing == "none" and mc.embedding_size == mc.hidden_size
+
+# %% ../nbs/03_pretrain.ipynb #f55cce7c
+_BUILT: dict = {}  # model config -> the model built on the meta device, once a process (a run writes many cards)
+
+def _model_text(mc: ModelConfig) -> str:
+    "The architecture in a sentence, with its parameters (counted on the meta device, every random state left as it was)."
+    key = json.dumps(mc.to_dict(), sort_keys=True)
+    if key not in _BUILT:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"): _BUILT[key] = pretraining_model(mc)
+    m = _BUILT[key]
+    shape = (f"{mc.num_hidden_layers} layers, hidden size {mc.hidden_size}, embedding size {mc.embedding_size}, "
+             f"{mc.num_attention_heads} attention heads, feed-forward size {mc.intermediate_size}, vocabulary "
+             f"{mc.vocab_size:,}, {mc.hidden_act}, dropout {mc.hidden_dropout_prob:g}")
+    if isinstance(m, ElectraPair):
+        g = m.generator.config
+        return (f"ELECTRA (transformers `ElectraForPreTraining` and `ElectraForMaskedLM`): a discriminator of {shape} "
+                f"({m.discriminator.num_parameters():,} parameters), and a generator {g.hidden_size} wide "
+                f"({mc.generator_size:g} of the discriminator: {g.num_attention_heads} heads, feed-forward size "
+                f"{g.intermediate_size}) that shares its embeddings ({m.generator.num_parameters():,} parameters)")
+    bert = " in BERT's shape" if bert_shaped(mc) else ""
+    return (f"ALBERT (transformers `AlbertForPreTraining`){bert}: {shape}, cross-layer sharing `{mc.sharing}`; "
+            f"{m.num_parameters():,} parameters with both heads")
+
+# %% ../nbs/03_pretrain.ipynb #d6a0cbac
+def _corpus_text(tc: TrainConfig) -> str:
+    "What the run trained on: the built-in corpus with its size and sources, or the corpus as its settings name it."
+    if tc.corpus != "embryo-mini": return f"`{tc.corpus}`"
+    try: total = json.loads((D.data_dir() / "embryo-mini" / "manifest.json").read_text())["stats"]["total"]
+    except (OSError, ValueError, KeyError): total = None
+    size = f": {total['documents']:,} documents, {total['words']:,} words" if total else ""
+    return (f"`embryo-mini`, embryo's built-in corpus{size}, built by `embryo fetch` from the pinned packages "
+            + ", ".join(f"{s.name} {s.version}" for s in D.SOURCES.values()))
+
+# %% ../nbs/03_pretrain.ipynb #366101b1
+def _recipe(mc: ModelConfig, tc: TrainConfig, history: list, step: int, rec: dict | None) -> list[tuple[str, str]]:
+    "(setting, how the run trained it) for the card's recipe table."
+    T1, L = phase1_steps(tc), tc.max_seq_length
+    length = f"{tc.phase1_seq_length} tokens for steps 1-{T1:,}, then {L}" if T1 else f"{L} tokens"
+    cap = tc.max_predictions or D.albert_max_predictions(L)
+    second = (f"replaced-token detection by the discriminator on the generator's samples, weighted {tc.rtd_weight:g} beside "
+              "the generator's MLM loss (ELECTRA section 2); no sentence-level task" if mc.model_type == "electra" else
+              dict(sop="sentence-order prediction (SOP, ALBERT section 4.6)", nsp="next-sentence prediction (NSP, as BERT)",
+                   none="none: the sentence head is in the file but was never trained (ALBERT Table 6)")[tc.sentence_task])
+    warm = f"linear warmup over {tc.warmup_steps:,} steps to {tc.learning_rate:g}"
+    schedule = (f"{warm}, held until step {round(tc.total_steps * (1 - tc.decay_fraction)):,}, then linear decay to 0 at "
+                f"step {tc.total_steps:,}" if tc.lr_schedule == "wsd" else f"{warm}, then linear decay to 0 at step {tc.total_steps:,}")
+    if step: schedule += f"; {lr_at(step - 1, tc):.4g} at step {step:,}"
+    rows = [("model", _model_text(mc)), ("corpus", _corpus_text(tc)),
+            ("tokenizer", f"SentencePiece, {tc.tokenizer_vocab_size:,} pieces trained on the corpus"),
+            ("examples", f"sentence pairs of up to {length}, {tc.short_seq_prob:.0%} of them shorter"),
+            ("batch", f"{tc.batch_size} sequences a step" + (f" ({tc.grad_accum} micro-batches)" if tc.grad_accum > 1 else "")),
+            ("masking", f"{tc.mask_prob:.0%} of the tokens, in n-grams of up to {tc.max_ngram}, at most {cap} a sequence"),
+            ("second loss", second),
+            ("optimiser", f"{'LAMB' if tc.optimizer == 'lamb' else 'AdamW'} (beta1 {tc.adam_beta1:g}, beta2 {tc.adam_beta2:g}, "
+                          f"epsilon {tc.adam_epsilon:g}, weight decay {tc.weight_decay:g} on matrices), gradients clipped "
+                          f"to norm {tc.max_grad_norm:g}"),
+            ("learning rate", schedule),
+            ("precision", f"setting `{tc.precision}`" + (f"; {rec['precision']} at this step" if rec and "precision" in rec else "")),
+            ("seed", str(tc.seed))]
+    for h in history:
+        if h.get("from_step") is None or h["from_step"] < step: rows.append((f"changed from step {h.get('from_step')}", "; ".join(h["changed"])))
+    return rows
+
+# %% ../nbs/03_pretrain.ipynb #6bbdaa72
+def _metrics(rec: dict | None, step: int, heldout: dict | None) -> list[str]:
+    "The card's lines on how the model did: the logged record of `step` (or the last before it), and the held-out evaluation."
+    if step == 0: return ["Step 0 is the initialisation: nothing has been trained yet."]
+    if rec is None: return [f"No training record up to step {step:,} in the run's `logs/train.jsonl`."]
+    when = f"step {step:,}" if rec["step"] == step else f"step {rec['step']:,}, the last logged step before {step:,}"
+    out = [f"Logged at {when}, on that step's training batch (`logs/train.jsonl`):", "", "| metric | value |", "|---|---|"]
+    out += [f"| {k} | {v:.4g} |" for k, v in rec.items() if k not in ("step", "tokens_per_s") and isinstance(v, float)]
+    if heldout:
+        out += ["", f"Held-out evaluation after the last step (`logs/eval.json`, {heldout['heldout_sequences']} held-out "
+                    f"sequences, {heldout['masked_tokens']} masked tokens):", "", "| metric | value |", "|---|---|"]
+        out += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in heldout.items()
+                if k not in ("heldout_sequences", "masked_tokens")]
+    return out
+
+# %% ../nbs/03_pretrain.ipynb #4ab887e1
+def _loading(folder: Path, files: Path, run_dir: Path, step: int, mc: ModelConfig, tc: TrainConfig) -> list[str]:
+    "The card's code that loads the checkpoint, the tokenizer taken from where its files are."
+    electra = mc.model_type == "electra"
+    has_tok = lambda d: all((Path(d) / n).exists() for n in ("spiece.model", "tokenizer_config.json"))
+    tok = "folder" if has_tok(files) else json.dumps(_shown(run_dir)) if has_tok(run_dir) else None
+    if tok is None: return [f"No tokenizer files here or in the run folder: `embryo.run.complete_run({_shown(run_dir)!r})` writes them."]
+    where = "this folder" if tok == "folder" else "the run folder"
+    code = ["```python", f"from transformers import AutoModelForMaskedLM, AutoTokenizer{', ElectraForPreTraining' if electra else ''}, pipeline", "",
+            f"folder = {json.dumps(_shown(folder))}",
+            f"tokenizer = AutoTokenizer.from_pretrained({tok})  # SentencePiece ({where}: spiece.model and the files beside it)"]
+    if electra:
+        code += ["discriminator = ElectraForPreTraining.from_pretrained(folder)  # this folder: replaced-token detection",
+                 f'generator = AutoModelForMaskedLM.from_pretrained(f"{{folder}}/{GENERATOR}")  # {GENERATOR}/: the masked LM',
+                 "fill = pipeline(\"fill-mask\", model=generator, tokenizer=tokenizer)  # fill-mask is the generator's"]
+    else:
+        code += ["model = AutoModelForMaskedLM.from_pretrained(folder)  # AlbertForMaskedLM: the encoder and its MLM head",
+                 "fill = pipeline(\"fill-mask\", model=model, tokenizer=tokenizer)"]
+    code += ['print(fill("the [MASK] of the city."))', "```", ""]
+    if electra:
+        code += [f"**Fill-mask takes `{GENERATOR}/`, not this folder.** This folder is the discriminator, which has no "
+                 f"masked-LM head: `AutoModelForMaskedLM.from_pretrained(folder)`, or `pipeline(\"fill-mask\", model=folder)`, "
+                 "builds an `ElectraForMaskedLM` whose head is initialised at random, and its predictions mean nothing "
+                 "(transformers' load report lists the head's weights as MISSING). `AutoModel.from_pretrained(folder)` gives "
+                 "the discriminator's encoder, the one ELECTRA finetunes."]
+    else:
+        s = sentence_name(tc.sentence_task, mc.model_type)
+        code += [f"`AlbertForPreTraining.from_pretrained(folder)` adds the sentence head ({s}"
+                 + (", never trained" if tc.sentence_task == "none" else "") + "); `AutoModel` gives the encoder alone."]
+    code += ["", f"In embryo: `embryo.run.load_checkpoint({_shown(run_dir)!r}, {step})`"
+             + (f" (the discriminator; `mlm=True`: the generator)" if electra else "") + "."]
+    return code
+
+# %% ../nbs/03_pretrain.ipynb #ce00e2d4
+def _files(files: Path) -> list[str]:
+    "The card's list of the folder's files (a model folder inside it, ELECTRA's generator, on a line of its own)."
+    def line(d: Path, name: str) -> str:
+        return f"- {name}" + ", ".join(f"`{p.name}`" + (f" ({_weights(p)})" if p.suffix == ".safetensors" else "")
+                                      for p in sorted(d.iterdir()) if p.is_file() and p.name != MODEL_CARD)
+    return [line(files, "")] + [line(d, f"`{d.name}/`: ") for d in sorted(files.iterdir()) if d.is_dir() and (d / "config.json").exists()]
+
+# %% ../nbs/03_pretrain.ipynb #5a3f2188
+def model_card(run_dir, step: int, folder=None, files_in=None) -> str:
+    """The model card (`MODEL_CARD`) of checkpoint `step` of the run, from its `pretrain_config.json`, its logs and the
+    folder's files: `folder` is where the checkpoint is (by default the run's), `files_in` where its files are while
+    they are being written (by default `folder`)."""
+    run_dir = Path(run_dir)
+    folder = Path(folder) if folder is not None else checkpoint_dir(run_dir, step)
+    files = Path(files_in) if files_in is not None else folder
+    preset, mc, tc = read_run_config(run_dir)
+    history = read_config(run_config_file(run_dir)).get("history", [])
+    rows = log_records(run_dir / "logs" / "train.jsonl", step)
+    rec = rows[-1] if rows and step else None
+    ev = run_dir / "logs" / "eval.json"
+    heldout = json.loads(ev.read_text()) if step == tc.total_steps and ev.exists() else None
+    electra = mc.model_type == "electra"
+    family = "ELECTRA" if electra else "ALBERT in BERT's shape" if bert_shaped(mc) else "ALBERT"
+    lang = CORPUS_LANGUAGES.get(tc.corpus)
+    front = ["---", "library_name: transformers", *([] if electra else ["pipeline_tag: fill-mask"]),
+             *([f"language: {lang}"] if lang else []), "tags:", "- embryo", f"- {mc.model_type}",
+             f"- {'replaced-token-detection' if electra else 'masked-lm'}", "- pretrained-from-scratch", "---", ""]
+    when = "at step 0, the initialisation" if step == 0 else f"after step {step:,} of {tc.total_steps:,}"
+    intro = [f"# {run_dir.name} at step {step:,}", "",
+             f"A checkpoint of the embryo run `{run_dir.name}` (preset `{preset}`): {family} pretrained from scratch, saved "
+             f"{when}, having seen {tokens_seen(step, tc):,} tokens ({tc.batch_size} sequences of up to "
+             f"{seq_length_at(max(step, 1), tc)} positions a step). embryo reproduces \"Pretrained Language Model "
+             "Embryology: The Birth of ALBERT\" and ALBERT, and analyses every checkpoint of such a run. This card is "
+             "written by embryo from the run's own settings and logs.", ""]
+    recipe = ["## How it was trained", "", "| setting | value |", "|---|---|",
+              *[f"| {k} | {v} |" for k, v in _recipe(mc, tc, history, step, rec)], ""]
+    return "\n".join(front + intro + ["## Loading it", "", *_loading(folder, files, run_dir, step, mc, tc), "",
+                                      "## Files", "", *_files(files), ""] + recipe
+                     + ["## At this step", "", *_metrics(rec, step, heldout)]) + "\n"
+
+# %% ../nbs/03_pretrain.ipynb #a50e4b08
+def write_model_card(run_dir, step: int) -> Path:
+    "Write (or rewrite) the model card of checkpoint `step` of the run into its folder, atomically; returns the card."
+    found = find_checkpoint(run_dir, step)
+    return atomic_write(found / MODEL_CARD, model_card(run_dir, step, checkpoint_dir(run_dir, step), found))
+
+# %% ../nbs/03_pretrain.ipynb #9acd61fc
+def write_model_cards(run_dir) -> list[Path]:
+    """Give each checkpoint of the run the card `model_card` makes now, where its card is missing or says something else
+    (a run trained before cards existed, or before their latest form); returns the cards written. A series we did not
+    train (no `pretrain_config.json`) and checkpoint folders linked in from elsewhere are left alone."""
+    if not run_config_file(run_dir).exists(): return []
+    out = []
+    for step in list_steps(run_dir):
+        found = find_checkpoint(run_dir, step)
+        if found.is_symlink(): continue
+        f = found / MODEL_CARD
+        if not f.exists() or f.read_text() != model_card(run_dir, step, checkpoint_dir(run_dir, step), found):
+            out.append(write_model_card(run_dir, step))
+    return out
+
+# %% ../nbs/03_pretrain.ipynb #6e7efbc8
+def tensorboard_module():
+    "The `tensorboardX` package that writes TensorBoard's event files; a `ConfigError` saying how to install it, where it is missing."
+    try: import tensorboardX; return tensorboardX
+    except ImportError: raise ConfigError("--tensorboard writes TensorBoard event files with the tensorboardX package, which is "
+                                          "not installed: pip install tensorboardX (or leave --tensorboard out)") from None
+
+# %% ../nbs/03_pretrain.ipynb #4d67f4b7
+class TensorBoardLog:
+    """The run's `tensorboard/` event file: rebuilt at each start from the records of `train.jsonl` the run keeps
+    (`rows`), then one event a logged record, flushed as it is written (`add`). A context manager: the file closes."""
+    def __init__(self, run_dir, rows: list[dict]):
+        tensorboard_module()
+        from tensorboardX.record_writer import RecordWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+        folder = Path(run_dir) / TENSORBOARD_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        final = folder / f"events.out.tfevents.{int(time.time()):010d}.{temp_tag()}"  # TensorBoard reads them in name order
+        tmp = folder / f".{final.name}.tmp"
+        self.file = RecordWriter(str(tmp))
+        self.file.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+        # a TensorBoard that read an older file drops its events from step 1 on
+        self.file.write(Event(wall_time=time.time(), step=1, session_log=SessionLog(status=SessionLog.START)).SerializeToString())
+        for r in rows: self.add(r, flush=False)
+        self.file.flush()
+        os.replace(tmp, final)  # the open file goes on under its final name
+        fsync_dir(folder)
+        for f in folder.glob("events.out.tfevents.*"):
+            if f != final: f.unlink()
+
+    def add(self, rec: dict, flush: bool = True):
+        "One record of `train.jsonl`: each numeric field `k` as the scalar `train/k` at the record's step (flushed to disk)."
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.proto.summary_pb2 import Summary
+        values = [Summary.Value(tag=f"train/{k}", simple_value=float(v)) for k, v in rec.items()
+                  if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)]
+        self.file.write(Event(wall_time=time.time(), step=rec["step"], summary=Summary(value=values)).SerializeToString())
+        if flush: self.file.flush()
+
+    def close(self): self.file.close()
+    def __enter__(self): return self
+    def __exit__(self, *_): self.close()
+
+# %% ../nbs/03_pretrain.ipynb #ea34885b
+def tensorboard_log(run_dir) -> list[dict]:
+    """The records of the run's TensorBoard event files, as `train_log` gives those of `train.jsonl` ({step, field:
+    value}), read as TensorBoard reads them: files in name order, a `SessionLog.START` at step s dropping what was read
+    from step s on, a record cut short at the end of a file left out."""
+    tensorboard_module()
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+    rows = {}
+    for f in sorted((Path(run_dir) / TENSORBOARD_DIR).glob("events.out.tfevents.*")):
+        data, i = f.read_bytes(), 0
+        while i + 12 <= len(data):  # TFRecord: length (8 bytes), its CRC (4), the event, its CRC (4)
+            n = int.from_bytes(data[i:i + 8], "little")
+            if i + 16 + n > len(data): break
+            ev = Event.FromString(data[i + 12:i + 12 + n]); i += 16 + n
+            if ev.HasField("session_log") and ev.session_log.status == SessionLog.START:
+                rows = {s: r for s, r in rows.items() if s < ev.step}
+            for v in ev.summary.value: rows.setdefault(ev.step, {"step": ev.step})[v.tag.removeprefix("train/")] = v.simple_value
+    return [rows[s] for s in sorted(rows)]
+
 # %% ../nbs/03_pretrain.ipynb #3fef3168
 class TrainingDiverged(RuntimeError):
     "The loss (or the weights) became NaN or infinite."
@@ -481,18 +745,20 @@ def train_step(model, batches: list[dict], n_masked: int, n_second: int, world: 
 # %% ../nbs/03_pretrain.ipynb #ba9e4bd0
 def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,
           device: str = "auto", stop_after: int | None = None, progress: bool = True,
-          override: bool = False, data_workers="auto") -> dict:
+          override: bool = False, data_workers="auto", tensorboard: bool = False) -> dict:
     """Pretrain (or resume) the run in `run_dir`, its only writer; returns the final held-out evaluation. `stop_after` ends
-    early at that step; `data_workers` processes mask the coming batches (`resolve_data_workers`: 'auto', or a number)."""
+    early at that step; `data_workers` processes mask the coming batches (`resolve_data_workers`: 'auto', or a number);
+    `tensorboard` also writes the log as TensorBoard event files (`TensorBoardLog`)."""
     run_dir = Path(run_dir)
     rank, world = _dist()
     check_device(device); resolve_data_workers(data_workers, "cpu")  # bad values refused before the run folder is made
+    if tensorboard: tensorboard_module()  # and a missing package
     with run_lock(run_dir) if rank == 0 else nullcontext({}) as before:
         if rank == 0:
             if before: print(f"pretrain {run_dir}: taking over the lock of pid {before.get('pid')} on {before.get('host')} "
                              f"(since {before.get('since')}), which ended without releasing it", flush=True)
             for line in clean_run(run_dir): print(f"pretrain {run_dir}: {line} (left by a killed writer)", flush=True)
-        try: return _train(run_dir, preset, mc, tc, device, stop_after, progress, override, data_workers)
+        try: return _train(run_dir, preset, mc, tc, device, stop_after, progress, override, data_workers, tensorboard)
         except (OSError, RuntimeError) as e:
             if not _disk_full(e, run_dir): raise
             if rank == 0: clean_run(run_dir)  # this writer's half-written temporary folders
@@ -522,8 +788,8 @@ def loss_counts(batches, electra: bool) -> torch.Tensor:
 
 # %% ../nbs/03_pretrain.ipynb #18234981
 class Saves:
-    """A run's checkpoints and resume points, each written one step late: the save of step s waits until step s+1's
-    loss is finite and its own weights are, so no save ever holds weights that broke."""
+    """A run's checkpoints (each with its model card) and resume points, each written one step late: the save of step s
+    waits until step s+1's loss is finite and its own weights are, so no save ever holds weights that broke."""
     def __init__(self, model, opt, run_dir, tc: TrainConfig, last: int, saved: int):
         self.model, self.opt, self.run_dir, self.tc, self.last, self.saved = model, opt, run_dir, tc, last, saved
         self.checkpoints, self.pending = set(checkpoint_steps(tc)), None
@@ -538,11 +804,12 @@ class Saves:
         (step, rng), self.pending = self.pending, None
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):
             raise diverged(self.run_dir, "the weights became non-finite", step, self.saved, self.tc)
-        if step in self.checkpoints: save_checkpoint(self.model, self.run_dir, step)
+        if step in self.checkpoints:
+            save_checkpoint(self.model, self.run_dir, step, card=lambda tmp: model_card(self.run_dir, step, files_in=tmp))
         save_resume(self.model, self.opt, self.run_dir, step, rng); self.saved = step
 
 # %% ../nbs/03_pretrain.ipynb #1fa83f90
-def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, workers) -> dict:
+def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, workers, tensorboard=False) -> dict:
     from tqdm.auto import tqdm
     mc, tc = mc or get_config(preset), tc or get_train_config(preset)
     rank, world = _dist()
@@ -566,8 +833,9 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     log_file = run_dir / "logs" / "train.jsonl"
     if start < 0:
         start = 0
-        if rank == 0: save_checkpoint(model, run_dir, 0)
-    if rank == 0: atomic_write(log_file, "".join(json.dumps(r) + "\n" for r in log_records(log_file, start)))
+        if rank == 0: save_checkpoint(model, run_dir, 0, card=lambda tmp: model_card(run_dir, 0, files_in=tmp))
+    kept = log_records(log_file, start) if rank == 0 else []  # a resumed run logs again from its resume point
+    if rank == 0: atomic_write(log_file, "".join(json.dumps(r) + "\n" for r in kept))
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else None
     compiled = compile_step(ddp or model, dev, mc.model_type) if tc.compile else None
     sentence = sentence_name(tc.sentence_task, mc.model_type)  # the log names the second loss after the task trained
@@ -581,7 +849,8 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     def step_batches(step):
         src, s = source(step)
         return [src.collate(ks) for ks in np.array_split(list(src.indices(s))[rank::world], tc.grad_accum)]
-    with open(log_file, "a") as log, deterministic_kernels(tc.compile):
+    board = TensorBoardLog(run_dir, kept) if tensorboard and rank == 0 else nullcontext()
+    with open(log_file, "a") as log, deterministic_kernels(tc.compile), board:
         for step, batches in prefetched(step_batches, range(start + 1, last + 1), resolve_data_workers(workers, dev, world), dev.type == "cuda"):
             counts = loss_counts(batches, electra)
             if world > 1: dist.all_reduce(counts)
@@ -605,6 +874,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
                            f"{sentence}_accuracy": (stats[3] / counts[1]).item(), "lr": lr, "tokens_per_s": tokens / dt,
                            "precision": precision, **({"compiled": True} if tc.compile else {}), **({"seq_length": max(b["input_ids"].shape[1] for b in batches)} if T1 else {})}
                     log.write(json.dumps(rec) + "\n"); log.flush()
+                    if tensorboard: board.add(rec)
                     acc = f"{rec['mlm_accuracy']:.3f}"  # counted on the steps it logs
                     t0, tokens = time.perf_counter(), 0
                 saver.after_update(step)
@@ -616,6 +886,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     if rank != 0 or last < tc.total_steps: return {}
     result = evaluate_heldout(model, tok, tc, dev, ds)
     atomic_write(run_dir / "logs" / "eval.json", json.dumps(result, indent=2) + "\n")
+    write_model_card(run_dir, tc.total_steps)  # the last checkpoint's card, with the held-out numbers
     return result
 
 # %% ../nbs/03_pretrain.ipynb #8157d706
@@ -711,7 +982,7 @@ def fixture_run(root=None, **overrides) -> Path:
     run = Path(root or D.data_dir() / "runs") / f"fixture-{key}"
     with run_lock(run, wait=True):  # notebooks tested in parallel build it once, one after the other
         if not (run / "logs" / "eval.json").exists(): train(run, "tiny", mc, tc, progress=False)
-        else: complete_run(run)  # a fixture cached by an older version gains what checkpoints carry now
+        else: complete_run(run); write_model_cards(run)  # a fixture cached by an older version: what checkpoints carry now
     return run
 
 # %% ../nbs/03_pretrain.ipynb #59993b5c
@@ -725,7 +996,7 @@ def heldout_curve(run_dir, steps=None, device: str = "cpu") -> list[dict]:
     for step in steps if steps is not None else list_steps(run_dir):
         model = load_checkpoint(run_dir, step, device, mlm=True)
         e, t = (evaluate_heldout(model, tok, tc, torch.device(device), ds, examples=x) for x in (None, seen))
-        out.append(dict(step=step, tokens=step * tc.batch_size * tc.max_seq_length, mlm_accuracy=e["mlm_accuracy"],
+        out.append(dict(step=step, tokens=tokens_seen(step, tc), mlm_accuracy=e["mlm_accuracy"],
                         baseline_accuracy=e["baseline_accuracy"], train_mlm_accuracy=t["mlm_accuracy"]))
     return out
 
@@ -759,7 +1030,7 @@ def pretrain_from_args(a) -> dict:
         except TypeError as e: raise ConfigError(f"--set: {e}") from None
     else: preset, mc, tc = a.preset, get_config(a.preset, **m), get_train_config(a.preset, **t)
     res = train(run, preset, mc, tc, device=a.device, progress=not a.no_progress, override=override,
-                data_workers=a.data_workers)
+                data_workers=a.data_workers, tensorboard=getattr(a, "tensorboard", False))
     # the finished run's Fig. 2a (the loop draws nothing)
     if res: plot_pretraining(run, a.figures or Path(run) / "figures")
     if res:

@@ -20,12 +20,12 @@ import pandas as pd
 from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
 from .data import HF_TOKENIZER_FILES
 from .model import load_safetensors, write_safetensors
-from .run import SeriesError, checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config
+from .run import SeriesError, checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config, MODEL_CARD
+from .pretrain import model_card
 from .results import DB_NAME, connect, db_path, done_steps, write_transitions
 from .sweep import ANALYSES, SweepError, applicable, available_analyses, analysis_module, error_text, evaluation_steps, nbs_dir, sweep
 from .compare import RUN_BUNDLE
 from .seeds import seed_bands, seed_run_dirs
-
 
 # %% auto #0
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
@@ -333,7 +333,8 @@ SHIPPED_FILES = ("config.json", *(n for n in HF_TOKENIZER_FILES if n != "tokeniz
 # (no tokenizer.json, 0.6 MB a checkpoint: transformers builds the fast tokenizer from spiece.model, the same ids)
 
 def ship_checkpoints(run_dir, out, steps) -> list[Path]:
-    "Copy checkpoints `steps` of the run into the bundle `out`, their floating-point weights in 16 bits, with the tokenizer."
+    """Copy checkpoints `steps` of the run into the bundle `out`, their floating-point weights in 16 bits, with the tokenizer
+    and a model card of their own (`embryo.pretrain.model_card`: this folder, these weights)."""
     import shutil
     paths = [atomic_write(Path(out) / n, (Path(run_dir) / n).read_bytes()) for n in HF_TOKENIZER_FILES if (Path(run_dir) / n).exists()]
     for old in list_steps(out):
@@ -347,6 +348,7 @@ def ship_checkpoints(run_dir, out, steps) -> list[Path]:
             write_safetensors({k: v.half() if v.is_floating_point() else v for k, v in sd.items()}, tmp / sub)
             for n in SHIPPED_FILES:
                 if (src / sub / n).exists(): shutil.copyfile(src / sub / n, tmp / sub / n)
+        if run_config_file(run_dir).exists(): atomic_write(tmp / MODEL_CARD, model_card(run_dir, step, dst, tmp))
         replace_dir(tmp, dst); paths.append(dst)
     return paths
 

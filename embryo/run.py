@@ -22,16 +22,17 @@ from .electra import GENERATOR, is_electra, load_electra, quiet_transformers
 from . import data as D
 
 # %% auto #0
-__all__ = ['LOCK_FILE', 'SWEEP_LOCK', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'STEP_DIR', 'STEP_SCALE',
-           'TRAINER_STATE', 'HUB_FILES', 'REFERENCE', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS',
-           'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'check_device',
-           'replace_dir', 'save_checkpoint', 'resolve_step', 'RunLocked', 'holder_text', 'forget_inherited_locks',
-           'run_lock', 'training_holder', 'sweep_lock', 'clean_run', 'read_config', 'read_run_config', 'sentence_name',
-           'checkpoint_steps', 'saved_steps', 'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records',
-           'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log',
-           'write_series_log', 'series_tokenizer', 'single_model', 'as_run', 'hub_run', 'reference_folder',
-           'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run',
-           'run_model_type', 'run_sentence_task', 'series_lacks']
+__all__ = ['MODEL_CARD', 'LOCK_FILE', 'SWEEP_LOCK', 'TENSORBOARD_DIR', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD',
+           'STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE', 'HUB_FILES', 'REFERENCE', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME',
+           'FIGURES_DIR', 'NEEDS', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint',
+           'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step', 'RunLocked',
+           'holder_text', 'forget_inherited_locks', 'run_lock', 'training_holder', 'sweep_lock', 'clean_run',
+           'read_config', 'read_run_config', 'sentence_name', 'checkpoint_steps', 'saved_steps', 'corpus_file',
+           'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions', 'loss_pace',
+           'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log', 'series_tokenizer',
+           'single_model', 'as_run', 'hub_run', 'reference_folder', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM',
+           'load_hf_model', 'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task',
+           'series_lacks']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -117,9 +118,14 @@ def replace_dir(tmp: Path, final: Path):
     fsync_dir(final.parent)  # the renames reach the disk before the old copy goes
     if old.exists(): shutil.rmtree(old)
 
+# %% ../nbs/02a_run.ipynb #10ff5af7
+MODEL_CARD = "README.md"  # in a checkpoint folder: what it holds, how it was trained, what loads from where (notebook 03)
+
 # %% ../nbs/02a_run.ipynb #82431ac8
-def save_checkpoint(model, run_dir, step: int) -> Path:
-    "Write the weights of `step` and the run's tokenizer files as a complete Hugging Face checkpoint folder, atomically (a temporary name of this writer's own)."
+def save_checkpoint(model, run_dir, step: int, card=None) -> Path:
+    """Write the weights of `step` and the run's tokenizer files as a complete Hugging Face checkpoint folder, atomically
+    (a temporary name of this writer's own); `card(folder)`, if given, is the text of its model card (`MODEL_CARD`), made from the
+    finished folder before it is renamed into place."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(f".{final.name}.{temp_tag()}.tmp")
     if tmp.exists(): shutil.rmtree(tmp)
@@ -127,6 +133,7 @@ def save_checkpoint(model, run_dir, step: int) -> Path:
     for folder in (tmp, tmp / GENERATOR):  # an ELECTRA checkpoint's generator is a model folder of its own
         for name in D.HF_TOKENIZER_FILES if (folder / "config.json").exists() else ():
             if (Path(run_dir) / name).exists(): shutil.copyfile(Path(run_dir) / name, folder / name)
+    if card is not None: atomic_write(tmp / MODEL_CARD, card(tmp))
     replace_dir(tmp, final)
     return final
 
@@ -233,12 +240,15 @@ def sweep_lock(run_dir, shard: str | None = None):
                                f"what it did, or stop it (kill {h.get('pid', '<pid>')}) and rerun: finished jobs are kept")
     with _flocked(f, f, busy) as (before, _): yield before
 
+# %% ../nbs/02a_run.ipynb #ab5a8818
+TENSORBOARD_DIR = "tensorboard"  # the run's TensorBoard event files (`embryo pretrain --tensorboard`, notebook 03)
+
 # %% ../nbs/02a_run.ipynb #7fc5040b
 def clean_run(run_dir) -> list[str]:
     "Under the run's lock: remove what killed writers of the run left, and restore a `step_N.old` whose new copy is missing."
     run_dir, done = Path(run_dir), []
     ck = run_dir / "checkpoints"
-    for folder in [run_dir, run_dir / "logs", run_dir / "resume", ck, *(ck.glob("step_*") if ck.is_dir() else [])]:
+    for folder in [run_dir, run_dir / "logs", run_dir / "resume", run_dir / TENSORBOARD_DIR, ck, *(ck.glob("step_*") if ck.is_dir() else [])]:
         if not folder.is_dir() or folder.is_symlink(): continue
         for p in folder.glob(".*"):
             if p.name == LOCK_FILE: continue
@@ -497,8 +507,7 @@ def series_tokenizer(folders: Sequence[Path], dst: Path):
             except ValueError: pass  # not ALBERT's five special symbols: read it through transformers
         if any((p / n).is_file() for n in D.HF_VOCAB_FILES):
             from transformers import AutoTokenizer
-            quiet_transformers()
-            tok = AutoTokenizer.from_pretrained(p)
+            with quiet_transformers(): tok = AutoTokenizer.from_pretrained(p)
             if not tok.is_fast:
                 raise SeriesError(f"the tokenizer in {p} is a slow one ({type(tok).__name__}); embryo finds words "
                                   "through a fast tokenizer's offsets: save a fast one (tokenizer.json) and rerun")
@@ -655,17 +664,17 @@ def load_hf_model(folder, device="cpu") -> HFMaskedLM:
         raise CheckpointError(f"{folder} holds a model of a family with neither a masked LM nor a causal LM; embryo "
                               "reads encoders (BERT, RoBERTa and the like) and causal LMs (GPT-2, Pythia)")
     if (folder / "model.safetensors.index.json").exists(): weight_shards(folder / "model.safetensors.index.json")
-    quiet_transformers()
     model = None
-    if kind == "masked-lm":
-        try:
-            model, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True)
-            if info["missing_keys"]: model = None  # the head's weights are not in the folder: never a random head
-        except ValueError: model = None  # a config transformers has no masked LM for
-    try: model = model or AutoModel.from_pretrained(folder)
-    except (ValueError, OSError) as e:
-        why = " ".join(str(e).split())[:300]
-        raise CheckpointError(f"transformers cannot load {folder} ({type(e).__name__}: {why})") from None
+    with quiet_transformers():
+        if kind == "masked-lm":
+            try:
+                model, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True)
+                if info["missing_keys"]: model = None  # the head's weights are not in the folder: never a random head
+            except ValueError: model = None  # a config transformers has no masked LM for
+        try: model = model or AutoModel.from_pretrained(folder)
+        except (ValueError, OSError) as e:
+            why = " ".join(str(e).split())[:300]
+            raise CheckpointError(f"transformers cannot load {folder} ({type(e).__name__}: {why})") from None
     return HFMaskedLM(model).to(device).eval()
 
 # %% ../nbs/02a_run.ipynb #fb8ba9b4

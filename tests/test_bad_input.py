@@ -17,8 +17,11 @@ from embryo.config import RUN_CONFIG
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "embryo.cli", *args], capture_output=True, text=True, cwd=ROOT)
+def _cli(*args, hide=None):
+    "`embryo` with `args`; `hide`: a package that this Python then cannot import, as where it is not installed."
+    start = ["-m", "embryo.cli"] if hide is None else \
+        ["-c", f"import sys; sys.modules[{hide!r}] = None; from embryo.cli import main; sys.exit(main(sys.argv[1:]))"]
+    return subprocess.run([sys.executable, *start, *args], capture_output=True, text=True, cwd=ROOT)
 
 
 def _pretrain_args(run, **extra):
@@ -151,6 +154,12 @@ def case_compile_for_electra(tmp):
     args[args.index("tiny")] = "electra-tiny"
     return dict(input="pretrain --preset electra-tiny --set compile=true", args=args, names="set compile=false",
                 error="ConfigError", run=tmp / "run")
+
+
+def case_tensorboard_without_its_package(tmp):
+    "Issue 33, point 9: --tensorboard where tensorboardX is not installed says what to install, before any run folder."
+    return dict(input="pretrain --tensorboard without tensorboardX", args=_pretrain_args(tmp / "run") + ["--tensorboard"],
+                hide="tensorboardX", names="pip install tensorboardX", error="ConfigError", run=tmp / "run", fresh=True)
 
 
 def _damaged_db(run, how):
@@ -306,7 +315,7 @@ CASES = [case_empty_corpus, case_non_utf8_corpus, case_one_line_corpus, case_mis
          case_truncated_resume, case_malicious_trainer_state, case_truncated_checkpoint, case_pickle_only_step,
          case_mistyped_option, case_misspelt_option, case_disk_full, case_figures_folder_to_compare,
          case_zero_seeds, case_unknown_analysis_to_reproduce, case_negative_facts, case_compile_not_a_bool,
-         case_compile_for_electra] + [_setting_case(*c) for c in SETTINGS] + ARGS + DATABASES + CORPORA
+         case_compile_for_electra, case_tensorboard_without_its_package] + [_setting_case(*c) for c in SETTINGS] + ARGS + DATABASES + CORPORA
 
 
 def left_on_disk(run: Path) -> str:
@@ -330,7 +339,7 @@ def _in_process(args):
 def run_case(make, tmp):
     c = make(tmp)
     try:
-        res = _in_process(c["args"]) if c.get("inprocess") else _cli(*c["args"])
+        res = _in_process(c["args"]) if c.get("inprocess") else _cli(*c["args"], hide=c.get("hide"))
         if c.get("log"):  # a failing sweep job: the line is in its failure log
             from embryo.results import read_log
             line = read_log(c["run"]).error.iloc[-1]

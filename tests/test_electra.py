@@ -1,5 +1,6 @@
 """ELECTRA through the pipeline (nbs/01a_electra.ipynb) and BERT's two-phase schedule (nbs/03_pretrain.ipynb): checkpoints
 that transformers' ELECTRA classes load with identical outputs, exact resume, and a sequence-length switch at 90%."""
+import logging
 import os
 
 import pytest
@@ -81,3 +82,42 @@ def test_two_phase_schedule_switches_sequence_length_at_90_percent():
     seen = {r["step"]: r["seq_length"] for r in P.train_log(run)}  # the longest padded batch of each logged step
     assert all(n <= 32 for s, n in seen.items() if s <= 27) and seen[30] > 32, seen
     assert get_train_config("bert-base").phase1_seq_length == 128 and P.phase1_steps(get_train_config("bert-base")) == 900_000
+
+
+class _Records(logging.Handler):
+    "The (level, message) of every record logged to the logger it is added to."
+    def __init__(self): super().__init__(); self.got = []
+    def emit(self, record): self.got.append((record.levelno, record.getMessage()))
+
+
+def _card_code(folder) -> str:
+    "The Python block of a checkpoint folder's model card."
+    return (folder / "README.md").read_text().split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_electra_fill_mask_is_the_generator_and_the_discriminator_folder_says_it_has_no_head():
+    """Issue 33, point 9: `pipeline("fill-mask", model=<ELECTRA checkpoint folder>)` gave a random head, silently once
+    embryo had loaded a checkpoint (its quiet loads switched transformers' load report off for good). Now the card's
+    code gives the generator's own predictions, and loading the folder as a masked LM still prints the report."""
+    from transformers import AutoTokenizer, pipeline
+    from transformers.utils import logging as hf_logging
+    run = P.fixture_run(**ELECTRA)
+    ck = P.checkpoint_dir(run, 30)
+    level = hf_logging.get_verbosity()
+    generator, _ = P.load_checkpoint(run, 30, mlm=True), P.load_checkpoint(run, 30)  # embryo's own, quiet loads
+    assert hf_logging.get_verbosity() == level <= hf_logging.WARNING  # leave transformers' reports as they were
+    card = (ck / "README.md").read_text()
+    assert "pipeline_tag" not in card.split("---")[1] and "- electra" in card  # the folder is no fill-mask model
+    assert "**Fill-mask takes `generator/`, not this folder.**" in card and "MISSING" in card
+    ns = {}
+    exec(_card_code(ck), ns)  # the card's code, as a user runs it
+    text = "the [MASK] of the city."
+    ids = AutoTokenizer.from_pretrained(ck)(text, return_tensors="pt")["input_ids"]
+    with torch.no_grad(): scores = generator(ids).prediction_logits[0, (ids[0] == 4).nonzero()[0, 0]]
+    assert [r["token"] for r in ns["fill"](text, top_k=3)] == scores.topk(3).indices.tolist()
+    seen = _Records()  # what transformers' logger passes on: what its own handler prints on stderr
+    logging.getLogger("transformers").addHandler(seen)
+    try: pipeline("fill-mask", model=str(ck), device="cpu")  # the discriminator's folder as a masked LM: a random head, said
+    finally: logging.getLogger("transformers").removeHandler(seen)
+    report = [m for level, m in seen.got if level >= logging.WARNING and "ElectraForMaskedLM LOAD REPORT" in m]
+    assert report and "generator_lm_head.bias" in report[0] and "MISSING" in report[0], seen.got

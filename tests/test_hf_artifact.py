@@ -111,3 +111,56 @@ def test_trainer_finetunes_a_checkpoint(fixture_copy, tmp_path):
     result = trainer.train()
     assert result.global_step == 3 and torch.isfinite(torch.tensor(result.training_loss))
     assert not torch.equal(before, model.classifier.weight.detach())
+
+
+def _card(run, step) -> str: return (P.checkpoint_dir(run, step) / "README.md").read_text()
+
+
+def test_every_checkpoint_has_a_model_card_from_the_runs_own_records():
+    "Issue 33, point 9: each checkpoint folder's README.md says how it was trained and at what, from the run's files."
+    import yaml
+    run = P.fixture_run()
+    preset, mc, tc = P.read_run_config(run)
+    log, heldout = {r["step"]: r for r in P.train_log(run)}, json.loads((run / "logs" / "eval.json").read_text())
+    for step in P.list_steps(run):
+        card = _card(run, step)
+        front = yaml.safe_load(card.split("---\n")[1])
+        assert front["library_name"] == "transformers" and front["pipeline_tag"] == "fill-mask", front
+        assert {"embryo", "albert"} <= set(front["tags"]) and "language" not in front  # the corpus is a file: its language unknown
+        assert f"# {run.name} at step {step:,}" in card and f"(preset `{preset}`)" in card
+        assert f"{P.tokens_seen(step, tc):,} tokens" in card and f'folder = "{P.checkpoint_dir(run, step)}"' in card
+        assert ("Held-out evaluation" in card) == (step == tc.total_steps), step
+        assert f"| batch | {tc.batch_size} sequences a step |" in card and f"`{tc.corpus}`" in card
+        assert "LAMB (beta1 0.9" in card and "sentence-order prediction" in card and "`model.safetensors` (float32)" in card
+    assert "nothing has been trained yet" in _card(run, 0)
+    assert "Logged at step 1, the last logged step before 2" in _card(run, 2)  # logged every 5 steps, and step 1
+    last = _card(run, 30)
+    for k in ("loss", "mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy", "lr"):
+        assert f"| {k} | {log[30][k]:.4g} |" in last.split("Held-out")[0], k
+    for k in ("mlm_accuracy", "baseline_accuracy", "sop_accuracy", "nsp_accuracy"):
+        assert f"| {k} | {heldout[k]:.4g} |" in last.split("Held-out")[1], k
+    ns = {}
+    exec(last.split("```python\n", 1)[1].split("```", 1)[0], ns)  # the card's code loads what it says
+    ids = ns["tokenizer"]("the [MASK] of the city.", return_tensors="pt")["input_ids"]
+    assert ids[0].tolist() == [2, *D.load_tokenizer(run).encode("the"), 4, *D.load_tokenizer(run).encode("of the city."), 3]
+    with torch.no_grad():
+        torch.testing.assert_close(ns["model"](ids).logits, P.load_checkpoint(run, 30)(ids).prediction_logits, atol=1e-5, rtol=1e-5)
+    assert len(ns["fill"]("the [MASK] of the city.")) == 5
+
+
+def test_cards_written_later_are_those_training_writes(tmp_path):
+    """write_model_cards gives a run trained before cards existed (or with an older card) the cards its training writes
+    now, and leaves a checkpoint folder linked in from elsewhere alone."""
+    mc = get_config("tiny", **P.FIXTURE["model"])
+    tc = get_train_config("tiny", **{**P.FIXTURE["train"], "total_steps": 2, "warmup_steps": 1}, corpus=str(P.corpus_slice()))
+    run = tmp_path / "run"
+    P.train(run, "tiny", mc, tc, progress=False)
+    trained = {s: _card(run, s) for s in P.list_steps(run)}
+    assert list(trained) == [0, 1, 2] and "Held-out evaluation" in trained[2] and "Held-out" not in trained[1]
+    (P.checkpoint_dir(run, 0) / "README.md").unlink()
+    (P.checkpoint_dir(run, 1) / "README.md").write_text("an older card\n")
+    elsewhere = Path(shutil.copytree(P.checkpoint_dir(run, 2), tmp_path / "elsewhere", ignore=shutil.ignore_patterns("README.md")))
+    (run / "checkpoints" / "step_0000099").symlink_to(elsewhere, target_is_directory=True)  # a user's folder, linked in
+    assert P.write_model_cards(run) == [P.checkpoint_dir(run, s) / "README.md" for s in (0, 1)]
+    assert {s: _card(run, s) for s in (0, 1, 2)} == trained
+    assert not (elsewhere / "README.md").exists() and P.write_model_cards(run) == []  # not ours; the others are current

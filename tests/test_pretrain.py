@@ -12,6 +12,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -338,3 +339,44 @@ def test_compile_without_a_cpp_compiler_or_for_electra_is_refused(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(ConfigError, match=r"needs a C\+\+ compiler.*apt install g\+\+\) or set compile=false"):
         P.compile_step(model, "cpu")
+
+
+def _tfrecords(f: Path) -> list[bytes]:
+    "The records of an event file, each checked against its two masked CRC-32Cs as TensorBoard checks them."
+    from tensorboardX.record_writer import masked_crc32c
+    data, i, out = f.read_bytes(), 0, []
+    while i < len(data):
+        head, n = data[i:i + 8], int.from_bytes(data[i:i + 8], "little")
+        assert int.from_bytes(data[i + 8:i + 12], "little") == masked_crc32c(head), (f, i)
+        body = data[i + 12:i + 12 + n]
+        assert int.from_bytes(data[i + 12 + n:i + 16 + n], "little") == masked_crc32c(body), (f, i)
+        out.append(body); i += 16 + n
+    return out
+
+
+def test_tensorboard_log_holds_what_train_jsonl_holds_and_changes_nothing(tmp_path):
+    """Issue 33, point 9: `--tensorboard` writes event files beside train.jsonl; killed after step 15 (its resume point
+    is step 10) and resumed, the log read back is train.jsonl's, record for record, in one valid event file; and the
+    run is the run trained without it."""
+    from tensorboardX.proto.event_pb2 import Event
+    reference, run = P.fixture_run(), tmp_path / "run"
+    logged = lambda k: any(r["step"] >= k for r in log_records(run / "logs" / "train.jsonl", 1 << 62))
+    assert run_until(fixture_args(run) + ["--tensorboard"], lambda: logged(15)), "the kill did not land"
+    assert 15 in [r["step"] for r in P.tensorboard_log(run)]  # the killed run had logged it there too
+    res = _cli("pretrain", *fixture_args(run), "--tensorboard")
+    assert res.returncode == 0, res.stderr[-2000:]
+    log, board = P.train_log(run), P.tensorboard_log(run)
+    assert [r["step"] for r in board] == [r["step"] for r in log] == [1, 5, 10, 15, 20, 25, 30]
+    for r, t in zip(log, board):
+        numeric = {k: v for k, v in r.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        assert {"loss", "mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy", "lr", "tokens_per_s"} <= set(numeric)
+        assert {k: v for k, v in t.items() if k != "step"} == {k: float(np.float32(v)) for k, v in numeric.items()}, r["step"]
+    files = list((run / "tensorboard").iterdir())
+    assert len(files) == 1 and files[0].name.startswith("events.out.tfevents."), files  # the killed run's file is gone
+    events = [Event.FromString(b) for b in _tfrecords(files[0])]
+    assert events[0].file_version == "brain.Event:2" and events[1].session_log.status == 1  # START: a viewer drops what it read
+    assert [e.step for e in events if e.summary.value] == [r["step"] for r in log]  # each step once: step 15 trained again
+    for step in P.list_steps(reference):
+        a, b = weights(run, step), weights(reference, step)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"weights differ at step {step}"
+    assert losses(run) == losses(reference)
