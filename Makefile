@@ -60,7 +60,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab nbs/
 
 readme: $(STAMP)
-	$(BIN)/jupyter nbconvert --to markdown --stdout nbs/index.ipynb > README.md.tmp && mv README.md.tmp README.md
+	$(BIN)/python -c "from embryo.report import write_readme; print(*write_readme() or ['README.md unchanged'])"
 
 # The documentation site, offline: a page per notebook in reading order, the front page from nbs/index.ipynb, each
 # analysis page with its committed figures and verdicts (its results cell), the figures copied in; open _site/index.html.

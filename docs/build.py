@@ -18,7 +18,9 @@ def stage(src: Path) -> Path:
     "A Sphinx source folder laid out as the site: index.ipynb at its root, the other notebooks in nbs/, figures/ beside."
     (src / "nbs").mkdir(parents=True)
     for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
-        shutil.copyfile(nb, src / ("index.ipynb" if nb.name == "index.ipynb" else f"nbs/{nb.name}"))
+        if nb.name != "index.ipynb": shutil.copyfile(nb, src / "nbs" / nb.name)
+    front = (ROOT / "nbs" / "index.ipynb").read_text(encoding="utf-8")  # at the site's root its ../figures/ links lose ../
+    (src / "index.ipynb").write_text(front.replace("](../figures/", "](figures/"), encoding="utf-8")
     (src / "figures").symlink_to(ROOT / "figures", target_is_directory=True)
     return src
 

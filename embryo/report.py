@@ -33,7 +33,8 @@ __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS'
            'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'pace_sentence', 'report_sections', 'write_report', 'redraw_all',
            'reproduce', 'reproduce_seeds', 'status_of', 'findings_markdown', 'sync_findings', 'publish_report',
            'copy_database', 'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference', 'results_markdown',
-           'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value', 'sync_prose', 'notebook_pages']
+           'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value', 'sync_prose', 'readme_markdown',
+           'write_readme', 'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -283,7 +284,8 @@ def publish_report(run_dir, figures_dir="figures") -> list[Path]:
     paths = [write_report(run_dir, figures_dir), *bundle_run(run_dir, figures_dir)]
     paths.append(atomic_write(Path(figures_dir) / "findings.md", f"# The paper's findings on run {Path(run_dir).name}\n\n"
                               + findings_markdown(figures_dir)))
-    if (root := checkout_figures(figures_dir)) is not None: paths += sync_notebooks(root) + sync_findings(root) + sync_prose(root)
+    if (root := checkout_figures(figures_dir)) is not None:
+        paths += sync_notebooks(root) + sync_findings(root) + sync_prose(root) + write_readme(root.parent / "nbs")
     for p in paths: print(f"wrote {p}")
     return paths
 
@@ -480,6 +482,19 @@ def sync_prose(figures_root="figures", nbs=None) -> list[Path]:
             if new != src: c["source"], hit = new.splitlines(keepends=True), True
         if hit: changed.append(atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"))
     return changed
+
+# %% ../nbs/10c_report.ipynb #8205dd8b
+def readme_markdown(nbs=None) -> str:
+    "README.md's text: nbs/index.ipynb as Markdown, its `../figures/` links made relative to the repository's top."
+    from nbconvert import MarkdownExporter
+    body, _ = MarkdownExporter().from_filename(str(Path(nbs or nbs_dir()) / "index.ipynb"))
+    return re.sub(r"(\]\(|src=\")\.\./figures/", r"\1figures/", body)
+
+def write_readme(nbs=None) -> list[Path]:
+    "Write README.md beside `nbs` from the front notebook when it differs; returns it if written."
+    nbs = Path(nbs or nbs_dir()); text = readme_markdown(nbs)
+    out = nbs.parent / "README.md"
+    return [] if out.exists() and out.read_text(encoding="utf-8") == text else [atomic_write(out, text)]
 
 # %% ../nbs/10c_report.ipynb #0c1b0b95
 def _scratch_run(run_dir: Path, dst: Path) -> Path:

@@ -8,9 +8,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_readme_in_sync_with_index():
-    md = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "markdown", "--stdout",
-                         str(ROOT / "nbs" / "index.ipynb")], capture_output=True, text=True, check=True).stdout
-    assert md == (ROOT / "README.md").read_text(), "README.md differs from nbs/index.ipynb: run `make readme`"
+    from embryo.report import readme_markdown
+    assert readme_markdown(ROOT / "nbs") == (ROOT / "README.md").read_text(), "README.md differs from nbs/index.ipynb: run `make readme`"
+
+
+def test_the_front_notebooks_links_work_from_nbs_and_the_readmes_from_the_top():
+    "Issue 33, point 6: index.ipynb's figure links broke when it was opened from nbs/, where JupyterLab opens it."
+    import json
+    text = "".join("".join(c["source"]) for c in json.loads((ROOT / "nbs" / "index.ipynb").read_text())["cells"])
+    for name, base, md in (("nbs/index.ipynb", ROOT / "nbs", text), ("README.md", ROOT, (ROOT / "README.md").read_text())):
+        links = re.findall(r"\]\(([^)#\s]+)\)", md)
+        local = [l for l in links if not l.startswith(("http", "mailto"))]
+        assert len(local) > 20, (name, local)
+        missing = [l for l in local if not (base / l).exists()]
+        assert not missing, f"{name}: links that do not resolve from {base}: {missing}"
 
 
 def test_readme_names_the_two_commands_and_make_has_them():
