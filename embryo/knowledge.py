@@ -389,8 +389,11 @@ def verdict(run_dir) -> str:
     se = lambda r, s: math.sqrt(max(p[r][s] * (1 - p[r][s]), 1e-12) / n[r][s])  # binomial standard error
     above = [r for r in p.columns if any(p[r][s] - fl[r] > 2 * se(r, s) for s in p.index if pd.notna(p[r][s]))]
     s = (f"At step {last} the model's top prediction is right for {mean[last]:.1%} of the cloze queries (mean over "
-         f"{p.loc[last].notna().sum()} relations; {c.mean(axis=1)[last]:.1%} within the common vocabulary), against "
-         f"{fl.mean():.1%} for always giving each relation's most frequent answer (the floor)")
+         f"{p.loc[last].notna().sum()} relations; {c.mean(axis=1)[last]:.1%} within the common vocabulary)")
+    if fl.isna().all():  # a database from before each query's answer was stored: no floor to hold the curves against
+        return s + ("; this database holds no query's answers, so the constant-answer floor, and with it whether knowledge "
+                    "is learned (the paper's section 6), is not testable here: sweep the run again to store them.")
+    s += f", against {fl.mean():.1%} for always giving each relation's most frequent answer (the floor)"
     if not above:
         return s + (f"; no relation clears its floor by two standard errors at any of the {len(p)} steps evaluated, so "
                     "whether knowledge is learned and forgotten (the paper's section 6) is not testable on this run.")

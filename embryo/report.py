@@ -483,7 +483,7 @@ def sync_prose(figures_root="figures", nbs=None) -> list[Path]:
         if hit: changed.append(atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"))
     return changed
 
-# %% ../nbs/10c_report.ipynb #8205dd8b
+# %% ../nbs/10c_report.ipynb #7c144d76
 def readme_markdown(nbs=None) -> str:
     "README.md's text: nbs/index.ipynb as Markdown, its `../figures/` links made relative to the repository's top."
     from nbconvert import MarkdownExporter

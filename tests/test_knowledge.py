@@ -223,3 +223,10 @@ def test_verdict_names_the_constant_answer_floor_and_claims_nothing_below_it(tmp
     v = K.verdict(run)
     assert "floor" in v and "not testable on this run" in v, v
     assert "peaks at step" not in v, v  # no "peak" of 0.0%
+
+
+def test_a_database_without_answers_gives_no_nan_floor():
+    "A bundle swept before each query's answer was stored (figures/bert-tiny) read 'against nan%' as its floor."
+    from embryo.knowledge import verdict
+    v = verdict(Path(__file__).resolve().parents[1] / "figures" / "bert-tiny" / "run")
+    assert "nan" not in v and "floor" in v and "not testable here" in v, v
