@@ -88,8 +88,10 @@ def _cli(*args):
 def test_ctrl_c_is_one_line_and_the_same_command_goes_on(tmp_path):
     "Issue 32, finding 7: Ctrl-C printed a 26-line traceback; now one line, exit 130, and the rerun ends as a run alone."
     reference, run = P.fixture_run(), tmp_path / "run"
+    # as in a terminal: a shell's background job (CI started with `&`) inherits SIGINT ignored, and Python keeps it so
     proc = subprocess.Popen([sys.executable, "-m", "embryo.cli", "pretrain", *fixture_args(run)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     while not P.checkpoint_dir(run, 2).exists() and proc.poll() is None: time.sleep(0.005)
     proc.send_signal(signal.SIGINT)
     err = proc.stderr.read()
