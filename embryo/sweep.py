@@ -167,15 +167,18 @@ def start_kernel(cwd, preload: Sequence[str] = ()):
     import asyncio
     from jupyter_client.manager import AsyncKernelManager
     async def start():
-        km = AsyncKernelManager(kernel_name="python3")
-        await km.start_kernel(cwd=str(cwd))
-        if preload:
+        for attempt in range(3):  # a kernel whose port another process took first never answers: start a fresh one
+            km = AsyncKernelManager(kernel_name="python3")
+            await km.start_kernel(cwd=str(cwd))
             kc = km.client(); kc.start_channels()
             try:
                 await kc.wait_for_ready(timeout=120)
-                await kc.execute(f"[__import__(m) for m in {list(preload)!r}]", silent=True, reply=True, timeout=600)
+                if preload: await kc.execute(f"[__import__(m) for m in {list(preload)!r}]", silent=True, reply=True, timeout=600)
+                return km
+            except RuntimeError:
+                await km.shutdown_kernel(now=True); await km.cleanup_resources()
+                if attempt == 2: raise
             finally: kc.stop_channels()
-        return km
     return asyncio.run(start())
 
 # %% ../nbs/10_sweep.ipynb #9a649763
