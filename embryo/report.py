@@ -453,7 +453,7 @@ def _json_step(value, key: str):
 # %% ../nbs/10c_report.ipynb #78e95439
 def fact_value(spec: str, figures_root="figures") -> str:
     "The text a fact span `FILE | column=value; ... | column | format` cites, read from the committed `figures_root/FILE`."
-    try: file, where, column, fmt = (s.strip() for s in spec.split("|"))
+    try: file, where, column, fmt = (s.strip() for s in re.split(r"\\?\|", spec))  # `\|` inside a Markdown table
     except ValueError: raise FactError(f"fact span {spec!r}: write it as FILE | column=value; ... | column | format") from None
     if not (Path(figures_root) / file).is_file(): raise FactError(f"fact span {spec!r}: no file {file} under {figures_root}")
     if file.endswith(".json"):  # a JSON record: no row conditions, the column is its key path (`transitions.0.step`)
@@ -462,7 +462,11 @@ def fact_value(spec: str, figures_root="figures") -> str:
         if where or not isinstance(value, (int, float, str)) or (fmt != "s") != isinstance(value, (int, float)):
             raise FactError(f"fact span {spec!r}: {file} has no {'text' if fmt == 's' else 'number'} {column!r}")
         return value if fmt == "s" else format(float(value), fmt)
-    rows = pd.read_csv(Path(figures_root) / file, dtype=str, keep_default_na=False)
+    if file.endswith(".sqlite"):  # a run's results database: its `results` rows, read without touching the file
+        import sqlite3, contextlib
+        with contextlib.closing(sqlite3.connect(f"file:{Path(figures_root) / file}?immutable=1", uri=True)) as con:
+            rows = pd.read_sql("select * from results", con).astype(str)
+    else: rows = pd.read_csv(Path(figures_root) / file, dtype=str, keep_default_na=False)
     for cond in filter(None, (c.strip() for c in where.split(";"))):
         k, _, v = cond.partition("="); rows = rows[rows[k.strip()] == v.strip()] if k.strip() in rows else rows.iloc[:0]
     if len(rows) != 1 or column not in rows or rows[column].iloc[0] == "":
