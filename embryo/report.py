@@ -263,6 +263,11 @@ def findings_markdown(figures_dir="figures") -> str:
     rows = [f"| {i} | {claim} | **{status_of(pick(f))}** | {cell(pick(f) or 'not run')} |" for i, claim, f in FINDINGS]
     return "\n".join(["| | the paper's finding | on this run | the verdict, with its numbers |", "|---|---|---|---|", *rows]) + "\n"
 
+# %% ../nbs/10c_report.ipynb #f1543353
+def _write_notebook(path, nb: dict) -> Path:
+    "Write a notebook rewritten from the committed results atomically, in the form nbdev_clean leaves it."
+    return atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
+
 # %% ../nbs/10c_report.ipynb #03496e78
 FINDINGS_MARKS = ("<!-- findings: written by embryo report from figures/report.json -->", "<!-- end of findings -->")
 
@@ -276,7 +281,7 @@ def sync_findings(figures_root="figures", nbs=None) -> list[Path]:
     new = f"{head}{a}\n{findings_markdown(figures_root)}{b}{tail}"
     if new == src: return []
     cell["source"] = new.splitlines(keepends=True)
-    return [atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n")]
+    return [_write_notebook(path, nb)]
 
 # %% ../nbs/10c_report.ipynb #0ad12807
 def publish_report(run_dir, figures_dir="figures") -> list[Path]:
@@ -423,7 +428,7 @@ def sync_notebooks(figures_root="figures", nbs=None, analyses=None) -> list[Path
         cell, text = _results_cell(nb, a, path), results_markdown(a, figures_root, nbs)
         if "".join(cell["source"]) == text: continue
         cell["source"] = text.splitlines(keepends=True)
-        atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"); changed.append(path)
+        changed.append(_write_notebook(path, nb))
     return changed
 
 # %% ../nbs/10c_report.ipynb #d369f236
@@ -484,7 +489,7 @@ def sync_prose(figures_root="figures", nbs=None) -> list[Path]:
             src = "".join(c["source"])
             new = FACT_SPAN.sub(lambda m: f"<!-- fact {m['spec']} -->{fact_value(m['spec'], figures_root)}<!-- /fact -->", src)
             if new != src: c["source"], hit = new.splitlines(keepends=True), True
-        if hit: changed.append(atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"))
+        if hit: changed.append(_write_notebook(path, nb))
     return changed
 
 # %% ../nbs/10c_report.ipynb #7c144d76
