@@ -772,7 +772,7 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
         if name in bow: ax.axhline(bow[name], color="tab:orange", ls=":", lw=1.5, label=f"bag-of-words: {bow[name]:.1f}")
         if 0 in s.index: ax.axhline(s.loc[0], color="grey", ls="-.", lw=0.8, label="step 0")
         ax.set_ylim(*honest_range([s, chance.reindex([name]), bow.reindex([name])]))
-        ax.set_title(f"{task.title} ({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)
+        ax.set_title(f"{task.title}\n({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)  # two lines: no overlap
         step_axis(ax, t.index, fontsize=8, run_dir=run_dir)
         ax.set_ylabel(f"{task.metric} (x100)", fontsize=8); ax.grid(alpha=0.3)
         legend_below(ax, fontsize=7)

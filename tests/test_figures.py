@@ -145,3 +145,14 @@ def test_no_y_label_is_clipped_and_the_similarity_label_fits_its_panel(drawn):
             lab, box, page = ax.yaxis.label.get_window_extent(), ax.get_window_extent(), fig.bbox
             assert page.y0 <= lab.y0 and lab.y1 <= page.y1, (name, fname, ax.get_ylabel(), lab, page)
             if fname.startswith("fig_similarity"): assert box.y0 - 1 <= lab.y0 and lab.y1 <= box.y1 + 1, (fname, lab, box)
+
+
+def test_no_two_titles_overlap(drawn):
+    "Fig. 12's panel titles ran into each other ('uncertainty (CoNLL-2010) (accuracy, not GLUE)' over its neighbour's)."
+    name, figs, _ = drawn
+    for fname, fig in figs.items():
+        titles = [(ax, t) for ax in fig.axes if ax.get_visible() for t in (ax.title, ax._left_title, ax._right_title) if t.get_text()]
+        boxes = [(t.get_text(), t.get_window_extent()) for _, t in titles]
+        for i, (a, ba) in enumerate(boxes):
+            for b, bb in boxes[i + 1:]:
+                assert not ba.overlaps(bb), f"{name} {fname}: the titles {a!r} and {b!r} overlap"
