@@ -30,11 +30,11 @@ from .seeds import seed_bands, seed_run_dirs
 # %% auto #0
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
            'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'BUNDLED', 'SHIPPED_FILES', 'REFERENCE_ANALYSES', 'NOTEBOOKS',
-           'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'pace_sentence', 'report_sections', 'write_report', 'redraw_all',
-           'reproduce', 'reproduce_seeds', 'status_of', 'findings_markdown', 'sync_findings', 'publish_report',
-           'copy_database', 'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference', 'results_markdown',
-           'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value', 'sync_prose', 'readme_markdown',
-           'write_readme', 'notebook_pages']
+           'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'OFFLINE_TEMPLATE', 'pace_sentence', 'report_sections', 'write_report',
+           'redraw_all', 'reproduce', 'reproduce_seeds', 'status_of', 'findings_markdown', 'sync_findings',
+           'publish_report', 'copy_database', 'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference',
+           'results_markdown', 'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value', 'sync_prose',
+           'readme_markdown', 'write_readme', 'page_exporter', 'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -516,13 +516,25 @@ def _scratch_run(run_dir: Path, dst: Path) -> Path:
         with sqlite3.connect(db_path(run_dir)) as src, sqlite3.connect(dst / DB_NAME) as out: src.backup(out)
     return dst
 
+# %% ../nbs/10c_report.ipynb #5fd9d8af
+# nbconvert's lab template less its CDN scripts: require.js (for widgets, which our notebooks have none of), MathJax, and
+# mermaid (fetched only for a diagram, which they have none of either)
+OFFLINE_TEMPLATE = "{%- extends 'index.html.j2' -%}\n" + "".join(
+    f"{{% block html_head_js_{b} %}}{{% endblock %}}\n" for b in ("requirejs", "mathjax", "mermaidjs"))
+
+def page_exporter():
+    "nbconvert's HTML exporter with the lab template less the scripts it loads from the network."
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+    return HTMLExporter(extra_loaders=[DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})], template_file="offline.html.j2")
+
 # %% ../nbs/10c_report.ipynb #a310c266
 def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None, device: str = "cpu") -> list[Path]:
     "Run each analysis notebook whole (papermill) on the run's last step and write it as HTML to `out_dir`, outputs and all."
     import tempfile
     import nbformat
     import papermill as pm
-    try: from nbconvert import HTMLExporter
+    try: exporter = page_exporter()
     except ImportError:
         print("notebook pages skipped: they need nbconvert, a development requirement (pip install -e '.[dev]')"); return []
     run_dir, out_dir = Path(run_dir).resolve(), Path(out_dir)
@@ -541,7 +553,7 @@ def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None,
             nb = nbformat.read(executed, as_version=4)
             for c in nb.cells:
                 if c.cell_type == "markdown": c.source = c.source.replace("](../figures/", f"]({figs}/")
-            body, _ = HTMLExporter().from_notebook_node(nb)
+            body, _ = exporter.from_notebook_node(nb)
             paths.append(atomic_write(out_dir / f"{src.stem}.html", body))
             print(f"wrote {paths[-1]} ({time.time() - t0:.0f} s)", flush=True)
     return paths

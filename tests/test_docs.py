@@ -80,3 +80,13 @@ def test_nbdev_docs_processes_every_notebook(monkeypatch):
     for nb in NBS:
         try: FilterDefaults()(read_nb(nb))
         except Exception as e: pytest.fail(f"{nb.name}: {e} ({e.__cause__!r})")
+
+
+def test_committed_pages_load_nothing_from_the_network():
+    "The executed pages loaded require.js and MathJax from a CDN (nbconvert's template); the bundles must read offline."
+    pages = sorted(ROOT.glob("figures/**/notebooks/*.html"))
+    assert pages, "no executed pages committed under figures/"
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert not re.findall(r'(?:src|href)="https?://', text), page
+        assert not re.findall(r"<script[^>]*>[^<]*?https?://", text), page
