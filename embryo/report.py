@@ -374,7 +374,9 @@ def build_reference(runs="runs", out=None, options: dict | None = None) -> Path:
 # %% ../nbs/10c_report.ipynb #d7236a80
 NOTEBOOKS = {**ANALYSES, "ablations": "09_albert_ablations"}  # analysis -> its notebook, each with a results cell
 RESULTS_MARK = "<!-- embryo:results {analysis} -->"  # the first line of the notebook cell that sync_notebooks rewrites
-TWINS = {"bert-tiny": "The BERT twin", "electra-tiny": "The ELECTRA twin", "facts": "The quick run with injected facts (tiny-facts)"}  # figures/<folder>/ of another run, as the results cells name it
+TWINS = {"bert-tiny": "The BERT twin", "electra-tiny": "The ELECTRA twin", "facts": "The quick run with injected facts (tiny-facts)",
+         "mature": "The mature run (tiny-mature)", "bert-tiny-mature": "The mature run's BERT twin",
+         "electra-tiny-mature": "The mature run's ELECTRA twin"}  # figures/<folder>/ of another run, as the results cells name it
 
 def _figure_sets(figures_root) -> list[tuple[str, Path, dict]]:
     "(title, folder, report) of the default run's figures (the root) and of each other run's folder under it."
