@@ -91,7 +91,7 @@ def table_variants(table: str, scale: dict) -> list[Variant]:
 def run_configs(variant: Variant, scale: dict, seed: int, steps: int):
     "(preset, ModelConfig, TrainConfig) of one row's run."
     mc = get_config(scale["preset"], **{**scale["model"], "sharing": variant.sharing, "embedding_size": variant.embedding_size})
-    train = {**scale["train"], "total_steps": steps, "warmup_steps": scale.get("warmup_steps", max(1, steps // 10)), "seed": seed,
+    train = {**scale["train"], "total_steps": steps, "warmup_steps": min(steps, scale.get("warmup_steps", max(1, steps // 10))), "seed": seed,
              "sentence_task": variant.sentence_task, "checkpoint_pow2_until": 0, "checkpoint_every": [[steps, None]],
              "resume_every": max(1, min(steps, 1000)), "log_every": max(1, steps // 20)}
     if scale["name"] == "micro": train["corpus"] = str(P.corpus_slice())

@@ -20,7 +20,7 @@ from .sweep import SweepError, available_analyses
 
 # %% auto #0
 __all__ = ['SIDE_BY_SIDE', 'RISE', 'EARLY', 'FLOORS', 'RUN_BUNDLE', 'FAMILIES', 'gain_and_step90', 'trend',
-           'side_by_side_verdict', 'model_family', 'swept_run', 'run_length', 'compare_runs']
+           'side_by_side_verdict', 'model_family', 'swept_run', 'run_length', 'shared_floors', 'compare_runs']
 
 # %% ../nbs/10a_compare.ipynb #9b8bd093
 def _best_layer_mean(df):
@@ -81,14 +81,16 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
     "One sentence: does every run show the paper's trend (a rise, mostly early) for `analysis`?"
     what = SIDE_BY_SIDE[analysis][1]
     parts = [f"{name}: {t['first']:.3f} -> best {t['best']:.3f} (+{t['gain']:.3f}"
-             + (f"; floor {t['floor']:.3f})" if t.get("floor") is not None else ")")
+             + (f"; floor {t['floor']:.3f}" + (f", measured on {t['floor_from']}" if t.get("floor_from") else "") + ")"
+                if t.get("floor") is not None else ")")
              + (f", 90% of it by step {t['step90']:,} ({t['share90']:.0%} of training)" if t["step90"] is not None else "")
              for name, t in trends.items()]
     flat = [n for n, t in trends.items() if not t["rises"]]
     late = [n for n, t in trends.items() if t["rises"] and not t["early"]]
     if flat: head = (f"The trend does not generalise on these runs: {', '.join(flat)} gain less than {RISE} in {what}, "
                      f"or stay within {RISE} of its floor.")
-    elif late: head = f"Every run rises in {what}, but {', '.join(late)} reach 90% of their gain only after {EARLY:.0%} of training."
+    elif late: head = (f"Every run rises in {what}, but {', '.join(late)} {'reaches 90% of its' if len(late) == 1 else 'reach 90% of their'} "
+                       f"gain only after {EARLY:.0%} of training.")
     else: head = f"The trend generalises: every run rises in {what} and reaches 90% of its gain within the first {EARLY:.0%} of training."
     return head + " " + "; ".join(parts) + "."
 
@@ -131,6 +133,18 @@ def run_length(run_dir) -> int:
     return int(max(steps)) if len(steps) else 0
 
 
+# %% ../nbs/10a_compare.ipynb #9da9a781
+def shared_floors(floors: dict, names: dict) -> dict:
+    "Per run, (floor, the run it was measured on or None): a run with no floor takes one of a run with the same text and vocabulary."
+    from embryo.run import read_run_config
+    def key(r):
+        tc = read_run_config(r)[2]; return (str(tc.corpus), tc.tokenizer_vocab_size, tc.max_seq_length)
+    out = {}
+    for r, f in floors.items():
+        donor = None if not np.isnan(f) else next((d for d, g in floors.items() if not np.isnan(g) and key(d) == key(r)), None)
+        out[r] = (floors[donor], names[donor]) if donor is not None else (f, None)
+    return out
+
 # %% ../nbs/10a_compare.ipynb #d83ae451
 def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     "One figure per analysis with a curve per run (Figs. 9, 11, 13c, 14 side by side), `compare.md` with the verdicts, `compare.json`."
@@ -146,7 +160,8 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     names = {r: f"{model_family(r)} ({read_run_config(r)[0] if r.name == RUN_BUNDLE else r.name})" for r in runs}
     total = {r: run_length(r) for r in runs}
     out, paths, report = Path(out_dir), [], {}
-    md = ["# Three models side by side: does the trend generalise?", "",
+    count = {2: "Two", 3: "Three", 4: "Four"}.get(len(runs), str(len(runs)))
+    md = [f"# {count} runs side by side: does the trend generalise?", "",
           "Each analysis summarised by one number per step, one curve per run (`compare_runs`, notebook 10). A run *rises* "
           f"when it gains at least {RISE} from its first step to its best; *early* when 90% of that gain comes within the "
           f"first {EARLY:.0%} of its training.", ""]
@@ -156,8 +171,8 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
             s = summarise(read_results(r, a)) if a in available_analyses() else pd.Series(dtype=float)
             if len(s): series[r] = s
         if len(series) < 2: continue  # fewer than two runs have this analysis: nothing to set side by side
-        floor = {r: FLOORS[a](read_results(r, a)) if a in FLOORS else float("nan") for r in series}
-        trends = {names[r]: trend(s, total[r], floor[r]) for r, s in series.items()}
+        floor = shared_floors({r: FLOORS[a](read_results(r, a)) if a in FLOORS else float("nan") for r in series}, names)
+        trends = {names[r]: dict(trend(s, total[r], floor[r][0]), floor_from=floor[r][1]) for r, s in series.items()}
         verdict = side_by_side_verdict(a, trends)
         fig, ax = plt.subplots(figsize=(6.4, 3.8))
         for r, s in series.items():

@@ -29,12 +29,12 @@ from .seeds import seed_bands, seed_run_dirs
 
 # %% auto #0
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
-           'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'BUNDLED', 'SHIPPED_FILES', 'REFERENCE_ANALYSES', 'NOTEBOOKS',
-           'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'OFFLINE_TEMPLATE', 'pace_sentence', 'report_sections', 'write_report',
-           'redraw_all', 'reproduce', 'reproduce_seeds', 'status_of', 'findings_markdown', 'sync_findings',
-           'publish_report', 'copy_database', 'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference',
-           'results_markdown', 'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value', 'sync_prose',
-           'readme_markdown', 'write_readme', 'page_exporter', 'notebook_pages']
+           'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'BUNDLED', 'SHIP_BUDGET', 'SHIPPED_FILES', 'REFERENCE_ANALYSES',
+           'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'OFFLINE_TEMPLATE', 'pace_sentence', 'report_sections',
+           'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'status_of', 'findings_markdown',
+           'sync_findings', 'publish_report', 'copy_database', 'bundle_run', 'shipped_steps', 'ship_checkpoints',
+           'build_reference', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value',
+           'sync_prose', 'readme_markdown', 'write_readme', 'page_exporter', 'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -327,13 +327,20 @@ def bundle_run(run_dir, figures_dir="figures") -> list[Path]:
 
 
 # %% ../nbs/10c_report.ipynb #edd895e6
-def shipped_steps(run_dir) -> list[int]:
-    "The checkpoints a bundle carries: where the loss leaves its plateau, where it falls fastest, and the last one."
+SHIP_BUDGET = 10_000_000  # bytes of 16-bit weights a bundle carries at most (three checkpoints of `tiny`: 9.6 MB)
+
+def shipped_steps(run_dir, budget: int = SHIP_BUDGET) -> list[int]:
+    "The checkpoints a bundle carries: the last one, where the loss falls fastest, where it leaves its plateau, while they fit `budget`."
     steps = list_steps(run_dir)
     if not steps: return []
     near = lambda s: min(steps, key=lambda x: (abs(x - s), x))
     t = run_transitions(run_dir)[:1]
-    return sorted({*([near(t[0]["start_step"]), near(t[0]["step"])] if t else [near(steps[-1] // 2)]), steps[-1]})
+    out, used = [], 0
+    for s in dict.fromkeys([steps[-1], *([near(t[0]["step"]), near(t[0]["start_step"])] if t else [near(steps[-1] // 2)])]):
+        used += sum(f.stat().st_size for f in find_checkpoint(run_dir, s).rglob("model.safetensors")) // 2  # 32 -> 16 bits
+        if used > budget: break
+        out.append(s)
+    return sorted(out)
 
 # %% ../nbs/10c_report.ipynb #c61893ec
 SHIPPED_FILES = ("config.json", *(n for n in HF_TOKENIZER_FILES if n != "tokenizer.json"))  # beside the 16-bit weights

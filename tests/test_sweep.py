@@ -432,3 +432,15 @@ def test_report_leaves_the_bundle_it_reads_as_it_was(root, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     after = {p for p in bundle.rglob("*") if p.is_file() and not wal(p)}
     assert after == set(before) and all(p.read_bytes() == before[p] for p in after), sorted(set(after) ^ set(before))
+
+
+def test_committed_comparisons_are_what_compare_draws_from_the_bundles(tmp_path, root):
+    "figures/compare said BERT and ELECTRA rise in mask prediction at exactly the always-'the' score (their databases hold no floor)."
+    from embryo.compare import compare_runs
+    for folder, bundles in (("compare", ("", "bert-tiny", "electra-tiny")), ("compare-mature", ("mature", "bert-tiny-mature"))):
+        out = tmp_path / folder
+        compare_runs([root / "figures" / b / "run" for b in bundles], out)
+        got, want = json.loads((out / "compare.json").read_text()), json.loads((root / "figures" / folder / "compare.json").read_text())
+        assert got["analyses"] == want["analyses"], f"figures/{folder} is stale: rerun embryo compare (README)"
+    mask = json.loads((root / "figures" / "compare" / "compare.json").read_text())["analyses"]["reconstruction"]["runs"]
+    assert not mask["BERT (bert-tiny)"]["rises"] and mask["BERT (bert-tiny)"]["floor"] == mask["ALBERT (tiny)"]["floor"]
