@@ -463,7 +463,11 @@ def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
     read = {k: holds for k, (ok, holds) in claims.items() if ok}
     status = ("cannot be read on these runs" if not read else "not reproduced" if not any(read.values()) else
               "reproduced" if all(read.values()) and len(read) == 2 else "partly reproduced")
-    said = "; ".join(f"{k}: {'holds' if read[k] else 'does not hold'}" if k in read else
+    why = {"NSP does not teach sentence order": ", ".join(
+               [f"the NSP-trained model's SOP, {_mean(nsp['sop']):.1f}, is above chance"] * (not at_chance(nsp["sop"], nsp.seeds, n_eval))
+               + [f"not below the SOP-trained model's beyond the seed spread ({vs})"] * (not vs.endswith(" yes"))),
+           "SOP also solves NSP": f"the SOP-trained model's NSP, {_mean(sop['nsp']):.1f}, is within 2 standard errors of chance"}
+    said = "; ".join(f"{k}: {'holds' if read[k] else f'does not hold ({why[k]})'}" if k in read else
                      f"{k}: cannot be read (a row trained on the task it needs sits at chance, or one seed gives no spread)" for k in claims)
     return (f"ALBERT Table 6 after {steps} steps ({nsp.seeds} seed{'s' * (nsp.seeds != 1)}, {n_eval} held-out pairs each): the NSP-trained model scores "
             f"NSP {_mean(nsp['nsp']):.1f}, SOP {_mean(nsp['sop']):.1f} (paper 90.5, 52.0); the SOP-trained model SOP {_mean(sop['sop']):.1f}, "
