@@ -156,12 +156,15 @@ def test_downstream_scores_are_finetuned_cached_and_tabled(ablation_root, tmp_pa
 
 
 def test_tables_4_to_6_get_verdicts_that_respect_chance(root):
-    "Issue 'findings': the committed Tables 4-6 stop at 250 steps with SOP and NSP at chance in every row, and said nothing."
-    from embryo.report import report_sections
+    "Issue 'findings': the committed Tables 4-6 stopped at 250 steps with SOP and NSP at chance in every row, and said nothing."
+    from embryo.report import report_sections, status_of
     v = A.table_verdicts(root / "figures")
     assert set(v) == {"table6_sentence_loss", "table5_sharing", "table4_embedding_size"}
-    assert v["table6_sentence_loss"].startswith("ALBERT Table 6 is not testable after 250 steps"), v
-    assert "all-E64-nsp: 50.0" in v["table6_sentence_loss"]  # the NSP-trained row, at chance on NSP (the paper: 90.5)
+    # Table 6 is trained past the transition (the quick scale): its two claims are read, each with its reason
+    assert v["table6_sentence_loss"].startswith("ALBERT Table 6 after 8000 steps (2 seeds"), v
+    assert "NSP does not teach sentence order: " in v["table6_sentence_loss"] and "SOP also solves NSP: " in v["table6_sentence_loss"]
+    assert status_of(v["table6_sentence_loss"]) in ("reproduced", "partly", "not reproduced"), v
+    assert v["table5_sharing"].startswith("ALBERT Table 5 is not testable after 250 steps"), v
     assert "not testable" in v["table4_embedding_size"] and "all-E32-sop mlm: -1.2" in v["table4_embedding_size"]
     sections = {s["file"]: s["verdict"] for s in report_sections(root / "figures" / "run", root / "figures")}
     assert sections["table6_sentence_loss"] == v["table6_sentence_loss"]
