@@ -31,8 +31,8 @@ __all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'REFERENCE', 'KEY_SC
            'base_embedding', 'table_variants', 'run_configs', 'shared_tokenizer', 'pretrain_variant',
            'downstream_scores', 'run_scores', 'compare', 'paper_row', 'collect', 'table_frame', 'write_table',
            'scale_note', 'make_batch', 'tokens_per_s', 'training_throughput', 'speed_table', 'default_root',
-           'run_ablations', 'redraw', 'verdict', 'beyond_spread', 'at_chance', 'table6_claims', 'table_verdict',
-           'table_verdicts']
+           'run_ablations', 'redraw', 'verdict', 'beyond_spread', 'chance_band', 'at_chance', 'table6_claims',
+           'table_verdict', 'table_verdicts']
 
 # %% ../nbs/09_albert_ablations.ipynb #73fad895
 @dataclass(frozen=True)
@@ -445,9 +445,13 @@ def beyond_spread(frame: pd.DataFrame) -> list[str]:
     return [f"{r.config} {s}: {r[f'{s}_vs_ref']}" for _, r in frame.iterrows() for s in ("mlm", "nsp", "sop", "downstream_avg")
             if f"{s}_vs_ref" in frame and str(r[f"{s}_vs_ref"]).endswith(" yes")]
 
+def chance_band(seeds: int, n_eval: int = 256) -> float:
+    "2 binomial standard errors (percent) of a 50% accuracy over `seeds` x `n_eval` sequences."
+    return 2 * 100 * math.sqrt(0.25 / (max(1, seeds) * n_eval))
+
 def at_chance(cell, seeds: int, n_eval: int = 256) -> bool:
-    "Whether a sentence-task accuracy cell (percent) lies within 2 binomial standard errors of 50% over `seeds` x `n_eval` sequences."
-    return abs(_mean(cell) - 50) <= 2 * 100 * math.sqrt(0.25 / (max(1, seeds) * n_eval))
+    "Whether a sentence-task accuracy cell (percent) lies within `chance_band` of 50%."
+    return abs(_mean(cell) - 50) <= chance_band(seeds, n_eval)
 
 # %% ../nbs/09_albert_ablations.ipynb #aa4dfadd
 def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
@@ -461,7 +465,7 @@ def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
                                                     at_chance(nsp["sop"], nsp.seeds, n_eval) and vs.endswith(" yes")),
               "SOP also solves NSP": (learned(sop, "sop"), learned(sop, "nsp"))}
     read = {k: holds for k, (ok, holds) in claims.items() if ok}
-    status = ("cannot be read on these runs" if not read else "not reproduced" if not any(read.values()) else
+    status = ("is not testable" if not read else "not reproduced" if not any(read.values()) else
               "reproduced" if all(read.values()) and len(read) == 2 else "partly reproduced")
     why = {"NSP does not teach sentence order": ", ".join(
                [f"the NSP-trained model's SOP, {_mean(nsp['sop']):.1f}, is above chance"] * (not at_chance(nsp["sop"], nsp.seeds, n_eval))
@@ -471,9 +475,9 @@ def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
                      f"{k}: cannot be read (a row trained on the task it needs sits at chance, or one seed gives no spread)" for k in claims)
     return (f"ALBERT Table 6 after {steps} steps ({nsp.seeds} seed{'s' * (nsp.seeds != 1)}, {n_eval} held-out pairs each): the NSP-trained model scores "
             f"NSP {_mean(nsp['nsp']):.1f}, SOP {_mean(nsp['sop']):.1f} (paper 90.5, 52.0); the SOP-trained model SOP {_mean(sop['sop']):.1f}, "
-            f"NSP {_mean(sop['nsp']):.1f} (paper 86.5, 78.9); chance 50, 2 binomial standard errors {2 * 100 * math.sqrt(0.25 / (nsp.seeds * n_eval)):.1f}. "
+            f"NSP {_mean(sop['nsp']):.1f} (paper 86.5, 78.9); chance 50, 2 binomial standard errors {chance_band(nsp.seeds, n_eval):.1f}. "
             f"{said}; differences beyond the seed spread: {'; '.join(beyond_spread(frame)) or 'none'}. Table 6 "
-            + ("is not testable on these runs." if not read else f"{status} on these runs."))
+            + f"{status} on these runs.")
 
 # %% ../nbs/09_albert_ablations.ipynb #5ce2c2c5
 def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
