@@ -31,8 +31,8 @@ __all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'REFERENCE', 'KEY_SC
            'base_embedding', 'table_variants', 'run_configs', 'shared_tokenizer', 'pretrain_variant',
            'downstream_scores', 'run_scores', 'compare', 'paper_row', 'collect', 'table_frame', 'write_table',
            'scale_note', 'make_batch', 'tokens_per_s', 'training_throughput', 'speed_table', 'default_root',
-           'run_ablations', 'redraw', 'verdict', 'beyond_spread', 'chance_band', 'at_chance', 'table6_claims',
-           'table_verdict', 'table_verdicts']
+           'run_ablations', 'redraw', 'beyond_spread', 'chance_band', 'at_chance', 'table6_claims', 'table_verdict',
+           'table_verdicts', 'verdict']
 
 # %% ../nbs/09_albert_ablations.ipynb #73fad895
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def run_scores(run_dir, device: str = "cpu", downstream: bool = False, finetune:
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: the run has not finished training")
     ev, (_, mc, _) = json.loads(f.read_text()), read_run_config(run_dir)
     out = dict(mlm=100 * ev["mlm_accuracy"], sop=100 * ev["sop_accuracy"], nsp=100 * ev.get("nsp_accuracy", math.nan),
-               params=count_parameters(mc))
+               params=count_parameters(mc), n_eval=int(ev["heldout_sequences"]))
     cache, step = run_dir / "logs" / "downstream.json", P.list_steps(run_dir)[-1]
     finetune = finetune or {}
     settings = dict(step=step, **finetune)
@@ -252,11 +252,12 @@ def write_table(frame: pd.DataFrame, table: str, out_dir, note: str, verdict: st
     return [atomic_write(out / f"{name}.md", md), atomic_write(out / f"{name}.csv", frame.to_csv(index=False))]
 
 # %% ../nbs/09_albert_ablations.ipynb #43f25154
-def scale_note(scale: dict, steps: int, root) -> str:
+def scale_note(scale: dict, steps: int, root, n_eval: int | None = None) -> str:
     "What a table's numbers are: the scale, the training length, where the runs are."
     mc = get_config(scale["preset"], **scale["model"])
     return (f"Ours: `{scale['name']}` scale (L={mc.num_hidden_layers}, H={mc.hidden_size}, base E={mc.embedding_size}), "
-            f"{steps} pretraining steps per run, runs under `{root}`; scores in percent on held-out Brown text, mean ± std "
+            f"{steps} pretraining steps per run, runs under `{root}`; scores in percent on held-out Brown text"
+            + (f" ({n_eval} sequences, or sentence pairs, per run)" if n_eval else "") + ", mean ± std "
             f"over seeds. `paper_*`: ALBERT-base after 125k steps (downstream = the paper's Avg over SQuAD, MNLI, SST-2, "
             f"RACE). `X_vs_ref`: our difference from the `reference` row, Welch's p, and whether it is beyond the seed "
             f"spread (p < 0.05). Our E = H rows stand beside the paper's E = 768 (= H) rows."
@@ -399,24 +400,9 @@ def redraw(run_dir, out_dir=None, tables: Sequence[str] | None = None) -> list[P
         df = collect(root, t, scale, seeds=range(st["seeds"]))
         if len(df):
             frame = table_frame(df, t, scale)
-            paths += write_table(frame, t, out_dir, scale_note(scale, steps, root), table_verdict(t, frame, steps))
+            n = int(df.n_eval.min())  # held-out sequences (and sentence pairs) each run was scored on
+            paths += write_table(frame, t, out_dir, scale_note(scale, steps, root, n), table_verdict(t, frame, steps, n))
     return paths
-
-# %% ../nbs/09_albert_ablations.ipynb #7ac537f6
-def verdict(run_dir) -> str:
-    "One sentence on Table 6 at this scale, computed from the runs: does SOP training beat NSP training on SOP?"
-    st = _state(run_dir)
-    if not st: return f"no ablation runs under {run_dir}"
-    df = collect(run_dir, "table6", get_scale(st["preset"]), seeds=range(st["seeds"]), downstream=False)
-    if not len(df) or not {"sop", "nsp"} <= set(df.task):
-        return "Table 6 is incomplete: train the NSP and SOP rows first"
-    sop, nsp = df[df.task == "sop"], df[df.task == "nsp"]
-    c = compare(sop["sop"], nsp["sop"]); c2 = compare(nsp["nsp"], sop["nsp"])
-    return (f"Table 6 at the {get_scale(st['preset'])['name']} scale ({st['steps']} steps, {len(sop)} seeds): the SOP-trained "
-            f"model scores {sop['sop'].mean():.1f}% on held-out SOP against {nsp['sop'].mean():.1f}% for the NSP-trained one "
-            f"(paper 86.5 vs 52.0; difference {c['diff']:+.1f}, beyond the seed spread: {c['beyond_noise'] or 'n/a'}), and on "
-            f"NSP the NSP-trained model scores {nsp['nsp'].mean():.1f}% against {sop['nsp'].mean():.1f}% (paper 90.5 vs 78.9; "
-            f"beyond the seed spread: {c2['beyond_noise'] or 'n/a'}).")
 
 # %% ../nbs/09_albert_ablations.ipynb #a3ed7ecc
 REPORT = [
@@ -499,11 +485,21 @@ def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256
 
 # %% ../nbs/09_albert_ablations.ipynb #4ce2406d
 def table_verdicts(out_dir) -> dict[str, str]:
-    "The verdict of each of Tables 4-6 written in `out_dir` (its CSV, and its note's step count), by file name."
+    "The verdict of each of Tables 4-6 written in `out_dir` (its CSV; its note's step and held-out counts, 256 where it has none), by file name."
     out = {}
     for t in TABLES:
         name = TITLES[t][0]; csv, md = Path(out_dir) / f"{name}.csv", Path(out_dir) / f"{name}.md"
         if not csv.exists() or not md.exists(): continue
-        steps = re.search(r"(\d+) pretraining steps per run", md.read_text())
-        out[name] = table_verdict(t, pd.read_csv(csv), int(steps[1]) if steps else 0)
+        steps, n = (re.search(rx, md.read_text()) for rx in (r"(\d+) pretraining steps per run", r"\((\d+) sequences, or sentence pairs"))
+        out[name] = table_verdict(t, pd.read_csv(csv), int(steps[1]) if steps else 0, int(n[1]) if n else 256)
     return out
+
+# %% ../nbs/09_albert_ablations.ipynb #7b3d7821
+def verdict(run_dir) -> str:
+    "Table 6's verdict (`table_verdict`) from the finished NSP, SOP and no-sentence-loss runs under the ablation folder `run_dir`."
+    st = _state(run_dir)
+    if not st: return f"no ablation runs under {run_dir}"
+    scale = get_scale(st["preset"])
+    df = collect(run_dir, "table6", scale, seeds=range(st["seeds"]), downstream=False)
+    if not len(df): return "ALBERT Table 6 is incomplete: train its NSP and SOP rows first."
+    return table_verdict("table6", table_frame(df, "table6", scale), st["steps"], int(df.n_eval.min()))
