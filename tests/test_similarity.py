@@ -46,3 +46,20 @@ def test_a_damaged_cache_is_rebuilt(tmp_path):
     assert (again == reps).all() and np.load(cache_file(run, step))["reps"].shape == reps.shape
     rows = evaluate_step(run, step, max_tokens=100, write=False)
     assert (rows[rows.metric.str.endswith("_final")].value.round(9) == 1).all()  # the final step against itself
+
+
+@pytest.mark.parametrize("bundle", ["figures", "figures/mature", "figures/bert-tiny-mature"])
+def test_committed_runs_place_the_trained_reference(bundle):
+    "The committed similarity results hold the trained BERT's CKA to each final layer, and the settle table and verdict read it."
+    from pathlib import Path
+    import pandas as pd
+    from embryo.run import REFERENCE
+    from embryo.similarity import similarity_results, verdict
+    root = Path(__file__).resolve().parents[1] / bundle
+    df = similarity_results(root / "run")
+    tr = df[df.metric == "cka_trained"]
+    assert len(tr) == df.layer.nunique() and (tr.step == df.final_step.max()).all()  # one per layer, at the final step
+    assert tr.value.between(0.05, 0.95).all()  # neither the same model nor unrelated noise
+    t = pd.read_csv(root / "table_similarity_settle.csv", index_col="layer")
+    assert list(t[f"CKA of {REFERENCE['name']} to final"].round(6)) == list(tr.sort_values("layer").value.round(6))
+    assert f"A trained BERT ({REFERENCE['name']}" in verdict(root / "run") and verdict(root / "run") in (root / "table_similarity_settle.md").read_text()
