@@ -49,18 +49,23 @@ class Variant:
 
 # %% ../nbs/09_albert_ablations.ipynb #140adb0f
 SCALES = {
-    "micro": dict(preset="tiny", model=dict(P.FIXTURE["model"]), train=dict(P.FIXTURE["train"]), E4=(16, 32, 64), E5=(32,),
+    "micro": dict(preset="tiny", model=dict(P.FIXTURE["model"]), train=dict(P.FIXTURE["train"]), E4=(16, 32, 64),
+                  E5=(32,),
                   steps=4, table3=("bert-tiny", "tiny"), table3_seq=16, finetune=CPU_FINETUNE),
-    "tiny": dict(preset="tiny", model=dict(hidden_size=128, num_attention_heads=2, intermediate_size=512, embedding_size=64),
+    "tiny": dict(preset="tiny",
+                 model=dict(hidden_size=128, num_attention_heads=2, intermediate_size=512, embedding_size=64),
                  train=dict(learning_rate=1e-2), E4=(32, 64, 128), E5=(64,), steps=250, finetune=CPU_FINETUNE,
-                 table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge", "xxlarge"), table3_seq=64),
+                 table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge",
+                         "xxlarge"), table3_seq=64),
     # the quick run itself (`tiny`'s model and recipe unchanged, 8,000 steps): Table 6 past the loss transition
     "quick": dict(preset="tiny", model={}, train={}, warmup_steps=100, E4=(64, 128, 256), E5=(128,), steps=8000,
-                  finetune=CPU_FINETUNE, table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge", "xxlarge"),
+                  finetune=CPU_FINETUNE, table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge",
+                                                 "xxlarge"),
                   table3_seq=64),
     "base": dict(preset="base", model={}, train=dict(batch_size=4096, learning_rate=0.00176, warmup_steps=3125),
                  E4=(64, 128, 256, 768), E5=(128, 768), steps=125_000, finetune=dict(max_train_examples=None),
-                 table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge", "xxlarge"), table3_seq=512),
+                 table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge",
+                         "xxlarge"), table3_seq=512),
 }
 TABLES = ("table6", "table5", "table4")
 
@@ -84,14 +89,17 @@ def table_variants(table: str, scale: dict) -> list[Variant]:
     rows = {"table6": [Variant("all", E, t) for t in ("none", "nsp", "sop")],
             "table5": [Variant(s, e) for e in scale["E5"] for s in SHARING],
             "table4": [Variant(s, e) for s in ("none", "all") for e in scale["E4"]]}
-    if table not in rows: raise ValueError(f"unknown table {table!r}; the tables are: {', '.join(rows)} (table3 is `speed_table`)")
+    if table not in rows: raise ValueError(f"unknown table {table!r}; the tables are: {', '.join(rows)} (table3 is "
+                                           "`speed_table`)")
     return rows[table]
 
 # %% ../nbs/09_albert_ablations.ipynb #7fe7151b
 def run_configs(variant: Variant, scale: dict, seed: int, steps: int):
     "(preset, ModelConfig, TrainConfig) of one row's run."
-    mc = get_config(scale["preset"], **{**scale["model"], "sharing": variant.sharing, "embedding_size": variant.embedding_size})
-    train = {**scale["train"], "total_steps": steps, "warmup_steps": min(steps, scale.get("warmup_steps", max(1, steps // 10))), "seed": seed,
+    mc = get_config(scale["preset"],
+                    **{**scale["model"], "sharing": variant.sharing, "embedding_size": variant.embedding_size})
+    train = {**scale["train"], "total_steps": steps,
+             "warmup_steps": min(steps, scale.get("warmup_steps", max(1, steps // 10))), "seed": seed,
              "sentence_task": variant.sentence_task, "checkpoint_pow2_until": 0, "checkpoint_every": [[steps, None]],
              "resume_every": max(1, min(steps, 1000)), "log_every": max(1, steps // 20)}
     if scale["name"] == "micro": train["corpus"] = str(P.corpus_slice())
@@ -99,7 +107,8 @@ def run_configs(variant: Variant, scale: dict, seed: int, steps: int):
 
 # %% ../nbs/09_albert_ablations.ipynb #21aa5add
 def shared_tokenizer(root, scale: dict) -> Path:
-    "The SentencePiece model every run of the scale uses: `<root>/spiece.model`, trained (or, micro, copied) on first use."
+    ("The SentencePiece model every run of the scale uses: `<root>/spiece.model`, trained (or, micro, copied) on first "
+     "use.")
     out = Path(root) / "spiece.model"
     if out.exists(): return out
     if scale["name"] == "micro": shutil.copy(P.fixture_run() / "spiece.model", out)
@@ -126,7 +135,8 @@ def pretrain_variant(root, variant: Variant, scale: dict, seed: int, steps: int,
 DOWNSTREAM_TASKS = ("polarity", "uncertainty")
 
 def downstream_scores(run_dir, step: int, device: str = "cpu", **finetune) -> dict[str, float]:
-    "Dev score (percent) of each of `DOWNSTREAM_TASKS` after finetuning checkpoint `step` with `finetune` (`glue.evaluate_step`'s options)."
+    ("Dev score (percent) of each of `DOWNSTREAM_TASKS` after finetuning checkpoint `step` with `finetune` "
+     "(`glue.evaluate_step`'s options).")
     df = glue.evaluate_step(run_dir, step, device=device, tasks=DOWNSTREAM_TASKS, progress=False, **finetune)
     # the mean over finetuning seeds
     score = df[(df["metric"] == "score") & (df["seed"] == -1)].set_index("task")["value"]
@@ -134,7 +144,8 @@ def downstream_scores(run_dir, step: int, device: str = "cpu", **finetune) -> di
 
 # %% ../nbs/09_albert_ablations.ipynb #f6083751
 def run_scores(run_dir, device: str = "cpu", downstream: bool = False, finetune: dict | None = None) -> dict:
-    "A finished run's scores: MLM, SOP, NSP accuracy (percent), parameters; downstream if cached with `finetune`'s settings, or if `downstream`."
+    ("A finished run's scores: MLM, SOP, NSP accuracy (percent), parameters; downstream if cached with `finetune`'s "
+     "settings, or if `downstream`.")
     run_dir = Path(run_dir)
     f = run_dir / "logs" / "eval.json"
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: the run has not finished training")
@@ -150,7 +161,8 @@ def run_scores(run_dir, device: str = "cpu", downstream: bool = False, finetune:
         got = dict(settings=settings, scores=downstream_scores(run_dir, step, device, **finetune))
         atomic_write(cache, json.dumps(got, indent=2) + "\n")
     if got:
-        out.update({f"down_{k}": v for k, v in got["scores"].items()}, downstream_avg=float(np.mean(list(got["scores"].values()))))
+        out.update({f"down_{k}": v for k, v in got["scores"].items()},
+                   downstream_avg=float(np.mean(list(got["scores"].values()))))
     return out
 
 # %% ../nbs/09_albert_ablations.ipynb #97166a45
@@ -168,14 +180,18 @@ def compare(a: Sequence[float], ref: Sequence[float], alpha: float = 0.05) -> di
 
 # %% ../nbs/09_albert_ablations.ipynb #1e670312
 PAPER = {
-    "table6": {"none": dict(mlm=54.9, nsp=52.4, sop=53.3, avg=79.0), "nsp": dict(mlm=54.5, nsp=90.5, sop=52.0, avg=79.2),
+    "table6": {"none": dict(mlm=54.9, nsp=52.4, sop=53.3, avg=79.0),
+               "nsp": dict(mlm=54.5, nsp=90.5, sop=52.0, avg=79.2),
                "sop": dict(mlm=54.0, nsp=78.9, sop=86.5, avg=80.1)},
     "table5": {(s, e): dict(params=p, avg=a) for e, rows in ((768, ((31, 79.8), (83, 81.6), (57, 79.5), (108, 82.3))),
                                                                (128, ((12, 80.1), (64, 81.7), (38, 80.2), (89, 81.6))))
                for s, (p, a) in zip(SHARING, rows)},
-    "table4": {**{("none", e): dict(params=p, avg=a) for e, p, a in ((64, 87, 81.3), (128, 89, 81.7), (256, 93, 81.8), (768, 108, 82.3))},
-               **{("all", e): dict(params=p, avg=a) for e, p, a in ((64, 10, 79.0), (128, 12, 80.1), (256, 16, 79.6), (768, 31, 79.8))}},
-    "table3": {"bert-base": dict(params=108, avg=82.1, speedup=17.7), "bert-large": dict(params=334, avg=85.1, speedup=3.8),
+    "table4": {**{("none", e): dict(params=p, avg=a) for e, p,
+                  a in ((64, 87, 81.3), (128, 89, 81.7), (256, 93, 81.8), (768, 108, 82.3))},
+               **{("all", e): dict(params=p, avg=a) for e, p,
+                  a in ((64, 10, 79.0), (128, 12, 80.1), (256, 16, 79.6), (768, 31, 79.8))}},
+    "table3": {"bert-base": dict(params=108, avg=82.1, speedup=17.7),
+               "bert-large": dict(params=334, avg=85.1, speedup=3.8),
                "bert-xlarge": dict(params=1270, avg=76.7, speedup=1.0), "base": dict(params=12, avg=80.1, speedup=21.1),
                "large": dict(params=18, avg=82.4, speedup=6.5), "xlarge": dict(params=59, avg=85.5, speedup=2.4),
                "xxlarge": dict(params=233, avg=88.7, speedup=1.2)},
@@ -183,7 +199,8 @@ PAPER = {
 
 # %% ../nbs/09_albert_ablations.ipynb #82891914
 def paper_row(table: str, v: Variant, hidden_size: int) -> dict:
-    "The paper's numbers for our row `v`: Table 6 by task; Tables 4, 5 by (sharing, E), our E = H beside the paper's E = 768."
+    ("The paper's numbers for our row `v`: Table 6 by task; Tables 4, 5 by (sharing, E), our E = H beside the paper's "
+     "E = 768.")
     if table == "table6": return PAPER[table][v.sentence_task]
     E = 768 if v.embedding_size == hidden_size else v.embedding_size
     return PAPER[table].get((v.sharing, E), {})
@@ -212,7 +229,8 @@ def _ms(x) -> str:
 
 # %% ../nbs/09_albert_ablations.ipynb #ab4fb348
 def table_frame(df: pd.DataFrame, table: str, scale: dict) -> pd.DataFrame:
-    "Mean ± std over seeds per configuration, the paper's numbers, and differences from the reference row with p-values."
+    ("Mean ± std over seeds per configuration, the paper's numbers, and differences from the reference row with "
+     "p-values.")
     H = get_config(scale["preset"], **scale["model"]).hidden_size
     E0 = base_embedding(scale)
     scores = [*KEY_SCORES[table], *(["downstream_avg"] if "downstream_avg" in df else [])]
@@ -228,10 +246,13 @@ def table_frame(df: pd.DataFrame, table: str, scale: dict) -> pd.DataFrame:
         paper = paper_row(table, v, H)
         for s in scores:
             r[s] = _ms(g[s])
-            if s in paper or (s == "downstream_avg" and "avg" in paper): r[f"paper_{s}"] = paper.get(s, paper.get("avg"))
+            if s in paper or (s == "downstream_avg" and "avg" in paper):
+                r[f"paper_{s}"] = paper.get(s, paper.get("avg"))
             if v != ref_v:
                 c = compare(g[s], ref[s])
-                r[f"{s}_vs_ref"] = f"{c['diff']:+.1f} (p={c['p']:.2f}) {c['beyond_noise']}" if c["diff"] == c["diff"] else ""
+                r[f"{s}_vs_ref"] = (
+                    f"{c['diff']:+.1f} (p={c['p']:.2f}) {c['beyond_noise']}" if c["diff"] == c["diff"] else ""
+                )
         if "params" in paper: r["paper_params_M"] = paper["params"]
         if "avg" in paper: r["paper_downstream_avg"] = paper["avg"]
         out.append(r)
@@ -255,15 +276,17 @@ def write_table(frame: pd.DataFrame, table: str, out_dir, note: str, verdict: st
 def scale_note(scale: dict, steps: int, root, n_eval: int | None = None) -> str:
     "What a table's numbers are: the scale, the training length, where the runs are."
     mc = get_config(scale["preset"], **scale["model"])
-    return (f"Ours: `{scale['name']}` scale (L={mc.num_hidden_layers}, H={mc.hidden_size}, base E={mc.embedding_size}), "
+    return (f"Ours: `{scale['name']}` scale (L={mc.num_hidden_layers}, H={mc.hidden_size}, base "
+            f"E={mc.embedding_size}), "
             f"{steps} pretraining steps per run, runs under `{root}`; scores in percent on held-out Brown text"
             + (f" ({n_eval} sequences, or sentence pairs, per run)" if n_eval else "") + ", mean ± std "
-            f"over seeds. `paper_*`: ALBERT-base after 125k steps (downstream = the paper's Avg over SQuAD, MNLI, SST-2, "
+            f"over seeds. `paper_*`: ALBERT-base after 125k steps (downstream = the paper's Avg over SQuAD, MNLI, "
+            "SST-2, "
             f"RACE). `X_vs_ref`: our difference from the `reference` row, Welch's p, and whether it is beyond the seed "
             f"spread (p < 0.05). Our E = H rows stand beside the paper's E = 768 (= H) rows."
             + " Downstream: dev score of the built-in tasks of embryo.glue (sentence polarity, CoNLL-2010 uncertainty; "
-              f"not GLUE) finetuned from each run's last checkpoint with {scale['finetune'] or 'Table 7 settings'}, when the "
-              "runs were scored with downstream=True; otherwise no downstream column.")
+              f"not GLUE) finetuned from each run's last checkpoint with {scale['finetune'] or 'Table 7 settings'}, "
+              "when the runs were scored with downstream=True; otherwise no downstream column.")
 
 # %% ../nbs/09_albert_ablations.ipynb #87ff1f57
 def make_batch(vocab: int, batch: int, seq: int, device, seed: int = 0) -> dict:
@@ -276,7 +299,8 @@ def make_batch(vocab: int, batch: int, seq: int, device, seed: int = 0) -> dict:
     ids[pick] = 4  # [MASK]
     types = torch.zeros_like(ids); types[:, seq // 2:] = 1
     sop = torch.randint(0, 2, (batch,), generator=g)
-    return {k: v.to(device) for k, v in dict(input_ids=ids, token_type_ids=types, labels=labels, sentence_order_label=sop).items()}
+    return {k: v.to(device) for k,
+            v in dict(input_ids=ids, token_type_ids=types, labels=labels, sentence_order_label=sop).items()}
 
 # %% ../nbs/09_albert_ablations.ipynb #615af431
 def tokens_per_s(step, n_tokens: int, steps: int, device) -> float:
@@ -292,7 +316,8 @@ def tokens_per_s(step, n_tokens: int, steps: int, device) -> float:
 # %% ../nbs/09_albert_ablations.ipynb #c213570e
 def training_throughput(config, batch: int = 2, seq: int = 64, steps: int = 2, device="cpu",
                         dtype=torch.float32, optimizer: bool = True) -> float:
-    "Tokens per second of our model's training step (forward, backward, and LAMB unless `optimizer=False`) for `config`."
+    ("Tokens per second of our model's training step (forward, backward, and LAMB unless `optimizer=False`) for "
+     "`config`.")
     device = torch.device(device)
     torch.manual_seed(0)
     model = P.AlbertForPreTraining(config).to(device).train()
@@ -328,13 +353,15 @@ def speed_table(presets: Sequence[str], batch: int = 2, seq: int = 64, steps: in
     for col, out in (("tokens_per_s", "speedup"), ("fwd_bwd_tokens_per_s", "fwd_bwd_speedup")):
         df[out] = df[col] / float(df.loc[df.model == base, col].iloc[0])
     df["relative_to"] = base
-    for k in ("params", "speedup", "avg"): df[f"paper_{k}"] = [PAPER["table3"].get(p, {}).get(k, math.nan) for p in df.model]
+    for k in ("params", "speedup", "avg"):
+        df[f"paper_{k}"] = [PAPER["table3"].get(p, {}).get(k, math.nan) for p in df.model]
     df.attrs.update(batch=batch, seq=seq, steps=steps, device=str(device), dtype=str(dtype).split(".")[-1])
     return df
 
 # %% ../nbs/09_albert_ablations.ipynb #8d3c1bff
 def default_root(preset: str | None) -> Path:
-    "Where a scale's runs live: the data dir for the micro scale (like the fixture), `runs/ablations/<preset>` otherwise."
+    ("Where a scale's runs live: the data dir for the micro scale (like the fixture), `runs/ablations/<preset>` "
+     "otherwise.")
     return D.data_dir() / "runs" / "ablations-micro" if preset is None else Path("runs") / "ablations" / preset
 
 # %% ../nbs/09_albert_ablations.ipynb #eaea32ed
@@ -359,29 +386,41 @@ def run_ablations(preset: str | None = None,
     tables = split_names(tables)  # "table6,table5", as papermill's -p gives
     steps = int(steps or scale["steps"])
     unknown = [t for t in tables if t not in TABLES + ("table3",)]
-    if unknown: raise ValueError(f"unknown table(s) {', '.join(unknown)}; the tables are: {', '.join(TABLES + ('table3',))}")
+    if unknown: raise ValueError(f"unknown table(s) {', '.join(unknown)}; the tables are: "
+                                 f"{', '.join(TABLES + ('table3',))}")
     # only after the names are checked
     root = Path(root or default_root(preset)); root.mkdir(parents=True, exist_ok=True)
     atomic_write(root / "ablations.json", json.dumps(dict(preset=preset, steps=steps, seeds=seeds), indent=2) + "\n")
-    todo = list(dict.fromkeys((v, s) for t in tables if t != "table3" for v in table_variants(t, scale) for s in range(seeds)))
+    todo = list(dict.fromkeys((v, s) for t in tables if t != "table3" for v in table_variants(t, scale)
+                              for s in range(seeds)))
     for i, (v, s) in enumerate(todo):
         t0 = time.time(); done = (v.run_dir(root, s) / "logs" / "eval.json").exists()
         pretrain_variant(root, v, scale, s, steps, device)
         if verbose and not done: print(f"[{i + 1}/{len(todo)}] {v.name} seed {s}: {time.time() - t0:.0f} s", flush=True)
     if "table3" in tables:
         cuda = torch.device(device).type == "cuda"
-        sp = speed_table(scale["table3"], batch=8 if cuda else 2, seq=scale["table3_seq"] if cuda else min(64, scale["table3_seq"]),
-                         steps=3 if cuda else 2, device=device, full=cuda, dtype=torch.bfloat16 if cuda else torch.float32)
-        atomic_write(root / "table3_speedup.json", json.dumps(dict(attrs=sp.attrs, rows=sp.to_dict("records")), indent=2) + "\n")
+        sp = speed_table(
+            scale["table3"],
+            batch=8 if cuda else 2,
+            seq=scale["table3_seq"] if cuda else min(64, scale["table3_seq"]),
+            steps=3 if cuda else 2,
+            device=device,
+            full=cuda,
+            dtype=torch.bfloat16 if cuda else torch.float32,
+        )
+        atomic_write(root / "table3_speedup.json",
+                     json.dumps(dict(attrs=sp.attrs, rows=sp.to_dict("records")), indent=2) + "\n")
     if downstream:
         for v, s in todo: run_scores(v.run_dir(root, s), device, downstream=True, finetune=scale["finetune"])
     return redraw(root, figures_dir, tables=tables)
 
 # %% ../nbs/09_albert_ablations.ipynb #69590595
 def redraw(run_dir, out_dir=None, tables: Sequence[str] | None = None) -> list[Path]:
-    "Rewrite every table of the ablation folder `run_dir` from its finished runs (no training); out_dir default `<run_dir>/figures`."
+    ("Rewrite every table of the ablation folder `run_dir` from its finished runs (no training); out_dir default "
+     "`<run_dir>/figures`.")
     root = Path(run_dir); st = _state(root)
-    if not st: raise FileNotFoundError(f"{root / 'ablations.json'} does not exist: run `run_ablations(root={str(root)!r})` first")
+    if not st: raise FileNotFoundError(f"{root / 'ablations.json'} does not exist: run "
+                                       f"`run_ablations(root={str(root)!r})` first")
     scale, steps = get_scale(st["preset"]), st["steps"]
     out_dir = Path(out_dir or root / "figures")
     paths = []
@@ -391,33 +430,41 @@ def redraw(run_dir, out_dir=None, tables: Sequence[str] | None = None) -> list[P
             if not f.exists(): continue
             d = json.loads(f.read_text()); sp = pd.DataFrame(d["rows"]); a = d["attrs"]
             note = (f"Ours: training tokens/s (forward, backward, LAMB step) on {a['device']}, {a['dtype']}, batch "
-                    f"{a['batch']} x {a['seq']} tokens, {a['steps']} timed steps after one warm-up; `how`: timed whole, or per "
-                    f"layer and extrapolated to L. `speedup` is relative to {sp.relative_to.iloc[0]} measured the same way; "
-                    "`fwd_bwd_*`: forward and backward only (no optimiser step), the large-batch limit. "
-                    "`paper_*`: ALBERT Table 3 (TPU throughput, parameters in M, downstream Avg).")
+                    f"{a['batch']} x {a['seq']} tokens, {a['steps']} timed steps after one warm-up; `how`: timed "
+                    f"whole, or per layer and extrapolated to L. `speedup` is relative to {sp.relative_to.iloc[0]} "
+                    "measured the same way; `fwd_bwd_*`: forward and backward only (no optimiser step), the "
+                    "large-batch limit. `paper_*`: ALBERT Table 3 (TPU throughput, parameters in M, downstream Avg).")
             paths += write_table(sp.drop(columns="relative_to"), t, out_dir, note)
             continue
         df = collect(root, t, scale, seeds=range(st["seeds"]))
         if len(df):
             frame = table_frame(df, t, scale)
             n = int(df.n_eval.min())  # held-out sequences (and sentence pairs) each run was scored on
-            paths += write_table(frame, t, out_dir, scale_note(scale, steps, root, n), table_verdict(t, frame, steps, n))
+            paths += write_table(frame, t, out_dir, scale_note(scale, steps, root, n),
+                                 table_verdict(t, frame, steps, n))
     return paths
 
 # %% ../nbs/09_albert_ablations.ipynb #a3ed7ecc
 REPORT = [
     dict(file="table6_sentence_loss", paper="ALBERT Table 6",
-         caption="Sentence-level loss none / NSP / SOP: held-out MLM, NSP and SOP accuracy of each model (mean ± std over seeds), paper beside.",
-         finding="NSP training does not teach sentence order (SOP at chance), SOP training also solves NSP fairly well, and SOP helps downstream."),
+         caption="Sentence-level loss none / NSP / SOP: held-out MLM, NSP and SOP accuracy of each model (mean ± std "
+                 "over seeds), paper beside.",
+         finding="NSP training does not teach sentence order (SOP at chance), SOP training also solves NSP fairly "
+                 "well, and SOP helps downstream."),
     dict(file="table5_sharing", paper="ALBERT Table 5",
-         caption="Cross-layer sharing all / attention / FFN / none: held-out scores and parameters per strategy, paper beside.",
-         finding="Sharing all layers costs a little quality, mostly through the shared FFN; sharing attention costs almost nothing."),
+         caption="Cross-layer sharing all / attention / FFN / none: held-out scores and parameters per strategy, paper "
+                 "beside.",
+         finding="Sharing all layers costs a little quality, mostly through the shared FFN; sharing attention costs "
+                 "almost nothing."),
     dict(file="table4_embedding_size", paper="ALBERT Table 4",
          caption="Embedding size E under all-shared and not-shared: held-out scores and parameters, paper beside.",
-         finding="Without sharing a larger E helps slightly; with sharing E = 128 is about best, so a small E loses little."),
+         finding="Without sharing a larger E helps slightly; with sharing E = 128 is about best, so a small E loses "
+                 "little."),
     dict(file="table3_speedup", paper="ALBERT Table 3",
-         caption="Training throughput of each ALBERT and BERT configuration relative to BERT-xlarge, measured on this machine.",
-         finding="ALBERT models train faster than the BERT models of the same width (ALBERT-xlarge 2.4x BERT-xlarge on TPUs)."),
+         caption="Training throughput of each ALBERT and BERT configuration relative to BERT-xlarge, measured on this "
+                 "machine.",
+         finding="ALBERT models train faster than the BERT models of the same width (ALBERT-xlarge 2.4x BERT-xlarge on "
+                 "TPUs)."),
 ]
 
 # %% ../nbs/09_albert_ablations.ipynb #81227947
@@ -427,8 +474,10 @@ def _mean(cell) -> float:
     except ValueError: return math.nan
 
 def beyond_spread(frame: pd.DataFrame) -> list[str]:
-    "Each '<config> <score>: <difference>' of a table frame whose difference from its reference row is beyond the seed spread."
-    return [f"{r.config} {s}: {r[f'{s}_vs_ref']}" for _, r in frame.iterrows() for s in ("mlm", "nsp", "sop", "downstream_avg")
+    ("Each '<config> <score>: <difference>' of a table frame whose difference from its reference row is beyond the "
+     "seed spread.")
+    return [f"{r.config} {s}: {r[f'{s}_vs_ref']}" for _,
+            r in frame.iterrows() for s in ("mlm", "nsp", "sop", "downstream_avg")
             if f"{s}_vs_ref" in frame and str(r[f"{s}_vs_ref"]).endswith(" yes")]
 
 def chance_band(seeds: int, n_eval: int = 256) -> float:
@@ -443,26 +492,39 @@ def at_chance(cell, seeds: int, n_eval: int = 256) -> bool:
 def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
     "Table 6's two claims read from its frame, each only where the row trained on the task it needs has left chance."
     row = {r.task: r for _, r in frame.iterrows()}
-    if not {"nsp", "sop"} <= set(row): return f"ALBERT Table 6 after {steps} steps is incomplete: train its NSP and SOP rows first."
+    if not {"nsp", "sop"} <= set(row): return (f"ALBERT Table 6 after {steps} steps is incomplete: train its NSP and "
+                                               "SOP rows first.")
     nsp, sop = row["nsp"], row["sop"]
     learned = lambda r, t: not at_chance(r[t], r.seeds, n_eval) and _mean(r[t]) > 50
-    vs = str(nsp.get("sop_vs_ref", ""))  # the NSP row's SOP against the SOP row's, Welch's test over seeds ("? (1 seed)" with one)
-    claims = {"NSP does not teach sentence order": (learned(nsp, "nsp") and learned(sop, "sop") and vs.endswith((" yes", " no")),
+    # the NSP row's SOP against the SOP row's, Welch's test over seeds ("? (1 seed)" with one)
+    vs = str(nsp.get("sop_vs_ref", ""))
+    claims = {"NSP does not teach sentence order": (learned(nsp, "nsp") and learned(sop, "sop")
+                                                    and vs.endswith((" yes", " no")),
                                                     at_chance(nsp["sop"], nsp.seeds, n_eval) and vs.endswith(" yes")),
               "SOP also solves NSP": (learned(sop, "sop"), learned(sop, "nsp"))}
     read = {k: holds for k, (ok, holds) in claims.items() if ok}
     status = ("is not testable" if not read else "not reproduced" if not any(read.values()) else
               "reproduced" if all(read.values()) and len(read) == 2 else "partly reproduced")
-    why = {"NSP does not teach sentence order": ", ".join(
-               [f"the NSP-trained model's SOP, {_mean(nsp['sop']):.1f}, is above chance"] * (not at_chance(nsp["sop"], nsp.seeds, n_eval))
-               + [f"not below the SOP-trained model's beyond the seed spread ({vs})"] * (not vs.endswith(" yes"))),
-           "SOP also solves NSP": f"the SOP-trained model's NSP, {_mean(sop['nsp']):.1f}, is within 2 standard errors of chance"}
-    said = "; ".join(f"{k}: {'holds' if read[k] else f'does not hold ({why[k]})'}" if k in read else
-                     f"{k}: cannot be read (a row trained on the task it needs sits at chance, or one seed gives no spread)" for k in claims)
-    return (f"ALBERT Table 6 after {steps} steps ({nsp.seeds} seed{'s' * (nsp.seeds != 1)}, {n_eval} held-out pairs each): the NSP-trained model scores "
-            f"NSP {_mean(nsp['nsp']):.1f}, SOP {_mean(nsp['sop']):.1f} (paper 90.5, 52.0); the SOP-trained model SOP {_mean(sop['sop']):.1f}, "
-            f"NSP {_mean(sop['nsp']):.1f} (paper 86.5, 78.9); chance 50, 2 binomial standard errors {chance_band(nsp.seeds, n_eval):.1f}. "
-            f"{said}; differences beyond the seed spread: {'; '.join(beyond_spread(frame)) or 'none'}. Table 6 "
+    why = {
+        "NSP does not teach sentence order": ", ".join(
+            [f"the NSP-trained model's SOP, {_mean(nsp['sop']):.1f}, is above chance"]
+            * (not at_chance(nsp["sop"], nsp.seeds, n_eval))
+            + [f"not below the SOP-trained model's beyond the seed spread ({vs})"] * (not vs.endswith(" yes"))
+        ),
+        "SOP also solves NSP": f"the SOP-trained model's NSP, {_mean(sop['nsp']):.1f}, is within 2 standard errors of "
+                               "chance",
+    }
+    said = "; ".join(
+        f"{k}: {'holds' if read[k] else f'does not hold ({why[k]})'}"
+        if k in read
+        else f"{k}: cannot be read (a row trained on the task it needs sits at chance, or one seed gives no spread)"
+        for k in claims
+    )
+    return (f"ALBERT Table 6 after {steps} steps ({nsp.seeds} seed{'s' * (nsp.seeds != 1)}, {n_eval} held-out pairs "
+            f"each): the NSP-trained model scores NSP {_mean(nsp['nsp']):.1f}, SOP {_mean(nsp['sop']):.1f} (paper "
+            f"90.5, 52.0); the SOP-trained model SOP {_mean(sop['sop']):.1f}, NSP {_mean(sop['nsp']):.1f} (paper 86.5, "
+            f"78.9); chance 50, 2 binomial standard errors {chance_band(nsp.seeds, n_eval):.1f}. {said}; differences "
+            f"beyond the seed spread: {'; '.join(beyond_spread(frame)) or 'none'}. Table 6 "
             + f"{status} on these runs.")
 
 # %% ../nbs/09_albert_ablations.ipynb #5ce2c2c5
@@ -471,13 +533,15 @@ def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256
     tasks = [t for t in ("nsp", "sop") if t in frame]
     chance = {t: [at_chance(c, s, n_eval) for c, s in zip(frame[t], frame.seeds)] for t in tasks}
     beyond = beyond_spread(frame)
-    nums = "; ".join(f"{t.upper()} " + ", ".join(f"{c}: {_mean(v):.1f}" for c, v in zip(frame.config, frame[t])) for t in tasks)
+    nums = "; ".join(f"{t.upper()} " + ", ".join(f"{c}: {_mean(v):.1f}" for c, v in zip(frame.config, frame[t]))
+                     for t in tasks)
     if table == "table6" and not all(all(v) for v in chance.values()): return table6_claims(frame, steps, n_eval)
     if all(all(v) for v in chance.values()):
         return (f"{TITLES[table][1].split(':')[0]} is not testable after {steps} steps: every row's "
-                f"{' and '.join(t.upper() for t in tasks)} accuracy lies within 2 binomial standard errors of chance (50%; {nums}), "
-                + (f"so the sentence tasks the table compares cannot be read from these runs; differences beyond the seed "
-                   f"spread: {'; '.join(beyond)}." if beyond else
+                f"{' and '.join(t.upper() for t in tasks)} accuracy lies within 2 binomial standard errors of chance "
+                f"(50%; {nums}), "
+                + (f"so the sentence tasks the table compares cannot be read from these runs; differences beyond the "
+                   f"seed spread: {'; '.join(beyond)}." if beyond else
                    "and no row differs from its reference beyond the seed spread, so what the table compares cannot be "
                    "read from these runs (the paper's rows differ after 125,000 steps)."))
     return (f"{TITLES[table][1].split(':')[0]} after {steps} steps: differences beyond the seed spread: "
@@ -485,18 +549,21 @@ def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256
 
 # %% ../nbs/09_albert_ablations.ipynb #4ce2406d
 def table_verdicts(out_dir) -> dict[str, str]:
-    "The verdict of each of Tables 4-6 written in `out_dir` (its CSV; its note's step and held-out counts, 256 where it has none), by file name."
+    ("The verdict of each of Tables 4-6 written in `out_dir` (its CSV; its note's step and held-out counts, 256 where "
+     "it has none), by file name.")
     out = {}
     for t in TABLES:
         name = TITLES[t][0]; csv, md = Path(out_dir) / f"{name}.csv", Path(out_dir) / f"{name}.md"
         if not csv.exists() or not md.exists(): continue
-        steps, n = (re.search(rx, md.read_text()) for rx in (r"(\d+) pretraining steps per run", r"\((\d+) sequences, or sentence pairs"))
+        steps, n = (re.search(rx, md.read_text()) for rx in (r"(\d+) pretraining steps per run", r"\((\d+) sequences, "
+                                                                                                  "or sentence pairs"))
         out[name] = table_verdict(t, pd.read_csv(csv), int(steps[1]) if steps else 0, int(n[1]) if n else 256)
     return out
 
 # %% ../nbs/09_albert_ablations.ipynb #7b3d7821
 def verdict(run_dir) -> str:
-    "Table 6's verdict (`table_verdict`) from the finished NSP, SOP and no-sentence-loss runs under the ablation folder `run_dir`."
+    ("Table 6's verdict (`table_verdict`) from the finished NSP, SOP and no-sentence-loss runs under the ablation "
+     "folder `run_dir`.")
     st = _state(run_dir)
     if not st: return f"no ablation runs under {run_dir}"
     scale = get_scale(st["preset"])

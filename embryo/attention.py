@@ -62,21 +62,25 @@ def choose_maps(n_layers: int, n_heads: int, layers=None, heads=None) -> tuple[l
     "The layers (1-based) and heads (0-based) whose maps are kept: the paper's choice where possible, else a fallback."
     layers, heads = parse_ints(layers), parse_ints(heads)
     if layers is None:
-        layers = list(PAPER_LAYERS) if n_layers >= max(PAPER_LAYERS) else sorted({min(l, n_layers) for l in (1, 2, n_layers)})
+        layers = list(PAPER_LAYERS) if n_layers >= max(PAPER_LAYERS) else sorted({min(l, n_layers)
+                                                                                  for l in (1, 2, n_layers)})
     if heads is None: heads = [PAPER_HEAD if n_heads > PAPER_HEAD else n_heads - 1]
     bad = [l for l in layers if not 1 <= l <= n_layers]
-    if bad: raise ValueError(f"layer(s) {', '.join(map(str, bad))} do not exist: this model's layers with attention are "
-                             f"1..{n_layers} (1-based; layer 0, the embedding output, has none)")
+    if bad: raise ValueError(f"layer(s) {', '.join(map(str, bad))} do not exist: this model's layers with attention "
+                             f"are 1..{n_layers} (1-based; layer 0, the embedding output, has none)")
     bad = [h for h in heads if not 0 <= h < n_heads]
-    if bad: raise ValueError(f"head(s) {', '.join(map(str, bad))} do not exist: this model's heads are 0..{n_heads - 1} (0-based)")
+    if bad: raise ValueError(f"head(s) {', '.join(map(str, bad))} do not exist: this model's heads are "
+                             f"0..{n_heads - 1} (0-based)")
     return sorted(set(layers)), sorted(set(heads))
 
 # %% ../nbs/08_attention.ipynb #1faea36d
 def input_ids(tok, task: str = "brown", n_sentences: int = 256, seq_len: int = 24, seed: int = 0) -> torch.Tensor:
-    "(n, seq_len) token ids: the first pieces of held-out sentences inside the tokenizer's special tokens (`[CLS]`, `[SEP]`)."
+    ("(n, seq_len) token ids: the first pieces of held-out sentences inside the tokenizer's special tokens (`[CLS]`, "
+     "`[SEP]`).")
     check_task(task)
     k = tok.n_added  # ours and BERT's: 2; a causal LM's tokenizer: none
-    if seq_len < k + 1: raise ValueError(f"seq_len must be at least {k + 1} ({k} special tokens and one piece); got {seq_len}")
+    if seq_len < k + 1: raise ValueError(f"seq_len must be at least {k + 1} ({k} special tokens and one piece); got "
+                                         f"{seq_len}")
     texts = [sentence_text(s.words, tok.normalise)[0] for s in tagged_sentences()]
     ids = [x for x in tok.encode_batch(texts) if len(x) >= seq_len - k]
     if not ids: raise ValueError(f"no {task} sentence has {seq_len - k} pieces or more; choose a smaller seq_len")
@@ -107,7 +111,8 @@ def uniform_diagonal(T: int) -> float:
 
 # %% ../nbs/08_attention.ipynb #0a4d0ff5
 def map_stats(m: np.ndarray) -> dict[str, np.ndarray]:
-    "Diagonal, previous, self, next, [CLS] and [SEP] mass of attention maps (..., T, T), each averaged over query positions."
+    ("Diagonal, previous, self, next, [CLS] and [SEP] mass of attention maps (..., T, T), each averaged over query "
+     "positions.")
     T = m.shape[-1]
     band = lambda k: np.diagonal(m, offset=k, axis1=-2, axis2=-1).sum(-1) / T
     out = dict(prev=band(-1), self=band(0), next=band(1), cls=m[..., :, 0].mean(-1), sep=m[..., :, -1].mean(-1))
@@ -133,8 +138,9 @@ def map_samples(maps: np.ndarray, task: str, layers: Sequence[int], heads: Seque
 
 # %% ../nbs/08_attention.ipynb #252ddbdb
 def diagonal_scores(diag: np.ndarray, task: str) -> list[dict]:
-    """Each input's diagonal mass under each layer's most diagonal head (key `layer<l>/best_head`, l from 1) and its mean over
-    the layers (`mean_of_layers`): the scores of the inputs whose means the figures draw, for resampling them (notebook 10b)."""
+    """Each input's diagonal mass under each layer's most diagonal head (key `layer<l>/best_head`, l from 1) and its
+    mean over the layers (`mean_of_layers`): the scores of the inputs whose means the figures draw, for resampling them
+    (notebook 10b)."""
     best = diag.mean(0).argmax(-1)  # (L,): each layer's most diagonal head over these inputs
     per_layer = {f"layer{l + 1}/best_head": diag[:, l, h] for l, h in enumerate(best)}
     return score_rows(task, {**per_layer, "mean_of_layers": np.mean(list(per_layer.values()), axis=0)},
@@ -152,7 +158,8 @@ def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", task: s
     ids = input_ids(D.load_tokenizer(run_dir), task, n_sentences, seq_len, seed)
     maps, ent, diag = attention_maps(model, ids, device, by_input=True)
     rows = step_rows(maps, ent, task, len(ids))
-    write_results(run_dir, ANALYSIS, step, rows, map_samples(maps, task, layers, heads, len(ids)), scores=diagonal_scores(diag, task))
+    write_results(run_dir, ANALYSIS, step, rows, map_samples(maps, task, layers, heads, len(ids)),
+                  scores=diagonal_scores(diag, task))
     return pd.DataFrame(rows)
 
 # %% ../nbs/08_attention.ipynb #c86a4c14
@@ -189,14 +196,16 @@ def grid_steps(steps: Sequence[int], k: int = 10) -> list[int]:
 MIN_RISE = 0.05  # the least rise in diagonal mass (fraction of attention) that counts as a pattern emerging
 
 def emergence_step(curve: pd.Series, min_rise: float = MIN_RISE) -> float:
-    "The first step (index) where `curve` covers half its rise from the first value to its peak; NaN if it rises < `min_rise`."
+    ("The first step (index) where `curve` covers half its rise from the first value to its peak; NaN if it rises < "
+     "`min_rise`.")
     v = curve.dropna().sort_index()
     if v.empty or v.max() - v.iloc[0] < min_rise: return np.nan
     return float(v.index[(v >= v.iloc[0] + (v.max() - v.iloc[0]) / 2).values][0])
 
 # %% ../nbs/08_attention.ipynb #dc5b9197
 def emergence_table(run_dir, task: str = "brown") -> pd.DataFrame:
-    "Per layer: the most diagonal head at the last step, its diagonal mass at the first/last/peak step, its emergence step."
+    ("Per layer: the most diagonal head at the last step, its diagonal mass at the first/last/peak step, its emergence "
+     "step.")
     h = head_metrics(run_dir, task)
     d = h[h.metric == "diagonal"].pivot_table(index="step", columns=["layer", "head"], values="value").sort_index()
     last, rows = d.index[-1], {}
@@ -218,7 +227,8 @@ def paper_layers(n_layers: int) -> tuple[int, ...]:
 
 # %% ../nbs/08_attention.ipynb #44bb3330
 def order_reproduced(em: dict[int, float], n_layers: int) -> bool | None:
-    "Whether the emergence steps follow the paper's order (8 before 2, 1 last; never = after every step); None if untestable."
+    ("Whether the emergence steps follow the paper's order (8 before 2, 1 last; never = after every step); None if "
+     "untestable.")
     ls = paper_layers(n_layers)
     if len(ls) < 2 or all(np.isnan(em[l]) for l in ls): return None
     e = [np.inf if np.isnan(em[l]) else em[l] for l in ls]
@@ -235,7 +245,8 @@ NEIGHBOUR_RATIO = 5
 
 # %% ../nbs/08_attention.ipynb #d73363bb
 def neighbour_heads(run_dir, task: str = "brown", ratio: float = NEIGHBOUR_RATIO) -> pd.DataFrame:
-    "Per step: the head with the most attention on the previous or next token, that mass, and its ratio to an even spread."
+    ("Per step: the head with the most attention on the previous or next token, that mass, and its ratio to an even "
+     "spread.")
     h = head_metrics(run_dir, task)
     h = h[h.metric.isin(["prev", "next"])]
     u = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
@@ -256,7 +267,8 @@ def plot_maps_grid(run_dir, task: str = "brown", max_cols: int = 10):
     "Fig. 4: the stored maps, rows = (layer, head), columns = steps."
     import matplotlib.pyplot as plt
     maps = stored_maps(run_dir, task)
-    if not maps: raise LookupError(f"{run_dir} has no stored {ANALYSIS} maps yet; run evaluate_step(run_dir, step) first")
+    if not maps: raise LookupError(f"{run_dir} has no stored {ANALYSIS} maps yet; run evaluate_step(run_dir, step) "
+                                   "first")
     keys = list(maps)
     steps = grid_steps(sorted({s for v in maps.values() for s in v}), max_cols)
     fig, axes = plt.subplots(len(keys), len(steps), figsize=(1.5 * len(steps) + 1.8, 1.5 * len(keys) + 1.0),
@@ -282,13 +294,15 @@ def write_gif(run_dir, out_dir, task: str = "brown", fps: float = 2.0, name: str
     import matplotlib.pyplot as plt
     from matplotlib.animation import PillowWriter
     maps = stored_maps(run_dir, task)
-    if not maps: raise LookupError(f"{run_dir} has no stored {ANALYSIS} maps yet; run evaluate_step(run_dir, step) first")
+    if not maps: raise LookupError(f"{run_dir} has no stored {ANALYSIS} maps yet; run evaluate_step(run_dir, step) "
+                                   "first")
     keys, steps = list(maps), sorted({s for v in maps.values() for s in v})
     fig, axes = plt.subplots(1, len(keys), figsize=(2.6 * len(keys) + 0.6, 3.2), squeeze=False, layout="constrained")
     ims = []
     for ax, key in zip(axes[0], keys):
         first = next(iter(maps[key].values()))
-        ims.append(ax.imshow(np.full_like(first, np.nan), cmap="viridis", interpolation="nearest", vmin=0, vmax=max(m.max() for m in maps[key].values())))
+        ims.append(ax.imshow(np.full_like(first, np.nan), cmap="viridis", interpolation="nearest", vmin=0,
+                             vmax=max(m.max() for m in maps[key].values())))
         ax.set_title(f"layer {key[0]}, head {key[1]}", fontsize=9)
         ax.set_xlabel("key position"); ax.set_ylabel("query position")
         fig.colorbar(ims[-1], ax=ax, shrink=0.8, label="attention (probability)" if key == keys[-1] else None)
@@ -322,11 +336,13 @@ def reference_diagonal(task: str = "brown") -> tuple[float, float] | None:
 
 
 # %% ../nbs/08_attention.ipynb #84ebd36d
-# the step a head first passes NEIGHBOUR_RATIO: unlike the loss drop's red dotted mark (`step_axis`), which may lie near it
+# the step a head first passes NEIGHBOUR_RATIO: unlike the loss drop's red dotted mark (`step_axis`), which may lie
+# near it
 FIRST_HEAD_STYLE = dict(color="tab:orange", ls="--", lw=1.5, zorder=1)
 
 def plot_diagonal(run_dir, task: str = "brown"):
-    "Diagonal mass over steps per layer: (a) mean and range over heads, (b) the most diagonal head with its emergence step."
+    ("Diagonal mass over steps per layer: (a) mean and range over heads, (b) the most diagonal head with its emergence "
+     "step.")
     import matplotlib.pyplot as plt
     h = head_metrics(run_dir, task)
     d = h[h.metric == "diagonal"]
@@ -340,7 +356,8 @@ def plot_diagonal(run_dir, task: str = "brown"):
         fill_steps(a, t.index, t.min(axis=1), t.max(axis=1), run_dir, color=colours[layer], alpha=0.15, lw=0)
         row = em.loc[layer]
         c = t[int(row["head"])]
-        plot_steps(b, c.index, c, run_dir, marker=".", color=colours[layer], label=f"layer {layer}, head {int(row['head'])}")
+        plot_steps(b, c.index, c, run_dir, marker=".", color=colours[layer], label=f"layer {layer}, head "
+                                                                                   f"{int(row['head'])}")
         if not np.isnan(row["emergence step"]):
             b.plot([row["emergence step"]], [c[row["emergence step"]]], "o", ms=10, mfc="none", color=colours[layer])
     n = neighbour_heads(run_dir, task)
@@ -351,7 +368,8 @@ def plot_diagonal(run_dir, task: str = "brown"):
     for ax in (a, b):
         if len(base): ax.axhline(base.mean(), color="0.5", ls="--", lw=1, label="a head attending evenly")
         if len(first): ax.axvline(first[0], **FIRST_HEAD_STYLE, gid="first-neighbour-head",
-                                  label=f"step {first[0]}: first head with {NEIGHBOUR_RATIO}x an even spread on token i-1 or i+1")
+                                  label=f"step {first[0]}: first head with {NEIGHBOUR_RATIO}x an even spread on token "
+                                        "i-1 or i+1")
         step_axis(ax, run_dir=run_dir); ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     a.set_ylabel("attention mass on positions i-1, i, i+1 (fraction)")
@@ -362,12 +380,13 @@ def plot_diagonal(run_dir, task: str = "brown"):
 
 # %% ../nbs/08_attention.ipynb #22255f66
 def neighbour_sentence(run_dir, task: str = "brown") -> str:
-    "The clause of the verdict on the most neighbour-bound head: its mass at the last step and the first step it passes 5x."
+    ("The clause of the verdict on the most neighbour-bound head: its mass at the last step and the first step it "
+     "passes 5x.")
     n = neighbour_heads(run_dir, task)
     r = n.iloc[-1]
     word = {"prev": "previous", "next": "next"}[r.metric]
-    s = (f"; at step {n.index[-1]} layer {r.layer} head {r['head']} puts {r.value:.2f} of its attention on the {word} token, "
-         f"{r.ratio:.1f} times an even spread ({r.even:.3f})")
+    s = (f"; at step {n.index[-1]} layer {r.layer} head {r['head']} puts {r.value:.2f} of its attention on the {word} "
+         f"token, {r.ratio:.1f} times an even spread ({r.even:.3f})")
     first = n.index[n.at_least.values]
     return s + (f", and some head passes {NEIGHBOUR_RATIO}x first at step {first[0]}" if len(first)
                 else f"; no head reaches {NEIGHBOUR_RATIO}x at any step")
@@ -380,19 +399,22 @@ def verdict(run_dir, task: str = "brown") -> str:
     u = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
     best = ", ".join(f"layer {l}: {v:.3f}" for l, v in t["diagonal, last step"].items())
     special = ", ".join(f"layer {l}: {v:.2f}" for l, v in
-                        (t["[CLS] mass, mean over heads, last step"] + t["[SEP] mass, mean over heads, last step"]).items())
+                        (t["[CLS] mass, mean over heads, last step"]
+                         + t["[SEP] mass, mean over heads, last step"]).items())
     T = input_length(u)
     context = (f"diagonal mass of each layer's most diagonal head at step {steps[-1]}: {best}, against {u:.3f} for an "
                f"even spread; attention on [CLS] and [SEP] together, mean over heads: {special}, against {2 / T:.2f}")
     if len(steps) < 2:
-        return f"Only step {steps[0]} is evaluated ({context}); evaluate more steps to see when the diagonal pattern emerges."
+        return (f"Only step {steps[0]} is evaluated ({context}); evaluate more steps to see when the diagonal pattern "
+                "emerges.")
     em = t["emergence step"].to_dict()
     when = ", ".join(f"layer {l} at step {v:.0f}" if not np.isnan(v) else f"layer {l} never" for l, v in em.items())
     ok = order_reproduced(em, len(t))
     s = (f"Between steps {steps[0]} and {steps[-1]} the most diagonal head of each layer reaches half of its rise in "
          f"attention on positions i-1, i, i+1 as follows: {when} ({context})")
     s += neighbour_sentence(run_dir, task)
-    if ok is None: return s + "; no layer develops the diagonal pattern, so the paper's order cannot be tested on this run."
+    if ok is None: return s + ("; no layer develops the diagonal pattern, so the paper's order cannot be tested on "
+                               "this run.")
     ls = paper_layers(len(t))
     if len({em[l] for l in ls}) == 1 and not np.isnan(em[ls[0]]):  # one step for all: the grid cannot order them
         gap = min((b - a for a, b in zip(steps, steps[1:]) if a < em[ls[0]] <= b), default=0)
@@ -434,6 +456,7 @@ def redraw(run_dir, out_dir=None, task: str = "brown") -> list[Path]:
     t = emergence_table(run_dir, task)
     paths.append(atomic_write(out_dir / "table_fig4_diagonal_emergence.csv", t.to_csv()))
     paths.append(atomic_write(out_dir / "table_fig4_diagonal_emergence.md",
-                              f"# Fig. 4: emergence of the diagonal attention pattern per layer ({Path(run_dir).name})\n\n"
+                              "# Fig. 4: emergence of the diagonal attention pattern per layer "
+                              f"({Path(run_dir).name})\n\n"
                               + markdown_table(t) + "\n" + verdict(run_dir, task) + "\n"))
     return paths

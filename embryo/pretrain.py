@@ -27,13 +27,14 @@ import torch.nn.functional as F
 from .config import (ModelConfig, TrainConfig, ConfigError, get_config, get_train_config, atomic_write, PRESETS,
                            clean_stale_temps, fsync_dir, temp_tag, stale_temp,
                            RUN_CONFIG, run_config_file, migrate_run_config, add_pretrain_args)
-from .model import AlbertForPreTraining, CheckpointError, load_pretrained, autocast, resolve_precision, load_safetensors
+from .model import (AlbertForPreTraining, CheckpointError, load_pretrained, autocast, resolve_precision,
+                          load_safetensors)
 from .electra import ElectraPair, GENERATOR, is_electra, load_electra, pretraining_model
 from . import data as D
-from .run import (CheckpointNotFound, check_device, checkpoint_dir, list_steps, find_checkpoint, load_checkpoint, replace_dir,
-                        save_checkpoint, run_lock, clean_run, forget_inherited_locks, read_config, read_run_config,
-                        sentence_name, corpus_file, CORPUS_FORMS, write_tokenizer_files, complete_run, log_records, train_log,
-                        run_transitions, checkpoint_steps, MODEL_CARD, TENSORBOARD_DIR)
+from .run import (CheckpointNotFound, check_device, checkpoint_dir, list_steps, find_checkpoint, load_checkpoint,
+                        replace_dir, save_checkpoint, run_lock, clean_run, forget_inherited_locks, read_config,
+                        read_run_config, sentence_name, corpus_file, CORPUS_FORMS, write_tokenizer_files, complete_run,
+                        log_records, train_log, run_transitions, checkpoint_steps, MODEL_CARD, TENSORBOARD_DIR)
 from .figures import plot_pretraining
 from .facts import read_facts, injections, prepare_facts
 
@@ -44,8 +45,8 @@ __all__ = ['FIXED_SETTINGS', 'CORPUS_LANGUAGES', 'HELDOUT_MASK_PROB', 'FIXTURE',
            'model_card', 'write_model_card', 'write_model_cards', 'tensorboard_module', 'TensorBoardLog',
            'tensorboard_log', 'TrainingDiverged', 'diverged', 'DiskFull', 'resolve_data_workers', 'check_compile',
            'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'train', 'batch_source', 'loss_counts',
-           'Saves', 'heldout_examples', 'evaluate_heldout', 'corpus_slice', 'fixture_run', 'heldout_curve',
-           'split_overrides', 'pretrain_from_args', 'main']
+           'Saves', 'finish_run', 'heldout_examples', 'evaluate_heldout', 'corpus_slice', 'fixture_run',
+           'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -71,7 +72,9 @@ class Lamb(torch.optim.Optimizer):
         t = self.state[ps[0]]["step"]  # every tensor of a group steps together
         torch._foreach_lerp_(m, grads, 1 - b1)  # m = b1 m + (1 - b1) g
         torch._foreach_mul_(v, b2); torch._foreach_addcmul_(v, grads, grads, value=1 - b2)
-        denom = torch._foreach_sqrt(v); torch._foreach_div_(denom, math.sqrt(1 - b2 ** t)); torch._foreach_add_(denom, g["eps"])
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, math.sqrt(1 - b2**t))
+        torch._foreach_add_(denom, g["eps"])
         update = torch._foreach_div(m, denom); torch._foreach_div_(update, 1 - b1 ** t)  # m_hat / (sqrt(v_hat) + eps)
         if g["weight_decay"]: torch._foreach_add_(update, ps, alpha=g["weight_decay"])
         if g["adapt"]:
@@ -87,17 +90,20 @@ def param_groups(model, weight_decay: float) -> list[dict]:
     decay, plain = [], []
     for n, p in model.named_parameters():
         (plain if p.ndim < 2 or "LayerNorm" in n or "layer_norm" in n else decay).append(p)
-    return [dict(params=decay, weight_decay=weight_decay, adapt=True), dict(params=plain, weight_decay=0.0, adapt=False)]
+    return [dict(params=decay, weight_decay=weight_decay, adapt=True),
+            dict(params=plain, weight_decay=0.0, adapt=False)]
 
 # %% ../nbs/03_pretrain.ipynb #58a197a6
 def make_optimizer(model, tc: TrainConfig) -> torch.optim.Optimizer:
     "The run's optimizer: LAMB (ALBERT), or AdamW (BERT's and ELECTRA's Adam with decoupled weight decay), same groups."
-    groups, kw = param_groups(model, tc.weight_decay), dict(lr=tc.learning_rate, betas=(tc.adam_beta1, tc.adam_beta2), eps=tc.adam_epsilon)
+    groups, kw = param_groups(model, tc.weight_decay), dict(lr=tc.learning_rate, betas=(tc.adam_beta1, tc.adam_beta2),
+                                                            eps=tc.adam_epsilon)
     return Lamb(groups, **kw) if tc.optimizer == "lamb" else torch.optim.AdamW(groups, **kw, foreach=True)
 
 # %% ../nbs/03_pretrain.ipynb #b5cc25c6
 def lr_at(step: int, tc: TrainConfig) -> float:
-    "Learning rate after `step` optimizer steps: linear warmup, then linear decay to zero (`linear`), or held until the last `decay_fraction` of the steps (`wsd`)."
+    ("Learning rate after `step` optimizer steps: linear warmup, then linear decay to zero (`linear`), or held until "
+     "the last `decay_fraction` of the steps (`wsd`).")
     if step < tc.warmup_steps: return tc.learning_rate * (step + 1) / tc.warmup_steps
     start = tc.warmup_steps if tc.lr_schedule == "linear" else round(tc.total_steps * (1 - tc.decay_fraction))
     return tc.learning_rate * min(1.0, max(0.0, (tc.total_steps - step) / max(1, tc.total_steps - start)))
@@ -109,12 +115,14 @@ def phase1_steps(tc: TrainConfig) -> int:
 
 # %% ../nbs/03_pretrain.ipynb #2f198abd
 def seq_length_at(step: int, tc: TrainConfig) -> int:
-    "The sequence length of optimizer step `step` (1-based): BERT trains 128 tokens for 90% of its steps, 512 after (B.2)."
+    ("The sequence length of optimizer step `step` (1-based): BERT trains 128 tokens for 90% of its steps, 512 after "
+     "(B.2).")
     return tc.phase1_seq_length if step <= phase1_steps(tc) else tc.max_seq_length
 
 # %% ../nbs/03_pretrain.ipynb #9a49580c
 def tokens_seen(step: int, tc: TrainConfig) -> int:
-    "Sequence positions trained on by the end of optimizer step `step`: the batch times each step's sequence length (shorter examples padded)."
+    ("Sequence positions trained on by the end of optimizer step `step`: the batch times each step's sequence length "
+     "(shorter examples padded).")
     T1 = min(step, phase1_steps(tc))
     return tc.batch_size * (T1 * (tc.phase1_seq_length or 0) + (step - T1) * tc.max_seq_length)
 
@@ -153,7 +161,10 @@ def load_resume(model, opt, run_dir) -> int:
     try:
         if isinstance(model, ElectraPair): model.load_weights(cand)
         else: sd = load_safetensors(cand / "model.safetensors")
-    except CheckpointError as e: raise CheckpointError(f"{str(e).split(': the file')[0]}: the resume point is truncated or corrupt; {restart}") from None
+    except CheckpointError as e:
+        raise CheckpointError(
+            f"{str(e).split(': the file')[0]}: the resume point is truncated or corrupt; {restart}"
+        ) from None
     if not isinstance(model, ElectraPair):
         with torch.no_grad():
             for k, v in model.state_dict().items():
@@ -166,8 +177,8 @@ def load_resume(model, opt, run_dir) -> int:
             import re
             found = re.search(r"[^\n]*(?:GLOBAL|Unsupported)[^\n]*", str(e))  # the object it refused
             why = found[0] if found else why
-            raise CheckpointError(f"{f} was refused: it holds objects other than tensors and plain values, and loading it "
-                                  f"could run code ({why}); embryo never writes such a file, so {restart}") from None
+            raise CheckpointError(f"{f} was refused: it holds objects other than tensors and plain values, and loading "
+                                  f"it could run code ({why}); embryo never writes such a file, so {restart}") from None
         raise CheckpointError(f"{f} cannot be read ({why}): it is truncated or corrupt; {restart}") from None
     opt.load_state_dict(st["optimizer"])
     set_rng_state(st["rng"])
@@ -179,7 +190,8 @@ class Batches:
     (stream position -> (fact number, example), `embryo.facts.injections`) puts a fact in place of the example there."""
     def __init__(self, dataset, tokenizer, tc: TrainConfig, inject: dict | None = None):
         self.ds, self.tok, self.tc, self.n, self.inject = dataset, tokenizer, tc, len(dataset), inject or {}
-        if self.n == 0: raise ValueError("the pretraining dataset is empty: the corpus has no document with two segments")
+        if self.n == 0: raise ValueError("the pretraining dataset is empty: the corpus has no document with two "
+                                         "segments")
         self._perm = {}
         # masked positions per sequence, at most
         self.cap = tc.max_predictions or D.albert_max_predictions(tc.max_seq_length)
@@ -187,7 +199,8 @@ class Batches:
     def example(self, k: int) -> tuple[int, int]:
         "(epoch, example index) of the k-th example drawn in the run."
         epoch, pos = divmod(k, self.n)
-        if epoch not in self._perm: self._perm = {epoch: np.random.default_rng([self.tc.seed, epoch]).permutation(self.n)}
+        if epoch not in self._perm:
+            self._perm = {epoch: np.random.default_rng([self.tc.seed, epoch]).permutation(self.n)}
         return epoch, int(self._perm[epoch][pos])
 
     def indices(self, step: int) -> range:
@@ -196,7 +209,8 @@ class Batches:
         return range((step - 1) * B, step * B)
 
     def row(self, k: int) -> tuple[int, int, dict]:
-        "(epoch, mask index, example) at stream position k: the dataset's, or the fact injected there (mask index n + its number)."
+        ("(epoch, mask index, example) at stream position k: the dataset's, or the fact injected there (mask index n + "
+         "its number).")
         epoch, i = self.example(k)
         if k in self.inject: f, ex = self.inject[k]; return epoch, self.n + f, ex
         return epoch, i, self.ds[i]
@@ -239,7 +253,8 @@ def _resume_step(run_dir) -> int | None:
 
 # %% ../nbs/03_pretrain.ipynb #4404786b
 def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False) -> dict:
-    "Write `pretrain_config.json` for a new run (or one with no checkpoint yet), or check that an existing run has the same settings."
+    ("Write `pretrain_config.json` for a new run (or one with no checkpoint yet), or check that an existing run has "
+     "the same settings.")
     cfg = dict(preset=preset, model=mc.to_dict(), train=json.loads(json.dumps(tc.to_dict())))
     migrate_run_config(run_dir)  # a run made before the rename keeps its settings under the new name
     f = run_config_file(run_dir)
@@ -259,25 +274,30 @@ def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override:
             (Path(run_dir) / "spiece.model").unlink(missing_ok=True)  # trained on the old corpus, used by no checkpoint
     elif override:
         fixed = [d for d in diff if not d.startswith("train.") or d.split(":")[0][6:] in FIXED_SETTINGS]
-        if fixed: raise ConfigError(f"--override cannot change {'; '.join(fixed)}: they define the run's model and data. "
-                                    "Pass a new --run folder instead")
-        history = history + [dict(from_step=_resume_step(run_dir), changed=diff, at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))]
-        print(f"{run_dir}: overriding {'; '.join(diff)} from step {history[-1]['from_step']} (recorded in {f})", flush=True)
+        if fixed: raise ConfigError(f"--override cannot change {'; '.join(fixed)}: they define the run's model and "
+                                    "data. Pass a new --run folder instead")
+        history = history + [dict(from_step=_resume_step(run_dir), changed=diff,
+                                  at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))]
+        print(f"{run_dir}: overriding {'; '.join(diff)} from step {history[-1]['from_step']} (recorded in {f})",
+              flush=True)
     else:
         raise ConfigError(f"{f} was written with other settings ({'; '.join(diff)}). Resume with the same settings; or "
-                          f"change training settings from the last resume point with `embryo pretrain --run-dir {run_dir} "
-                          f"--override --set NAME=VALUE`, which records the change in {f.name}; or pass a new --run folder.")
+                          "change training settings from the last resume point with `embryo pretrain --run-dir "
+                          f"{run_dir} --override --set NAME=VALUE`, which records the change in {f.name}; or pass a "
+                          "new --run folder.")
     if history: cfg = dict(cfg, history=history)
     atomic_write(f, json.dumps(cfg, indent=2) + "\n")
     return cfg
 
 # %% ../nbs/03_pretrain.ipynb #307ce2c4
 def run_corpus(run_dir, corpus, save: bool = True) -> str:
-    "`corpus` as the run's config records it: a `datasets.Dataset` is saved into the run as `corpus-<fingerprint>/` (if `save`)."
+    ("`corpus` as the run's config records it: a `datasets.Dataset` is saved into the run as `corpus-<fingerprint>/` "
+     "(if `save`).")
     if isinstance(corpus, (str, os.PathLike)): return str(corpus)
     import datasets
     if isinstance(corpus, datasets.DatasetDict):
-        if "train" not in corpus: raise D.CorpusError(f"the DatasetDict given as corpus has no 'train' split (it has {list(corpus)})")
+        if "train" not in corpus: raise D.CorpusError("the DatasetDict given as corpus has no 'train' split (it has "
+                                                      f"{list(corpus)})")
         corpus = corpus["train"]
     if not isinstance(corpus, datasets.Dataset):
         raise ConfigError(f"corpus is a {type(corpus).__name__}; pass {CORPUS_FORMS}")
@@ -294,7 +314,9 @@ def run_corpus(run_dir, corpus, save: bool = True) -> str:
 # %% ../nbs/03_pretrain.ipynb #753885f5
 def _say(on: bool, run_dir, what: str, t0: float | None = None):
     "One line of what the start of a run is building (or how long it took), when `on`."
-    if on: print(f"pretrain {Path(run_dir)}: {what}" + ("" if t0 is None else f" ({time.perf_counter() - t0:.1f} s)"), flush=True)
+    if on:
+        print(f"pretrain {Path(run_dir)}: {what}" + ("" if t0 is None else f" ({time.perf_counter() - t0:.1f} s)"),
+              flush=True)
 
 # %% ../nbs/03_pretrain.ipynb #c68ab5e2
 def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False, verbose: bool = False):
@@ -307,7 +329,8 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
     t0 = time.perf_counter(); _say(verbose, run_dir, f"reading the corpus {tc.corpus} ...")
     text = corpus_file(tc)
     if not (run_dir / "spiece.model").exists():
-        t1 = time.perf_counter(); _say(verbose, run_dir, f"training a {tc.tokenizer_vocab_size:,}-piece SentencePiece vocabulary ...")
+        t1 = time.perf_counter(); _say(verbose, run_dir, f"training a {tc.tokenizer_vocab_size:,}-piece SentencePiece "
+                                                         "vocabulary ...")
         try: D.train_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
         except (ValueError, RuntimeError) as e:
             if isinstance(e, D.CorpusError): raise
@@ -319,14 +342,16 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
         _say(verbose, run_dir, "vocabulary trained", t1)
     tok = D.load_tokenizer(run_dir)
     if tok.vocab_size != mc.vocab_size:
-        raise ConfigError(f"{run_dir / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is {mc.vocab_size}; "
-                          "set vocab_size and tokenizer_vocab_size to the same number")
-    write_tokenizer_files(run_dir, tc.max_seq_length)  # model_max_length: the positions it is trained on, not the table's
+        raise ConfigError(f"{run_dir / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is "
+                          f"{mc.vocab_size}; set vocab_size and tokenizer_vocab_size to the same number")
+    # model_max_length: the positions it is trained on, not the table's
+    write_tokenizer_files(run_dir, tc.max_seq_length)
     if verbose:
         key = D.dataset_key(text, tok, tc.max_seq_length, tc.seed, 1, tc.short_seq_prob, tc.sentence_task)
         cached = (D.data_dir() / "datasets" / key / "dataset_info.json").exists()
-        _say(verbose, run_dir, f"{'loading the cached' if cached else 'building the'} {sentence_name(tc.sentence_task)} "
-                               f"examples of {tc.max_seq_length} tokens{'' if cached else ' (tokenising the whole corpus, once)'} ...")
+        _say(verbose, run_dir, f"{'loading the cached' if cached else 'building the'} "
+                               f"{sentence_name(tc.sentence_task)} examples of {tc.max_seq_length} "
+                               f"tokens{'' if cached else ' (tokenising the whole corpus, once)'} ...")
     ds = examples_of(tok, tc, tc.max_seq_length)
     _say(verbose, run_dir, f"{len(ds):,} examples ready; corpus, vocabulary and examples took", t0)
     if tc.facts:  # facts shown at known steps (notebook 06a): chosen once, from this vocabulary and the seed
@@ -340,12 +365,14 @@ def examples_of(tok, tc: TrainConfig, max_seq_length: int):
     text = corpus_file(tc)
     ds = D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=max_seq_length, seed=tc.seed,
                          short_seq_prob=tc.short_seq_prob, sentence_task=tc.sentence_task)
-    if len(ds) == 0: raise D.CorpusError(f"corpus {text} gives no training examples: a sentence pair needs documents of two "
-                                         "sentences or more (one sentence a line, a blank line between documents); add text")
+    if len(ds) == 0: raise D.CorpusError(f"corpus {text} gives no training examples: a sentence pair needs documents "
+                                         "of two sentences or more (one sentence a line, a blank line between "
+                                         "documents); add text")
     return ds
 
 # %% ../nbs/03_pretrain.ipynb #7a511e73
-CORPUS_LANGUAGES = {"embryo-mini": "en"}  # the built-in corpus is English text (notebook 02); another corpus's is not known
+# the built-in corpus is English text (notebook 02); another corpus's is not known
+CORPUS_LANGUAGES = {"embryo-mini": "en"}
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # safetensors' names
 
 # %% ../nbs/03_pretrain.ipynb #ad83f9e4
@@ -363,14 +390,16 @@ def _shown(p) -> str:
 
 # %% ../nbs/03_pretrain.ipynb #0a7f984f
 def bert_shaped(mc: ModelConfig) -> bool:
-    "Whether an ALBERT config has BERT's shape (the `bert-*` presets): no cross-layer sharing, embeddings as wide as the layers."
+    ("Whether an ALBERT config has BERT's shape (the `bert-*` presets): no cross-layer sharing, embeddings as wide as "
+     "the layers.")
     return mc.model_type == "albert" and mc.sharing == "none" and mc.embedding_size == mc.hidden_size
 
 # %% ../nbs/03_pretrain.ipynb #f55cce7c
 _BUILT: dict = {}  # model config -> the model built on the meta device, once a process (a run writes many cards)
 
 def _model_text(mc: ModelConfig) -> str:
-    "The architecture in a sentence, with its parameters (counted on the meta device, every random state left as it was)."
+    ("The architecture in a sentence, with its parameters (counted on the meta device, every random state left as it "
+     "was).")
     key = json.dumps(mc.to_dict(), sort_keys=True)
     if key not in _BUILT:
         with torch.random.fork_rng(devices=[]), torch.device("meta"): _BUILT[key] = pretraining_model(mc)
@@ -404,40 +433,55 @@ def _recipe(mc: ModelConfig, tc: TrainConfig, history: list, step: int, rec: dic
     T1, L = phase1_steps(tc), tc.max_seq_length
     length = f"{tc.phase1_seq_length} tokens for steps 1-{T1:,}, then {L}" if T1 else f"{L} tokens"
     cap = tc.max_predictions or D.albert_max_predictions(L)
-    second = (f"replaced-token detection by the discriminator on the generator's samples, weighted {tc.rtd_weight:g} beside "
-              "the generator's MLM loss (ELECTRA section 2); no sentence-level task" if mc.model_type == "electra" else
-              dict(sop="sentence-order prediction (SOP, ALBERT section 4.6)", nsp="next-sentence prediction (NSP, as BERT)",
-                   none="none: the sentence head is in the file but was never trained (ALBERT Table 6)")[tc.sentence_task])
+    second = (
+        f"replaced-token detection by the discriminator on the generator's samples, weighted {tc.rtd_weight:g} "
+        "beside the generator's MLM loss (ELECTRA section 2); no sentence-level task"
+        if mc.model_type == "electra"
+        else dict(
+            sop="sentence-order prediction (SOP, ALBERT section 4.6)",
+            nsp="next-sentence prediction (NSP, as BERT)",
+            none="none: the sentence head is in the file but was never trained (ALBERT Table 6)",
+        )[tc.sentence_task]
+    )
     warm = f"linear warmup over {tc.warmup_steps:,} steps to {tc.learning_rate:g}"
-    schedule = (f"{warm}, held until step {round(tc.total_steps * (1 - tc.decay_fraction)):,}, then linear decay to 0 at "
-                f"step {tc.total_steps:,}" if tc.lr_schedule == "wsd" else f"{warm}, then linear decay to 0 at step {tc.total_steps:,}")
+    schedule = (f"{warm}, held until step {round(tc.total_steps * (1 - tc.decay_fraction)):,}, then linear decay to 0 "
+                f"at step {tc.total_steps:,}" if tc.lr_schedule == "wsd" else f"{warm}, then linear decay to 0 at step "
+                                                                           f"{tc.total_steps:,}")
     if step: schedule += f"; {lr_at(step - 1, tc):.4g} at step {step:,}"
     rows = [("model", _model_text(mc)), ("corpus", _corpus_text(tc)),
             ("tokenizer", f"SentencePiece, {tc.tokenizer_vocab_size:,} pieces trained on the corpus"),
             ("examples", f"sentence pairs of up to {length}, {tc.short_seq_prob:.0%} of them shorter"),
-            ("batch", f"{tc.batch_size} sequences a step" + (f" ({tc.grad_accum} micro-batches)" if tc.grad_accum > 1 else "")),
-            ("masking", f"{tc.mask_prob:.0%} of the tokens, in n-grams of up to {tc.max_ngram}, at most {cap} a sequence"),
+            ("batch",
+             f"{tc.batch_size} sequences a step" + (f" ({tc.grad_accum} micro-batches)" if tc.grad_accum > 1 else "")),
+            ("masking", f"{tc.mask_prob:.0%} of the tokens, in n-grams of up to {tc.max_ngram}, at most {cap} a "
+                        "sequence"),
             ("second loss", second),
-            ("optimiser", f"{'LAMB' if tc.optimizer == 'lamb' else 'AdamW'} (beta1 {tc.adam_beta1:g}, beta2 {tc.adam_beta2:g}, "
-                          f"epsilon {tc.adam_epsilon:g}, weight decay {tc.weight_decay:g} on matrices), gradients clipped "
-                          f"to norm {tc.max_grad_norm:g}"),
+            ("optimiser", f"{'LAMB' if tc.optimizer == 'lamb' else 'AdamW'} (beta1 {tc.adam_beta1:g}, beta2 "
+                          f"{tc.adam_beta2:g}, epsilon {tc.adam_epsilon:g}, weight decay {tc.weight_decay:g} on "
+                          f"matrices), gradients clipped to norm {tc.max_grad_norm:g}"),
             ("learning rate", schedule),
-            ("precision", f"setting `{tc.precision}`" + (f"; {rec['precision']} at this step" if rec and "precision" in rec else "")),
+            ("precision",
+             f"setting `{tc.precision}`" + (f"; {rec['precision']} at this step" if rec and "precision" in rec
+                                            else "")),
             ("seed", str(tc.seed))]
     for h in history:
-        if h.get("from_step") is None or h["from_step"] < step: rows.append((f"changed from step {h.get('from_step')}", "; ".join(h["changed"])))
+        if h.get("from_step") is None or h["from_step"] < step:
+            rows.append((f"changed from step {h.get('from_step')}", "; ".join(h["changed"])))
     return rows
 
 # %% ../nbs/03_pretrain.ipynb #6bbdaa72
 def _metrics(rec: dict | None, step: int, heldout: dict | None) -> list[str]:
-    "The card's lines on how the model did: the logged record of `step` (or the last before it), and the held-out evaluation."
+    ("The card's lines on how the model did: the logged record of `step` (or the last before it), and the held-out "
+     "evaluation.")
     if step == 0: return ["Step 0 is the initialisation: nothing has been trained yet."]
     if rec is None: return [f"No training record up to step {step:,} in the run's `logs/train.jsonl`."]
     when = f"step {step:,}" if rec["step"] == step else f"step {rec['step']:,}, the last logged step before {step:,}"
-    out = [f"Logged at {when}, on that step's training batch (`logs/train.jsonl`):", "", "| metric | value |", "|---|---|"]
+    out = [f"Logged at {when}, on that step's training batch (`logs/train.jsonl`):", "", "| metric | value |",
+           "|---|---|"]
     out += [f"| {k} | {v:.4g} |" for k, v in rec.items() if k not in ("step", "tokens_per_s") and isinstance(v, float)]
     if heldout:
-        out += ["", f"Held-out evaluation after the last step (`logs/eval.json`, {heldout['heldout_sequences']} held-out "
+        out += ["", f"Held-out evaluation after the last step (`logs/eval.json`, {heldout['heldout_sequences']} "
+                    "held-out "
                     f"sequences, {heldout['masked_tokens']} masked tokens):", "", "| metric | value |", "|---|---|"]
         out += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in heldout.items()
                 if k not in ("heldout_sequences", "masked_tokens")]
@@ -449,29 +493,43 @@ def _loading(folder: Path, files: Path, run_dir: Path, step: int, mc: ModelConfi
     electra = mc.model_type == "electra"
     has_tok = lambda d: all((Path(d) / n).exists() for n in ("spiece.model", "tokenizer_config.json"))
     tok = "folder" if has_tok(files) else json.dumps(_shown(run_dir)) if has_tok(run_dir) else None
-    if tok is None: return [f"No tokenizer files here or in the run folder: `embryo.run.complete_run({_shown(run_dir)!r})` writes them."]
+    if tok is None:
+        return [
+            f"No tokenizer files here or in the run folder: `embryo.run.complete_run({_shown(run_dir)!r})` writes them."
+        ]
     where = "this folder" if tok == "folder" else "the run folder"
-    code = ["```python", f"from transformers import AutoModelForMaskedLM, AutoTokenizer{', ElectraForPreTraining' if electra else ''}, pipeline", "",
-            f"folder = {json.dumps(_shown(folder))}",
-            f"tokenizer = AutoTokenizer.from_pretrained({tok})  # SentencePiece ({where}: spiece.model and the files beside it)"]
+    code = [
+        "```python",
+        f"from transformers import AutoModelForMaskedLM, AutoTokenizer{', ElectraForPreTraining' if electra else ''}, "
+        "pipeline",
+        "",
+        f"folder = {json.dumps(_shown(folder))}",
+        f"tokenizer = AutoTokenizer.from_pretrained({tok})  # SentencePiece ({where}: spiece.model and the files "
+        "beside it)",
+    ]
     if electra:
-        code += ["discriminator = ElectraForPreTraining.from_pretrained(folder)  # this folder: replaced-token detection",
-                 f'generator = AutoModelForMaskedLM.from_pretrained(f"{{folder}}/{GENERATOR}")  # {GENERATOR}/: the masked LM',
-                 "fill = pipeline(\"fill-mask\", model=generator, tokenizer=tokenizer)  # fill-mask is the generator's"]
+        code += [
+            "discriminator = ElectraForPreTraining.from_pretrained(folder)  # this folder: replaced-token detection",
+            f'generator = AutoModelForMaskedLM.from_pretrained(f"{{folder}}/{GENERATOR}")'
+            f'  # {GENERATOR}/: the masked LM',
+            "fill = pipeline(\"fill-mask\", model=generator, tokenizer=tokenizer)  # fill-mask is the generator's",
+        ]
     else:
-        code += ["model = AutoModelForMaskedLM.from_pretrained(folder)  # AlbertForMaskedLM: the encoder and its MLM head",
+        code += ["model = AutoModelForMaskedLM.from_pretrained(folder)  # AlbertForMaskedLM: the encoder and its MLM "
+                 "head",
                  "fill = pipeline(\"fill-mask\", model=model, tokenizer=tokenizer)"]
     code += ['print(fill("the [MASK] of the city."))', "```", ""]
     if electra:
         code += [f"**Fill-mask takes `{GENERATOR}/`, not this folder.** This folder is the discriminator, which has no "
-                 f"masked-LM head: `AutoModelForMaskedLM.from_pretrained(folder)`, or `pipeline(\"fill-mask\", model=folder)`, "
-                 "builds an `ElectraForMaskedLM` whose head is initialised at random, and its predictions mean nothing "
-                 "(transformers' load report lists the head's weights as MISSING). `AutoModel.from_pretrained(folder)` gives "
-                 "the discriminator's encoder, the one ELECTRA finetunes."]
+                 f"masked-LM head: `AutoModelForMaskedLM.from_pretrained(folder)`, or `pipeline(\"fill-mask\", "
+                 "model=folder)`, builds an `ElectraForMaskedLM` whose head is initialised at random, and its "
+                 "predictions mean nothing (transformers' load report lists the head's weights as MISSING). "
+                 "`AutoModel.from_pretrained(folder)` gives the discriminator's encoder, the one ELECTRA finetunes."]
     else:
         s = sentence_name(tc.sentence_task, mc.model_type)
         code += [f"`AlbertForPreTraining.from_pretrained(folder)` adds the sentence head ({s}"
-                 + (", never trained" if tc.sentence_task == "none" else "") + "); `AutoModel` gives the encoder alone."]
+                 + (", never trained" if tc.sentence_task == "none"
+                    else "") + "); `AutoModel` gives the encoder alone."]
     code += ["", f"In embryo: `embryo.run.load_checkpoint({_shown(run_dir)!r}, {step})`"
              + (f" (the discriminator; `mlm=True`: the generator)" if electra else "") + "."]
     return code
@@ -482,7 +540,8 @@ def _files(files: Path) -> list[str]:
     def line(d: Path, name: str) -> str:
         return f"- {name}" + ", ".join(f"`{p.name}`" + (f" ({_weights(p)})" if p.suffix == ".safetensors" else "")
                                       for p in sorted(d.iterdir()) if p.is_file() and p.name != MODEL_CARD)
-    return [line(files, "")] + [line(d, f"`{d.name}/`: ") for d in sorted(files.iterdir()) if d.is_dir() and (d / "config.json").exists()]
+    return [line(files, "")] + [line(d, f"`{d.name}/`: ") for d in sorted(files.iterdir()) if d.is_dir()
+                                and (d / "config.json").exists()]
 
 # %% ../nbs/03_pretrain.ipynb #5a3f2188
 def model_card(run_dir, step: int, folder=None, files_in=None) -> str:
@@ -506,8 +565,8 @@ def model_card(run_dir, step: int, folder=None, files_in=None) -> str:
              f"- {'replaced-token-detection' if electra else 'masked-lm'}", "- pretrained-from-scratch", "---", ""]
     when = "at step 0, the initialisation" if step == 0 else f"after step {step:,} of {tc.total_steps:,}"
     intro = [f"# {run_dir.name} at step {step:,}", "",
-             f"A checkpoint of the embryo run `{run_dir.name}` (preset `{preset}`): {family} pretrained from scratch, saved "
-             f"{when}, having seen {tokens_seen(step, tc):,} tokens ({tc.batch_size} sequences of up to "
+             f"A checkpoint of the embryo run `{run_dir.name}` (preset `{preset}`): {family} pretrained from scratch, "
+             f"saved {when}, having seen {tokens_seen(step, tc):,} tokens ({tc.batch_size} sequences of up to "
              f"{seq_length_at(max(step, 1), tc)} positions a step). embryo reproduces \"Pretrained Language Model "
              "Embryology: The Birth of ALBERT\" and ALBERT, and analyses every checkpoint of such a run. This card is "
              "written by embryo from the run's own settings and logs.", ""]
@@ -540,10 +599,17 @@ def write_model_cards(run_dir) -> list[Path]:
 
 # %% ../nbs/03_pretrain.ipynb #6e7efbc8
 def tensorboard_module():
-    "The `tensorboardX` package that writes TensorBoard's event files; a `ConfigError` saying how to install it, where it is missing."
-    try: import tensorboardX; return tensorboardX
-    except ImportError: raise ConfigError("--tensorboard writes TensorBoard event files with the tensorboardX package, which is "
-                                          "not installed: pip install tensorboardX (or leave --tensorboard out)") from None
+    ("The `tensorboardX` package that writes TensorBoard's event files; a `ConfigError` saying how to install it, "
+     "where it is missing.")
+    try:
+        import tensorboardX
+
+        return tensorboardX
+    except ImportError:
+        raise ConfigError(
+            "--tensorboard writes TensorBoard event files with the tensorboardX package, which is not installed: pip "
+            "install tensorboardX (or leave --tensorboard out)"
+        ) from None
 
 # %% ../nbs/03_pretrain.ipynb #4d67f4b7
 class TensorBoardLog:
@@ -555,12 +621,14 @@ class TensorBoardLog:
         from tensorboardX.proto.event_pb2 import Event, SessionLog
         folder = Path(run_dir) / TENSORBOARD_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        final = folder / f"events.out.tfevents.{int(time.time()):010d}.{temp_tag()}"  # TensorBoard reads them in name order
+        # TensorBoard reads them in name order
+        final = folder / f"events.out.tfevents.{int(time.time()):010d}.{temp_tag()}"
         tmp = folder / f".{final.name}.tmp"
         self.file = RecordWriter(str(tmp))
         self.file.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
         # a TensorBoard that read an older file drops its events from step 1 on
-        self.file.write(Event(wall_time=time.time(), step=1, session_log=SessionLog(status=SessionLog.START)).SerializeToString())
+        self.file.write(Event(wall_time=time.time(), step=1,
+                              session_log=SessionLog(status=SessionLog.START)).SerializeToString())
         for r in rows: self.add(r, flush=False)
         self.file.flush()
         os.replace(tmp, final)  # the open file goes on under its final name
@@ -569,12 +637,14 @@ class TensorBoardLog:
             if f != final: f.unlink()
 
     def add(self, rec: dict, flush: bool = True):
-        "One record of `train.jsonl`: each numeric field `k` as the scalar `train/k` at the record's step (flushed to disk)."
+        ("One record of `train.jsonl`: each numeric field `k` as the scalar `train/k` at the record's step (flushed to "
+         "disk).")
         from tensorboardX.proto.event_pb2 import Event
         from tensorboardX.proto.summary_pb2 import Summary
         values = [Summary.Value(tag=f"train/{k}", simple_value=float(v)) for k, v in rec.items()
                   if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)]
-        self.file.write(Event(wall_time=time.time(), step=rec["step"], summary=Summary(value=values)).SerializeToString())
+        self.file.write(Event(wall_time=time.time(), step=rec["step"],
+                              summary=Summary(value=values)).SerializeToString())
         if flush: self.file.flush()
 
     def close(self): self.file.close()
@@ -597,7 +667,8 @@ def tensorboard_log(run_dir) -> list[dict]:
             ev = Event.FromString(data[i + 12:i + 12 + n]); i += 16 + n
             if ev.HasField("session_log") and ev.session_log.status == SessionLog.START:
                 rows = {s: r for s, r in rows.items() if s < ev.step}
-            for v in ev.summary.value: rows.setdefault(ev.step, {"step": ev.step})[v.tag.removeprefix("train/")] = v.simple_value
+            for v in ev.summary.value:
+                rows.setdefault(ev.step, {"step": ev.step})[v.tag.removeprefix("train/")] = v.simple_value
     return [rows[s] for s in sorted(rows)]
 
 # %% ../nbs/03_pretrain.ipynb #3fef3168
@@ -609,9 +680,9 @@ def diverged(run_dir, what: str, step: int, saved: int, tc: TrainConfig) -> Trai
     good = [s for s in list_steps(run_dir) if s <= max(saved, 0)]
     return TrainingDiverged(f"{run_dir}: {what} at step {step}; nothing was saved "
                             f"after step {max(saved, 0)} (the last checkpoint is step {good[-1] if good else 'none'}). "
-                            f"To train again from step {max(saved, 0)} with a lower learning rate, run: embryo pretrain "
-                            f"--run-dir {run_dir} --override --set learning_rate={tc.learning_rate / 2:g} "
-                            "(or raise warmup_steps the same way); the change is recorded in its pretrain_config.json")
+                            f"To train again from step {max(saved, 0)} with a lower learning rate, run: embryo "
+                            f"pretrain --run-dir {run_dir} --override --set learning_rate={tc.learning_rate / 2:g} (or "
+                            "raise warmup_steps the same way); the change is recorded in its pretrain_config.json")
 
 
 # %% ../nbs/03_pretrain.ipynb #106741c2
@@ -651,7 +722,8 @@ class _Steps(torch.utils.data.Dataset):
 # %% ../nbs/03_pretrain.ipynb #2aaae2d5
 def resolve_data_workers(workers, device, world: int = 1) -> int:
     """Processes that mask the coming steps' batches: `workers` when it is a number; for 'auto', none on a CPU (a thread
-    does it: the cores are busy training) and, per GPU process, up to 4 of the CPU cores it can have (one is its own)."""
+    does it: the cores are busy training) and, per GPU process, up to 4 of the CPU cores it can have (one is its
+    own)."""
     if workers != "auto":
         if re.fullmatch(r"[0-9]+", str(workers)): return int(workers)
         raise ConfigError(f"data_workers must be 'auto' or a number of processes (0: a thread), got {workers!r}")
@@ -660,13 +732,15 @@ def resolve_data_workers(workers, device, world: int = 1) -> int:
 
 # %% ../nbs/03_pretrain.ipynb #67be61d6
 def check_compile(device, model_type: str = "albert"):
-    """Raise a `ConfigError` where `compile=true` cannot run: ELECTRA (its generator's samples change the discriminator's
-    input every step), or a CPU without a C++ compiler (inductor writes C++ kernels there)."""
-    if model_type == "electra": raise ConfigError("compile=true is for ALBERT and BERT runs; an ELECTRA run trains eagerly: "
-                                                  "set compile=false")
-    if torch.device(device).type == "cpu" and not any(shutil.which(c) for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c):
-        raise ConfigError("compile=true needs a C++ compiler on a CPU (torch.compile builds C++ kernels there) and none of "
-                          "$CXX, g++, c++, clang++ was found: install one (Debian: apt install g++) or set compile=false")
+    """Raise a `ConfigError` where `compile=true` cannot run: ELECTRA (its generator's samples change the
+    discriminator's input every step), or a CPU without a C++ compiler (inductor writes C++ kernels there)."""
+    if model_type == "electra": raise ConfigError("compile=true is for ALBERT and BERT runs; an ELECTRA run trains "
+                                                  "eagerly: set compile=false")
+    if torch.device(device).type == "cpu" and not any(shutil.which(c)
+                                                      for c in (os.environ.get("CXX"), "g++", "c++", "clang++") if c):
+        raise ConfigError("compile=true needs a C++ compiler on a CPU (torch.compile builds C++ kernels there) and "
+                          "none of $CXX, g++, c++, clang++ was found: install one (Debian: apt install g++) or set "
+                          "compile=false")
 
 # %% ../nbs/03_pretrain.ipynb #16092705
 def compile_step(model, device, model_type: str = "albert"):
@@ -683,10 +757,13 @@ def deterministic_kernels(on: bool = True):
     before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     # (deterministic mode fills every new tensor: not needed)
     fill = torch.utils.deterministic.fill_uninitialized_memory
-    if on: torch.use_deterministic_algorithms(True, warn_only=True); torch.utils.deterministic.fill_uninitialized_memory = False
+    if on:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False
     try: yield
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1]); torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.utils.deterministic.fill_uninitialized_memory = fill
 
 # %% ../nbs/03_pretrain.ipynb #0278e348
 def prefetched(make, steps, workers: int = 0, pin_memory: bool = False):
@@ -697,7 +774,8 @@ def prefetched(make, steps, workers: int = 0, pin_memory: bool = False):
     workers, and where a run resumed, would change the run."""
     steps = list(steps)
     if workers and steps:
-        yield from torch.utils.data.DataLoader(_Steps(make, steps), batch_size=None, num_workers=workers, prefetch_factor=2,
+        yield from torch.utils.data.DataLoader(_Steps(make, steps), batch_size=None, num_workers=workers,
+                                               prefetch_factor=2,
                                                pin_memory=pin_memory, multiprocessing_context="fork",
                                                worker_init_fn=forget_inherited_locks, generator=torch.Generator())
         return
@@ -715,30 +793,32 @@ def train_step(model, batches: list[dict], n_masked: int, n_second: int, world: 
     """Forward and backward over the micro-batches of one step; returns the summed [mlm loss, second loss, mlm correct,
     second correct]. The second loss is the sentence loss over `n_second` sequences (ALBERT, BERT), or ELECTRA's
     replaced-token detection over `n_second` real tokens; `second_weight` is 0 (no sentence loss), 1, or ELECTRA's 50.
-    `compiled` (`compile_step`) runs the batches in place of `ddp` or `model`, scoring `predictions` masked positions per
-    sequence (`logits=n`: the same targets, in shapes that do not change from step to step). With `count_hits=False` the
-    MLM hits stay 0: their argmax over the vocabulary is 3% of a compiled `tiny` step, so the trainer counts them only on
-    the steps it logs."""
+    `compiled` (`compile_step`) runs the batches in place of `ddp` or `model`, scoring `predictions` masked positions
+    per sequence (`logits=n`: the same targets, in shapes that do not change from step to step). With `count_hits=False`
+    the MLM hits stay 0: their argmax over the vocabulary is 3% of a compiled `tiny` step, so the trainer counts them
+    only on the steps it logs."""
     stats = torch.zeros(4, device=device, dtype=torch.float64)
     electra = isinstance(model, ElectraPair)
     for i, b in enumerate(batches):
         per_sequence = (b["labels"] != -100).sum(1)  # counted before the batch leaves the host: no wait on the device
         if predictions and per_sequence.max() > predictions:
-            raise ValueError(f"a sequence has {int(per_sequence.max())} masked positions, more than the {predictions} the compiled "
-                             "step scores: pass the data's max_predictions")
+            raise ValueError(f"a sequence has {int(per_sequence.max())} masked positions, more than the {predictions} "
+                             "the compiled step scores: pass the data's max_predictions")
         n = int(per_sequence.sum())
         b = {k: v.to(device, non_blocking=True) for k, v in b.items()}
         sync = ddp is None or i == len(batches) - 1
         with (torch.enable_grad() if sync else ddp.no_sync()), autocast(device, precision):
             run = compiled if compiled is not None else ddp or model  # (a compiled module has no truth value)
-            out = run(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"], logits=predictions or "masked")
+            out = run(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"],
+                      logits=predictions or "masked")
             mlm = out.mlm_loss * n if n else out.prediction_logits.sum() * 0  # the model's mean, as a sum
             if electra: second, second_hits = out.rtd_loss_sum, out.rtd_correct
             else:
                 second = F.cross_entropy(out.sop_logits.float(), b["sentence_order_label"], reduction="sum")
                 second_hits = (out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum()
             ((mlm / n_masked + (second / n_second * second_weight if second_weight else 0.0)) * world).backward()
-        hits = (out.prediction_logits.argmax(-1) == out.mlm_labels).sum() if count_hits else torch.zeros((), device=device)
+        hits = (out.prediction_logits.argmax(-1) == out.mlm_labels).sum() if count_hits else torch.zeros((),
+                                                                                                         device=device)
         stats += torch.stack([mlm.detach(), second.detach(), hits, second_hits]).double()
     return stats
 
@@ -746,26 +826,32 @@ def train_step(model, batches: list[dict], n_masked: int, n_second: int, world: 
 def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,
           device: str = "auto", stop_after: int | None = None, progress: bool = True,
           override: bool = False, data_workers="auto", tensorboard: bool = False) -> dict:
-    """Pretrain (or resume) the run in `run_dir`, its only writer; returns the final held-out evaluation. `stop_after` ends
-    early at that step; `data_workers` processes mask the coming batches (`resolve_data_workers`: 'auto', or a number);
-    `tensorboard` also writes the log as TensorBoard event files (`TensorBoardLog`)."""
+    """Pretrain (or resume) the run in `run_dir`, its only writer; returns the final held-out evaluation. `stop_after`
+    ends early at that step; `data_workers` processes mask the coming batches (`resolve_data_workers`: 'auto', or a
+    number); `tensorboard` also writes the log as TensorBoard event files (`TensorBoardLog`)."""
     run_dir = Path(run_dir)
     rank, world = _dist()
     check_device(device); resolve_data_workers(data_workers, "cpu")  # bad values refused before the run folder is made
     if tensorboard: tensorboard_module()  # and a missing package
     with run_lock(run_dir) if rank == 0 else nullcontext({}) as before:
         if rank == 0:
-            if before: print(f"pretrain {run_dir}: taking over the lock of pid {before.get('pid')} on {before.get('host')} "
+            if before: print(f"pretrain {run_dir}: taking over the lock of pid {before.get('pid')} on "
+                             f"{before.get('host')} "
                              f"(since {before.get('since')}), which ended without releasing it", flush=True)
             for line in clean_run(run_dir): print(f"pretrain {run_dir}: {line} (left by a killed writer)", flush=True)
-        try: return _train(run_dir, preset, mc, tc, device, stop_after, progress, override, data_workers, tensorboard)
+        try:
+            return _train(run_dir, preset, mc, tc, device, stop_after, progress, override, data_workers, tensorboard)
         except (OSError, RuntimeError) as e:
-            if not _disk_full(e, run_dir): raise
-            if rank == 0: clean_run(run_dir)  # this writer's half-written temporary folders
+            if not _disk_full(e, run_dir):
+                raise
+            if rank == 0:
+                clean_run(run_dir)  # this writer's half-written temporary folders
             steps = list_steps(run_dir)
-            raise DiskFull(f"no space left on the disk holding {run_dir} ({shutil.disk_usage(run_dir).free >> 20} MB free): "
-                           f"free some space (or pass a --run folder on another disk) and rerun the same command; training "
-                           f"resumes from its last resume point (last checkpoint: step {steps[-1] if steps else 'none'})") from None
+            raise DiskFull(
+                f"no space left on the disk holding {run_dir} ({shutil.disk_usage(run_dir).free >> 20} MB free): free "
+                "some space (or pass a --run folder on another disk) and rerun the same command; training resumes "
+                f"from its last resume point (last checkpoint: step {steps[-1] if steps else 'none'})"
+            ) from None
 
 # %% ../nbs/03_pretrain.ipynb #56cdb729
 def batch_source(run_dir, tok, ds, tc: TrainConfig):
@@ -780,7 +866,8 @@ def batch_source(run_dir, tok, ds, tc: TrainConfig):
     return lambda step: (data1, step) if step <= T1 else (data, step - T1)
 
 def loss_counts(batches, electra: bool) -> torch.Tensor:
-    "What the step's two losses average over, summed over its micro-batches: masked tokens; tokens (ELECTRA's RTD) or labelled sequences."
+    ("What the step's two losses average over, summed over its micro-batches: masked tokens; tokens (ELECTRA's RTD) or "
+     "labelled sequences.")
     second = lambda b: int(b["attention_mask"].sum()) if electra else int((b["sentence_order_label"] != -100).sum())
     return torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches), sum(second(b) for b in batches)],
                         dtype=torch.float64)
@@ -796,7 +883,8 @@ class Saves:
 
     def after_update(self, step: int):
         "Step `step`'s update is done: hold its save, if it has one, with the random state it ends with."
-        if step in self.checkpoints or step % self.tc.resume_every == 0 or step == self.last: self.pending = (step, rng_state())
+        if step in self.checkpoints or step % self.tc.resume_every == 0 or step == self.last:
+            self.pending = (step, rng_state())
 
     def write(self):
         "The next loss was finite (or the run ends): write the held save, once its weights are checked."
@@ -805,8 +893,17 @@ class Saves:
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):
             raise diverged(self.run_dir, "the weights became non-finite", step, self.saved, self.tc)
         if step in self.checkpoints:
-            save_checkpoint(self.model, self.run_dir, step, card=lambda tmp: model_card(self.run_dir, step, files_in=tmp))
+            save_checkpoint(self.model, self.run_dir, step,
+                            card=lambda tmp: model_card(self.run_dir, step, files_in=tmp))
         save_resume(self.model, self.opt, self.run_dir, step, rng); self.saved = step
+
+# %% ../nbs/03_pretrain.ipynb #f82d3f7d
+def finish_run(run_dir, model, tok, tc, dev, ds) -> dict:
+    "The end of a run: the held-out evaluation into `logs/eval.json`, and the last checkpoint's card with its numbers."
+    result = evaluate_heldout(model, tok, tc, dev, ds)
+    atomic_write(run_dir / "logs" / "eval.json", json.dumps(result, indent=2) + "\n")
+    write_model_card(run_dir, tc.total_steps)
+    return result
 
 # %% ../nbs/03_pretrain.ipynb #1fa83f90
 def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, workers, tensorboard=False) -> dict:
@@ -816,18 +913,18 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     dev = _device(device, rank)
     if tc.compile: check_compile(dev, mc.model_type)  # before any data is prepared
     if tc.batch_size % (world * tc.grad_accum):
-        raise ConfigError(f"batch_size={tc.batch_size} is not divisible by processes x grad_accum = {world} x {tc.grad_accum}")
+        raise ConfigError(f"batch_size={tc.batch_size} is not divisible by processes x grad_accum = "
+                          f"{world} x {tc.grad_accum}")
     if rank == 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override, verbose=progress)
     if world > 1: dist.barrier()
     if rank != 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override)  # reads what rank 0 cached
     T1, source = phase1_steps(tc), batch_source(run_dir, tok, ds, tc)
     torch.manual_seed(tc.seed)
-    t0 = time.perf_counter()
-    model = pretraining_model(mc).to(dev)
+    t0, model = time.perf_counter(), pretraining_model(mc).to(dev)
     if rank == 0: _say(progress, run_dir, f"model built on {dev}: {model.num_parameters():,} parameters", t0)
     precision = resolve_precision(tc.precision, dev)
-    if rank == 0 and progress: print(f"pretrain {run_dir}: precision {precision} (setting {tc.precision!r} on {dev.type})"
-                                     + (", torch.compile" if tc.compile else ""), flush=True)
+    if rank == 0 and progress: print(f"pretrain {run_dir}: precision {precision} (setting {tc.precision!r} on "
+                                     f"{dev.type})" + (", torch.compile" if tc.compile else ""), flush=True)
     opt = make_optimizer(model, tc)
     start = saved = load_resume(model, opt, run_dir)
     log_file = run_dir / "logs" / "train.jsonl"
@@ -851,7 +948,8 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
         return [src.collate(ks) for ks in np.array_split(list(src.indices(s))[rank::world], tc.grad_accum)]
     board = TensorBoardLog(run_dir, kept) if tensorboard and rank == 0 else nullcontext()
     with open(log_file, "a") as log, deterministic_kernels(tc.compile), board:
-        for step, batches in prefetched(step_batches, range(start + 1, last + 1), resolve_data_workers(workers, dev, world), dev.type == "cuda"):
+        workers = resolve_data_workers(workers, dev, world)
+        for step, batches in prefetched(step_batches, range(start + 1, last + 1), workers, dev.type == "cuda"):
             counts = loss_counts(batches, electra)
             if world > 1: dist.all_reduce(counts)
             logged = step % tc.log_every == 0 or step == 1 or step == tc.total_steps
@@ -859,7 +957,8 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
                                compiled, source(step)[0].cap if tc.compile else None, count_hits=logged)
             if world > 1: dist.all_reduce(stats)
             mlm_loss, sop_loss = (stats[0] / counts[0]).item(), (stats[1] / counts[1]).item()
-            if not math.isfinite(mlm_loss + sop_loss): raise diverged(run_dir, f"the loss became {mlm_loss + sop_loss}", step, saver.saved, tc)
+            if not math.isfinite(mlm_loss + sop_loss):
+                raise diverged(run_dir, f"the loss became {mlm_loss + sop_loss}", step, saver.saved, tc)
             if rank == 0: saver.write()  # the previous step's save, now that its weights gave a finite loss
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
             lr = lr_at(step - 1, tc)
@@ -872,22 +971,20 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
                     rec = {"step": step, "loss": mlm_loss + sop_loss * weight, "mlm_loss": mlm_loss,
                            "mlm_accuracy": (stats[2] / counts[0]).item(), f"{sentence}_loss": sop_loss,
                            f"{sentence}_accuracy": (stats[3] / counts[1]).item(), "lr": lr, "tokens_per_s": tokens / dt,
-                           "precision": precision, **({"compiled": True} if tc.compile else {}), **({"seq_length": max(b["input_ids"].shape[1] for b in batches)} if T1 else {})}
+                           "precision": precision, **({"compiled": True} if tc.compile else {}),
+                           **({"seq_length": max(b["input_ids"].shape[1] for b in batches)} if T1 else {})}
                     log.write(json.dumps(rec) + "\n"); log.flush()
                     if tensorboard: board.add(rec)
                     acc = f"{rec['mlm_accuracy']:.3f}"  # counted on the steps it logs
                     t0, tokens = time.perf_counter(), 0
                 saver.after_update(step)
-            if rank == 0: bar.set_postfix(loss=f"{mlm_loss + sop_loss * weight:.3f}", mlm_acc=acc, refresh=False)  # every step
+            if rank == 0: bar.set_postfix(loss=f"{mlm_loss + sop_loss * weight:.3f}", mlm_acc=acc, refresh=False)
             bar.update(1)
     if rank == 0: saver.write()  # the last step's: no loss follows, its weights are checked
     bar.close()
     if world > 1: dist.barrier()
     if rank != 0 or last < tc.total_steps: return {}
-    result = evaluate_heldout(model, tok, tc, dev, ds)
-    atomic_write(run_dir / "logs" / "eval.json", json.dumps(result, indent=2) + "\n")
-    write_model_card(run_dir, tc.total_steps)  # the last checkpoint's card, with the held-out numbers
-    return result
+    return finish_run(run_dir, model, tok, tc, dev, ds)
 
 # %% ../nbs/03_pretrain.ipynb #8157d706
 def heldout_examples(tok, max_seq_length: int, seed: int = 0, sentence_task: str = "sop") -> list[dict]:
@@ -905,7 +1002,8 @@ HELDOUT_MASK_PROB = 0.15  # held-out text is masked at BERT's rate, whatever the
 # %% ../nbs/03_pretrain.ipynb #7996e291
 @torch.no_grad()
 def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: int = 32, examples=None) -> dict:
-    "MLM accuracy (beside the most-frequent-token baseline) and sentence-head accuracy on held-out SOP and NSP pairs (ELECTRA: replaced-token detection accuracy beside always answering 'original')."
+    ("MLM accuracy (beside the most-frequent-token baseline) and sentence-head accuracy on held-out SOP and NSP pairs "
+     "(ELECTRA: replaced-token detection accuracy beside always answering 'original').")
     if examples is None: examples = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)[: tc.eval_sequences]
     tc = replace(tc, mask_prob=HELDOUT_MASK_PROB, max_predictions=max(1, round(HELDOUT_MASK_PROB * tc.max_seq_length)))
     counts = np.zeros(tok.vocab_size, dtype=np.int64)
@@ -933,7 +1031,8 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
         model.train()
         return dict(heldout_sequences=len(examples), masked_tokens=n, mlm_accuracy=hits / max(n, 1),
                     baseline_accuracy=base / max(n, 1), baseline_token=tok.pieces[top],
-                    **(dict(rtd_accuracy=rtd[0] / max(rtd[1], 1), rtd_baseline=rtd[2] / max(rtd[1], 1), rtd_tokens=int(rtd[1]))
+                    **(dict(rtd_accuracy=rtd[0] / max(rtd[1], 1), rtd_baseline=rtd[2] / max(rtd[1], 1),
+                            rtd_tokens=int(rtd[1]))
                        if isinstance(model, ElectraPair) else {}))
     nsp = heldout_examples(tok, tc.max_seq_length, seed=tc.seed, sentence_task="nsp")[: tc.eval_sequences]
     nsp_data, nsp_hits = Batches(nsp, tok, tc), 0
@@ -948,7 +1047,8 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
                 nsp_sequences=len(nsp))
 
 # %% ../nbs/03_pretrain.ipynb #efb8e4b3
-FIXTURE = dict(model=dict(vocab_size=1000, embedding_size=32, hidden_size=64, num_attention_heads=2, intermediate_size=128,
+FIXTURE = dict(model=dict(vocab_size=1000, embedding_size=32, hidden_size=64, num_attention_heads=2,
+                          intermediate_size=128,
                           num_hidden_layers=2),
                train=dict(batch_size=8, max_seq_length=64, learning_rate=5e-3, warmup_steps=5, total_steps=30,
                           tokenizer_vocab_size=1000, checkpoint_pow2_until=16, checkpoint_every=[[10, None]],
@@ -958,7 +1058,8 @@ FIXTURE = dict(model=dict(vocab_size=1000, embedding_size=32, hidden_size=64, nu
 def corpus_slice(n_docs: int = 300, start: int = 0) -> Path:
     "Documents `start` to `start + n_docs` of `embryo-mini` as a corpus file of their own (cached beside it)."
     src = D.fetch(verbose=False) / "train.txt"
-    out = D.data_dir() / (f"embryo-mini-first{n_docs}.txt" if start == 0 else f"embryo-mini-docs{start}-{start + n_docs}.txt")
+    out = D.data_dir() / (f"embryo-mini-first{n_docs}.txt" if start == 0
+                          else f"embryo-mini-docs{start}-{start + n_docs}.txt")
     if not out.exists():
         docs, cur, seen = [], [], 0
         with open(src) as f:
@@ -973,16 +1074,19 @@ def corpus_slice(n_docs: int = 300, start: int = 0) -> Path:
 
 # %% ../nbs/03_pretrain.ipynb #958660e3
 def fixture_run(root=None, **overrides) -> Path:
-    "A trained micro run for tests and notebook defaults (built on first use, under the data dir); `overrides` (fields of ModelConfig or TrainConfig) make a variant."
+    ("A trained micro run for tests and notebook defaults (built on first use, under the data dir); `overrides` "
+     "(fields of ModelConfig or TrainConfig) make a variant.")
     mnames = {f.name for f in fields(ModelConfig)}
     mc = get_config("tiny", **{**FIXTURE["model"], **{k: v for k, v in overrides.items() if k in mnames}})
     tc = get_train_config("tiny", **{**FIXTURE["train"], "corpus": str(corpus_slice()),
                                      **{k: v for k, v in overrides.items() if k not in mnames}})
-    key = __import__("hashlib").sha256(json.dumps([mc.to_dict(), tc.to_dict()], sort_keys=True).encode()).hexdigest()[:10]
+    key = __import__("hashlib").sha256(json.dumps([mc.to_dict(), tc.to_dict()],
+                                                  sort_keys=True).encode()).hexdigest()[:10]
     run = Path(root or D.data_dir() / "runs") / f"fixture-{key}"
     with run_lock(run, wait=True):  # notebooks tested in parallel build it once, one after the other
         if not (run / "logs" / "eval.json").exists(): train(run, "tiny", mc, tc, progress=False)
-        else: complete_run(run); write_model_cards(run)  # a fixture cached by an older version: what checkpoints carry now
+        # a fixture cached by an older version: what checkpoints carry now
+        else: complete_run(run); write_model_cards(run)
     return run
 
 # %% ../nbs/03_pretrain.ipynb #59993b5c
@@ -991,7 +1095,9 @@ def heldout_curve(run_dir, steps=None, device: str = "cpu") -> list[dict]:
     then, and the same accuracy on as many training examples (a fixed sample, masked alike): the gap between the two."""
     preset, mc, tc = read_run_config(run_dir)
     tok, ds = prepare_run(run_dir, preset, mc, tc)
-    seen = [ds[int(i)] for i in np.random.default_rng([tc.seed, 1]).choice(len(ds), min(len(ds), tc.eval_sequences), replace=False)]
+    seen = [ds[int(i)]
+            for i in np.random.default_rng([tc.seed, 1]).choice(len(ds), min(len(ds), tc.eval_sequences),
+                                                                replace=False)]
     out = []
     for step in steps if steps is not None else list_steps(run_dir):
         model = load_checkpoint(run_dir, step, device, mlm=True)
@@ -1012,7 +1118,8 @@ def split_overrides(pairs: list[str]) -> tuple[dict, dict]:
         except json.JSONDecodeError: pass
         if k in mfields: m[k] = v
         elif k in tfields: t[k] = v
-        else: raise ConfigError(f"--set {k}: not a field of ModelConfig or TrainConfig; they are: {', '.join(sorted(mfields | tfields))}")
+        else: raise ConfigError(f"--set {k}: not a field of ModelConfig or TrainConfig; they are: "
+                                f"{', '.join(sorted(mfields | tfields))}")
     if "vocab_size" in m and "tokenizer_vocab_size" not in t: t["tokenizer_vocab_size"] = m["vocab_size"]
     if "tokenizer_vocab_size" in t and "vocab_size" not in m: m["vocab_size"] = t["tokenizer_vocab_size"]
     return m, t
@@ -1024,7 +1131,8 @@ def pretrain_from_args(a) -> dict:
     run = a.run_dir or Path("runs") / a.preset
     override = getattr(a, "override", False)
     if override:  # the run's own settings, with only the --set ones changed
-        if not run_config_file(run).exists(): raise ConfigError(f"--override: {run} has no {RUN_CONFIG} to override; drop --override")
+        if not run_config_file(run).exists(): raise ConfigError(f"--override: {run} has no {RUN_CONFIG} to override; "
+                                                                "drop --override")
         preset, mc, tc = read_run_config(run)
         try: mc, tc = replace(mc, **m), replace(tc, **t)
         except TypeError as e: raise ConfigError(f"--set: {e}") from None
@@ -1037,9 +1145,9 @@ def pretrain_from_args(a) -> dict:
         s = sentence_name(tc.sentence_task, mc.model_type)
         second = (f", {s.upper()} accuracy {res[f'{s}_accuracy']:.3f}" if f"{s}_accuracy" in res else "") + \
                  (f" (always 'original': {res['rtd_baseline']:.3f})" if s == "rtd" else "")
-        print(f"held-out MLM accuracy {res['mlm_accuracy']:.3f} vs most-frequent-token baseline {res['baseline_accuracy']:.3f} "
-              f"(always '{res['baseline_token']}'){second}, "
-              f"{res['masked_tokens']} masked tokens in {res['heldout_sequences']} held-out sequences")
+        print(f"held-out MLM accuracy {res['mlm_accuracy']:.3f} vs most-frequent-token baseline "
+              f"{res['baseline_accuracy']:.3f} (always '{res['baseline_token']}'){second}, {res['masked_tokens']} "
+              f"masked tokens in {res['heldout_sequences']} held-out sequences")
     return res
 
 # %% ../nbs/03_pretrain.ipynb #fdc1f2c8

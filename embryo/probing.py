@@ -27,7 +27,8 @@ from . import data as D
 from .config import atomic_write, split_names
 from .run import (find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step, series_lacks,
                         encoder_states, max_length)
-from .figures import REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure, step_axis
+from .figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
+                            step_axis)
 from .reconstruction import align, brown_base_tag
 from .results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
 
@@ -46,10 +47,12 @@ ONTONOTES_TASKS = ("pos", "const", "srl", "coref")  # the paper's tasks, from th
 BUILTIN_TASKS = ("pos_brown", "pos_silver", "const_silver", "dep_silver", "ner_silver")  # from the held-out Brown text
 TASKS = {
     "pos": "part of speech (gold OntoNotes)", "const": "constituent label (gold OntoNotes)",
-    "srl": "semantic role of a predicate-argument pair (gold OntoNotes)", "coref": "coreference of two mentions (gold OntoNotes)",
+    "srl": "semantic role of a predicate-argument pair (gold OntoNotes)", "coref": "coreference of two mentions (gold "
+                                                                                   "OntoNotes)",
     "pos_brown": "part of speech (gold Brown tags)", "pos_silver": "part of speech (spaCy, silver)",
     "const_silver": "phrase label from the dependency parse (spaCy, silver)",
-    "dep_silver": "dependency arc label of a head-dependent pair (spaCy, silver)", "ner_silver": "named-entity type (spaCy, silver)",
+    "dep_silver": "dependency arc label of a head-dependent pair (spaCy, silver)", "ner_silver": "named-entity type "
+                                                                                                 "(spaCy, silver)",
 }
 METRICS = ("f1", "control_f1", "selectivity")
 SPLITS = ("train", "dev", "test")
@@ -67,8 +70,8 @@ def select_tasks(tasks=None, ontonotes=None) -> list[str]:
     unknown = [t for t in tasks if t not in TASKS]
     if unknown: raise UnknownTask(f"unknown probing task(s) {', '.join(unknown)}; the tasks are {', '.join(TASKS)}")
     need = [t for t in tasks if t in ONTONOTES_TASKS and ontonotes is None]
-    if need: raise UnknownTask(f"task(s) {', '.join(need)} need OntoNotes 5.0 CoNLL-2012 files: pass ontonotes=<a *_conll "
-                               f"file or folder>, or use the built-in tasks {', '.join(BUILTIN_TASKS)}")
+    if need: raise UnknownTask(f"task(s) {', '.join(need)} need OntoNotes 5.0 CoNLL-2012 files: pass ontonotes=<a "
+                               f"*_conll file or folder>, or use the built-in tasks {', '.join(BUILTIN_TASKS)}")
     return list(dict.fromkeys(tasks))
 
 # %% ../nbs/07_probing.ipynb #c195297c
@@ -94,7 +97,8 @@ def sentence_splits(n: int, seed: int = 0, shares=SPLIT_SHARES) -> list[str]:
 def silver_annotation(sentences: Sequence[Sequence[str]], root=None) -> list[dict]:
     "spaCy's tags, dependency arcs, subtree edges and entities for each word list (cached under the data dir)."
     import spacy
-    key = hashlib.sha256(json.dumps([SPACY_MODEL, spacy.__version__, [list(s) for s in sentences]]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([SPACY_MODEL, spacy.__version__,
+                                     [list(s) for s in sentences]]).encode()).hexdigest()[:16]
     f = D.data_dir(root) / "probing" / f"silver-{key}.json"
     if f.exists(): return json.loads(f.read_text())["annotation"]
     from spacy.tokens import Doc
@@ -104,7 +108,8 @@ def silver_annotation(sentences: Sequence[Sequence[str]], root=None) -> list[dic
         out.append(dict(tag=[t.tag_ for t in doc], dep=[t.dep_ for t in doc], head=[t.head.i for t in doc],
                         left=[t.left_edge.i for t in doc], right=[t.right_edge.i + 1 for t in doc],
                         ents=[(e.start, e.end, e.label_) for e in doc.ents]))
-    atomic_write(f, json.dumps(dict(model=SPACY_MODEL, spacy=spacy.__version__, sentences=len(out)) | {"annotation": out}))
+    atomic_write(f,
+                 json.dumps(dict(model=SPACY_MODEL, spacy=spacy.__version__, sentences=len(out)) | {"annotation": out}))
     return out
 
 # %% ../nbs/07_probing.ipynb #27f59d1b
@@ -147,7 +152,8 @@ class ProbeTask:
     def __len__(self): return len(self.labels)
     def __repr__(self):
         n = {s: int((self.splits == s).sum()) for s in SPLITS}
-        return f"ProbeTask({self.name}: {len(set(self.labels))} labels, {n['train']}/{n['dev']}/{n['test']} targets, {len(self.texts)} texts)"
+        return (f"ProbeTask({self.name}: {len(set(self.labels))} labels, {n['train']}/{n['dev']}/{n['test']} targets, "
+                f"{len(self.texts)} texts)")
 
 # %% ../nbs/07_probing.ipynb #2c6597be
 def _draw_rank(t: tuple, seed: int) -> str:
@@ -162,7 +168,8 @@ def make_task(name, texts, targets, text_splits, max_train=3000, max_dev=500, ma
     keep = []
     for sp in SPLITS:
         idx = [k for k, t in enumerate(targets) if text_splits[t[0]] == sp]
-        if caps[sp] is not None and len(idx) > caps[sp]: idx = sorted(sorted(idx, key=lambda k: _draw_rank(targets[k], seed))[:caps[sp]])
+        if caps[sp] is not None and len(idx) > caps[sp]:
+            idx = sorted(sorted(idx, key=lambda k: _draw_rank(targets[k], seed))[:caps[sp]])
         keep += idx
     t = [targets[k] for k in keep]
     return ProbeTask(name, [list(x) for x in texts], np.array([x[0] for x in t], dtype=np.int64),
@@ -180,7 +187,8 @@ def builtin_tasks(names=BUILTIN_TASKS, max_sentences: int = 1500, seed: int = 0,
     for t, (ws, tags) in enumerate(sents):
         a = ann[t] if ann else None
         for i, w in enumerate(ws):
-            if "pos_brown" in targets and (b := brown_base_tag(tags[i])): targets["pos_brown"].append((t, i, i + 1, -1, -1, b, w))
+            if "pos_brown" in targets and (b := brown_base_tag(tags[i])):
+                targets["pos_brown"].append((t, i, i + 1, -1, -1, b, w))
             if "pos_silver" in targets: targets["pos_silver"].append((t, i, i + 1, -1, -1, a["tag"][i], w))
             if "dep_silver" in targets and a["head"][i] != i:
                 h = a["head"][i]; targets["dep_silver"].append((t, h, h + 1, i, i + 1, a["dep"][i], w))
@@ -200,7 +208,8 @@ def _path_split(path: str) -> str | None:
 
 # %% ../nbs/07_probing.ipynb #f5eae137
 def ontonotes_tasks(source, names=ONTONOTES_TASKS, seed: int = 0, **caps) -> dict[str, ProbeTask]:
-    "The paper's tasks from OntoNotes CoNLL-2012 files: the release's train/development/test folders, else a seeded split."
+    ("The paper's tasks from OntoNotes CoNLL-2012 files: the release's train/development/test folders, else a seeded "
+     "split.")
     sents = D.read_conll2012(source)
     words = [s.words for s in sents]
     by_path = [_path_split(s.file) for s in sents]
@@ -209,7 +218,8 @@ def ontonotes_tasks(source, names=ONTONOTES_TASKS, seed: int = 0, **caps) -> dic
     for t, s in enumerate(sents):
         w = s.words
         if "pos" in targets: targets["pos"] += [(t, i, i + 1, -1, -1, p, w[i]) for i, p in enumerate(s.pos)]
-        if "const" in targets: targets["const"] += [(t, a, b, -1, -1, lab, w[b - 1]) for a, b, lab in s.constituents if lab != "TOP"]
+        if "const" in targets:
+            targets["const"] += [(t, a, b, -1, -1, lab, w[b - 1]) for a, b, lab in s.constituents if lab != "TOP"]
         if "srl" in targets:
             targets["srl"] += [(t, p, p + 1, a, b, role, w[b - 1]) for p, args in s.srl for a, b, role in args]
         if "coref" in targets:
@@ -223,7 +233,8 @@ def _text_key(words: Sequence[str]) -> str: return hashlib.sha1("\x1f".join(word
 
 # %% ../nbs/07_probing.ipynb #29adab03
 def token_spans(tok, words: Sequence[str], spans) -> tuple[list[int], list[tuple[int, int] | None]]:
-    "Token ids of a text and, per word span [s, e), its [start, end) token range (None when its edge words did not align)."
+    ("Token ids of a text and, per word span [s, e), its [start, end) token range (None when its edge words did not "
+     "align).")
     ids, ws = align(tok, words)
     out = []
     for s, e in spans:
@@ -242,7 +253,8 @@ def _hidden_states(model, ids, att) -> torch.Tensor:
 @torch.no_grad()
 def span_means(model, tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple[int, int, int]], device="cpu",
                batch_tokens: int = 8192, max_length: int = 512) -> tuple[np.ndarray, np.ndarray]:
-    "Mean hidden state over each (text, start word, end word) span at every layer: (n, L+1, H) float16, and a kept mask."
+    ("Mean hidden state over each (text, start word, end word) span at every layer: (n, L+1, H) float16, and a kept "
+     "mask.")
     by_text = {}
     for k, (t, s, e) in enumerate(spans): by_text.setdefault(t, []).append(k)
     enc = {t: token_spans(tok, texts[t], [spans[k][1:] for k in ks]) for t, ks in by_text.items()}
@@ -318,7 +330,8 @@ def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run_dir
         cached, cfeats, ckept = _load_cache(f, wid)
     todo = [i for i, k in enumerate(keys) if k not in cached]
     max_len = max_length(model)  # RoBERTa's position table holds two fewer inputs than its size
-    new, kept_new = span_means(model, tok, texts, [spans[i][:3] for i in todo], device, batch_tokens, max_len) if todo else (None, None)
+    new, kept_new = span_means(model, tok, texts, [spans[i][:3] for i in todo], device, batch_tokens,
+                               max_len) if todo else (None, None)
     shape = cfeats.shape[1:] if cfeats is not None and len(cfeats) else new.shape[1:] if new is not None else (1, 1)
     feats = np.zeros((len(spans), *shape), dtype=np.float16); kept = np.zeros(len(spans), dtype=bool)
     for i, k in enumerate(keys):
@@ -352,7 +365,8 @@ def control_labels(keys: Sequence[str], labels: Sequence[str], train: np.ndarray
 # %% ../nbs/07_probing.ipynb #37f59575
 @contextmanager
 def torch_threads(n: int):
-    "Run the block with at most `n` torch threads (for work too small to gain from more: the probes, one-sentence forward passes)."
+    ("Run the block with at most `n` torch threads (for work too small to gain from more: the probes, one-sentence "
+     "forward passes).")
     old = torch.get_num_threads(); torch.set_num_threads(max(1, min(n, old)))
     try: yield
     finally: torch.set_num_threads(old)
@@ -363,8 +377,10 @@ def train_probes(X: np.ndarray, # (n, P, D) features of P layers
                  split: np.ndarray, # (n,) 'train' / 'dev' / 'test'
                  n_classes: int, lr: float = 1e-2, batch_size: int = 512, max_epochs: int = 30, patience: int = 5,
                  seed: int = 0, threads: int = 1) -> np.ndarray:
-    "Test predictions (V, P, n_test) of V x P linear probes trained as one model, each early-stopped on its dev accuracy."
-    with torch_threads(threads): return _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed)
+    ("Test predictions (V, P, n_test) of V x P linear probes trained as one model, each early-stopped on its dev "
+     "accuracy.")
+    with torch_threads(threads):
+        return _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed)
 
 # %% ../nbs/07_probing.ipynb #d10b52fe
 def _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed):
@@ -390,7 +406,8 @@ def _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, 
         for i in range(0, len(perm), batch_size):
             lg = torch.baddbmm(b, Xe[lay, i:i + batch_size], W)  # (live, batch, C)
             # the sum over probes of each probe's mean loss: a probe's gradient does not depend on which others train
-            loss = torch.nn.functional.cross_entropy(lg.reshape(-1, n_classes), Ye[lab, i:i + batch_size].reshape(-1)) * len(live)
+            loss = torch.nn.functional.cross_entropy(lg.reshape(-1, n_classes),
+                                                     Ye[lab, i:i + batch_size].reshape(-1)) * len(live)
             opt.zero_grad(); loss.backward(); opt.step()
         with torch.no_grad():
             acc = ((torch.baddbmm(b, Xdv[lay], W).argmax(-1) == Ydv[lab]).float().mean(-1) if Xdv.shape[1]
@@ -438,7 +455,8 @@ def word_identity_f1(keys: np.ndarray, labels: np.ndarray, split: np.ndarray) ->
 def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequence[int], seed: int = 0,
                **train_kw) -> tuple[list[dict], list[dict]]:
     """Result rows of one task: F1, control F1 and selectivity per layer, and the task's sizes (layer -1); and each test
-    target's score per layer (key `layer<l>`, 1 if the probe labels it right: micro-F1 of one label a target is their mean)."""
+    target's score per layer (key `layer<l>`, 1 if the probe labels it right: micro-F1 of one label a target is their
+    mean)."""
     split = task.splits[kept]
     labels = np.asarray(task.labels)[kept]
     if not all((split == s).any() for s in SPLITS) or len(set(labels[split == "train"])) < 2:
@@ -457,12 +475,15 @@ def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequenc
         rows += [dict(task=task.name, layer=l, metric="f1", value=f, n=int(te.sum())),
                  dict(task=task.name, layer=l, metric="control_f1", value=c, n=int(te.sum())),
                  dict(task=task.name, layer=l, metric="selectivity", value=f - c, n=int(te.sum()))]
-    rows += [dict(task=task.name, metric=f"n_{s}", value=float((split == s).sum()), n=int((split == s).sum())) for s in SPLITS]
+    rows += [dict(task=task.name, metric=f"n_{s}", value=float((split == s).sum()), n=int((split == s).sum()))
+             for s in SPLITS]
     rows.append(dict(task=task.name, metric="n_classes", value=float(len(classes)), n=len(classes)))
     keys = np.asarray(task.keys)[kept]
-    rows.append(dict(task=task.name, metric="word_identity_f1", value=word_identity_f1(keys, labels, split), n=int(te.sum())))
+    rows.append(dict(task=task.name, metric="word_identity_f1", value=word_identity_f1(keys, labels, split),
+                     n=int(te.sum())))
     keys = keys[te]
-    return rows, score_rows(task.name, {f"layer{l}": (Y[0, te] == pred[0, j]).astype(float) for j, l in enumerate(layers)}, keys)
+    return rows, score_rows(task.name,
+                            {f"layer{l}": (Y[0, te] == pred[0, j]).astype(float) for j, l in enumerate(layers)}, keys)
 
 # %% ../nbs/07_probing.ipynb #74d9738a
 def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
@@ -500,7 +521,8 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
         r, s = probe_task(t, *feats[n], lays, seed, **train_kw)
         rows += r; scores += s
     if write and rows: write_results(run_dir, ANALYSIS, step, rows, scores=scores)
-    return pd.DataFrame(rows, columns=["task", "layer", "metric", "value", "n"]).fillna({"layer": -1}).astype({"layer": int})
+    return pd.DataFrame(rows,
+                        columns=["task", "layer", "metric", "value", "n"]).fillna({"layer": -1}).astype({"layer": int})
 
 # %% ../nbs/07_probing.ipynb #95cc8722
 def applies_to(run) -> str | None:
@@ -510,13 +532,17 @@ def applies_to(run) -> str | None:
 # %% ../nbs/07_probing.ipynb #f4068ba1
 REPORT = [
     dict(file="fig2b_probing_mlm", paper="Embryology Fig. 2b",
-         caption="MLM accuracy (training log) and each probing task's test micro-F1 at one layer over pretraining steps",
+         caption="MLM accuracy (training log) and each probing task's test micro-F1 at one layer over pretraining "
+                 "steps",
          finding="POS and constituent probes rise very fast early in pretraining and then plateau, with all tasks "
                  "following similar curves"),
-    dict(file="fig3_probing_pos_layers", paper="Embryology Fig. 3", caption="POS probe micro-F1 per layer over pretraining steps",
-         finding="layers near the output start worse than those near the input, rise faster and overtake them, then decay a little"),
+    dict(file="fig3_probing_pos_layers", paper="Embryology Fig. 3", caption="POS probe micro-F1 per layer over "
+                                                                            "pretraining steps",
+         finding="layers near the output start worse than those near the input, rise faster and overtake them, then "
+                 "decay a little"),
     dict(file="fig10_probing_const_srl_coref", paper="Embryology Fig. 10",
-         caption="constituent, SRL and coreference probe micro-F1 per layer over pretraining steps (panels say when data is absent)",
+         caption="constituent, SRL and coreference probe micro-F1 per layer over pretraining steps (panels say when "
+                 "data is absent)",
          finding="constituent labelling, SRL and coreference follow the same trend as POS across layers"),
     dict(file="fig11_probing_all_tasks", paper="Embryology Fig. 11a",
          caption="every probing task, every layer: micro-F1 (solid) and control-task F1 (dotted) over steps",
@@ -536,7 +562,12 @@ def probing_results(run_dir) -> pd.DataFrame:
 # %% ../nbs/07_probing.ipynb #c277770e
 def task_sizes(df: pd.DataFrame) -> pd.DataFrame:
     "Classes and train/dev/test targets per task at the latest step that has them."
-    s = df[df.metric.isin(["n_classes", "n_train", "n_dev", "n_test"])].sort_values("step").groupby(["task", "metric"]).value.last()
+    s = (
+        df[df.metric.isin(["n_classes", "n_train", "n_dev", "n_test"])]
+        .sort_values("step")
+        .groupby(["task", "metric"])
+        .value.last()
+    )
     return s.unstack().reindex(columns=["n_classes", "n_train", "n_dev", "n_test"]).astype("Int64")
 
 # %% ../nbs/07_probing.ipynb #2374cde5
@@ -561,11 +592,14 @@ def floors(df: pd.DataFrame) -> pd.Series:
 
 # %% ../nbs/07_probing.ipynb #bd88c716
 def reference_f1(df: pd.DataFrame) -> pd.DataFrame:
-    "The trained reference's best layer and its F1 per task, for tasks probed on it with the classes and splits of `df`."
+    ("The trained reference's best layer and its F1 per task, for tasks probed on it with the classes and splits of "
+     "`df`.")
     r = reference_results(ANALYSIS)
     if r.empty or df.empty: return pd.DataFrame(columns=["layer", "f1"])
     mine, theirs = task_sizes(df), task_sizes(r)
-    alike = lambda t: mine.n_classes[t] == theirs.n_classes[t] and ((mine.loc[t] - theirs.loc[t]).abs() <= 0.05 * theirs.loc[t]).all()
+    alike = lambda t: (
+        mine.n_classes[t] == theirs.n_classes[t] and ((mine.loc[t] - theirs.loc[t]).abs() <= 0.05 * theirs.loc[t]).all()
+    )
     same = [t for t in theirs.index if t in mine.index and alike(t)]
     f = r[(r.metric == "f1") & r.task.isin(same)]
     return f.loc[f.groupby("task").value.idxmax()].set_index("task")[["layer", "value"]].rename(columns={"value": "f1"})
@@ -601,20 +635,30 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
     log = [r for r in train_log(run_dir) if "mlm_accuracy" in r]  # a Trainer's log has the loss only
     if log:
-        ax.plot([r["step"] for r in log], [r["mlm_accuracy"] for r in log], color="k", lw=1, alpha=0.7, label="MLM accuracy (training batches)")
+        ax.plot(
+            [r["step"] for r in log],
+            [r["mlm_accuracy"] for r in log],
+            color="k",
+            lw=1,
+            alpha=0.7,
+            label="MLM accuracy (training batches)",
+        )
     for i, t in enumerate(_task_order(df.task.unique())):
         c = layer_curves(df, t)
         if layer in c: plot_steps(ax, c.index, c[layer], run_dir, color=f"C{i}", label=f"{t} F1")
-        if t in (fl := floors(df)): ax.axhline(fl[t], color=f"C{i}", ls="--", lw=0.8, label=f"{t} word-identity floor {fl[t]:.2f}")
+        if t in (fl := floors(df)): ax.axhline(fl[t], color=f"C{i}", ls="--", lw=0.8, label=f"{t} word-identity floor "
+                                                                                            f"{fl[t]:.2f}")
     step_axis(ax, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_ylabel("micro-F1 / MLM accuracy (fraction, 0-1)")
     legend_below(ax, fontsize=7, ncol=3, below=0.55)
     sizes = task_sizes(df)
-    txt = "task: classes, train/dev/test\n" + "\n".join(f"{t}: {r.n_classes}, {r.n_train}/{r.n_dev}/{r.n_test}" for t, r in sizes.iterrows())
+    txt = "task: classes, train/dev/test\n" + "\n".join(f"{t}: {r.n_classes}, {r.n_train}/{r.n_dev}/{r.n_test}" for t,
+                                                        r in sizes.iterrows())
     why = "no MLM accuracy in the training log" if train_log(run_dir) else "no training log"
     if not log: txt += f"\n\n({why}: MLM accuracy not shown)"
     fig.text(0.99, 0.5, txt, fontsize=7, va="center", ha="left", family="monospace")
-    ax.set_title(f"Fig. 2b: MLM accuracy and probing F1 at layer {layer} over pretraining ({run_dir.name})", fontsize=10)
+    ax.set_title(f"Fig. 2b: MLM accuracy and probing F1 at layer {layer} over pretraining ({run_dir.name})",
+                 fontsize=10)
     return save_figure(fig, out_dir or run_dir / "figures", "fig2b_probing_mlm")
 
 # %% ../nbs/07_probing.ipynb #85fe1da2
@@ -630,12 +674,22 @@ def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False)
     for ax in axes.flat[len(panels):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel("pretraining step (symlog)")
     for ax in axes[:, 0]: ax.set_ylabel("test micro-F1 (0-1)")
-    handles = [plt.Line2D([], [], color=layer_colour(l, n_layers), marker=".", label=f"layer {l}") for l in range(n_layers + 1)]
+    handles = [plt.Line2D([], [], color=layer_colour(l, n_layers), marker=".", label=f"layer {l}")
+               for l in range(n_layers + 1)]
     if control: handles.append(plt.Line2D([], [], color="0.4", ls=":", marker=".", label="control task"))
-    if len(floors(df)): handles.append(plt.Line2D([], [], color="tab:red", ls="--", label="floor: each word's\ncommonest training label"))
+    if len(floors(df)): handles.append(plt.Line2D([], [], color="tab:red", ls="--", label="floor: each "
+                                                                                          "word's\ncommonest training "
+                                                                                          "label"))
     if any(t in ref.index for t, _, absent in panels if not absent):
-        handles.append(plt.Line2D([], [], **REFERENCE_STYLE, label=reference_label("its best layer").replace(", ", ",\n")))
-    fig.legend(*legend_entries(axes, handles), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="layer (0 = embeddings)")
+        handles.append(plt.Line2D([], [], **REFERENCE_STYLE,
+                                  label=reference_label("its best layer").replace(", ", ",\n")))
+    fig.legend(
+        *legend_entries(axes, handles),
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        fontsize=8,
+        title="layer (0 = embeddings)",
+    )
     fig.suptitle(suptitle, fontsize=10); fig.tight_layout()
     return save_figure(fig, out_dir or Path(run_dir) / "figures", name)
 
@@ -658,9 +712,11 @@ def plot_fig10(run_dir, out_dir=None) -> list[Path]:
     run_dir = Path(run_dir); df = probing_results(run_dir); have = set(df.task)
     c = "const" if "const" in have else "const_silver" if "const_silver" in have else None
     panels = [(c, f"(c) {c}: {TASKS[c]}", None) if c else ("const", "(c) const", _NO_DATA.format(what="constituent"))]
-    panels = [(t, f"({k}) {t}: {TASKS[t]}", None) if t in have else (t, f"({k}) {t}", _NO_DATA.format(what=t.upper() if t == "srl" else "coreference"))
+    panels = [(t, f"({k}) {t}: {TASKS[t]}", None) if t in have
+              else (t, f"({k}) {t}", _NO_DATA.format(what=t.upper() if t == "srl" else "coreference"))
               for k, t in (("a", "srl"), ("b", "coref"))] + panels
-    return _grid(panels, _n_layers(df), df, f"Fig. 10: SRL, coreference and constituent probing per layer ({run_dir.name})",
+    return _grid(panels, _n_layers(df), df, "Fig. 10: SRL, coreference and constituent probing per layer "
+                                            f"({run_dir.name})",
                  "fig10_probing_const_srl_coref", run_dir, out_dir)
 
 # %% ../nbs/07_probing.ipynb #69cf3552
@@ -668,7 +724,8 @@ def plot_fig11(run_dir, out_dir=None) -> list[Path]:
     "Fig. 11a for this run: every task, F1 (solid) and control-task F1 (dotted) per layer over steps."
     run_dir = Path(run_dir); df = probing_results(run_dir)
     panels = [(t, f"{t} (n_test={task_sizes(df).n_test.get(t)})", None) for t in _task_order(df.task.unique())]
-    return _grid(panels, _n_layers(df), df, f"Fig. 11a: probing results of every task, {run_dir.name} (dotted: control task)",
+    return _grid(panels, _n_layers(df), df, f"Fig. 11a: probing results of every task, {run_dir.name} (dotted: control "
+                                            "task)",
                  "fig11_probing_all_tasks", run_dir, out_dir, control=True)
 
 # %% ../nbs/07_probing.ipynb #7d791693
@@ -695,16 +752,19 @@ def verdict(run_dir) -> str:
     if early:
         frac = np.mean([h / last for _, h in early])
         s += (f"; the tasks gain half of their F1 rise by step {', '.join(f'{h} ({t})' for t, h in early)}, on average "
-              f"{frac:.0%} of the way through the run: the paper's 'fast rise in early steps, then a plateau' (section 4) is "
+              f"{frac:.0%} of the way through the run: the paper's 'fast rise in early steps, then a plateau' (section "
+              "4) is "
               + ("reproduced" if frac <= 0.25 else "not reproduced") + " on this run")
-    elif low: s += "; no task's probe clears its word-identity floor, so the paper's 'fast rise, then plateau' is not testable on this run"
+    elif low: s += ("; no task's probe clears its word-identity floor, so the paper's 'fast rise, then plateau' is not "
+                    "testable on this run")
     else: s += " (evaluate at least three steps to test the paper's 'fast rise, then plateau')"
     if low and early: s += f" (left out, never above the word-identity floor by 2 standard errors: {', '.join(low)})"
     return s + ". " + best_layer_gain(df, _task_order(df.task.unique())[0])
 
 # %% ../nbs/07_probing.ipynb #93b39172
 def best_layer_gain(df: pd.DataFrame, task: str) -> str:
-    "One sentence: the layer whose F1 gains most from the first to the last step on `task`, and the step its gain levels off."
+    ("One sentence: the layer whose F1 gains most from the first to the last step on `task`, and the step its gain "
+     "levels off.")
     c = layer_curves(df, task)
     if len(c) < 2: return f"Only step {c.index[0]} is probed on {task}: no gain to measure."
     gain = c.iloc[-1] - c.iloc[0]
@@ -714,24 +774,31 @@ def best_layer_gain(df: pd.DataFrame, task: str) -> str:
     s = (f"On {task} the best layer is {layer}: F1 {y.iloc[0]:.2f} at step {y.index[0]} and {y.iloc[-1]:.2f} at step "
          f"{y.index[-1]} ({g.iloc[-1]:+.2f})")
     if plateau is None: return s + ", no gain."
-    return s + f"; it has 90% of that gain by step {plateau} ({plateau / y.index[-1]:.0%} of the run) and plateaus after it."
+    return s + (f"; it has 90% of that gain by step {plateau} ({plateau / y.index[-1]:.0%} of the run) and plateaus "
+                "after it.")
 
 # %% ../nbs/07_probing.ipynb #6e50e1d8
 def layer_verdict(run_dir) -> str:
-    "Fig. 3's claim on this run: does the top layer start below layer 1 on POS and later surpass it, beyond 2 standard errors?"
+    ("Fig. 3's claim on this run: does the top layer start below layer 1 on POS and later surpass it, beyond 2 "
+     "standard errors?")
     df = probing_results(run_dir); L = _n_layers(df)
     task = next((t for t in ("pos", "pos_brown", "pos_silver") if t in set(df.task)), None)
-    if task is None or L < 2: return "No POS probe on two layers or more: Fig. 3's claim about layers is not testable on this run."
+    if task is None or L < 2: return ("No POS probe on two layers or more: Fig. 3's claim about layers is not testable "
+                                      "on this run.")
     c = layer_curves(df, task)[[1, L]].dropna()
     n = int(df[(df.task == task) & (df.metric == "f1")].n.max())
     # 2 SE of the difference
     d = c[L] - c[1]; se = pd.Series(2 * np.hypot(binomial_se(c[1], n), binomial_se(c[L], n)), index=d.index)
     below, above = d.iloc[0] < -se.iloc[0], bool((d > se).iloc[1:].any())
     first = int(d.index[1:][(d > se).iloc[1:].values][0]) if above else None
-    s = (f"On {task}, layer {L} (the top) minus layer 1 is {d.iloc[0]:+.3f} at step {d.index[0]} (2 SE {se.iloc[0]:.3f}) and "
-         f"{d.iloc[-1]:+.3f} at step {d.index[-1]}" + (f"; it first exceeds 2 SE at step {first}" if above else "; it never exceeds 2 SE"))
+    s = (
+        f"On {task}, layer {L} (the top) minus layer 1 is {d.iloc[0]:+.3f} at step {d.index[0]} (2 SE "
+        f"{se.iloc[0]:.3f}) and {d.iloc[-1]:+.3f} at step {d.index[-1]}"
+        + (f"; it first exceeds 2 SE at step {first}" if above else "; it never exceeds 2 SE")
+    )
     said = "reproduced" if below and above else "not testable" if len(c) < 3 else "not reproduced"
-    return s + f": the paper's 'upper layers start below the lower ones, then surpass them' (Fig. 3) is {said} on this run."
+    return s + (f": the paper's 'upper layers start below the lower ones, then surpass them' (Fig. 3) is {said} on "
+                "this run.")
 
 # %% ../nbs/07_probing.ipynb #33607dbe
 def verdicts(run_dir) -> dict[str, str]:
@@ -751,7 +818,8 @@ def selectivity_table(run_dir, out_dir=None) -> list[Path]:
           "Selectivity = F1 - control F1 (Hewitt & Liang 2019). Sizes are targets per split; "
           "layer 0 is the embedding output.\n\n"
           + markdown_table(flat, index=False) + "\n" + verdict(run_dir) + "\n")
-    return [atomic_write(out_dir / "table_probing_selectivity.md", md), atomic_write(out_dir / "table_probing_selectivity.csv", flat.to_csv(index=False))]
+    return [atomic_write(out_dir / "table_probing_selectivity.md", md),
+            atomic_write(out_dir / "table_probing_selectivity.csv", flat.to_csv(index=False))]
 
 # %% ../nbs/07_probing.ipynb #52ab2082
 def redraw(run_dir, out_dir=None) -> list[Path]:

@@ -19,7 +19,8 @@ import torch
 from . import data as D
 from .config import atomic_write
 from .model import autocast
-from .run import Run, find_checkpoint, list_steps, load_checkpoint, corpus_file, resolve_step, series_lacks, max_length
+from .run import (Run, find_checkpoint, list_steps, load_checkpoint, corpus_file, resolve_step, series_lacks,
+                        max_length)
 from .figures import legend_entries, plot_steps, save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows, binomial_se
 
@@ -50,13 +51,15 @@ BROWN_CLASS = {"cc": "conjunction", **dict.fromkeys(("at", "dt", "dti", "dts", "
                **dict.fromkeys(("nn", "nns"), "noun"), **dict.fromkeys(("np", "nps"), "proper_noun")}
 BROWN_FORM = {**dict.fromkeys(("vb", "be", "do", "hv"), "base"),
               **dict.fromkeys(("vbd", "bed", "bedz", "dod", "hvd"), "past"),
-              **dict.fromkeys(("vbg", "beg", "hvg"), "gerund"), **dict.fromkeys(("vbn", "ben", "hvn"), "past_participle"),
+              **dict.fromkeys(("vbg", "beg", "hvg"), "gerund"), **dict.fromkeys(("vbn", "ben", "hvn"),
+                                                                                "past_participle"),
               **dict.fromkeys(("vbz", "bez", "doz", "hvz"), "3rd_singular"),
               **dict.fromkeys(("bem", "ber"), None)}  # am, are: verbs, but no form of Fig. 7 (Penn VBP)
 
 # %% ../nbs/04_reconstruction.ipynb #20d9b89c
 def brown_base_tag(tag: str) -> str | None:
-    "A Brown tag without its title/headline/cited suffixes and possessive mark; None for foreign, contracted or negated words."
+    ("A Brown tag without its title/headline/cited suffixes and possessive mark; None for foreign, contracted or "
+     "negated words.")
     t = tag.lower()
     if t.startswith("fw-") or "+" in t or "*" in t: return None
     while t[-3:] in ("-tl", "-hl", "-nc"): t = t[:-3]
@@ -119,7 +122,8 @@ def sentence_text(words: Sequence[str], normalise=D.preprocess_text) -> tuple[st
 
 # %% ../nbs/04_reconstruction.ipynb #cfd69a5d
 def align(tok, words: Sequence[str]) -> tuple[list[int], list[tuple[int, int] | None]]:
-    "Token ids of the sentence and, per word, its [start, end) token range (None where a piece crosses the word's edge)."
+    ("Token ids of the sentence and, per word, its [start, end) token range (None where a piece crosses the word's "
+     "edge).")
     text, spans = sentence_text(words, tok.normalise)
     ids, starts, ends = tok.piece_spans(text)
     out, j = [], 0
@@ -216,7 +220,8 @@ def _batches(seqs: list[tuple[list[int], list[int]]], batch_tokens: int = 8192):
 # %% ../nbs/04_reconstruction.ipynb #a91c508e
 @torch.no_grad()
 def _predict(model, seqs: list[tuple[list[int], list[int]]], tok, device, precision: str = "auto") -> list[np.ndarray]:
-    "Argmax predictions at the given positions of each (ids, positions) sequence, with [CLS] and [SEP] added (forward in `precision`)."
+    ("Argmax predictions at the given positions of each (ids, positions) sequence, with [CLS] and [SEP] added (forward "
+     "in `precision`).")
     out = [None] * len(seqs)
     for idx in _batches(seqs):
         L = max(len(seqs[i][0]) for i in idx) + 2
@@ -227,7 +232,8 @@ def _predict(model, seqs: list[tuple[list[int], list[int]]], tok, device, precis
             ids[r, :len(s) + 2] = torch.tensor([tok.cls_id, *s, tok.sep_id]); att[r, :len(s) + 2] = 1
             lab[r, [p + 1 for p in pos]] = 0  # marks the scored positions; the value is not used
         with autocast(device, precision):
-            res = model(ids.to(device), att.to(device), torch.zeros_like(ids).to(device), labels=lab.to(device), logits="masked")
+            res = model(ids.to(device), att.to(device), torch.zeros_like(ids).to(device), labels=lab.to(device),
+                        logits="masked")
         pred = res.prediction_logits.argmax(-1).cpu().numpy()
         k = 0
         for r, i in enumerate(idx):  # masked logits come row by row, positions in order
@@ -255,7 +261,8 @@ def word_scores(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[b
             for s in score_rows(task, {"correct": np.asarray(hits, dtype=float)}, words)]
 
 # %% ../nbs/04_reconstruction.ipynb #91aea8cd
-def score_words(model, tok, ids_all: list[list[int]], items: Sequence[Item], device="cpu") -> tuple[list[bool], list[bool]]:
+def score_words(model, tok, ids_all: list[list[int]], items: Sequence[Item], device="cpu") -> tuple[list[bool],
+                                                                                                    list[bool]]:
     "Whether `model` reconstructs each of `items` (unmasked) and predicts it (masked), in the sentences `ids_all`."
     model.eval().to(device)
     used = sorted({it.sentence for it in items})
@@ -294,15 +301,18 @@ LEARNED = 0.05
 FLOOR = "most_frequent_token"
 
 def floor_rows(items: Sequence[Item], ids_all: list[list[int]], ranks: np.ndarray) -> list[dict]:
-    "Per group, the accuracy of always predicting the one-piece word of `items` most frequent in the corpus (by `ranks`)."
+    ("Per group, the accuracy of always predicting the one-piece word of `items` most frequent in the corpus (by "
+     "`ranks`).")
     one = [ids_all[it.sentence][it.start] if it.end - it.start == 1 else -1 for it in items]
     top = min((t for t in one if t >= 0), key=lambda t: ranks[t], default=-1)
     hits = [t == top for t in one]
     return [dict(r, task=FLOOR) for r in accuracy_rows(items, hits, hits) if r["task"] == "reconstruction"]
 
 # %% ../nbs/04_reconstruction.ipynb #2dd290ab
-def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", max_words: int = 300, sentences=None) -> pd.DataFrame:
-    "Evaluate the checkpoint at `step` of `run_dir` and write its rows, and every word's score, to the run's results database."
+def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", max_words: int = 300,
+                  sentences=None) -> pd.DataFrame:
+    ("Evaluate the checkpoint at `step` of `run_dir` and write its rows, and every word's score, to the run's results "
+     "database.")
     step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     find_checkpoint(run_dir, step)  # a clear error listing the steps that exist
     tok = D.load_tokenizer(run_dir)
@@ -335,14 +345,16 @@ def curves(run_dir, task: str, kind: str) -> pd.DataFrame:
 
 # %% ../nbs/04_reconstruction.ipynb #f220d3ce
 def floors(run_dir, kind: str) -> pd.Series:
-    "Per group of `kind` ('pos', 'verb', 'freq'), the most-frequent-token floor (mean over steps); empty where none is stored."
+    ("Per group of `kind` ('pos', 'verb', 'freq'), the most-frequent-token floor (mean over steps); empty where none "
+     "is stored.")
     df = read_results(run_dir, ANALYSIS, task=FLOOR)
     df = df[df.metric.str.startswith(kind + "/")]
     return df.groupby(df.metric.str.split("/", n=1).str[1]).value.mean()
 
 # %% ../nbs/04_reconstruction.ipynb #a280b5cf
 def learned_groups(run_dir, task: str, kind: str, t: pd.DataFrame) -> list[str]:
-    "The groups (columns of `t`) whose last accuracy reaches `LEARNED` and clears their floor by more than 2 binomial standard errors."
+    ("The groups (columns of `t`) whose last accuracy reaches `LEARNED` and clears their floor by more than 2 binomial "
+     "standard errors.")
     fl, out, rows = floors(run_dir, kind), [], read_results(run_dir, ANALYSIS, task=task)  # one read for every group
     for g in t:
         v = t[g].dropna()
@@ -379,8 +391,8 @@ def learning_order(run_dir) -> tuple[pd.DataFrame, str]:
         off = f" (not learned above the most-frequent-token floor: {', '.join(off)})" if off else ""
         if len(fw) and len(cw):
             yes = fw.mean() < cw.mean()
-            verdicts.append(f"{task}: function words reach half their final accuracy at step {fw.mean():.0f} on average, "
-                            f"content words at step {cw.mean():.0f}{off}: the paper's order is "
+            verdicts.append(f"{task}: function words reach half their final accuracy at step {fw.mean():.0f} on "
+                            f"average, content words at step {cw.mean():.0f}{off}: the paper's order is "
                             f"{'reproduced' if yes else 'not reproduced'} on this run for the classes learned")
         else: verdicts.append(f"{task}: no {'function' if not len(fw) else 'content'}-word class is learned above its "
                               f"floor, so the order is not testable on this run{off}")
@@ -423,7 +435,8 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
     import matplotlib; matplotlib.use("Agg")
     out_dir = Path(out_dir or Path(run_dir) / "figures")
     paths = []
-    for fig_id, name in (("fig1", "fig1_reconstruction_by_pos"), ("fig7", "fig7_verb_forms"), ("fig8", "fig8_frequency")):
+    for fig_id, name in (("fig1", "fig1_reconstruction_by_pos"), ("fig7", "fig7_verb_forms"),
+                         ("fig8", "fig8_frequency")):
         fig = _plot_set(run_dir, fig_id); paths += save_figure(fig, out_dir, name)
     table, verdict = learning_order(run_dir)
     paths.append(atomic_write(out_dir / "table_fig1_learning_order.csv", table.to_csv()))
@@ -477,10 +490,14 @@ def verdicts(run_dir) -> dict[str, str]:
                                 ("fig8", "fig8_frequency", "frequent tokens are learned before rare ones")):
         parts = []
         for task, (h, unlearned) in group_order(run_dir, fig_id).items():
-            off = (f"; below {LEARNED:.0%} or not above the most-frequent-token floor at the last step: {', '.join(unlearned)}"
+            off = (f"; below {LEARNED:.0%} or not above the most-frequent-token floor at the last step: "
+                   f"{', '.join(unlearned)}"
                    if unlearned else "")
-            if len(h) < 2: parts.append(f"{task}: fewer than two groups learned, not testable on this run{off}"); continue
-            if fig_id == "fig7": said = "reproduced" if h.nunique() > 1 else "not shown (all between the same two steps)"
+            if len(h) < 2:
+                parts.append(f"{task}: fewer than two groups learned, not testable on this run{off}")
+                continue
+            if fig_id == "fig7": said = "reproduced" if h.nunique() > 1 else ("not shown (all between the same two "
+                                                                              "steps)")
             else:  # bins from frequent to rare: reproduced when the steps rise with rarity, contradicted when they fall
                 said = ("reproduced" if h.is_monotonic_increasing and h.iloc[0] < h.iloc[-1] else
                         "not shown (tied)" if h.nunique() == 1 else "not reproduced")

@@ -20,10 +20,13 @@ import pandas as pd
 from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
 from .data import HF_TOKENIZER_FILES
 from .model import load_safetensors, write_safetensors
-from .run import SeriesError, checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config, MODEL_CARD
+from .run import (SeriesError, checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions,
+                        train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config,
+                        MODEL_CARD)
 from .pretrain import model_card
 from .results import DB_NAME, connect, db_path, done_steps, write_transitions
-from .sweep import ANALYSES, SweepError, applicable, available_analyses, analysis_module, error_text, evaluation_steps, nbs_dir, sweep
+from .sweep import (ANALYSES, SweepError, applicable, available_analyses, analysis_module, error_text,
+                          evaluation_steps, nbs_dir, sweep)
 from .compare import RUN_BUNDLE
 from .seeds import seed_bands, seed_run_dirs
 
@@ -45,16 +48,18 @@ CORE_REPORT = [
          caption="Pretraining loss and masked-LM accuracy over steps.",
          finding="The losses fall fastest early; MLM accuracy rises from chance."),
     dict(file="fig2a_recipe_curves", paper="Embryology Fig. 2a (recipes)",
-         caption="Held-out MLM accuracy against tokens seen for tiny-sized recipes, and where measured the same accuracy on "
-                 "training examples (recipe_curves.csv beside the figures, from bench/recipe_curves.py): in figures/, "
-                 "the recipes measured when choosing the tiny preset; in figures/mature/, the mature run's own curve.",
+         caption="Held-out MLM accuracy against tokens seen for tiny-sized recipes, and where measured the same "
+                 "accuracy on training examples (recipe_curves.csv beside the figures, from bench/recipe_curves.py): "
+                 "in figures/, the recipes measured when choosing the tiny preset; in figures/mature/, the mature "
+                 "run's own curve.",
          finding="Not in the paper: how the CPU-sized recipe was chosen (notebook 03_pretrain), and the gap between "
                  "training and held-out accuracy."),
 ]
 
 # %% ../nbs/10c_report.ipynb #2a279124
 def pace_sentence(rows, tc) -> str:
-    "How fast the MLM loss still falls at the end (of the stable phase, under WSD) against its peak before then; '' without a log."
+    ("How fast the MLM loss still falls at the end (of the stable phase, under WSD) against its peak before then; '' "
+     "without a log.")
     if not rows: return ""
     last = rows[-1]["step"]
     at = min(round(tc.total_steps * (1 - tc.decay_fraction)), last) if tc.lr_schedule == "wsd" else last
@@ -74,34 +79,46 @@ def _pretraining_verdict(run_dir) -> str:
     task = sentence_name(run_sentence_task(run_dir), run_model_type(run_dir))
     s = (f"Held-out masked-LM accuracy {e['mlm_accuracy']:.1%} against {e['baseline_accuracy']:.1%} for always "
          f"predicting the most frequent token; " + (
-         f"replaced-token detection accuracy {e['rtd_accuracy']:.1%} (always answering 'original': {e['rtd_baseline']:.1%})."
-         if task == "rtd" else f"{'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy {e[f'{task}_accuracy']:.1%} (chance 50%)."))
+         f"replaced-token detection accuracy {e['rtd_accuracy']:.1%} (always answering 'original': "
+         f"{e['rtd_baseline']:.1%})."
+         if task == "rtd" else f"{'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy "
+                               f"{e[f'{task}_accuracy']:.1%} (chance 50%)."))
     s += pace_sentence(train_log(run_dir), read_run_config(run_dir)[2])
     ts = run_transitions(run_dir)
-    if ts: s += (f" The MLM loss has {len(ts)} phase transition{'s' * (len(ts) > 1)}, where it drops faster than before and after, "
-                 f"or until the log ends (change points "
-                 f"of its pace per log-step, marked in every figure over steps): " + "; ".join(
-                 f"step {t['step']:,}, from {t['before']:.2f} to {t['after']:.2f} nats ({t['rate']:.2f} nats per decade of steps "
-                 f"at its fastest" + (f"; steps {t['start_step']:,} to {t['end_step']:,}, still dropping when the log ends)"
+    if ts: s += (f" The MLM loss has {len(ts)} phase transition{'s' * (len(ts) > 1)}, where it drops faster than "
+                 "before and after, or until the log ends (change points of its pace per log-step, marked in every "
+                 "figure over steps): " + "; ".join(
+                 f"step {t['step']:,}, from {t['before']:.2f} to {t['after']:.2f} nats ({t['rate']:.2f} nats per "
+                 "decade of steps "
+                 f"at its fastest" + (f"; steps {t['start_step']:,} to {t['end_step']:,}, still dropping when the log "
+                                      "ends)"
                                       if t.get("open") else ")") for t in ts) + ".")
-    elif n := len(train_log(run_dir)): s += f" No phase transition: in its {n} logged records the MLM loss never drops faster than before and after."
+    elif n := len(train_log(run_dir)): s += (f" No phase transition: in its {n} logged records the MLM loss never "
+                                             "drops faster than before and after.")
     return s
 
 # %% ../nbs/10c_report.ipynb #41df7621
 def report_sections(run_dir, figures_dir=None) -> list[dict]:
-    "Each figure or table for the report, with its verdict on this run (its own, or its module's; Tables 4-6 from `figures_dir`)."
+    ("Each figure or table for the report, with its verdict on this run (its own, or its module's; Tables 4-6 from "
+     "`figures_dir`).")
     out = [dict(r, verdict=_pretraining_verdict(run_dir) if r["file"].startswith("fig2a") else "") for r in CORE_REPORT]
     for a in available_analyses():
         m = analysis_module(a)
         if not done_steps(run_dir, a) and m.applies_to(run_dir): continue  # not for this series
         try:  # the module's verdict, or a figure's own (`verdicts`) where the module has one
-            v, own = (m.verdict(run_dir), getattr(m, "verdicts", lambda _: {})(run_dir)) if done_steps(run_dir, a) else ("not run on this run yet", {})
-        except Exception as e: v, own = f"no verdict ({error_text(e)})", {}
+            v, own = (
+                (m.verdict(run_dir), getattr(m, "verdicts", lambda _: {})(run_dir))
+                if done_steps(run_dir, a)
+                else ("not run on this run yet", {})
+            )
+        except Exception as e:
+            v, own = f"no verdict ({error_text(e)})", {}
         out += [dict(r, verdict=own.get(r["file"], v), analysis=a) for r in getattr(m, "REPORT", [])]
     if importlib.util.find_spec("embryo.ablations") is not None:
         m = importlib.import_module("embryo.ablations")
         own = m.table_verdicts(figures_dir) if figures_dir is not None else {}
-        out += [dict(r, verdict=own.get(r["file"], r.get("verdict", "")), analysis="ablations") for r in getattr(m, "REPORT", [])]
+        out += [dict(r, verdict=own.get(r["file"], r.get("verdict", "")), analysis="ablations")
+                for r in getattr(m, "REPORT", [])]
     return out
 
 # %% ../nbs/10c_report.ipynb #e55f1902
@@ -118,7 +135,8 @@ SEEDS_DIR = "seeds"  # under the figures folder: the seed bands, and each furthe
 
 # %% ../nbs/10c_report.ipynb #c4509f80
 def write_report(run_dir, figures_dir="figures") -> Path:
-    "Write `figures_dir/index.html` (every figure and table present, its paper reference, finding and verdict) and `report.json`."
+    ("Write `figures_dir/index.html` (every figure and table present, its paper reference, finding and verdict) and "
+     "`report.json`.")
     figures_dir = Path(figures_dir)
     e = html.escape
     parts = ["<!doctype html><meta charset='utf-8'><title>embryo report</title>",
@@ -141,11 +159,20 @@ def write_report(run_dir, figures_dir="figures") -> Path:
         parts.append("</section>")
     if missing: parts.append(f"<p>Not drawn yet: {e(', '.join(missing))}.</p>")
     pages = sorted((figures_dir / PAGES_DIR).glob("*.html"))
-    if pages: parts.append("<section id='notebooks'><h2>The analysis notebooks, executed on this run</h2><ul>" + "".join(
+    if pages: parts.append("<section id='notebooks'><h2>The analysis notebooks, executed on this run</h2><ul>"
+                           + "".join(
         f"<li><a href='{PAGES_DIR}/{e(p.name)}'>{e(p.stem)}</a></li>" for p in pages) + "</ul></section>")
-    more = [(f"{d.name}/index.html", TWINS.get(d.name, f"The run in {d.name}/") + ": its report")
-            for d in sorted(figures_dir.iterdir()) if d.is_dir() and (d / "index.html").exists()] if figures_dir.is_dir() else []
-    more += [(f"{d}/{d}.md", what) for d, what in (("compare", "ALBERT, BERT and ELECTRA side by side (embryo compare)"),
+    more = (
+        [
+            (f"{d.name}/index.html", TWINS.get(d.name, f"The run in {d.name}/") + ": its report")
+            for d in sorted(figures_dir.iterdir())
+            if d.is_dir() and (d / "index.html").exists()
+        ]
+        if figures_dir.is_dir()
+        else []
+    )
+    more += [(f"{d}/{d}.md", what) for d, what in (("compare", "ALBERT, BERT and ELECTRA side by side (embryo "
+                                                               "compare)"),
                                                     (SEEDS_DIR, "Seeds and confidence bands (embryo seeds)"))
              if (figures_dir / d / f"{d}.md").exists()]
     if more: parts.append("<section id='more'><h2>More results beside these</h2><ul>" + "".join(
@@ -158,9 +185,10 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
     "Redraw the pretraining figure and every analysis's figures of `run_dir` into `figures_dir`."
     from embryo.figures import plot_pretraining, plot_recipe_curves
     if not (Path(run_dir) / DB_NAME).exists() and not (Path(run_dir) / "logs").is_dir():
-        where = f"{run_dir} holds no {DB_NAME} and no logs/" if Path(run_dir).is_dir() else f"no run folder at {run_dir}"
-        raise SeriesError(f"{where}: nothing to report; pass a run that was trained or swept (embryo sweep --run <run>), "
-                          "or a bundle like figures/run")
+        where = f"{run_dir} holds no {DB_NAME} and no logs/" if Path(run_dir).is_dir() else ("no run folder at "
+                                                                                             f"{run_dir}")
+        raise SeriesError(f"{where}: nothing to report; pass a run that was trained or swept (embryo sweep --run "
+                          "<run>), or a bundle like figures/run")
     # stored with the run's other results
     if (Path(run_dir) / "logs" / "train.jsonl").exists(): write_transitions(run_dir)
     paths = plot_pretraining(run_dir, figures_dir) if (Path(run_dir) / "logs").is_dir() else []
@@ -174,21 +202,26 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
 # the presets `reproduce` runs at CPU size (ALBERT and its BERT and ELECTRA twins)
 CPU_PRESETS = ("tiny", "bert-tiny", "electra-tiny", "tiny-mature", "bert-tiny-mature", "electra-tiny-mature")
 # on the CPU presets, the slower analyses run on `evaluation_steps(run, early, dense)`: `early` log-spaced checkpoints
-# before the loss leaves its plateau, `dense` evenly spaced ones from there to the last (attention and syntax: every step)
-REPRODUCE_STEPS = {"glue": (2, 8), "probing": (4, 12), "similarity": (4, 12), "reconstruction": (4, 12), "knowledge": (4, 12)}
+# before the loss leaves its plateau, `dense` evenly spaced ones from there to the last (attention and syntax: every
+# step)
+REPRODUCE_STEPS = {"glue": (2, 8), "probing": (4, 12), "similarity": (4, 12), "reconstruction": (4, 12),
+                   "knowledge": (4, 12)}
 # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}
-USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run {run} --analyses squad "
+USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run "
+                      "{run} --analyses squad "
                       # analyses reproduce skips
                       "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>`"}
 
 # %% ../nbs/10c_report.ipynb #7ef9334d
 def reproduce(args):
-    "The main job: parameter tables, the pretraining run, every analysis over its checkpoints, every figure, the executed notebooks, the report."
+    ("The main job: parameter tables, the pretraining run, every analysis over its checkpoints, every figure, the "
+     "executed notebooks, the report.")
     from embryo.pretrain import pretrain_from_args
     from embryo.model import write_param_tables
     n = getattr(args, "seeds", None)
-    if n is not None and n < 1: raise SweepError(f"--seeds {n}: give the number of seeds to train, 1 or more (e.g. --seeds 3)")
+    if n is not None and n < 1: raise SweepError(f"--seeds {n}: give the number of seeds to train, 1 or more (e.g. "
+                                                 "--seeds 3)")
     if n and n > 1: return reproduce_seeds(args, n)
     figures = Path(args.figures or "figures")
     run = Path(args.run_dir or Path("runs") / args.preset)
@@ -213,7 +246,8 @@ def reproduce(args):
 
 # %% ../nbs/10c_report.ipynb #c12a49a9
 def reproduce_seeds(args, seeds: int) -> list[Path]:
-    "`reproduce` for seeds 0..seeds-1 of the preset into sibling runs (seed 0 is the usual run and figures; the others under figures/seeds/seed<k>, without executed pages), then the seed bands."
+    ("`reproduce` for seeds 0..seeds-1 of the preset into sibling runs (seed 0 is the usual run and figures; the "
+     "others under figures/seeds/seed<k>, without executed pages), then the seed bands.")
     import argparse
     figures = Path(args.figures or "figures")
     runs = seed_run_dirs(args.run_dir or Path("runs") / args.preset, seeds)
@@ -231,9 +265,12 @@ FINDINGS = [  # (id, the paper's claim, the report section whose verdict tests i
     ("H1", "Function words are learned before content words (Fig. 1, section 3)", "fig1_reconstruction_by_pos"),
     ("H2", "Probes rise fast early, then plateau (Fig. 2b, section 4)", "fig2b_probing_mlm"),
     ("H3", "Most downstream ability is there early in pretraining (Fig. 5, section 5)", "fig5_glue_score"),
-    ("H4", "World knowledge is learned, and then fluctuates (Fig. 6, section 6)", ("fig6_facts_by_exposure", "fig6_world_knowledge")),
-    ("Fig. 3", "Upper layers start below the lower ones on POS, then surpass them (section 4.1)", "fig3_probing_pos_layers"),
-    ("Fig. 4", "The diagonal attention pattern appears in upper layers first, layer 1 last (section 4.1)", "fig4_diagonal"),
+    ("H4", "World knowledge is learned, and then fluctuates (Fig. 6, section 6)",
+     ("fig6_facts_by_exposure", "fig6_world_knowledge")),
+    ("Fig. 3", "Upper layers start below the lower ones on POS, then surpass them (section 4.1)",
+     "fig3_probing_pos_layers"),
+    ("Fig. 4", "The diagonal attention pattern appears in upper layers first, layer 1 last (section 4.1)",
+     "fig4_diagonal"),
     ("Table 4", "ALBERT: with all layers shared, a small embedding size E loses little", "table4_embedding_size"),
     ("Table 5", "ALBERT: sharing all layers costs a little, mostly through the FFN", "table5_sharing"),
     ("Table 6", "ALBERT: NSP does not teach sentence order; SOP also solves NSP", "table6_sentence_loss"),
@@ -261,7 +298,8 @@ def findings_markdown(figures_dir="figures") -> str:
     # injected facts before LAMA's
     pick = lambda f: next((shown[g] for g in ((f,) if isinstance(f, str) else f) if g in shown), "")
     rows = [f"| {i} | {claim} | **{status_of(pick(f))}** | {cell(pick(f) or 'not run')} |" for i, claim, f in FINDINGS]
-    return "\n".join(["| | the paper's finding | on this run | the verdict, with its numbers |", "|---|---|---|---|", *rows]) + "\n"
+    return "\n".join(["| | the paper's finding | on this run | the verdict, with its numbers |", "|---|---|---|---|",
+                      *rows]) + "\n"
 
 # %% ../nbs/10c_report.ipynb #f1543353
 def _write_notebook(path, nb: dict) -> Path:
@@ -272,7 +310,8 @@ def _write_notebook(path, nb: dict) -> Path:
 FINDINGS_MARKS = ("<!-- findings: written by embryo report from figures/report.json -->", "<!-- end of findings -->")
 
 def sync_findings(figures_root="figures", nbs=None) -> list[Path]:
-    "Rewrite the findings table between `FINDINGS_MARKS` in nbs/index.ipynb (the README's source); returns it if changed."
+    ("Rewrite the findings table between `FINDINGS_MARKS` in nbs/index.ipynb (the README's source); returns it if "
+     "changed.")
     path = Path(nbs or nbs_dir()) / "index.ipynb"
     nb = json.loads(path.read_text(encoding="utf-8")); a, b = FINDINGS_MARKS
     cell = next((c for c in nb["cells"] if a in "".join(c["source"])), None)
@@ -285,9 +324,11 @@ def sync_findings(figures_root="figures", nbs=None) -> list[Path]:
 
 # %% ../nbs/10c_report.ipynb #0ad12807
 def publish_report(run_dir, figures_dir="figures") -> list[Path]:
-    "Write the report (index.html, report.json), the run's results beside it (`bundle_run`) and, when `figures_dir` is the checkout's figures, the notebooks' results cells."
+    ("Write the report (index.html, report.json), the run's results beside it (`bundle_run`) and, when `figures_dir` "
+     "is the checkout's figures, the notebooks' results cells.")
     paths = [write_report(run_dir, figures_dir), *bundle_run(run_dir, figures_dir)]
-    paths.append(atomic_write(Path(figures_dir) / "findings.md", f"# The paper's findings on run {Path(run_dir).name}\n\n"
+    paths.append(atomic_write(Path(figures_dir) / "findings.md", "# The paper's findings on run "
+                                                                 f"{Path(run_dir).name}\n\n"
                               + findings_markdown(figures_dir)))
     if (root := checkout_figures(figures_dir)) is not None:
         paths += sync_notebooks(root) + sync_findings(root) + sync_prose(root) + write_readme(root.parent / "nbs")
@@ -314,7 +355,8 @@ def copy_database(run_dir, out: Path) -> Path:
 BUNDLED = ("pretrain_config.json", "logs/train.jsonl", "logs/eval.json", "facts.jsonl")  # besides the results database
 
 def bundle_run(run_dir, figures_dir="figures") -> list[Path]:
-    "Copy the run's results database, settings and training log into `figures_dir/run/`, a folder that reads as the run for its results."
+    ("Copy the run's results database, settings and training log into `figures_dir/run/`, a folder that reads as the "
+     "run for its results.")
     run_dir, out = Path(run_dir), Path(figures_dir) / RUN_BUNDLE
     if out.resolve() == run_dir.resolve(): return []  # the bundle itself: nothing to copy
     paths = []
@@ -330,14 +372,17 @@ def bundle_run(run_dir, figures_dir="figures") -> list[Path]:
 SHIP_BUDGET = 10_000_000  # bytes of 16-bit weights a bundle carries at most (three checkpoints of `tiny`: 9.6 MB)
 
 def shipped_steps(run_dir, budget: int = SHIP_BUDGET) -> list[int]:
-    "The checkpoints a bundle carries: the last one, where the loss falls fastest, where it leaves its plateau, while they fit `budget`."
+    ("The checkpoints a bundle carries: the last one, where the loss falls fastest, where it leaves its plateau, while "
+     "they fit `budget`.")
     steps = list_steps(run_dir)
     if not steps: return []
     near = lambda s: min(steps, key=lambda x: (abs(x - s), x))
     t = run_transitions(run_dir)[:1]
     out, used = [], 0
-    for s in dict.fromkeys([steps[-1], *([near(t[0]["step"]), near(t[0]["start_step"])] if t else [near(steps[-1] // 2)])]):
-        used += sum(f.stat().st_size for f in find_checkpoint(run_dir, s).rglob("model.safetensors")) // 2  # 32 -> 16 bits
+    for s in dict.fromkeys([steps[-1],
+                            *([near(t[0]["step"]), near(t[0]["start_step"])] if t else [near(steps[-1] // 2)])]):
+        # 32 -> 16 bits
+        used += sum(f.stat().st_size for f in find_checkpoint(run_dir, s).rglob("model.safetensors")) // 2
         if used > budget: break
         out.append(s)
     return sorted(out)
@@ -347,10 +392,11 @@ SHIPPED_FILES = ("config.json", *(n for n in HF_TOKENIZER_FILES if n != "tokeniz
 # (no tokenizer.json, 0.6 MB a checkpoint: transformers builds the fast tokenizer from spiece.model, the same ids)
 
 def ship_checkpoints(run_dir, out, steps) -> list[Path]:
-    """Copy checkpoints `steps` of the run into the bundle `out`, their floating-point weights in 16 bits, with the tokenizer
-    and a model card of their own (`embryo.pretrain.model_card`: this folder, these weights)."""
+    """Copy checkpoints `steps` of the run into the bundle `out`, their floating-point weights in 16 bits, with the
+    tokenizer and a model card of their own (`embryo.pretrain.model_card`: this folder, these weights)."""
     import shutil
-    paths = [atomic_write(Path(out) / n, (Path(run_dir) / n).read_bytes()) for n in HF_TOKENIZER_FILES if (Path(run_dir) / n).exists()]
+    paths = [atomic_write(Path(out) / n, (Path(run_dir) / n).read_bytes()) for n in HF_TOKENIZER_FILES
+             if (Path(run_dir) / n).exists()]
     for old in list_steps(out):
         if old not in steps: shutil.rmtree(checkpoint_dir(out, old))  # the bundle holds these steps only
     for step in steps:
@@ -381,9 +427,11 @@ def build_reference(runs="runs", out=None, options: dict | None = None) -> Path:
 # %% ../nbs/10c_report.ipynb #d7236a80
 NOTEBOOKS = {**ANALYSES, "ablations": "09_albert_ablations"}  # analysis -> its notebook, each with a results cell
 RESULTS_MARK = "<!-- embryo:results {analysis} -->"  # the first line of the notebook cell that sync_notebooks rewrites
-TWINS = {"bert-tiny": "The BERT twin", "electra-tiny": "The ELECTRA twin", "facts": "The quick run with injected facts (tiny-facts)",
+TWINS = {"bert-tiny": "The BERT twin", "electra-tiny": "The ELECTRA twin", "facts": "The quick run with injected facts "
+                                                                                    "(tiny-facts)",
          "mature": "The mature run (tiny-mature)", "bert-tiny-mature": "The mature run's BERT twin",
-         "electra-tiny-mature": "The mature run's ELECTRA twin"}  # figures/<folder>/ of another run, as the results cells name it
+         # figures/<folder>/ of another run, as the results cells name it
+         "electra-tiny-mature": "The mature run's ELECTRA twin"}
 
 def _figure_sets(figures_root) -> list[tuple[str, Path, dict]]:
     "(title, folder, report) of the default run's figures (the root) and of each other run's folder under it."
@@ -397,12 +445,13 @@ def _figure_sets(figures_root) -> list[tuple[str, Path, dict]]:
 
 # %% ../nbs/10c_report.ipynb #52bfd80e
 def results_markdown(analysis: str, figures_root="figures", nbs=None) -> str:
-    "The results cell of `analysis`'s notebook: its committed figures, tables and verdict for every run under `figures_root`."
+    ("The results cell of `analysis`'s notebook: its committed figures, tables and verdict for every run under "
+     "`figures_root`.")
     nbs = Path(nbs or nbs_dir())
     rel = lambda p: Path(os.path.relpath(Path(p).resolve(), nbs.resolve())).as_posix()
     out = [RESULTS_MARK.format(analysis=analysis),
-           "**The committed results.** Written from `figures/` by `make reproduce` and `embryo report` (which rewrite this "
-           "cell; do not edit it), so a reader sees them without running anything."]
+           "**The committed results.** Written from `figures/` by `make reproduce` and `embryo report` (which rewrite "
+           "this cell; do not edit it), so a reader sees them without running anything."]
     for title, d, rep in _figure_sets(figures_root):
         secs = [s for s in rep["sections"] if s.get("analysis") == analysis]
         if not secs: continue
@@ -413,10 +462,15 @@ def results_markdown(analysis: str, figures_root="figures", nbs=None) -> str:
             elif md.exists(): out += [f"{s['paper']}: [{md.name}]({rel(md)})", ""]
         for v in dict.fromkeys(s["verdict"] for s in secs if s["verdict"]): out += [f"**Verdict on this run.** {v}", ""]
         page = d / PAGES_DIR / f"{NOTEBOOKS[analysis]}.html"
-        if page.exists(): out += [f"This notebook executed on this run, every output shown: [{page.name}]({rel(page)})", ""]
+        if page.exists():
+            out += [f"This notebook executed on this run, every output shown: [{page.name}]({rel(page)})", ""]
     if len(out) == 2 and analysis in USER_DATA:  # reproduce skips it: the data cannot be fetched here
-        out += ["", "No committed results: `make reproduce` skips this analysis. "
-                + USER_DATA[analysis].format(run="runs/tiny") + "; then `embryo report --run runs/tiny` shows them here."]
+        out += [
+            "",
+            "No committed results: `make reproduce` skips this analysis. "
+            + USER_DATA[analysis].format(run="runs/tiny")
+            + "; then `embryo report --run runs/tiny` shows them here.",
+        ]
     elif len(out) == 2: out += ["", "No committed results yet: `make reproduce` writes them."]
     return "\n".join(out).rstrip("\n")
 
@@ -429,7 +483,8 @@ def _results_cell(nb: dict, analysis: str, path) -> dict:
 
 # %% ../nbs/10c_report.ipynb #d61ed052
 def sync_notebooks(figures_root="figures", nbs=None, analyses=None) -> list[Path]:
-    "Rewrite each analysis notebook's results cell from `figures_root` (as nbdev_clean writes notebooks); returns those changed."
+    ("Rewrite each analysis notebook's results cell from `figures_root` (as nbdev_clean writes notebooks); returns "
+     "those changed.")
     nbs, changed = Path(nbs or nbs_dir()), []
     for a in analyses or NOTEBOOKS:
         path = nbs / f"{NOTEBOOKS[a]}.ipynb"
@@ -449,14 +504,16 @@ def checkout_figures(figures_dir) -> Path | None:
     return root if f == root or f.parent == root else None
 
 # %% ../nbs/10c_report.ipynb #bb8cca1b
-FACT_SPAN = re.compile(r"<!-- fact (?P<spec>[^>]+?) -->(?P<value>[^<`\n]*)<!-- /fact -->")  # a value is one short run of text
+# a value is one short run of text
+FACT_SPAN = re.compile(r"<!-- fact (?P<spec>[^>]+?) -->(?P<value>[^<`\n]*)<!-- /fact -->")
 
 class FactError(ValueError):
     "A fact span that names a file, row or column the committed figures do not have."
 
 # %% ../nbs/10c_report.ipynb #3beea91d
 def _json_step(value, key: str):
-    "One step of a fact's key path: a record's key, a list's index, or `[k=v]`, the one record of a list whose `k` is `v`."
+    ("One step of a fact's key path: a record's key, a list's index, or `[k=v]`, the one record of a list whose `k` is "
+     "`v`.")
     if key.startswith("[") and key.endswith("]") and isinstance(value, list):
         k, _, v = key[1:-1].partition("=")
         hits = [x for x in value if isinstance(x, dict) and str(x.get(k)) == v]
@@ -466,10 +523,14 @@ def _json_step(value, key: str):
 
 # %% ../nbs/10c_report.ipynb #78e95439
 def fact_value(spec: str, figures_root="figures") -> str:
-    "The text a fact span `FILE | column=value; ... | column | format` cites, read from the committed `figures_root/FILE`."
-    try: file, where, column, fmt = (s.strip() for s in re.split(r"\\?\|", spec))  # `\|` inside a Markdown table
-    except ValueError: raise FactError(f"fact span {spec!r}: write it as FILE | column=value; ... | column | format") from None
-    if not (Path(figures_root) / file).is_file(): raise FactError(f"fact span {spec!r}: no file {file} under {figures_root}")
+    ("The text a fact span `FILE | column=value; ... | column | format` cites, read from the committed "
+     "`figures_root/FILE`.")
+    try:
+        file, where, column, fmt = (s.strip() for s in re.split(r"\\?\|", spec))  # `\|` inside a Markdown table
+    except ValueError:
+        raise FactError(f"fact span {spec!r}: write it as FILE | column=value; ... | column | format") from None
+    if not (Path(figures_root) / file).is_file(): raise FactError(f"fact span {spec!r}: no file {file} under "
+                                                                  f"{figures_root}")
     if file.endswith(".json"):  # a JSON record: no row conditions, the column is its key path (`transitions.0.step`)
         value = json.loads((Path(figures_root) / file).read_text())
         for k in column.split("."): value = _json_step(value, k)
@@ -484,19 +545,23 @@ def fact_value(spec: str, figures_root="figures") -> str:
     for cond in filter(None, (c.strip() for c in where.split(";"))):
         k, _, v = cond.partition("="); rows = rows[rows[k.strip()] == v.strip()] if k.strip() in rows else rows.iloc[:0]
     if len(rows) != 1 or column not in rows or rows[column].iloc[0] == "":
-        raise FactError(f"fact span {spec!r}: {len(rows)} rows of {file} match, with a value in {column!r} wanted in exactly one")
+        raise FactError(f"fact span {spec!r}: {len(rows)} rows of {file} match, with a value in {column!r} wanted in "
+                        "exactly one")
     value = rows[column].iloc[0]
     return value if fmt == "s" else format(float(value), fmt)  # `s`: the table's own text, e.g. "7.1 ± 0.2"
 
 # %% ../nbs/10c_report.ipynb #6e3b612a
 def sync_prose(figures_root="figures", nbs=None) -> list[Path]:
-    "Rewrite every fact span in the notebooks' markdown from the committed files under `figures_root`; returns the notebooks changed."
+    ("Rewrite every fact span in the notebooks' markdown from the committed files under `figures_root`; returns the "
+     "notebooks changed.")
     changed = []
     for path in sorted(Path(nbs or nbs_dir()).glob("*.ipynb")):
         nb, hit = json.loads(path.read_text(encoding="utf-8")), False
         for c in (c for c in nb["cells"] if c["cell_type"] == "markdown"):
             src = "".join(c["source"])
-            new = FACT_SPAN.sub(lambda m: f"<!-- fact {m['spec']} -->{fact_value(m['spec'], figures_root)}<!-- /fact -->", src)
+            new = FACT_SPAN.sub(
+                lambda m: f"<!-- fact {m['spec']} -->{fact_value(m['spec'], figures_root)}<!-- /fact -->", src
+            )
             if new != src: c["source"], hit = new.splitlines(keepends=True), True
         if hit: changed.append(_write_notebook(path, nb))
     return changed
@@ -520,13 +585,15 @@ def _scratch_run(run_dir: Path, dst: Path) -> Path:
     import sqlite3
     dst.mkdir(parents=True)
     for p in run_dir.iterdir():
-        if not (p.name.startswith(DB_NAME) or p.name in ("figures", "notebooks")): (dst / p.name).symlink_to(p.resolve())
+        if not (p.name.startswith(DB_NAME) or p.name in ("figures", "notebooks")):
+            (dst / p.name).symlink_to(p.resolve())
     if db_path(run_dir).exists():
         with sqlite3.connect(db_path(run_dir)) as src, sqlite3.connect(dst / DB_NAME) as out: src.backup(out)
     return dst
 
 # %% ../nbs/10c_report.ipynb #5fd9d8af
-# nbconvert's lab template less its CDN scripts: require.js (for widgets, which our notebooks have none of), MathJax, and
+# nbconvert's lab template less its CDN scripts: require.js (for widgets, which our notebooks have none of), MathJax,
+# and
 # mermaid (fetched only for a diagram, which they have none of either)
 OFFLINE_TEMPLATE = "{%- extends 'index.html.j2' -%}\n" + "".join(
     f"{{% block html_head_js_{b} %}}{{% endblock %}}\n" for b in ("requirejs", "mathjax", "mermaidjs"))
@@ -535,17 +602,21 @@ def page_exporter():
     "nbconvert's HTML exporter with the lab template less the scripts it loads from the network."
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
-    return HTMLExporter(extra_loaders=[DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})], template_file="offline.html.j2")
+    return HTMLExporter(extra_loaders=[DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})],
+                        template_file="offline.html.j2")
 
 # %% ../nbs/10c_report.ipynb #a310c266
 def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None, device: str = "cpu") -> list[Path]:
-    "Run each analysis notebook whole (papermill) on the run's last step and write it as HTML to `out_dir`, outputs and all."
+    ("Run each analysis notebook whole (papermill) on the run's last step and write it as HTML to `out_dir`, outputs "
+     "and all.")
     import tempfile
     import nbformat
     import papermill as pm
-    try: exporter = page_exporter()
+    try:
+        exporter = page_exporter()
     except ImportError:
-        print("notebook pages skipped: they need nbconvert, a development requirement (pip install -e '.[dev]')"); return []
+        print("notebook pages skipped: they need nbconvert, a development requirement (pip install -e '.[dev]')")
+        return []
     run_dir, out_dir = Path(run_dir).resolve(), Path(out_dir)
     step, nbs, paths = list_steps(run_dir)[-1], nbs_dir(), []
     # where ../figures/ of a notebook's links points from a page
@@ -558,7 +629,8 @@ def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None,
             t0 = time.time()
             try: pm.execute_notebook(str(src), str(executed), parameters=params, kernel_name="python3", cwd=str(nbs),
                                      progress_bar=False)
-            except Exception as e: print(f"{src.name} failed on {run_dir} step {step} ({error_text(e)}): its page shows where")
+            except Exception as e: print(f"{src.name} failed on {run_dir} step {step} ({error_text(e)}): its page "
+                                         "shows where")
             nb = nbformat.read(executed, as_version=4)
             for c in nb.cells:
                 if c.cell_type == "markdown": c.source = c.source.replace("](../figures/", f"]({figs}/")

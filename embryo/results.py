@@ -53,13 +53,15 @@ CREATE TABLE IF NOT EXISTS examples (
     analysis TEXT NOT NULL, task TEXT NOT NULL, digest TEXT NOT NULL, items TEXT NOT NULL,
     PRIMARY KEY (analysis, task, digest));
 CREATE TABLE IF NOT EXISTS computed_with (
-    analysis TEXT NOT NULL, step INTEGER NOT NULL, digest TEXT NOT NULL, options TEXT NOT NULL, created_at REAL NOT NULL,
+    analysis TEXT NOT NULL, step INTEGER NOT NULL, digest TEXT NOT NULL, options TEXT NOT NULL, \
+created_at REAL NOT NULL,
     PRIMARY KEY (analysis, step));
 """
 
 # %% ../nbs/03a_results.ipynb #897ae19f
 def db_path(run_dir, name: str | None = None) -> Path:
-    "The results database of a run: `name`, else `$EMBRYO_RESULTS` (a shard's own file), else results.sqlite; a `.sqlite` path as is."
+    ("The results database of a run: `name`, else `$EMBRYO_RESULTS` (a shard's own file), else results.sqlite; a "
+     "`.sqlite` path as is.")
     p = Path(run_dir)
     return p if p.suffix == ".sqlite" else p / (name or os.environ.get("EMBRYO_RESULTS") or DB_NAME)
 
@@ -74,7 +76,8 @@ SEEDED = ("glue", "squad")  # the analyses that finetune, each finetuning seed's
 
 # %% ../nbs/03a_results.ipynb #e74e6396
 def unpack(analysis: str, metric: str, head: int | None = None) -> tuple[int, int, str]:
-    "(head, seed, metric) of an old row: its head and seed out of the metric's name; `head` None where the table had no `head`."
+    ("(head, seed, metric) of an old row: its head and seed out of the metric's name; `head` None where the table had "
+     "no `head`.")
     if head is None:
         m = _PACKED_HEAD.fullmatch(metric) if analysis == "attention" else None  # the one analysis that packed heads
         head, metric = (int(m[2]), m[1]) if m else (-1, metric)
@@ -83,23 +86,29 @@ def unpack(analysis: str, metric: str, head: int | None = None) -> tuple[int, in
 
 # %% ../nbs/03a_results.ipynb #be601acb
 def migrate(con) -> bool:
-    "Bring an old-format database (no `head`, or no `seed` column) to the current schema in one transaction; False if nothing to do."
+    ("Bring an old-format database (no `head`, or no `seed` column) to the current schema in one transaction; False if "
+     "nothing to do.")
     cols = lambda: [r[1] for r in con.execute("PRAGMA table_info(results)")]
     if not cols() or "seed" in cols(): return False
     con.execute("BEGIN IMMEDIATE")
     try:
         have = cols()
         if "seed" in have: con.execute("ROLLBACK"); return False  # another process migrated it meanwhile
-        old = con.execute(f"SELECT analysis, step, task, layer, {'head' if 'head' in have else 'NULL'}, metric, value, n, "
-                          "created_at FROM results").fetchall()
+        old = con.execute(f"SELECT analysis, step, task, layer, {'head' if 'head' in have else 'NULL'}, metric, value, "
+                          "n, created_at FROM results").fetchall()
         con.execute("ALTER TABLE results RENAME TO results_before_migration")
         for stmt in filter(str.strip, SCHEMA.split(";")): con.execute(stmt)  # not executescript: it would commit
         rows, settings = [], []
         for a, step, task, layer, head, metric, value, n, at in old:
-            if head is None and metric in LEGACY_SETTINGS.get(a, ()): settings.append((a, step, task, metric, value, at)); continue
+            if head is None and metric in LEGACY_SETTINGS.get(a, ()):
+                settings.append((a, step, task, metric, value, at))
+                continue
             rows.append((a, step, task, layer, *unpack(a, metric, head), value, n, at))
         con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})", rows)
-        con.executemany(f"INSERT INTO settings ({', '.join(SETTING_COLUMNS)}) VALUES ({','.join('?' * len(SETTING_COLUMNS))})", settings)
+        con.executemany(
+            f"INSERT INTO settings ({', '.join(SETTING_COLUMNS)}) VALUES ({','.join('?' * len(SETTING_COLUMNS))})",
+            settings,
+        )
         con.execute("DROP TABLE results_before_migration")
         con.execute("COMMIT")
     except BaseException:
@@ -108,8 +117,8 @@ def migrate(con) -> bool:
 
 # %% ../nbs/03a_results.ipynb #9a7678fb
 def use_wal(con, path, timeout: float):
-    """Put the database in WAL mode, retrying until `timeout`: the switch needs the file to itself and SQLite does not wait
-    for it (its busy handler is not called), so two processes creating one database together could fail at once."""
+    """Put the database in WAL mode, retrying until `timeout`: the switch needs the file to itself and SQLite does not
+    wait for it (its busy handler is not called), so two processes creating one database together could fail at once."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -120,7 +129,8 @@ def use_wal(con, path, timeout: float):
         except sqlite3.OperationalError as e:
             if "locked" not in str(e) and "busy" not in str(e): raise
         if time.monotonic() > deadline:
-            raise sqlite3.OperationalError(f"database is locked: {path} could not be put in WAL mode within {timeout:.0f} s; "
+            raise sqlite3.OperationalError(f"database is locked: {path} could not be put in WAL mode within "
+                                           f"{timeout:.0f} s; "
                                            "another process holds it (a stuck sweep?); stop it or wait, then run again")
         time.sleep(0.02)
 
@@ -142,7 +152,8 @@ def connect(run_dir, timeout: float = 60.0):
         yield con
     except sqlite3.DatabaseError as e:
         if "not a database" not in str(e) and "malformed" not in str(e): raise
-        raise ResultsDamaged(f"{path} is damaged, SQLite cannot read it ({e}): move it aside (mv {path} {path}.damaged) and "
+        raise ResultsDamaged(f"{path} is damaged, SQLite cannot read it ({e}): move it aside (mv {path} "
+                             f"{path}.damaged) and "
                              "rerun the sweep, which computes its results again, or put back a copy") from None
     finally:
         con.close()
@@ -175,7 +186,8 @@ def binomial_se(p, n):
 
 # %% ../nbs/03a_results.ipynb #ba3cd60b
 def score_rows(task: str, scores: dict, examples) -> list[dict]:
-    "`write_results`' `scores` of one task: per key (a layer, a seed...) one score per example of `examples` (each a string)."
+    ("`write_results`' `scores` of one task: per key (a layer, a seed...) one score per example of `examples` (each a "
+     "string).")
     return [dict(task=task, key=str(k), scores=v, examples=list(examples)) for k, v in scores.items()]
 
 # %% ../nbs/03a_results.ipynb #fbc36b23
@@ -185,19 +197,22 @@ def _check_scores(s: dict) -> dict:
     text, items = encode_scores(s["scores"]), json.dumps([str(e) for e in s["examples"]], ensure_ascii=False)
     n = len(np.asarray(s["scores"]).reshape(-1))
     if n != len(s["examples"]):
-        raise ValueError(f"scores of task {s['task']!r}, key {s['key']!r}: {n} scores for {len(s['examples'])} examples; give one score per example")
+        raise ValueError(f"scores of task {s['task']!r}, key {s['key']!r}: {n} scores for {len(s['examples'])} "
+                         "examples; give one score per example")
     return dict(task=s["task"], key=str(s["key"]), scores=text, items=items, digest=text_digest(items))
 
 # %% ../nbs/03a_results.ipynb #19846a8c
 def _insert_scores(con, analysis: str, step: int, scores: list[dict], now: float):
     "Insert checked `scores` of `analysis` at `step`, and their examples' descriptions where not stored yet."
-    con.executemany("INSERT OR IGNORE INTO examples VALUES (?,?,?,?)", {(analysis, s["task"], s["digest"], s["items"]) for s in scores})
+    con.executemany("INSERT OR IGNORE INTO examples VALUES (?,?,?,?)",
+                    {(analysis, s["task"], s["digest"], s["items"]) for s in scores})
     con.executemany(f"INSERT INTO scores ({', '.join(SCORE_COLUMNS)}) VALUES ({','.join('?' * len(SCORE_COLUMNS))})",
                     [(analysis, step, s["task"], s["key"], s["digest"], s["scores"], now) for s in scores])
 
 # %% ../nbs/03a_results.ipynb #482dbcf8
 def read_scores(run_dir, analysis: str, task: str | None = None) -> pd.DataFrame:
-    "The examples' scores of `analysis` (optionally one task): a row per (step, task, key), `scores` an array, `examples` its digest."
+    ("The examples' scores of `analysis` (optionally one task): a row per (step, task, key), `scores` an array, "
+     "`examples` its digest.")
     cols = ["step", "task", "key", "examples", "scores"]
     if not db_path(run_dir).exists(): return pd.DataFrame(columns=cols)
     sql, args = "SELECT step, task, key, examples, scores FROM scores WHERE analysis=?", [analysis]
@@ -209,8 +224,10 @@ def read_scores(run_dir, analysis: str, task: str | None = None) -> pd.DataFrame
 def read_examples(run_dir, analysis: str, task: str, digest: str) -> list[str]:
     "The descriptions of the examples that scores with `digest` scored."
     with connect(run_dir) as con:
-        got = con.execute("SELECT items FROM examples WHERE analysis=? AND task=? AND digest=?", (analysis, task, digest)).fetchone()
-    if got is None: raise LookupError(f"{db_path(run_dir)} has no examples {digest} of {analysis}/{task}; the database is incomplete: sweep {analysis} again")
+        got = con.execute("SELECT items FROM examples WHERE analysis=? AND task=? AND digest=?",
+                          (analysis, task, digest)).fetchone()
+    if got is None: raise LookupError(f"{db_path(run_dir)} has no examples {digest} of {analysis}/{task}; the database "
+                                      f"is incomplete: sweep {analysis} again")
     return json.loads(got[0])
 
 # %% ../nbs/03a_results.ipynb #038fa1dc
@@ -224,9 +241,24 @@ def _check_rows(rows: list[dict]):
 # %% ../nbs/03a_results.ipynb #116a60fe
 def _insert_results(con, analysis: str, rows: list[tuple[int, dict]], now: float):
     "Insert (step, row) pairs of `analysis`; a row's layer, head and seed default to -1 (not applicable)."
-    con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
-                    [(analysis, int(step), r["task"], int(r.get("layer", -1)), int(r.get("head", -1)), int(r.get("seed", -1)),
-                      r["metric"], None if r["value"] is None else float(r["value"]), r.get("n"), now) for step, r in rows])
+    con.executemany(
+        f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({','.join('?' * len(COLUMNS))})",
+        [
+            (
+                analysis,
+                int(step),
+                r["task"],
+                int(r.get("layer", -1)),
+                int(r.get("head", -1)),
+                int(r.get("seed", -1)),
+                r["metric"],
+                None if r["value"] is None else float(r["value"]),
+                r.get("n"),
+                now,
+            )
+            for step, r in rows
+        ],
+    )
 
 # %% ../nbs/03a_results.ipynb #bad48bbc
 # the rows of one (analysis, step) live in these four tables, with these columns
@@ -246,12 +278,15 @@ def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], sampl
             for t in TABLES: con.execute(f"DELETE FROM {t} WHERE analysis=? AND step=?", (analysis, step))
             _insert_scores(con, analysis, step, scores, now)
             _insert_results(con, analysis, [(step, r) for r in rows], now)
-            con.executemany(f"INSERT INTO settings ({', '.join(SETTING_COLUMNS)}) VALUES ({','.join('?' * len(SETTING_COLUMNS))})",
+            con.executemany(f"INSERT INTO settings ({', '.join(SETTING_COLUMNS)}) VALUES "
+                            f"({','.join('?' * len(SETTING_COLUMNS))})",
                             [(analysis, step, s["task"], s["name"], float(s["value"]), now) for s in settings])
-            con.executemany(f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({','.join('?' * len(SAMPLE_COLUMNS))})",
+            con.executemany(f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES "
+                            f"({','.join('?' * len(SAMPLE_COLUMNS))})",
                             [(analysis, step, s["task"], str(s["item"]), s["text"], now) for s in samples])
             # the sweep records its options once the job ends
-            con.execute("INSERT OR REPLACE INTO computed_with VALUES (?,?,?,?,?)", (analysis, step, UNRECORDED, UNRECORDED, now))
+            con.execute("INSERT OR REPLACE INTO computed_with VALUES (?,?,?,?,?)",
+                        (analysis, step, UNRECORDED, UNRECORDED, now))
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK"); raise
@@ -264,7 +299,8 @@ def read_results(run_dir, analysis: str | None = None, **where) -> pd.DataFrame:
     if not db_path(run_dir).exists(): return pd.DataFrame(columns=COLUMNS)
     if analysis is not None: where["analysis"] = analysis
     bad = set(where) - set(COLUMNS)
-    if bad: raise ValueError(f"unknown results column(s) {', '.join(sorted(bad))}; the columns are {', '.join(COLUMNS)}")
+    if bad: raise ValueError(f"unknown results column(s) {', '.join(sorted(bad))}; the columns are "
+                             f"{', '.join(COLUMNS)}")
     sql, args = "SELECT * FROM results", []
     conds = []
     for k, v in where.items():
@@ -279,13 +315,15 @@ def read_settings(run_dir, analysis: str, **where) -> pd.DataFrame:
     "The settings `analysis` ran with, one row per (step, task, name), filtered by any column=value."
     if not db_path(run_dir).exists(): return pd.DataFrame(columns=SETTING_COLUMNS)
     bad = set(where) - set(SETTING_COLUMNS)
-    if bad: raise ValueError(f"unknown settings column(s) {', '.join(sorted(bad))}; the columns are {', '.join(SETTING_COLUMNS)}")
+    if bad: raise ValueError(f"unknown settings column(s) {', '.join(sorted(bad))}; the columns are "
+                             f"{', '.join(SETTING_COLUMNS)}")
     conds, args = ["analysis=?"], [analysis]
     for k, v in where.items():
         vs = list(v) if isinstance(v, (list, tuple, set)) else [v]
         conds.append(f"{k} IN ({','.join('?' * len(vs))})"); args += vs
     with connect(run_dir) as con:
-        return pd.read_sql_query(f"SELECT * FROM settings WHERE {' AND '.join(conds)} ORDER BY task, name, step", con, params=args)
+        return pd.read_sql_query(f"SELECT * FROM settings WHERE {' AND '.join(conds)} ORDER BY task, name, step", con,
+                                 params=args)
 
 # %% ../nbs/03a_results.ipynb #e1c788fc
 def read_samples(run_dir, analysis: str, task: str | None = None) -> pd.DataFrame:
@@ -301,7 +339,8 @@ def done_steps(run_dir, analysis: str) -> list[int]:
     "The steps that have results of `analysis`."
     if not db_path(run_dir).exists(): return []
     with connect(run_dir) as con:
-        return [r[0] for r in con.execute("SELECT DISTINCT step FROM results WHERE analysis=? ORDER BY step", (analysis,))]
+        return [r[0]
+                for r in con.execute("SELECT DISTINCT step FROM results WHERE analysis=? ORDER BY step", (analysis,))]
 
 # %% ../nbs/03a_results.ipynb #a2d65606
 import embryo
@@ -317,48 +356,64 @@ def reference_results(analysis: str, **where) -> pd.DataFrame:
 TASK_NAMES = {  # analysis -> what its `task` values name (and where the other columns are used)
     "reconstruction": "the input: `reconstruction` (unmasked tokens) or `mask_prediction` (masked); metric `all`, "
                       "`pos/<class>`, `verb/<form>`, `freq/<rank range>` (accuracy on that subset of tokens)",
-    "glue": "a GLUE task (`sst2`, `mrpc`, ...) or a built-in task (`polarity`, ...), and `glue` / `builtin`, their mean; "
-            "metric `score` (`seed` -1: the mean over finetuning seeds; `seed` k: seed k's), `score_sd` (their "
+    "glue": "a GLUE task (`sst2`, `mrpc`, ...) or a built-in task (`polarity`, ...), and `glue` / `builtin`, their "
+            "mean; metric `score` (`seed` -1: the mean over finetuning seeds; `seed` k: seed k's), `score_sd` (their "
             "spread), the task's own metrics; settings in `settings`",
-    "squad": "`squad_v2`; metrics as the official evaluation script names them, `score` = mean of exact and F1 (per `seed` "
-             "as in glue)",
-    "knowledge": "a LAMA relation (`P17`, ...), and `all`; metric `p@1` over all facts, `p@1_common` over one-token answers",
-    "exposure": "`exposures_<n>`: the injected facts shown n times (notebook 02c); metric `p@1` asked with the unseen LAMA "
-                "template, `p@1_trained` with the first training phrasing; each fact's score in `scores`",
-    "probing": "a probing task (`pos`, `const`, `srl`, `coref` on OntoNotes; `pos_brown`, `*_silver` built in); per `layer`",
-    "similarity": "the tokens compared (`brown`: held-out Brown words); per `layer`; metric `<cka|svcca|pwcca>_<final|previous|trained>` (`trained`: the final checkpoint against the trained reference's most similar layer), the checkpoint compared with in `settings`",
-    "pretraining": "the logged loss (`mlm_loss`) whose phase transitions `embryo.pretrain.transitions` found: one `step` per "
-                   "transition; metric `drop`, `loss_before`, `loss_after` (nats), `rate` (nats per decade of steps), "
-                   "`start_step`, `end_step`, `open` (1: the log ends inside the drop; written by `write_transitions`)",
-    "attention": "the text the maps are taken on (`brown`); per `layer` and `head`; metric the attention pattern's mass",
-    "syntax": "the dependency arcs scored against: `silver` (spaCy on held-out Brown) or `gold` (a CoNLL-U treebank); metric `uas` per `layer` and `head`, `uas_best` per layer, `uas_adjacent`/`uas_previous`/`uas_next` (baselines, layer -1)",
+    "squad": "`squad_v2`; metrics as the official evaluation script names them, `score` = mean of exact and F1 (per "
+             "`seed` as in glue)",
+    "knowledge": "a LAMA relation (`P17`, ...), and `all`; metric `p@1` over all facts, `p@1_common` over one-token "
+                 "answers",
+    "exposure": "`exposures_<n>`: the injected facts shown n times (notebook 02c); metric `p@1` asked with the unseen "
+                "LAMA template, `p@1_trained` with the first training phrasing; each fact's score in `scores`",
+    "probing": "a probing task (`pos`, `const`, `srl`, `coref` on OntoNotes; `pos_brown`, `*_silver` built in); per "
+               "`layer`",
+    "similarity": "the tokens compared (`brown`: held-out Brown words); per `layer`; metric "
+                  "`<cka|svcca|pwcca>_<final|previous|trained>` (`trained`: the final checkpoint against the trained "
+                  "reference's most similar layer), the checkpoint compared with in `settings`",
+    "pretraining": "the logged loss (`mlm_loss`) whose phase transitions `embryo.pretrain.transitions` found: one "
+                   "`step` per transition; metric `drop`, `loss_before`, `loss_after` (nats), `rate` (nats per decade "
+                   "of steps), `start_step`, `end_step`, `open` (1: the log ends inside the drop; written by "
+                   "`write_transitions`)",
+    "attention": "the text the maps are taken on (`brown`); per `layer` and `head`; metric the attention pattern's "
+                 "mass",
+    "syntax": "the dependency arcs scored against: `silver` (spaCy on held-out Brown) or `gold` (a CoNLL-U treebank); "
+              "metric `uas` per `layer` and `head`, `uas_best` per layer, `uas_adjacent`/`uas_previous`/`uas_next` "
+              "(baselines, layer -1)",
 }
 
 # %% ../nbs/03a_results.ipynb #b4cdf77a
 def describe_results(run_dir) -> pd.DataFrame:
-    "What a run's database holds: per (analysis, task), the steps, layers, heads, seeds and metrics, and what `task` names there."
+    ("What a run's database holds: per (analysis, task), the steps, layers, heads, seeds and metrics, and what `task` "
+     "names there.")
     df = read_results(run_dir)
-    if df.empty: return pd.DataFrame(columns=["analysis", "task", "steps", "layers", "heads", "seeds", "metrics", "task names"])
+    if df.empty:
+        return pd.DataFrame(columns=["analysis", "task", "steps", "layers", "heads", "seeds", "metrics", "task names"])
     g = df.groupby(["analysis", "task"], sort=True)
     out = g.agg(steps=("step", "nunique"), layers=("layer", lambda s: int((s.unique() >= 0).sum())),
-                heads=("head", lambda s: int((s.unique() >= 0).sum())), seeds=("seed", lambda s: int((s.unique() >= 0).sum())),
+                heads=("head", lambda s: int((s.unique() >= 0).sum())), seeds=("seed",
+                                                                               lambda s: int((s.unique() >= 0).sum())),
                 metrics=("metric", lambda s: ", ".join(sorted(s.unique())))).reset_index()
-    return out.assign(**{"task names": out.analysis.map(lambda a: TASK_NAMES.get(a, "(an analysis this version does not know)"))})
+    return out.assign(
+        **{"task names": out.analysis.map(lambda a: TASK_NAMES.get(a, "(an analysis this version does not know)"))}
+    )
 
 # %% ../nbs/03a_results.ipynb #1f43c8e0
-TRANSITION_METRICS = {"drop": "drop", "loss_before": "before", "loss_after": "after", "rate": "rate", "start_step": "start_step",
+TRANSITION_METRICS = {"drop": "drop", "loss_before": "before", "loss_after": "after", "rate": "rate",
+                      "start_step": "start_step",
                       # metric -> the field of `embryo.pretrain.transitions`' dicts
                       "end_step": "end_step", "open": "open"}
 
 def write_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
-    "Store the run's loss transitions (`embryo.pretrain.run_transitions`) as analysis `pretraining`, replacing those stored before."
+    ("Store the run's loss transitions (`embryo.pretrain.run_transitions`) as analysis `pretraining`, replacing those "
+     "stored before.")
     from embryo.run import run_transitions
     found, now = run_transitions(run_dir, key), time.time()
     rows = [(t["step"], dict(task=key, metric=m, value=t[f])) for t in found for m, f in TRANSITION_METRICS.items()]
     same = lambda stored: sorted(stored, key=str) == sorted(((s, r["metric"], r["value"]) for s, r in rows), key=str)
     with connect(run_dir) as con:
         # as stored already (a report of a committed bundle): the file is left as it is
-        if same(con.execute("SELECT step, metric, value FROM results WHERE analysis='pretraining' AND task=?", (key,))): return found
+        if same(con.execute("SELECT step, metric, value FROM results WHERE analysis='pretraining' AND task=?", (key,))):
+            return found
         con.execute("BEGIN IMMEDIATE")
         try:
             con.execute("DELETE FROM results WHERE analysis='pretraining' AND task=?", (key,))
@@ -380,7 +435,9 @@ def log_job(run_dir, analysis: str, step: int, status: str, seconds: float | Non
 # %% ../nbs/03a_results.ipynb #87b3b8d2
 def read_log(run_dir) -> pd.DataFrame:
     "The sweep log of the run (latest attempt per analysis and step)."
-    if not db_path(run_dir).exists(): return pd.DataFrame(columns=["analysis", "step", "status", "seconds", "error", "notebook", "mode", "created_at"])
+    if not db_path(run_dir).exists():
+        return pd.DataFrame(columns=["analysis", "step", "status", "seconds", "error", "notebook", "mode",
+                                     "created_at"])
     with connect(run_dir) as con:
         return pd.read_sql_query("SELECT * FROM sweep_log ORDER BY analysis, step", con)
 
@@ -402,10 +459,12 @@ def set_computed_with(run_dir, analysis: str, step: int, options_text: str | Non
 
 # %% ../nbs/03a_results.ipynb #2d3e0c06
 def computed_with(run_dir, analysis: str) -> dict[int, tuple[str, str]]:
-    "For each step with results of `analysis`: (digest, options text) they were computed with (the defaults where unrecorded)."
+    ("For each step with results of `analysis`: (digest, options text) they were computed with (the defaults where "
+     "unrecorded).")
     if not db_path(run_dir).exists(): return {}
     with connect(run_dir) as con:
-        rec = {s: (d, o) for s, d, o in con.execute("SELECT step, digest, options FROM computed_with WHERE analysis=?", (analysis,))}
+        rec = {s: (d, o) for s, d,
+               o in con.execute("SELECT step, digest, options FROM computed_with WHERE analysis=?", (analysis,))}
     return {s: rec.get(s, (options_digest(DEFAULTS), DEFAULTS)) for s in done_steps(run_dir, analysis)}
 
 # %% ../nbs/03a_results.ipynb #19ef89f5
@@ -422,7 +481,8 @@ def _copy_step(con, g: tuple, counts: dict):
     for t, cols in TABLES.items():
         cols = ", ".join(cols)
         con.execute(f"DELETE FROM {t} WHERE analysis=? AND step=?", g)
-        counts[t] += con.execute(f"INSERT INTO {t} ({cols}) SELECT {cols} FROM src.{t} WHERE analysis=? AND step=?", g).rowcount
+        counts[t] += con.execute(f"INSERT INTO {t} ({cols}) SELECT {cols} FROM src.{t} WHERE analysis=? AND step=?",
+                                 g).rowcount
     con.execute("DELETE FROM computed_with WHERE analysis=? AND step=?", g)  # an older shard without one: the defaults
     if con.execute("SELECT 1 FROM src.sqlite_master WHERE name='computed_with'").fetchone():
         con.execute("INSERT INTO computed_with SELECT * FROM src.computed_with WHERE analysis=? AND step=?", g)
@@ -430,7 +490,8 @@ def _copy_step(con, g: tuple, counts: dict):
 
 # %% ../nbs/03a_results.ipynb #e946e69e
 def merge_results(run_dir, sources: Iterable) -> dict:
-    "Copy the results, samples, settings and sweep log of each source database (or run folder) into `run_dir`'s main database."
+    ("Copy the results, samples, settings and sweep log of each source database (or run folder) into `run_dir`'s main "
+     "database.")
     target = db_path(run_dir, DB_NAME)  # the main file, whatever shard this process writes
     counts = dict(results=0, samples=0, settings=0, scores=0, sweep_log=0)
     for src in sources:
@@ -447,9 +508,11 @@ def merge_results(run_dir, sources: Iterable) -> dict:
                 for g, at in _step_groups(con, "src").items():
                     if g not in mine or mine[g] < at: _copy_step(con, g, counts)  # the later write wins, whole
                 counts["sweep_log"] += con.execute(
-                    "INSERT INTO sweep_log SELECT * FROM src.sweep_log WHERE true ON CONFLICT(analysis, step) DO UPDATE "
-                    "SET status=excluded.status, seconds=excluded.seconds, error=excluded.error, notebook=excluded.notebook, "
-                    "mode=excluded.mode, created_at=excluded.created_at WHERE excluded.created_at > sweep_log.created_at").rowcount
+                    "INSERT INTO sweep_log SELECT * FROM src.sweep_log WHERE true ON CONFLICT(analysis, step) DO "
+                    "UPDATE SET status=excluded.status, seconds=excluded.seconds, error=excluded.error, "
+                    "notebook=excluded.notebook, mode=excluded.mode, created_at=excluded.created_at WHERE "
+                    "excluded.created_at > sweep_log.created_at"
+                ).rowcount
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK"); raise

@@ -16,7 +16,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .config import ModelConfig, TrainConfig, ConfigError, atomic_write, fsync_dir, temp_tag, stale_temp, run_config_file, migrate_run_config
+from .config import (ModelConfig, TrainConfig, ConfigError, atomic_write, fsync_dir, temp_tag, stale_temp,
+                           run_config_file, migrate_run_config)
 from .model import CheckpointError, PretrainingOutput, load_pretrained, weight_shards
 from .electra import GENERATOR, is_electra, load_electra, quiet_transformers
 from . import data as D
@@ -59,12 +60,17 @@ def list_steps(run_dir) -> list[int]:
 
 # %% ../nbs/02a_run.ipynb #b34fa8b4
 def _steps_text(steps):
-    return ", ".join(map(str, steps)) if len(steps) <= 12 else ", ".join(map(str, steps[:8])) + ", ..., " + ", ".join(map(str, steps[-3:]))
+    return (
+        ", ".join(map(str, steps))
+        if len(steps) <= 12
+        else ", ".join(map(str, steps[:8])) + ", ..., " + ", ".join(map(str, steps[-3:]))
+    )
 
 # %% ../nbs/02a_run.ipynb #bd29f43e
 def _no_checkpoints(run_dir) -> str:
     "Why `run_dir` has no checkpoint to give: it is not there, or nothing was trained into it yet."
-    if not Path(run_dir).is_dir(): return f"no run folder at {run_dir}: pass the folder of a run (embryo pretrain makes one)"
+    if not Path(run_dir).is_dir(): return (f"no run folder at {run_dir}: pass the folder of a run (embryo pretrain "
+                                           "makes one)")
     return f"{run_dir} has no checkpoints; train it first (embryo pretrain --run-dir {run_dir})"
 
 # %% ../nbs/02a_run.ipynb #86f581a1
@@ -74,9 +80,9 @@ def find_checkpoint(run_dir, step: int) -> Path:
     if (p / "model.safetensors").exists(): return p
     if step in (found := _checkpoint_folders(run_dir)): return found[step]
     if (p / "pytorch_model.bin").exists():
-        raise CheckpointNotFound(f"{p} holds only pytorch_model.bin, a pickle file that can run code when loaded, so embryo "
-                                 "refuses it; convert it once to safetensors (transformers: from_pretrained, then "
-                                 "save_pretrained(folder, safe_serialization=True)) if you trust its source")
+        raise CheckpointNotFound(f"{p} holds only pytorch_model.bin, a pickle file that can run code when loaded, so "
+                                 "embryo refuses it; convert it once to safetensors (transformers: from_pretrained, "
+                                 "then save_pretrained(folder, safe_serialization=True)) if you trust its source")
     steps = list_steps(run_dir)
     if not steps: raise CheckpointNotFound(_no_checkpoints(run_dir))
     raise CheckpointNotFound(f"{run_dir} has no checkpoint for step {step}; it has {_steps_text(steps)}. "
@@ -94,15 +100,20 @@ def load_checkpoint(run_dir, step: int, device="cpu", mlm: bool = False) -> torc
 
 # %% ../nbs/02a_run.ipynb #1949e4c3
 def check_device(device: str) -> str:
-    "`device` ('auto', 'cpu', 'cuda', 'cuda:1', 'mps') if this machine has it; otherwise a `ConfigError` naming what to pass."
+    ("`device` ('auto', 'cpu', 'cuda', 'cuda:1', 'mps') if this machine has it; otherwise a `ConfigError` naming what "
+     "to pass.")
     if device == "auto": return device
-    try: d = torch.device(device)
-    except (RuntimeError, TypeError): raise ConfigError(f"--device {device!r} is not a device: pass cpu, cuda, cuda:N or auto") from None
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"--device {device!r} is not a device: pass cpu, cuda, cuda:N or auto") from None
     n = torch.cuda.device_count() if d.type == "cuda" else 0
     if d.type == "cuda" and (not torch.cuda.is_available() or (d.index or 0) >= n):
         raise ConfigError(f"--device {device}: this machine has {n or 'no'} CUDA GPU{'s' * (n != 1)} that torch "
-                          f"{torch.__version__} can use; pass --device cpu (or auto, which takes a GPU where there is one)")
-    if d.type == "mps" and not torch.backends.mps.is_available(): raise ConfigError(f"--device mps: this machine has no MPS device; pass --device cpu")
+                          f"{torch.__version__} can use; pass --device cpu (or auto, which takes a GPU where there is "
+                          "one)")
+    if d.type == "mps" and not torch.backends.mps.is_available(): raise ConfigError(f"--device mps: this machine has "
+                                                                                    "no MPS device; pass --device cpu")
     if d.type not in ("cpu", "cuda", "mps"): raise ConfigError(f"--device {device}: embryo runs on cpu, cuda or mps")
     return device
 
@@ -119,13 +130,14 @@ def replace_dir(tmp: Path, final: Path):
     if old.exists(): shutil.rmtree(old)
 
 # %% ../nbs/02a_run.ipynb #10ff5af7
-MODEL_CARD = "README.md"  # in a checkpoint folder: what it holds, how it was trained, what loads from where (notebook 03)
+# in a checkpoint folder: what it holds, how it was trained, what loads from where (notebook 03)
+MODEL_CARD = "README.md"
 
 # %% ../nbs/02a_run.ipynb #82431ac8
 def save_checkpoint(model, run_dir, step: int, card=None) -> Path:
-    """Write the weights of `step` and the run's tokenizer files as a complete Hugging Face checkpoint folder, atomically
-    (a temporary name of this writer's own); `card(folder)`, if given, is the text of its model card (`MODEL_CARD`), made from the
-    finished folder before it is renamed into place."""
+    """Write the weights of `step` and the run's tokenizer files as a complete Hugging Face checkpoint folder,
+    atomically (a temporary name of this writer's own); `card(folder)`, if given, is the text of its model card
+    (`MODEL_CARD`), made from the finished folder before it is renamed into place."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(f".{final.name}.{temp_tag()}.tmp")
     if tmp.exists(): shutil.rmtree(tmp)
@@ -139,7 +151,8 @@ def save_checkpoint(model, run_dir, step: int, card=None) -> Path:
 
 # %% ../nbs/02a_run.ipynb #0bb182b6
 def resolve_step(run_dir, step: int | str | None = None) -> int:
-    "`step` as an int, once its checkpoint is found; None: the run's last one (`CheckpointNotFound` naming those there are)."
+    ("`step` as an int, once its checkpoint is found; None: the run's last one (`CheckpointNotFound` naming those "
+     "there are).")
     if step is not None:
         find_checkpoint(run_dir, int(step))  # a step that is not there: one line, with the steps that are
         return int(step)
@@ -173,7 +186,8 @@ def _name_holder(info: Path, text: str):
     try: os.ftruncate(fd, 0); os.pwrite(fd, text.encode(), 0); os.fsync(fd)
     finally: os.close(fd)
 
-def holder_text(h: dict) -> str: return f"pid {h.get('pid')} on {h.get('host')} since {h.get('since')}" if h else "another process"
+def holder_text(h: dict) -> str:
+    return f"pid {h.get('pid')} on {h.get('host')} since {h.get('since')}" if h else "another process"
 
 # %% ../nbs/02a_run.ipynb #5ac98d61
 def forget_inherited_locks(*_):
@@ -185,9 +199,9 @@ def forget_inherited_locks(*_):
 # %% ../nbs/02a_run.ipynb #426ed2f6
 @contextmanager
 def _flocked(target: Path, info: Path, busy, wait: bool = False):
-    """Hold an exclusive `flock` on `target` (a folder, or a file made if need be) for the block, with this process named
-    in `info`; yields what `info` named before (a holder that never released: it was killed) and the locked descriptor.
-    Another holder: `busy(its info)` is raised, or with `wait` the block waits its turn."""
+    """Hold an exclusive `flock` on `target` (a folder, or a file made if need be) for the block, with this process
+    named in `info`; yields what `info` named before (a holder that never released: it was killed) and the locked
+    descriptor. Another holder: `busy(its info)` is raised, or with `wait` the block waits its turn."""
     import fcntl, socket
     fd = os.open(target, os.O_RDONLY) if target.is_dir() else os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -203,7 +217,8 @@ def _flocked(target: Path, info: Path, busy, wait: bool = False):
 # %% ../nbs/02a_run.ipynb #705197e4
 @contextmanager
 def run_lock(run_dir, wait: bool = False):
-    "Hold the writer lock of `run_dir` for the block; a second writer gets `RunLocked` naming the holder (or waits, if `wait`)."
+    ("Hold the writer lock of `run_dir` for the block; a second writer gets `RunLocked` naming the holder (or waits, "
+     "if `wait`).")
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
     key = run_dir.resolve()
     if key in _held:  # this process holds it already (fixture_run around train)
@@ -212,7 +227,8 @@ def run_lock(run_dir, wait: bool = False):
         finally: _held[key] -= 1
         return
     f = run_dir / LOCK_FILE
-    busy = lambda h: RunLocked(f"{run_dir} is being written by {holder_text(h)} ({f}); wait for it to finish, or stop it "
+    busy = lambda h: RunLocked(f"{run_dir} is being written by {holder_text(h)} ({f}); wait for it to finish, or stop "
+                               "it "
                                f"(kill {h.get('pid', '<pid>')}) and rerun: training resumes from its last saved step")
     with _flocked(run_dir, f, busy, wait) as (before, fd):
         _held[key], _lock_fds[key] = 1, fd
@@ -236,8 +252,9 @@ def training_holder(run_dir) -> dict | None:
 def sweep_lock(run_dir, shard: str | None = None):
     "Hold the lock of one sweep of `run_dir` (of its `shard`'s results); a second gets `RunLocked` naming the first."
     f = Path(run_dir) / (SWEEP_LOCK if shard is None else f".sweep.{shard}.lock")
-    busy = lambda h: RunLocked(f"{run_dir} is being swept by {holder_text(h)} ({f}): wait for it to finish and rerun, which skips "
-                               f"what it did, or stop it (kill {h.get('pid', '<pid>')}) and rerun: finished jobs are kept")
+    busy = lambda h: RunLocked(f"{run_dir} is being swept by {holder_text(h)} ({f}): wait for it to finish and rerun, "
+                               f"which skips what it did, or stop it (kill {h.get('pid', '<pid>')}) and rerun: "
+                               "finished jobs are kept")
     with _flocked(f, f, busy) as (before, _): yield before
 
 # %% ../nbs/02a_run.ipynb #ab5a8818
@@ -245,10 +262,12 @@ TENSORBOARD_DIR = "tensorboard"  # the run's TensorBoard event files (`embryo pr
 
 # %% ../nbs/02a_run.ipynb #7fc5040b
 def clean_run(run_dir) -> list[str]:
-    "Under the run's lock: remove what killed writers of the run left, and restore a `step_N.old` whose new copy is missing."
+    ("Under the run's lock: remove what killed writers of the run left, and restore a `step_N.old` whose new copy is "
+     "missing.")
     run_dir, done = Path(run_dir), []
     ck = run_dir / "checkpoints"
-    for folder in [run_dir, run_dir / "logs", run_dir / "resume", run_dir / TENSORBOARD_DIR, ck, *(ck.glob("step_*") if ck.is_dir() else [])]:
+    for folder in [run_dir, run_dir / "logs", run_dir / "resume", run_dir / TENSORBOARD_DIR, ck,
+                   *(ck.glob("step_*") if ck.is_dir() else [])]:
         if not folder.is_dir() or folder.is_symlink(): continue
         for p in folder.glob(".*"):
             if p.name == LOCK_FILE: continue
@@ -258,7 +277,8 @@ def clean_run(run_dir) -> list[str]:
     for old in [*(ck.glob("step_*.old") if ck.is_dir() else []), run_dir / "resume.old"]:
         if not old.is_dir(): continue
         final = old.with_name(old.name[:-4])
-        if (final / "model.safetensors").exists(): shutil.rmtree(old); done.append(f"removed {old} ({final.name} is whole)")
+        if (final / "model.safetensors").exists(): shutil.rmtree(old); done.append(f"removed {old} ({final.name} is "
+                                                                                   "whole)")
         else:
             if final.exists(): shutil.rmtree(final)
             old.rename(final); done.append(f"restored {final} from {old.name}")
@@ -267,14 +287,18 @@ def clean_run(run_dir) -> list[str]:
 # %% ../nbs/02a_run.ipynb #a17076c4
 def read_config(f: Path) -> dict:
     "A run's settings file (`pretrain_config.json`), or a `ConfigError` naming the file and what to do."
-    try: return json.loads(f.read_text())
+    try:
+        return json.loads(f.read_text())
     except (ValueError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{f} is not valid JSON ({e}): it holds the run's settings, written by its first pretrain. "
-                          "Restore it from a copy, or delete it if the run has no checkpoint yet, or pass a new --run folder") from None
+        raise ConfigError(
+            f"{f} is not valid JSON ({e}): it holds the run's settings, written by its first pretrain. "
+            "Restore it from a copy, or delete it if the run has no checkpoint yet, or pass a new --run folder"
+        ) from None
 
 # %% ../nbs/02a_run.ipynb #88f56226
 def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
-    "The preset, model and training config a run was made with (its `pretrain_config.json`, or an old run's `config.json`)."
+    ("The preset, model and training config a run was made with (its `pretrain_config.json`, or an old run's "
+     "`config.json`).")
     f = run_config_file(run_dir)
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: {run_dir} is not a pretraining run folder")
     cfg = read_config(f)
@@ -282,12 +306,14 @@ def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
 
 # %% ../nbs/02a_run.ipynb #c39eba31
 def sentence_name(sentence_task: str, model_type: str = "albert") -> str:
-    "The name of a run's second loss: rtd for ELECTRA's replaced-token detection, nsp for BERT's next-sentence task, else sop (ALBERT's head)."
+    ("The name of a run's second loss: rtd for ELECTRA's replaced-token detection, nsp for BERT's next-sentence task, "
+     "else sop (ALBERT's head).")
     return "rtd" if model_type == "electra" else "nsp" if sentence_task == "nsp" else "sop"
 
 # %% ../nbs/02a_run.ipynb #b8a32ef1
 def checkpoint_steps(tc: TrainConfig) -> list[int]:
-    "Steps to save: 0, powers of two up to `checkpoint_pow2_until`, then each `[every, until]` segment, and the last step."
+    ("Steps to save: 0, powers of two up to `checkpoint_pow2_until`, then each `[every, until]` segment, and the last "
+     "step.")
     steps, k = {0, tc.total_steps}, 1
     while k <= min(tc.checkpoint_pow2_until, tc.total_steps): steps.add(k); k *= 2
     start = tc.checkpoint_pow2_until
@@ -299,25 +325,29 @@ def checkpoint_steps(tc: TrainConfig) -> list[int]:
 
 # %% ../nbs/02a_run.ipynb #6db73e21
 def saved_steps(run_dir) -> list[int]:
-    "The steps `run_dir` saves a checkpoint at: its settings' schedule (`checkpoint_steps`), and the checkpoints its folder holds (all there are, for a series without settings)."
+    ("The steps `run_dir` saves a checkpoint at: its settings' schedule (`checkpoint_steps`), and the checkpoints its "
+     "folder holds (all there are, for a series without settings).")
     steps = set(list_steps(run_dir))
     if run_config_file(run_dir).exists(): steps.update(checkpoint_steps(read_run_config(run_dir)[2]))
     return sorted(steps)
 
 # %% ../nbs/02a_run.ipynb #4c07f483
-CORPUS_FORMS = ("'embryo-mini', a text file or a folder of .txt files (one sentence a line, a blank line between documents), "
-                "a datasets file (.jsonl, .json, .csv, .parquet) or a folder written by Dataset.save_to_disk, each with a "
-                "'text' column of one document a row, a datasets.Dataset, or a hub dataset name (where online)")
+CORPUS_FORMS = ("'embryo-mini', a text file or a folder of .txt files (one sentence a line, a blank line between "
+                "documents), a datasets file (.jsonl, .json, .csv, .parquet) or a folder written by "
+                "Dataset.save_to_disk, each with a 'text' column of one document a row, a datasets.Dataset, or a hub "
+                "dataset name (where online)")
 
 def corpus_file(tc: TrainConfig) -> Path | str:
-    "Where the training text of `tc.corpus` is read from: the built-in corpus (fetched on first use), a file or folder, or a hub name."
+    ("Where the training text of `tc.corpus` is read from: the built-in corpus (fetched on first use), a file or "
+     "folder, or a hub name.")
     if tc.corpus == "embryo-mini": return D.fetch() / "train.txt"
     p = Path(tc.corpus).expanduser()
     if p.exists():
         if p.is_file() and p.suffix in ("", ".txt"):
             with open(p, "rb") as f:
                 if not any(line.strip() for line in f):
-                    raise D.CorpusError(f"corpus {p} is empty: fill it with text, one sentence a line, a blank line between documents")
+                    raise D.CorpusError(f"corpus {p} is empty: fill it with text, one sentence a line, a blank line "
+                                        "between documents")
         return p
     if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", tc.corpus) and p.suffix not in (".txt", *D._DATASET_EXT):
         return tc.corpus  # a hub dataset name: `read_corpus` loads it, or says why it cannot
@@ -325,7 +355,8 @@ def corpus_file(tc: TrainConfig) -> Path | str:
 
 # %% ../nbs/02a_run.ipynb #d1e2a5c7
 def write_tokenizer_files(run_dir, model_max_length: int = 512) -> list[str]:
-    "Write the Hugging Face tokenizer files of the run's `spiece.model` into the run folder (those missing); returns their names."
+    ("Write the Hugging Face tokenizer files of the run's `spiece.model` into the run folder (those missing); returns "
+     "their names.")
     run_dir = Path(run_dir)
     missing = [n for n in D.HF_TOKENIZER_FILES if not (run_dir / n).exists()]
     if missing:
@@ -335,7 +366,8 @@ def write_tokenizer_files(run_dir, model_max_length: int = 512) -> list[str]:
 
 # %% ../nbs/02a_run.ipynb #5fc5c1da
 def complete_run(run_dir) -> dict:
-    "Bring a run made by an older embryo up to date: settings in `pretrain_config.json`, tokenizer files in the run and every checkpoint."
+    ("Bring a run made by an older embryo up to date: settings in `pretrain_config.json`, tokenizer files in the run "
+     "and every checkpoint.")
     run_dir = Path(run_dir)
     done = dict(renamed_config=migrate_run_config(run_dir) is not None, checkpoints=0)
     if not (run_dir / "spiece.model").exists(): return done  # not our run: nothing to copy from
@@ -378,7 +410,8 @@ def transitions(run_dir_or_rows, key: str = "mlm_loss",
                 z: float = 3.0,
                 min_drop: float = 0.01,    # and in nats
                ) -> list[dict]:
-    "The steps where the logged `key` drops faster than before and after (or than before, if the log ends inside the drop): change points in its pace per log-step (PELT, L2 cost)."
+    ("The steps where the logged `key` drops faster than before and after (or than before, if the log ends inside the "
+     "drop): change points in its pace per log-step (PELT, L2 cost).")
     import ruptures
     from scipy.ndimage import gaussian_filter1d
     rows = train_log(run_dir_or_rows) if isinstance(run_dir_or_rows, (str, Path)) else list(run_dir_or_rows)
@@ -421,7 +454,8 @@ def transitions(run_dir_or_rows, key: str = "mlm_loss",
 
 # %% ../nbs/02a_run.ipynb #4aa5c6ce
 def loss_pace(rows, step: int, key: str = "mlm_loss", width: float = 0.15) -> float:
-    "How fast `key` falls before `step`: minus the slope of a line fitted to it against log10(step) over `width` decades (NaN with < 3 records)."
+    ("How fast `key` falls before `step`: minus the slope of a line fitted to it against log10(step) over `width` "
+     "decades (NaN with < 3 records).")
     s = np.array([r["step"] for r in rows if r["step"] > 0 and key in r], dtype=float)
     v = np.array([r[key] for r in rows if r["step"] > 0 and key in r], dtype=float)
     m = (s <= step) & (s >= step / 10 ** width) & np.isfinite(v)
@@ -429,17 +463,21 @@ def loss_pace(rows, step: int, key: str = "mlm_loss", width: float = 0.15) -> fl
 
 # %% ../nbs/02a_run.ipynb #f195e6d5
 TRANSITIONS_FILE = "transitions.json"  # in the run's logs/, beside train.jsonl
-TRANSITIONS_METHOD = "PELT, L2 cost on the pace per log10 step, open drops at the log's end (embryo.pretrain.transitions)"  # a cache of another method is recomputed
+# a cache of another method is recomputed
+TRANSITIONS_METHOD = ("PELT, L2 cost on the pace per log10 step, open drops at the log's end "
+                      "(embryo.pretrain.transitions)")
 
 # %% ../nbs/02a_run.ipynb #7298fb33
 def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
-    "The run's `transitions` with default settings, cached in `logs/transitions.json` and recomputed when the log has grown."
+    ("The run's `transitions` with default settings, cached in `logs/transitions.json` and recomputed when the log has "
+     "grown.")
     log = Path(run_dir) / "logs" / "train.jsonl"
     if not log.exists(): return []
     f, size = log.parent / TRANSITIONS_FILE, log.stat().st_size
     try:
         cached = json.loads(f.read_text())
-        if cached["log_bytes"] == size and cached["key"] == key and cached["method"] == TRANSITIONS_METHOD: return cached["transitions"]
+        if cached["log_bytes"] == size and cached["key"] == key and cached["method"] == TRANSITIONS_METHOD:
+            return cached["transitions"]
     except (OSError, ValueError, KeyError): pass
     found = transitions(run_dir, key)
     try: atomic_write(f, json.dumps(dict(key=key, log_bytes=size, method=TRANSITIONS_METHOD,
@@ -554,7 +592,8 @@ def as_run(src, dst=None) -> Path:
     newest_first = [ckpts[s] for s in sorted(ckpts, reverse=True)] + [src]  # a Trainer's output_dir holds its last save
     series_tokenizer(newest_first, dst)
     write_series_log(newest_first, dst)
-    print(f"{src} is read as the run {dst}: its checkpoints are linked there, and results and figures go there", flush=True)
+    print(f"{src} is read as the run {dst}: its checkpoints are linked there, and results and figures go there",
+          flush=True)
     return dst
 
 # %% ../nbs/02a_run.ipynb #83c1097d
@@ -592,7 +631,8 @@ def reference_folder() -> Path:
 
 # %% ../nbs/02a_run.ipynb #1967b2c1
 def reference_run(dst=None) -> Path:
-    "The trained reference as a run of one checkpoint (step 0), its package's folder linked into `dst` (default: the data dir's runs/)."
+    ("The trained reference as a run of one checkpoint (step 0), its package's folder linked into `dst` (default: the "
+     "data dir's runs/).")
     dst = Path(dst or D.data_dir() / "runs" / REFERENCE["name"])
     return dst if (dst / "checkpoints").is_dir() else as_run(reference_folder(), dst)
 
@@ -700,7 +740,8 @@ DB_NAME = "results.sqlite"  # every analysis result of the run (notebook 03a)
 FIGURES_DIR = "figures"  # a run's own figures, unless a figures folder is named
 
 class Run(os.PathLike):
-    "A checkpoint series on disk: settings, steps, checkpoints, tokenizer, training log, results database, figures folder."
+    ("A checkpoint series on disk: settings, steps, checkpoints, tokenizer, training log, results database, figures "
+     "folder.")
     def __init__(self, path): self.path, self._settings = Path(path.path if isinstance(path, Run) else path), None
     @classmethod
     def of(cls, run) -> Run: return run if isinstance(run, Run) else cls(run)
@@ -726,8 +767,12 @@ class Run(os.PathLike):
     preset = property(lambda self: self.settings.get("preset"))  # None for a series we did not train
 
     steps = property(lambda self: list_steps(self.path))  # the steps with a complete checkpoint
-    def checkpoint(self, step: int) -> Path: "The folder of `step`'s checkpoint."; return find_checkpoint(self.path, step)
-    def load(self, step: int, device="cpu", mlm: bool = False): "The model of `step`, in eval mode."; return load_checkpoint(self.path, step, device, mlm)
+    def checkpoint(self, step: int) -> Path:
+        "The folder of `step`'s checkpoint."
+        return find_checkpoint(self.path, step)
+    def load(self, step: int, device="cpu", mlm: bool = False):
+        "The model of `step`, in eval mode."
+        return load_checkpoint(self.path, step, device, mlm)
     def tokenizer(self): "The run's tokenizer (SentencePiece, or another)."; return D.load_tokenizer(self.path)
     kind = property(lambda self: checkpoint_kind(self.checkpoint(self.steps[-1])) if self.steps else None)  # its newest
     log = property(lambda self: train_log(self.path))  # the training log's records
@@ -737,7 +782,8 @@ class Run(os.PathLike):
 
 # %% ../nbs/02a_run.ipynb #96d40a63
 def run_model_type(run_dir) -> str:
-    "The model type a run trained (albert, which includes BERT, or electra); albert for a folder without readable settings."
+    ("The model type a run trained (albert, which includes BERT, or electra); albert for a folder without readable "
+     "settings.")
     try: return Run.of(run_dir).model_type
     except (OSError, ValueError): return "albert"
 
@@ -747,7 +793,8 @@ def run_sentence_task(run_dir) -> str:
     except (OSError, ValueError): return "sop"
 
 # %% ../nbs/02a_run.ipynb #d663dffa
-NEEDS = {"encoder": ("the hidden states and attention maps of a transformer", ("albert", "electra", "masked-lm", "encoder", "causal-lm")),
+NEEDS = {"encoder": ("the hidden states and attention maps of a transformer",
+                     ("albert", "electra", "masked-lm", "encoder", "causal-lm")),
          "mlm_head": ("the vocabulary scores of a masked-LM head", ("albert", "electra", "masked-lm")),
          "ours": ("embryo's ALBERT or ELECTRA classes, which its fine-tuning builds on", ("albert", "electra"))}
 

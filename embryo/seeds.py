@@ -19,8 +19,8 @@ from .compare import EARLY, RISE, SIDE_BY_SIDE, gain_and_step90, swept_run
 
 # %% auto #0
 __all__ = ['SEED_RESAMPLES', 'ROUNDING', 'SEED_PANELS', 'BEST_LAYER', 'SEED_MEAN', 'EXAMPLE_PARTS', 'seed_run_dirs',
-           'seed_bootstrap', 'stratum_weights', 'multibootstrap', 'band_stats', 'seed_bands', 'side_parts',
-           'stored_scores', 'example_matrix', 'curve_band', 'seed_panels']
+           'seed_bootstrap', 'stratum_weights', 'multibootstrap', 'band_stats', 'band_verdict', 'plot_band',
+           'seed_bands', 'side_parts', 'stored_scores', 'example_matrix', 'curve_band', 'seed_panels']
 
 # %% ../nbs/10b_seeds.ipynb #6f471e8b
 SEED_RESAMPLES = 2000  # bootstrap resamples of the seeds
@@ -33,7 +33,8 @@ def seed_run_dirs(run_dir, seeds: int) -> list[Path]:
 
 # %% ../nbs/10b_seeds.ipynb #8484985e
 def seed_bootstrap(curves, resamples: int = SEED_RESAMPLES, level: float = 0.95, rng_seed: int = 0):
-    "Mean over seeds (rows of `curves`) at each step (columns), the resampled means (resamples x steps), the band's low and high edges."
+    ("Mean over seeds (rows of `curves`) at each step (columns), the resampled means (resamples x steps), the band's "
+     "low and high edges.")
     curves = np.asarray(curves, dtype=float)
     boot = curves[np.random.default_rng(rng_seed).integers(0, len(curves), (resamples, len(curves)))].mean(1)
     q = (1 - level) / 2
@@ -71,40 +72,69 @@ def multibootstrap(hits, resamples: int = SEED_RESAMPLES, level: float = 0.95, r
 def band_stats(curves, steps, total: int, resamples: int = SEED_RESAMPLES, level: float = 0.95, sign: int = 1,
                hits=None, strata=None) -> dict:
     """The mean over seeds (rows of `curves`) and its band, resampling the seeds, or seeds and examples where the
-    examples' scores `hits` (seeds, steps, examples) are given (with their `strata`); the gain from the first step to the best (a drop, for
-    `sign` -1) and the step holding 90% of it, each with its interval over the resamples; how often a resample rises
-    (gains at least `RISE`) and rises early (within `EARLY` of the `total` steps)."""
-    mean, boot, lo, hi = (seed_bootstrap(curves, resamples, level) if hits is None else multibootstrap(hits, resamples, level, strata=strata))
+    examples' scores `hits` (seeds, steps, examples) are given (with their `strata`); the gain from the first step to
+    the best (a drop, for `sign` -1) and the step holding 90% of it, each with its interval over the resamples; how
+    often a resample rises (gains at least `RISE`) and rises early (within `EARLY` of the `total` steps)."""
+    mean, boot, lo, hi = (seed_bootstrap(curves, resamples, level) if hits is None
+                          else multibootstrap(hits, resamples, level, strata=strata))
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     (gain,), (at,) = gain_and_step90(sign * mean, steps, ROUNDING)
     bgain, bat = gain_and_step90(sign * boot, steps, ROUNDING)
     glo, ghi = np.quantile(bgain, q)
     alo, ahi = np.nanquantile(bat, q) if np.isfinite(bat).any() else (np.nan, np.nan)
-    return dict(mean=mean, lo=lo, hi=hi, resampled="seeds" if hits is None else "seeds and examples", gain=gain, gain_interval=[glo, ghi], step90=at, step90_interval=[alo, ahi],
+    return dict(mean=mean, lo=lo, hi=hi, resampled="seeds" if hits is None else "seeds and examples", gain=gain,
+                gain_interval=[glo, ghi], step90=at, step90_interval=[alo, ahi],
                 share_rising=float((bgain >= RISE).mean()),
                 share_early=float(((bgain >= RISE) & (bat / max(total, 1) <= EARLY)).mean()))
+
+# %% ../nbs/10b_seeds.ipynb #2afb078f
+def band_verdict(b: dict, steps, curves, level: float) -> str:
+    "The verdict on one curve over seeds (`curve_band`'s `b`): the mean's gain, 90% of it, how often it rises (early)."
+    mean, (glo, ghi), at, (alo, ahi) = b["mean"], b["gain_interval"], b["step90"], b["step90_interval"]
+    return (f"Mean of {len(curves)} seeds: {mean[0]:.3f} at step {steps[0]:,} -> best {mean.max():.3f}, a gain of "
+            f"{b['gain']:+.3f} ({level:.0%} interval over {b['resampled']} {glo:+.3f} to {ghi:+.3f})"
+            + (f"; 90% of it by step {int(at):,} (interval {int(alo):,} to {int(ahi):,})" if np.isfinite(at) else "")
+            + f". It rises (gains at least {RISE}) in {b['share_rising']:.0%} of the resamples, and within the first "
+            f"{EARLY:.0%} of training in {b['share_early']:.0%}. Seed to seed at the last step: "
+            f"{curves[:, -1].min():.3f} to {curves[:, -1].max():.3f}.")
+
+# %% ../nbs/10b_seeds.ipynb #5f5ca711
+def plot_band(steps, curves, b: dict, seeds, run_dir, what: str, title: str, level: float):
+    "One figure over steps: each seed's curve, the mean and its band (`curve_band`'s `b`); `what` labels the y-axis."
+    import matplotlib.pyplot as plt
+    from embryo.figures import fill_steps, legend_below, plot_steps, step_axis
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for s, c in zip(seeds, curves):
+        plot_steps(ax, steps, c, run_dir, marker=".", ms=3, lw=0.8, alpha=0.6, label=f"seed {s}")
+    fill_steps(ax, steps, b["lo"], b["hi"], run_dir, color="k", alpha=0.15, lw=0,
+               label=f"{level:.0%} band (bootstrap over {b['resampled']})")
+    plot_steps(ax, steps, b["mean"], run_dir, color="k", lw=1.6, label=f"mean of {len(curves)} seeds")
+    step_axis(ax, steps, run_dir=run_dir); ax.set_ylabel(textwrap.fill(what, 36))  # on lines no taller than the panel
+    legend_below(ax, fontsize=7, ncol=2, below=0.55); ax.set_title(title, fontsize=10)
+    return fig
 
 # %% ../nbs/10b_seeds.ipynb #d909ad63
 def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, level: float = 0.95) -> list[Path]:
     """Per analysis, each seed's curve, the mean and a bootstrap band over seeds, with verdicts stating their intervals;
     then every figure over steps by its panels (`SEED_PANELS`); `seeds.md`, `seeds.json`."""
     import matplotlib; matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from embryo.run import read_run_config
-    from embryo.figures import fill_steps, legend_below, plot_steps, save_figure, step_axis
+    from embryo.figures import save_figure
     from embryo.results import read_results
     runs = [Path(r) for r in runs]
-    if len(runs) < 2: raise SweepError("seed bands need two seeds or more (embryo reproduce --seeds 3, or --run runs/tiny --run runs/tiny-seed1 ...)")
+    if len(runs) < 2: raise SweepError("seed bands need two seeds or more (embryo reproduce --seeds 3, or --run "
+                                       "runs/tiny --run runs/tiny-seed1 ...)")
     train = {swept_run(r): read_run_config(r)[2] for r in runs}
     seed, total = {r: tc.seed for r, tc in train.items()}, train[runs[0]].total_steps
     out, paths, report = Path(out_dir), [], {}
     md = ["# Seeds and confidence", "",
-          f"{len(runs)} runs of one recipe that differ in their seed ({', '.join(f'{r.name}: seed {seed[r]}' for r in runs)}). "
-          f"Bands: the {level:.0%} percentile interval of the mean over {resamples:,} resamples with replacement (`seed_bands`, "
-          "notebook 10): of the seeds and of the examples together (MultiBERTs' multibootstrap) where the runs store "
-          "each example's score (mask prediction's words, probing's test targets, GLUE's dev examples, knowledge's "
-          "facts, attention's inputs, syntax's words), of the seeds alone elsewhere (the loss; CKA, not a mean over "
-          "examples); each figure and verdict says which.", ""]
+          f"{len(runs)} runs of one recipe that differ in their seed "
+          f"({', '.join(f'{r.name}: seed {seed[r]}' for r in runs)}). Bands: the {level:.0%} percentile interval of "
+          f"the mean over {resamples:,} resamples with replacement (`seed_bands`, notebook 10): of the seeds and of "
+          "the examples together (MultiBERTs' multibootstrap) where the runs store each example's score (mask "
+          "prediction's words, probing's test targets, GLUE's dev examples, knowledge's facts, attention's inputs, "
+          "syntax's words), of the seeds alone elsewhere (the loss; CKA, not a mean over examples); each figure and "
+          "verdict says which.", ""]
     cache = {}
     def scores_of(rs, a):  # each analysis's stored scores, read once for the side-by-side figure and every panel figure
         if (tuple(rs), a) not in cache: cache[tuple(rs), a] = stored_scores(rs, a)
@@ -116,39 +146,34 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
         if len(steps) < 2: continue  # fewer than two seeds share two steps of this analysis
         curves = np.stack([series[r].reindex(steps).to_numpy(dtype=float) for r in series])
         parts = side_parts(a, frames[runs[0]])
-        b = curve_band(curves, steps, total, resamples, level, 1, parts and scores_of(list(series), a), list(series), parts, a)
-        mean, (glo, ghi), at, (alo, ahi) = b["mean"], b["gain_interval"], b["step90"], b["step90_interval"]
-        verdict = (f"Mean of {len(series)} seeds: {mean[0]:.3f} at step {steps[0]:,} -> best {mean.max():.3f}, a gain of {b['gain']:+.3f} "
-                   f"({level:.0%} interval over {b['resampled']} {glo:+.3f} to {ghi:+.3f})"
-                   + (f"; 90% of it by step {int(at):,} (interval {int(alo):,} to {int(ahi):,})" if np.isfinite(at) else "")
-                   + f". It rises (gains at least {RISE}) in {b['share_rising']:.0%} of the resamples, and within the first {EARLY:.0%} of "
-                   f"training in {b['share_early']:.0%}. Seed to seed at the last step: {curves[:, -1].min():.3f} to {curves[:, -1].max():.3f}.")
-        fig, ax = plt.subplots(figsize=(6.4, 3.8))
-        for r, c in zip(series, curves): plot_steps(ax, steps, c, runs[0], marker=".", ms=3, lw=0.8, alpha=0.6, label=f"seed {seed[r]}")
-        fill_steps(ax, steps, b["lo"], b["hi"], runs[0], color="k", alpha=0.15, lw=0, label=f"{level:.0%} band (bootstrap over {b['resampled']})")
-        plot_steps(ax, steps, mean, runs[0], color="k", lw=1.6, label=f"mean of {len(series)} seeds")
-        step_axis(ax, steps, run_dir=runs[0]); ax.set_ylabel(textwrap.fill(what, 36))  # on lines no taller than the panel
-        legend_below(ax, fontsize=7, ncol=2, below=0.55); ax.set_title(f"{fig_no}, {len(series)} seeds: {what}", fontsize=10)
+        b = curve_band(curves, steps, total, resamples, level, 1, parts and scores_of(list(series), a), list(series),
+                       parts, a)
+        verdict = band_verdict(b, steps, curves, level)
+        fig = plot_band(steps, curves, b, [seed[r] for r in series], runs[0], what,
+                        f"{fig_no}, {len(series)} seeds: {what}", level)
         paths += save_figure(fig, out, f"fig_seeds_{a}")
-        report[a] = dict(paper=fig_no, drawn=what, verdict=verdict, steps=[int(s) for s in steps], mean=mean.tolist(),
-                         band=[b["lo"].tolist(), b["hi"].tolist()], seeds={str(seed[r]): c.tolist() for r, c in zip(series, curves)},
-                         gain=b["gain"], gain_interval=[glo, ghi], share_rising=b["share_rising"], share_early=b["share_early"],
-                         resampled=b["resampled"])
+        report[a] = dict(paper=fig_no, drawn=what, verdict=verdict, steps=[int(s) for s in steps],
+                         mean=b["mean"].tolist(), band=[b["lo"].tolist(), b["hi"].tolist()],
+                         seeds={str(seed[r]): c.tolist() for r, c in zip(series, curves)}, gain=b["gain"],
+                         gain_interval=list(b["gain_interval"]), share_rising=b["share_rising"],
+                         share_early=b["share_early"], resampled=b["resampled"])
         md += [f"## {a}: {what} ({fig_no})", "", f"![{a}](fig_seeds_{a}.png)", "", f"**Verdict.** {verdict}", ""]
-    if not report: raise SweepError(f"no analysis has results at two common steps in two or more of {', '.join(map(str, runs))}: sweep them first")
+    if not report: raise SweepError("no analysis has results at two common steps in two or more of "
+                                    f"{', '.join(map(str, runs))}: sweep them first")
     panels, lines = {}, []
     for name in SEED_PANELS:
         drawn = seed_panels(runs, name, out, seed, total, resamples, level, scores_of)
         if drawn: paths += drawn[0]; panels[name] = drawn[1]; lines += drawn[2]
     if panels: md += ["# Every figure over steps, panel by panel", "",
-                      "The same bands for each layer, task, part of speech, verb form, frequency band or relation that "
-                      "the paper's figures over steps draw (`seed_panels`). *first* and *last*: the mean over seeds at "
-                      "the first and "
-                      f"last step; then the mean's gain from the first step to its best (for the loss: its drop) with its "
-                      f"{level:.0%} interval, the step by which 90% of it comes, and the share of resamples that gain at least "
-                      f"{RISE}, and do so within the first {EARLY:.0%} of training.", ""] + lines
+                      "The same bands for each layer, task, part of speech, verb form, frequency band or relation "
+                      "that the paper's figures over steps draw (`seed_panels`). *first* and *last*: the mean over "
+                      "seeds at the first and last step; then the mean's gain from the first step to its best (for "
+                      f"the loss: its drop) with its {level:.0%} interval, the step by which 90% of it comes, and the "
+                      f"share of resamples that gain at least {RISE}, and do so within the first {EARLY:.0%} of "
+                      "training.", ""] + lines
     paths.append(atomic_write(out / "seeds.md", "\n".join(md)))
-    paths.append(atomic_write(out / "seeds.json", json.dumps(dict(runs=[str(r) for r in runs], level=level, resamples=resamples,
+    paths.append(atomic_write(out / "seeds.json",
+                              json.dumps(dict(runs=[str(r) for r in runs], level=level, resamples=resamples,
                                                                   analyses=report, panels=panels), indent=2) + "\n"))
     return paths
 
@@ -164,13 +189,17 @@ def _mask_prediction(df, prefix: str) -> pd.DataFrame:
     return _pivot(df[(df.task == "mask_prediction") & df.metric.str.startswith(prefix)], "metric", prefix)
 
 # %% ../nbs/10b_seeds.ipynb #069eb4bd
-# figure -> (paper figure, analysis (None: the training log), what is drawn, a column per panel, +1 or -1 if lower is better)
+# figure -> (paper figure, analysis (None: the training log), what is drawn, a column per panel, +1 or -1 if lower is
+# better)
 SEED_PANELS = {
     # reconstruction's panels are named by their words' group without its prefix ('pos/', 'verb/', 'freq/')
     "loss": ("Fig. 2a", None, "MLM loss (nats per prediction)", None, -1),
-    "reconstruction_by_pos": ("Fig. 1", "reconstruction", "mask prediction accuracy", lambda df: _mask_prediction(df, "pos/"), 1),
-    "reconstruction_by_verb_form": ("Fig. 7", "reconstruction", "mask prediction accuracy", lambda df: _mask_prediction(df, "verb/"), 1),
-    "reconstruction_by_frequency": ("Fig. 8", "reconstruction", "mask prediction accuracy", lambda df: _mask_prediction(df, "freq/"), 1),
+    "reconstruction_by_pos": ("Fig. 1", "reconstruction", "mask prediction accuracy",
+                              lambda df: _mask_prediction(df, "pos/"), 1),
+    "reconstruction_by_verb_form": ("Fig. 7", "reconstruction", "mask prediction accuracy",
+                                    lambda df: _mask_prediction(df, "verb/"), 1),
+    "reconstruction_by_frequency": ("Fig. 8", "reconstruction", "mask prediction accuracy",
+                                    lambda df: _mask_prediction(df, "freq/"), 1),
     "probing_by_task": ("Figs. 2b, 10, 11", "probing", "probe F1 of the best layer",
                         lambda df: df[df.metric == "f1"].groupby(["step", "task"]).value.max().unstack("task"), 1),
     "probing_pos_by_layer": ("Fig. 3", "probing", "POS probe F1 (pos_brown)",
@@ -178,7 +207,8 @@ SEED_PANELS = {
     "attention_by_layer": ("Fig. 4", "attention", "diagonal mass of the most diagonal head",
                            lambda df: _pivot(df[(df.metric == "diagonal") & (df["head"] >= 0)]
                                              .groupby(["step", "layer"]).value.max().reset_index(), "layer"), 1),
-    "syntax_by_layer": ("Chen et al. 2023", "syntax", "UAS of the best head", lambda df: _pivot(df[df.metric == "uas_best"], "layer"), 1),
+    "syntax_by_layer": ("Chen et al. 2023", "syntax", "UAS of the best head",
+                        lambda df: _pivot(df[df.metric == "uas_best"], "layer"), 1),
     "similarity_by_layer": ("Kornblith et al. 2019", "similarity", "linear CKA to the last checkpoint",
                             lambda df: _pivot(df[df.metric == "cka_final"], "layer"), 1),
     "glue_by_task": ("Fig. 12", "glue", "score (mean over finetuning seeds)",
@@ -191,11 +221,13 @@ BEST_LAYER, SEED_MEAN = "best layer", "mean over seeds"
 
 # %% ../nbs/10b_seeds.ipynb #d82d20f0
 def _best_head_parts(g: str, tasks) -> list:
-    "Panel 'layer 3' of attention or syntax: the examples scored under that layer's best head (key 'layer3/best_head'), per task."
+    ("Panel 'layer 3' of attention or syntax: the examples scored under that layer's best head (key "
+     "'layer3/best_head'), per task.")
     return [(t, g.replace(" ", "") + "/best_head", None) for t in sorted(tasks)]
 
 # %% ../nbs/10b_seeds.ipynb #2d946093
-# a SEED_PANELS figure -> its panel's examples from (panel, the tasks with stored scores): (task, key, group) parts, counted equally
+# a SEED_PANELS figure -> its panel's examples from (panel, the tasks with stored scores): (task, key, group) parts,
+# counted equally
 EXAMPLE_PARTS = {
     "reconstruction_by_pos": lambda g, tasks: [("mask_prediction", "correct", f"pos/{g}")],
     "reconstruction_by_verb_form": lambda g, tasks: [("mask_prediction", "correct", f"verb/{g}")],
@@ -210,25 +242,29 @@ EXAMPLE_PARTS = {
 
 # %% ../nbs/10b_seeds.ipynb #dd7f730c
 def _glue_parts(task: str) -> list:
-    "A GLUE panel's examples: the task's own, or each member task's for the aggregates `glue` and `builtin` (a mean over tasks)."
+    ("A GLUE panel's examples: the task's own, or each member task's for the aggregates `glue` and `builtin` (a mean "
+     "over tasks).")
     from embryo.glue import BUILTIN_TASKS, SCORE_TASKS
     members = {"glue": SCORE_TASKS, "builtin": BUILTIN_TASKS}.get(task, (task,))
     return [(t, SEED_MEAN, None) for t in members]
 
 # %% ../nbs/10b_seeds.ipynb #9db74c23
 def side_parts(analysis: str, df: pd.DataFrame) -> list | None:
-    "The examples of `SIDE_BY_SIDE[analysis]`'s curve as (task, key, group) parts of `example_matrix`, from the run's rows `df`; None: not a mean of examples' scores."
+    ("The examples of `SIDE_BY_SIDE[analysis]`'s curve as (task, key, group) parts of `example_matrix`, from the run's "
+     "rows `df`; None: not a mean of examples' scores.")
     if analysis == "reconstruction": return [("mask_prediction", "correct", None)]
     if analysis == "probing": return [(t, BEST_LAYER, None) for t in sorted(df[df.metric == "f1"].task.unique())]
     if analysis == "knowledge": return [(t, "p@1", None) for t in sorted(df[df.metric == "p@1"].task.unique())]
-    if analysis == "attention": return [(t, "mean_of_layers", None) for t in sorted(df[df.metric == "diagonal"].task.unique())]
+    if analysis == "attention":
+        return [(t, "mean_of_layers", None) for t in sorted(df[df.metric == "diagonal"].task.unique())]
     if analysis == "glue": return _glue_parts("glue" if (df.task == "glue").any() else "builtin")
     return None
 
 # %% ../nbs/10b_seeds.ipynb #2adb2c9c
 def stored_scores(runs, analysis: str) -> tuple[dict, dict]:
     """Each run's stored examples' scores of `analysis`, {run: {(task, key): {step: scores}}}, and each task's examples'
-    descriptions, {task: [str]}; a task is left out of the second unless every run scored the same examples at every step."""
+    descriptions, {task: [str]}; a task is left out of the second unless every run scored the same examples at every
+    step."""
     from embryo.results import read_examples, read_scores
     got, digests, where = {}, {}, {}
     for r in runs:
@@ -240,7 +276,8 @@ def stored_scores(runs, analysis: str) -> tuple[dict, dict]:
 
 # %% ../nbs/10b_seeds.ipynb #f2d11115
 def _scores_at(got: dict, task: str, key: str, step: int):
-    "One run's scores of `task` at `step` under `key` (`BEST_LAYER`: the layer with the best mean; `SEED_MEAN`: the mean over finetuning seeds), or None."
+    ("One run's scores of `task` at `step` under `key` (`BEST_LAYER`: the layer with the best mean; `SEED_MEAN`: the "
+     "mean over finetuning seeds), or None.")
     have = {k: v[step] for (t, k), v in got.items() if t == task and step in v}
     if key == BEST_LAYER:
         layers = [v for k, v in have.items() if k.startswith("layer")]
@@ -252,9 +289,9 @@ def _scores_at(got: dict, task: str, key: str, step: int):
 
 # %% ../nbs/10b_seeds.ipynb #556d58e4
 def example_matrix(stored: tuple[dict, dict], runs, steps, parts) -> tuple[np.ndarray, np.ndarray] | None:
-    """The (seeds, steps, examples) scores of the examples `parts` name, (task, key, group) each (a group keeps the examples
-    it names after their description's first '|'), and each example's part (its stratum: the parts count equally); None
-    if a run lacks one at a step, or a part has no examples."""
+    """The (seeds, steps, examples) scores of the examples `parts` name, (task, key, group) each (a group keeps the
+    examples it names after their description's first '|'), and each example's part (its stratum: the parts count
+    equally); None if a run lacks one at a step, or a part has no examples."""
     got, items = stored
     blocks, strata = [], []
     for task, key, group in parts or []:
@@ -263,12 +300,14 @@ def example_matrix(stored: tuple[dict, dict], runs, steps, parts) -> tuple[np.nd
         if not keep.any(): return None
         block = [[_scores_at(got[r], task, key, s) for s in steps] for r in runs]
         if any(v is None or len(v) != len(keep) for row in block for v in row): return None
-        blocks.append(np.array([[v[keep] for v in row] for row in block])); strata.append(np.full(keep.sum(), len(strata)))
+        blocks.append(np.array([[v[keep] for v in row] for row in block])); strata.append(np.full(keep.sum(),
+                                                                                                  len(strata)))
     if not blocks: return None
     return np.concatenate(blocks, axis=2), np.concatenate(strata)
 
 # %% ../nbs/10b_seeds.ipynb #337ea79a
-def curve_band(curves, steps, total: int, resamples: int, level: float, sign: int, stored, runs, parts, label: str) -> dict:
+def curve_band(curves, steps, total: int, resamples: int, level: float, sign: int, stored, runs, parts,
+               label: str) -> dict:
     """`band_stats` of one curve, over seeds and examples where `stored` (`stored_scores`) holds the scores of the
     examples `parts` name and they average to the curves drawn; over seeds alone otherwise."""
     m = example_matrix(stored, runs, steps, parts) if stored is not None and parts else None
@@ -280,21 +319,23 @@ def curve_band(curves, steps, total: int, resamples: int, level: float, sign: in
 
 # %% ../nbs/10b_seeds.ipynb #cc984735
 def _panel_tables(runs, analysis, table) -> dict:
-    "Each run's table (a column per panel, a row per step) of `analysis`, or of its training log's MLM loss; runs without rows left out."
+    ("Each run's table (a column per panel, a row per step) of `analysis`, or of its training log's MLM loss; runs "
+     "without rows left out.")
     from embryo.run import train_log
     from embryo.results import read_results
     if analysis is None:
         logs = {r: [x for x in train_log(r) if x.get("mlm_loss") is not None] for r in runs}
-        return {r: pd.DataFrame({"MLM loss": [x["mlm_loss"] for x in l]}, index=[x["step"] for x in l]) for r, l in logs.items() if l}
+        return {r: pd.DataFrame({"MLM loss": [x["mlm_loss"] for x in l]}, index=[x["step"] for x in l]) for r,
+                l in logs.items() if l}
     if analysis not in available_analyses(): return {}
     return {r: t for r in runs if len(t := table(read_results(r, analysis)))}
 
 # %% ../nbs/10b_seeds.ipynb #2aee32a1
 def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = SEED_RESAMPLES, level: float = 0.95,
                 scores_of=stored_scores):
-    """The figure `SEED_PANELS[name]` over seeds: a panel per layer, task, POS... with each seed's curve, the mean and its
-    band; returns (paths, report, markdown lines), or None when fewer than two seeds have it. `scores_of(runs, analysis)`:
-    the runs' stored scores (`stored_scores`, or a cache of it)."""
+    """The figure `SEED_PANELS[name]` over seeds: a panel per layer, task, POS... with each seed's curve, the mean and
+    its band; returns (paths, report, markdown lines), or None when fewer than two seeds have it. `scores_of(runs,
+    analysis)`: the runs' stored scores (`stored_scores`, or a cache of it)."""
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from embryo.figures import fill_steps, legend_entries, plot_steps, save_figure, step_axis
@@ -307,12 +348,15 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
         if len(steps) < 2: continue
         curves = np.stack([t[g].reindex(steps).to_numpy(dtype=float) for t in tabs.values()])
         parts = EXAMPLE_PARTS[name](str(g), stored[1]) if stored else None
-        panels[g] = (steps, curves, curve_band(curves, steps, total, resamples, level, sign, stored, list(tabs), parts, f"{name}, {g}"))
+        panels[g] = (steps, curves,
+                     curve_band(curves, steps, total, resamples, level, sign, stored, list(tabs), parts,
+                                f"{name}, {g}"))
     if not panels: return None
     cols = min(4, len(panels)); rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows + 0.5), squeeze=False)
     for ax, (g, (steps, curves, b)) in zip(axes.flat, panels.items()):
-        for r, c in zip(tabs, curves): plot_steps(ax, steps, c, runs[0], marker=".", ms=2, lw=0.7, alpha=0.6, label=f"seed {seed[r]}")
+        for r, c in zip(tabs, curves):
+            plot_steps(ax, steps, c, runs[0], marker=".", ms=2, lw=0.7, alpha=0.6, label=f"seed {seed[r]}")
         fill_steps(ax, steps, b["lo"], b["hi"], runs[0], color="k", alpha=0.15, lw=0, label=f"{level:.0%} band")
         plot_steps(ax, steps, b["mean"], runs[0], color="k", ms=2, lw=1.4, label=f"mean of {len(tabs)}")
         step_axis(ax, steps, fontsize=7, run_dir=runs[0]); ax.tick_params(labelsize=7)
@@ -323,7 +367,8 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
             else f"seeds and examples ({', '.join(alone)}: the seeds alone)")
     fig.suptitle(f"{fig_no}, {len(tabs)} seeds: {what}, mean and {level:.0%} band over {over}", fontsize=10)
     fig.tight_layout()
-    fig.legend(*legend_entries(axes.flat[0]), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))  # beside the panels
+    # beside the panels
+    fig.legend(*legend_entries(axes.flat[0]), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     paths = save_figure(fig, out, f"fig_seeds_{name}")
     word = "drop" if sign < 0 else "gain"
     sure = [g for g, (_, _, b) in panels.items() if b["share_rising"] >= level]
@@ -332,17 +377,37 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
     fmt = lambda v, spec="+.3f": "" if v is None or not np.isfinite(v) else format(v, spec)
     lines = [f"## {name}: {what} ({fig_no})", "", f"![{name}](fig_seeds_{name}.png)", "",
              f"**Verdict.** {verdict} Bands and intervals resample the {over}.", "",
-             f"| panel | first | last | {word} (interval) | 90% of it by step (interval) | {word}s {RISE}+ | and early |",
+             f"| panel | first | last | {word} (interval) | 90% of it by step (interval) | {word}s {RISE}+ | and early "
+             "|",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for g, (steps, curves, b) in panels.items():
         (glo, ghi), (alo, ahi) = b["gain_interval"], b["step90_interval"]
-        lines.append(f"| {g} | {b['mean'][0]:.3f} | {b['mean'][-1]:.3f} | {fmt(b['gain'])} ({fmt(glo)} to {fmt(ghi)}) | "
-                     + (f"{fmt(b['step90'], ',.0f')} ({fmt(alo, ',.0f')} to {fmt(ahi, ',.0f')})" if np.isfinite(b["step90"]) else "")
+        lines.append(f"| {g} | {b['mean'][0]:.3f} | {b['mean'][-1]:.3f} | {fmt(b['gain'])} ({fmt(glo)} to {fmt(ghi)}) "
+                     "| "
+                     + (f"{fmt(b['step90'], ',.0f')} ({fmt(alo, ',.0f')} to {fmt(ahi, ',.0f')})"
+                        if np.isfinite(b["step90"]) else "")
                      + f" | {b['share_rising']:.0%} | {b['share_early']:.0%} |")
-    report = dict(paper=fig_no, analysis=analysis, drawn=what, sign=sign, verdict=verdict, resampled=over, panels={
-        str(g): dict(steps=[int(s) for s in steps], mean=b["mean"].tolist(), band=[b["lo"].tolist(), b["hi"].tolist()],
-                     seeds={str(seed[r]): c.tolist() for r, c in zip(tabs, curves)}, gain=b["gain"],
-                     gain_interval=b["gain_interval"], step90=None if not np.isfinite(b["step90"]) else int(b["step90"]),
-                     share_rising=b["share_rising"], share_early=b["share_early"], resampled=b["resampled"])
-        for g, (steps, curves, b) in panels.items()})
+    report = dict(
+        paper=fig_no,
+        analysis=analysis,
+        drawn=what,
+        sign=sign,
+        verdict=verdict,
+        resampled=over,
+        panels={
+            str(g): dict(
+                steps=[int(s) for s in steps],
+                mean=b["mean"].tolist(),
+                band=[b["lo"].tolist(), b["hi"].tolist()],
+                seeds={str(seed[r]): c.tolist() for r, c in zip(tabs, curves)},
+                gain=b["gain"],
+                gain_interval=b["gain_interval"],
+                step90=None if not np.isfinite(b["step90"]) else int(b["step90"]),
+                share_rising=b["share_rising"],
+                share_early=b["share_early"],
+                resampled=b["resampled"],
+            )
+            for g, (steps, curves, b) in panels.items()
+        },
+    )
     return paths, report, lines + [""]

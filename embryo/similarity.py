@@ -18,7 +18,8 @@ import pandas as pd
 
 from . import data as D
 from .config import atomic_write
-from .run import (REFERENCE, SeriesError, find_checkpoint, list_steps, load_checkpoint, reference_run, resolve_step,
+from .run import (REFERENCE, SeriesError, find_checkpoint, list_steps, load_checkpoint, reference_run,
+                        resolve_step,
                         series_lacks, max_length)
 from .figures import REFERENCE_STYLE, legend_entries, plot_steps, reference_label, save_figure, step_axis
 from .probing import layer_colour, weights_id, brown_sentences, span_means
@@ -51,7 +52,8 @@ def centred(X) -> Centred:
     "`X` (n tokens, p features) centred per feature, with its thin SVD from the eigen-decomposition of X^T X."
     if isinstance(X, Centred): return X
     X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2 or len(X) < 2: raise ValueError(f"expected a (tokens, features) matrix with 2 tokens or more, got shape {X.shape}")
+    if X.ndim != 2 or len(X) < 2: raise ValueError("expected a (tokens, features) matrix with 2 tokens or more, got "
+                                                   f"shape {X.shape}")
     X = X - X.mean(0, keepdims=True)
     lam, V = np.linalg.eigh(X.T @ X)
     lam, V = lam[::-1], V[:, ::-1]
@@ -77,7 +79,8 @@ def linear_cka(X, Y) -> float:
 KEEP_VARIANCE = 0.99
 
 def cca(X, Y) -> tuple[np.ndarray, np.ndarray]:
-    "Canonical correlations of X and Y (largest first, min(rank X, rank Y) of them) and X's unit-length canonical variates (n, k)."
+    ("Canonical correlations of X and Y (largest first, min(rank X, rank Y) of them) and X's unit-length canonical "
+     "variates (n, k).")
     X, Y = _pair(X, Y)
     a, rho, _ = np.linalg.svd(X.U.T @ Y.U, full_matrices=False)
     k = min(X.U.shape[1], Y.U.shape[1])
@@ -91,7 +94,8 @@ def n_directions(s: np.ndarray, keep: float = KEEP_VARIANCE) -> int:
 
 # %% ../nbs/07a_similarity.ipynb #2a990b14
 def svcca(X, Y, keep: float = KEEP_VARIANCE) -> float:
-    "SVCCA (Raghu et al. 2017): the mean canonical correlation of the SVD-reduced X and Y (each keeping `keep` of its variance)."
+    ("SVCCA (Raghu et al. 2017): the mean canonical correlation of the SVD-reduced X and Y (each keeping `keep` of its "
+     "variance).")
     X, Y = _pair(X, Y)
     kx, ky = n_directions(X.s, keep), n_directions(Y.s, keep)
     rho = np.linalg.svd(X.U[:, :kx].T @ Y.U[:, :ky], compute_uv=False)
@@ -99,7 +103,8 @@ def svcca(X, Y, keep: float = KEEP_VARIANCE) -> float:
 
 # %% ../nbs/07a_similarity.ipynb #00000011
 def pwcca(X, Y) -> float:
-    "Projection-weighted CCA (Morcos et al. 2018): canonical correlations weighted by how much of X lies along each of X's canonical variates."
+    ("Projection-weighted CCA (Morcos et al. 2018): canonical correlations weighted by how much of X lies along each "
+     "of X's canonical variates.")
     X = centred(X)
     rho, H = cca(X, Y)
     alpha = np.abs(H.T @ X.X).sum(1)  # alpha_i = sum_j |<h_i, x_j>|
@@ -110,15 +115,18 @@ MEASURES = {"cka": linear_cka, "svcca": svcca, "pwcca": pwcca}  # metric prefix 
 
 # %% ../nbs/07a_similarity.ipynb #00000014
 def token_sample(max_tokens: int = 4096, seed: int = 0) -> tuple[list[list[str]], list[tuple[int, int, int]]]:
-    "Held-out Brown sentences (word lists) and `max_tokens` one-word spans (sentence, start, end) in them: the tokens every checkpoint is compared on."
-    if max_tokens < 2: raise ValueError(f"max_tokens must be at least 2 (a similarity needs two tokens); got {max_tokens}")
+    ("Held-out Brown sentences (word lists) and `max_tokens` one-word spans (sentence, start, end) in them: the tokens "
+     "every checkpoint is compared on.")
+    if max_tokens < 2: raise ValueError("max_tokens must be at least 2 (a similarity needs two tokens); got "
+                                        f"{max_tokens}")
     m = max(1, max_tokens // 16)
     while True:  # brown_sentences(m) are the first m of one seeded order: grow m until the words suffice
         sents = [w for w, _ in brown_sentences(m, seed)]
         words = sum(map(len, sents))
         if words >= max_tokens or len(sents) < m: break
         m = int(m * 1.25) + 1
-    if words < max_tokens: raise ValueError(f"the held-out Brown text has {words} words; pass max_tokens={words} or fewer")
+    if words < max_tokens: raise ValueError(f"the held-out Brown text has {words} words; pass max_tokens={words} or "
+                                            "fewer")
     where = [(t, i) for t, ws in enumerate(sents) for i in range(len(ws))]
     pick = np.sort(np.random.default_rng(seed).choice(len(where), size=max_tokens, replace=False))
     used = sorted({where[k][0] for k in pick})
@@ -146,7 +154,8 @@ def _read_cache(f: Path, key: str) -> tuple[np.ndarray, np.ndarray] | None:
 # %% ../nbs/07a_similarity.ipynb #f2557d7e
 def representations(run_dir, step: int, device="cpu", max_tokens: int = 4096, seed: int = 0, cache: bool = True,
                     batch_tokens: int = 8192) -> tuple[np.ndarray, np.ndarray]:
-    "(n, L+1, H) float16 representations of the sampled words at every layer of checkpoint `step`, and the kept mask (cached)."
+    ("(n, L+1, H) float16 representations of the sampled words at every layer of checkpoint `step`, and the kept mask "
+     "(cached).")
     run_dir, step = Path(run_dir), int(step)
     tok = D.load_tokenizer(run_dir)
     texts, spans = token_sample(max_tokens, seed)
@@ -165,26 +174,30 @@ TRAINED = "trained"  # the metric suffix of the final checkpoint against the tra
 METRICS = tuple(f"{m}_{r}" for m in MEASURES for r in (*REFERENCES, TRAINED))
 
 def reference_steps(run_dir, step: int) -> dict[str, int | None]:
-    "The checkpoints `step` is compared with: the run's final saved step and the saved step before `step` (None for the first)."
+    ("The checkpoints `step` is compared with: the run's final saved step and the saved step before `step` (None for "
+     "the first).")
     steps = list_steps(run_dir)
     before = [s for s in steps if s < step]
     return {"final": steps[-1], "previous": before[-1] if before else None}
 
 # %% ../nbs/07a_similarity.ipynb #ffdfca25
 def compare(here: tuple[np.ndarray, np.ndarray], there: tuple[np.ndarray, np.ndarray], suffix: str) -> list[dict]:
-    "Rows of every measure at every layer between two checkpoints' (representations, kept), metrics `<measure>_<suffix>`."
+    ("Rows of every measure at every layer between two checkpoints' (representations, kept), metrics "
+     "`<measure>_<suffix>`.")
     from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
     keep = here[1] & there[1]
     rows = []
     with threadpool_limits(BLAS_THREADS):
         for l in range(here[0].shape[1]):
             X, Y = centred(here[0][keep, l]), centred(there[0][keep, l])
-            rows += [dict(task=TASK, layer=l, metric=f"{m}_{suffix}", value=f(X, Y), n=int(keep.sum())) for m, f in MEASURES.items()]
+            rows += [dict(task=TASK, layer=l, metric=f"{m}_{suffix}", value=f(X, Y), n=int(keep.sum())) for m,
+                     f in MEASURES.items()]
     return rows
 
 # %% ../nbs/07a_similarity.ipynb #a8e9331b
 def trained_rows(final: tuple[np.ndarray, np.ndarray], trained: tuple[np.ndarray, np.ndarray]) -> list[dict]:
-    "Per layer of the final checkpoint, each measure against the trained reference's most similar layer: `<measure>_trained`."
+    ("Per layer of the final checkpoint, each measure against the trained reference's most similar layer: "
+     "`<measure>_trained`.")
     from threadpoolctl import threadpool_limits
     keep = final[1] & trained[1]
     with threadpool_limits(BLAS_THREADS):
@@ -194,7 +207,8 @@ def trained_rows(final: tuple[np.ndarray, np.ndarray], trained: tuple[np.ndarray
 
 # %% ../nbs/07a_similarity.ipynb #1a7b9e7b
 def trained_representations(device="cpu", max_tokens: int = 4096, seed: int = 0, cache: bool = True):
-    "The trained reference's (representations, kept) of the sampled words (cached in its run), or None without its package."
+    ("The trained reference's (representations, kept) of the sampled words (cached in its run), or None without its "
+     "package.")
     try: ref = reference_run()
     except SeriesError as e:
         print(f"similarity: no trained reference line ({e})"); return None
@@ -209,7 +223,8 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
                   cache: bool = True, # keep each checkpoint's representations in <run_dir>/cache/similarity
                   write: bool = True, # write the rows to the run's results database
                  ) -> pd.DataFrame:
-    "CKA, SVCCA and PWCCA per layer between checkpoint `step` and the final and previous checkpoints (the final one also against the trained reference), written to the database."
+    ("CKA, SVCCA and PWCCA per layer between checkpoint `step` and the final and previous checkpoints (the final one "
+     "also against the trained reference), written to the database.")
     step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     run_dir, step = Path(run_dir), int(step)
     find_checkpoint(run_dir, step)  # a clear error listing the steps there are
@@ -234,12 +249,15 @@ def applies_to(run) -> str | None:
 
 # %% ../nbs/07a_similarity.ipynb #00000020
 def similarity_results(run_dir) -> pd.DataFrame:
-    "Every similarity row of the run (step, layer, metric, value, n) with the final and previous steps each step was compared with."
+    ("Every similarity row of the run (step, layer, metric, value, n) with the final and previous steps each step was "
+     "compared with.")
     df = read_results(run_dir, ANALYSIS, task=TASK)
     if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
     st = read_settings(run_dir, ANALYSIS, task=TASK).pivot_table(index="step", columns="name", values="value")
     st = st.reindex(columns=["final_step", "previous_step"])
-    return df[["step", "layer", "metric", "value", "n"]].join(st, on="step").sort_values(["step", "layer"]).reset_index(drop=True)
+    return df[["step", "layer", "metric", "value", "n"]].join(st,
+                                                              on="step").sort_values(["step",
+                                                                                      "layer"]).reset_index(drop=True)
 
 # %% ../nbs/07a_similarity.ipynb #1422d015
 def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -251,40 +269,51 @@ TITLES = {"cka": "linear CKA", "svcca": "SVCCA (mean CCA, 99% variance)", "pwcca
 SETTLED_CKA = 0.9  # a layer has settled from the first step after which its CKA to the final checkpoint stays >= this
 
 def plot_similarity(run_dir, reference: str = "final"):
-    "Similarity of each checkpoint's representations to the final (or previous) checkpoint per layer over steps, a panel per measure."
+    ("Similarity of each checkpoint's representations to the final (or previous) checkpoint per layer over steps, a "
+     "panel per measure.")
     import matplotlib.pyplot as plt
-    if reference not in REFERENCES: raise ValueError(f"reference must be one of {', '.join(REFERENCES)}; got {reference!r}")
+    if reference not in REFERENCES: raise ValueError(f"reference must be one of {', '.join(REFERENCES)}; got "
+                                                     f"{reference!r}")
     df = similarity_results(run_dir)
     L = int(df.layer.max())
     # the previous checkpoint is close: zoom in to where the values are
     low = df[df.metric.str.endswith(f"_{reference}")].value.min()
     lo = -0.02 if reference == "final" or not low < 1 else min(0.9, np.floor((low - 0.005) * 50) / 50)
-    fig, axes = plt.subplots(1, len(MEASURES), figsize=(4.6 * len(MEASURES) + 1.2, 4.2), sharey=True, layout="constrained")
+    fig, axes = plt.subplots(1, len(MEASURES), figsize=(4.6 * len(MEASURES) + 1.2, 4.2), sharey=True,
+                             layout="constrained")
     for ax, m in zip(axes, MEASURES):
         t = curves(df, f"{m}_{reference}")
         for l in t.columns:
-            plot_steps(ax, t.index, t[l], run_dir, marker=".", color=layer_colour(l, L), label=f"layer {l}" + (" (embeddings)" if l == 0 else ""))
+            plot_steps(ax, t.index, t[l], run_dir, marker=".", color=layer_colour(l, L),
+                       label=f"layer {l}" + (" (embeddings)" if l == 0 else ""))
         if m == "cka" and reference == "final":
             ax.axhline(SETTLED_CKA, color="0.4", ls="--", lw=1, label=f"settled: CKA >= {SETTLED_CKA}")
         tr = curves(df, f"{m}_{TRAINED}") if reference == "final" else pd.DataFrame()
         for l in tr.columns: ax.axhline(tr[l].iloc[-1], **{**REFERENCE_STYLE, "color": layer_colour(l, L)})
-        if len(tr.columns): ax.plot([], [], **REFERENCE_STYLE, label=reference_label("its most similar layer\nto the final one's, per layer (colour)"))
-        if t.empty: ax.text(0.5, 0.5, "one step only:\nno previous checkpoint", ha="center", va="center", transform=ax.transAxes, color="0.4")
-        step_axis(ax, sorted(df.step.unique()), label="pretraining step" + (" of the later checkpoint" if reference == "previous" else "")
+        if len(tr.columns): ax.plot([], [], **REFERENCE_STYLE, label=reference_label("its most similar layer\nto the "
+                                                                                     "final one's, per layer (colour)"))
+        if t.empty:
+            ax.text(0.5, 0.5, "one step only:\nno previous checkpoint", ha="center", va="center",
+                    transform=ax.transAxes, color="0.4")
+        step_axis(ax, sorted(df.step.unique()),
+                  label="pretraining step" + (" of the later checkpoint" if reference == "previous" else "")
                   + " (symlog)", run_dir=run_dir)
-        ax.set_ylim(lo, 1.005 if reference == "previous" else 1.02); ax.grid(alpha=0.3); ax.set_title(TITLES[m], fontsize=10)
+        ax.set_ylim(lo, 1.005 if reference == "previous" else 1.02); ax.grid(alpha=0.3); ax.set_title(TITLES[m],
+                                                                                                      fontsize=10)
     # on two lines: one would be taller than the panel
-    axes[0].set_ylabel(f"similarity to the {reference} checkpoint\n(1 = the same up to the measure's invariances)", fontsize=9)
+    axes[0].set_ylabel(f"similarity to the {reference} checkpoint\n(1 = the same up to the measure's invariances)",
+                       fontsize=9)
     fig.legend(*legend_entries(axes), fontsize=8, loc="outside right center")  # beside the panels, not over the curves
     what = {"final": f"to the final checkpoint (step {int(df.final_step.max())})",
             "previous": "to the previous saved checkpoint"}[reference]
-    fig.suptitle(f"Beyond the paper (cf. embryology repository's SVCCA plots): similarity of each layer's word representations "
-                 f"{what} ({Path(run_dir).name}; {int(df.n.max())} held-out words)", fontsize=10)
+    fig.suptitle(f"Beyond the paper (cf. embryology repository's SVCCA plots): similarity of each layer's word "
+                 f"representations {what} ({Path(run_dir).name}; {int(df.n.max())} held-out words)", fontsize=10)
     return fig
 
 # %% ../nbs/07a_similarity.ipynb #00000027
 def settle_steps(cka_final: pd.DataFrame, threshold: float = SETTLED_CKA) -> dict[int, float]:
-    "Per layer (column): the first step (row) from which the values stay >= `threshold`; NaN if the last value is below it."
+    ("Per layer (column): the first step (row) from which the values stay >= `threshold`; NaN if the last value is "
+     "below it.")
     out = {}
     for l in cka_final.columns:
         v = cka_final[l].dropna().sort_index()
@@ -295,7 +324,8 @@ def settle_steps(cka_final: pd.DataFrame, threshold: float = SETTLED_CKA) -> dic
 
 # %% ../nbs/07a_similarity.ipynb #bd015348
 def settle_order(settle: dict[int, float]) -> str:
-    "'lower', 'upper', 'together' or 'mixed': how the settle steps run from the lowest layer to the highest (never = after all)."
+    ("'lower', 'upper', 'together' or 'mixed': how the settle steps run from the lowest layer to the highest (never = "
+     "after all).")
     s = [np.inf if np.isnan(v) else v for _, v in sorted(settle.items())]
     if len(set(s)) == 1: return "together"
     if all(a <= b for a, b in zip(s, s[1:])): return "lower"
@@ -304,7 +334,8 @@ def settle_order(settle: dict[int, float]) -> str:
 
 # %% ../nbs/07a_similarity.ipynb #11daa6a1
 def settle_table(run_dir) -> pd.DataFrame:
-    "Per layer: the step it settles at (CKA to final >= SETTLED_CKA from then on), the measures at the first step, the biggest change."
+    ("Per layer: the step it settles at (CKA to final >= SETTLED_CKA from then on), the measures at the first step, "
+     "the biggest change.")
     df = similarity_results(run_dir)
     ck = curves(df, "cka_final")
     first = ck.index[0]
@@ -322,31 +353,40 @@ def settle_table(run_dir) -> pd.DataFrame:
 
 # %% ../nbs/07a_similarity.ipynb #6d1a65d7
 def verdict(run_dir) -> str:
-    "One or two sentences, from the database: which layers settle first (CKA to the final checkpoint), and where they change most."
+    ("One or two sentences, from the database: which layers settle first (CKA to the final checkpoint), and where they "
+     "change most.")
     df = similarity_results(run_dir)
     ck = curves(df, "cka_final")
     steps, final = list(ck.index), int(df.final_step.max())
     stale = sorted(int(s) for s in df[df.final_step < final].step.unique())
-    note = (f" (steps {', '.join(map(str, stale))} were compared with an older final checkpoint: evaluate them again)" if stale else "")
+    note = (f" (steps {', '.join(map(str, stale))} were compared with an older final checkpoint: evaluate them again)"
+            if stale else "")
     if len(steps) < 2:
-        return (f"Only step {steps[0]} is evaluated (CKA to the final checkpoint, step {final}: "
-                + ", ".join(f"layer {l} {v:.2f}" for l, v in ck.iloc[0].items()) + "); evaluate more steps to see which layers settle first." + note)
+        return (
+            f"Only step {steps[0]} is evaluated (CKA to the final checkpoint, step {final}: "
+            + ", ".join(f"layer {l} {v:.2f}" for l, v in ck.iloc[0].items())
+            + "); evaluate more steps to see which layers settle first."
+            + note
+        )
     settle = settle_steps(ck)
     when = ", ".join(f"layer {l} " + ("never" if np.isnan(v) else f"at step {v:.0f}") for l, v in settle.items())
     start = ", ".join(f"{v:.2f}" for v in ck.iloc[0])
     order = settle_order(settle)
     last = steps[-1]
     if all(v == last for v in settle.values()):
-        head = (f"No layer settles before the last step (step {last}): CKA to the final checkpoint stays below {SETTLED_CKA} "
-                f"until then at some earlier step in every layer")
+        head = (f"No layer settles before the last step (step {last}): CKA to the final checkpoint stays below "
+                f"{SETTLED_CKA} until then at some earlier step in every layer")
     else:
-        head = {"lower": "Lower layers settle first", "upper": "Upper layers settle first", "together": "All layers settle together",
+        head = {"lower": "Lower layers settle first", "upper": "Upper layers settle first", "together": "All layers "
+                                                                                                        "settle "
+                                                                                                        "together",
                 "mixed": "The layers settle in no simple order"}[order]
         head += f" (CKA to the final checkpoint >= {SETTLED_CKA} from then on): {when}"
         if order in ("lower", "upper"):
             head += (", the bottom-up convergence that Raghu et al. (2017) and Morcos et al. (2018) report"
                      if order == "lower" else ", the opposite of the bottom-up convergence Raghu et al. (2017) report")
-    s = f"{head}; at step {steps[0]} CKA to the final checkpoint (step {final}) is {start} for layers 0..{ck.columns[-1]}"
+    s = (f"{head}; at step {steps[0]} CKA to the final checkpoint (step {final}) is {start} for layers "
+         f"0..{ck.columns[-1]}")
     prev = curves(df, "cka_previous")
     if len(prev):
         l, at = prev.min().idxmin(), prev.min(axis=1).idxmin()
@@ -357,25 +397,30 @@ def verdict(run_dir) -> str:
     if len(tr):
         above = {l: settle_steps(ck[[l]], tr[l].iloc[-1])[l] for l in tr.columns}
         s += (f". A trained BERT ({REFERENCE['name']}, its most similar layer) has CKA "
-              + ", ".join(f"{v:.2f}" for v in tr.iloc[-1]) + f" to the final checkpoint's layers 0..{tr.columns[-1]}; the "
+              + ", ".join(f"{v:.2f}" for v in tr.iloc[-1]) + f" to the final checkpoint's layers 0..{tr.columns[-1]}; "
+                                                             "the "
               "run's own checkpoints stay closer to the final one than that from step "
-              + ", ".join("never" if np.isnan(v) else f"{v:.0f}" for v in above.values()) + f" (layers 0..{tr.columns[-1]})")
+              + ", ".join("never" if np.isnan(v) else f"{v:.0f}" for v in above.values()) + " (layers "
+                                                                                            f"0..{tr.columns[-1]})")
     return s + note + "."
 
 # %% ../nbs/07a_similarity.ipynb #00000029
 REPORT = [
-    dict(file="fig_similarity_final", paper="Embryology (beyond the paper; cf. the authors' repository's SVCCA/PWCCA plots)",
+    dict(file="fig_similarity_final", paper="Embryology (beyond the paper; cf. the authors' repository's SVCCA/PWCCA "
+                                            "plots)",
          caption="Linear CKA, SVCCA and PWCCA of each checkpoint's word representations to the final checkpoint's, per "
                  "layer (0 = embeddings) over pretraining steps, on the same held-out Brown words.",
-         finding="Not in the paper. Raghu et al. (2017) and Morcos et al. (2018) found that networks converge bottom up: "
-                 "lower layers reach their final representation first."),
-    dict(file="fig_similarity_previous", paper="Embryology (beyond the paper; cf. the authors' repository's SVCCA/PWCCA plots)",
+         finding="Not in the paper. Raghu et al. (2017) and Morcos et al. (2018) found that networks converge bottom "
+                 "up: lower layers reach their final representation first."),
+    dict(file="fig_similarity_previous", paper="Embryology (beyond the paper; cf. the authors' repository's "
+                                               "SVCCA/PWCCA plots)",
          caption="The same measures between each checkpoint and the saved checkpoint before it: how much each layer's "
                  "representation changes between saves.",
          finding="Not in the paper: where in pretraining, and in which layer, the representations change most."),
-    dict(file="table_similarity_settle", paper="Embryology (beyond the paper; cf. the authors' repository's SVCCA/PWCCA plots)",
-         caption=f"Per layer: the step from which CKA to the final checkpoint stays >= {SETTLED_CKA}, the three measures at "
-                 "the first step, and the lowest CKA to the previous checkpoint with its step.",
+    dict(file="table_similarity_settle", paper="Embryology (beyond the paper; cf. the authors' repository's "
+                                               "SVCCA/PWCCA plots)",
+         caption=f"Per layer: the step from which CKA to the final checkpoint stays >= {SETTLED_CKA}, the three "
+                 "measures at the first step, and the lowest CKA to the previous checkpoint with its step.",
          finding="Not in the paper: the order in which the layers settle."),
 ]
 

@@ -41,7 +41,8 @@ def sample_dir() -> Path:
     "The small SQuAD 2.0 files of this checkout (tests/data/squad2): paragraphs of our own in the official format."
     d = Path(D.__file__).resolve().parents[1] / "tests" / "data" / "squad2"  # the checkout embryo is installed from
     if not (d / FILES["dev"]).is_file():
-        raise SquadDataError(f"no sample SQuAD files at {d} (they come with a source checkout); pass squad_dir=<your SQuAD 2.0 folder>")
+        raise SquadDataError(f"no sample SQuAD files at {d} (they come with a source checkout); pass squad_dir=<your "
+                             "SQuAD 2.0 folder>")
     return d
 
 # %% auto #0
@@ -58,8 +59,10 @@ ANALYSIS, TASK = "squad", "squad_v2"  # the `analysis` and `task` names of this 
 SQUAD = Task("squad_v2", "SQuAD 2.0", (), True, "score", 3e-5, 48, 8144, 814, 130319, classifier_dropout=0.0)
 DOC_STRIDE, MAX_QUERY_LENGTH, MAX_ANSWER_LENGTH = 128, 64, 30  # transformers' question-answering example
 
-def window_settings(max_len: int, doc_stride: int = DOC_STRIDE, max_query_length: int = MAX_QUERY_LENGTH) -> tuple[int, int]:
-    "(question pieces kept, stride) for windows of `max_len`: the example's values, at most a quarter and half a window."
+def window_settings(max_len: int, doc_stride: int = DOC_STRIDE, max_query_length: int = MAX_QUERY_LENGTH) -> tuple[int,
+                                                                                                                   int]:
+    ("(question pieces kept, stride) for windows of `max_len`: the example's values, at most a quarter and half a "
+     "window.")
     q = max(1, min(max_query_length, max_len // 4))
     return q, max(1, min(doc_stride, (max_len - q - 3) // 2))
 
@@ -82,7 +85,8 @@ def _get(d, key: str, kind, where: str, hint: str = ""):
     if not isinstance(d, dict): raise SquadDataError(f"{where}: expected a JSON object, got {type(d).__name__}")
     if key not in d: raise SquadDataError(f"{where}: no {key!r} field{hint or '; is this an official SQuAD 2.0 file?'}")
     if not isinstance(d[key], kind) or (kind is int and isinstance(d[key], bool)):
-        raise SquadDataError(f"{where}: {key!r} is {json.dumps(d[key])[:60]}, expected {getattr(kind, '__name__', kind)}")
+        raise SquadDataError(f"{where}: {key!r} is {json.dumps(d[key])[:60]}, expected "
+                             f"{getattr(kind, '__name__', kind)}")
     return d[key]
 
 # %% ../nbs/05a_squad.ipynb #563f719f
@@ -92,7 +96,8 @@ def _answers(items: list, context: str, where: str) -> tuple:
     for k, a in enumerate(items, 1):
         text, start = _get(a, "text", str, f"{where}, answer {k}"), _get(a, "answer_start", int, f"{where}, answer {k}")
         if not 0 <= start < max(1, len(context)):
-            raise SquadDataError(f"{where}, answer {k}: answer_start {start} is outside the paragraph ({len(context)} characters)")
+            raise SquadDataError(f"{where}, answer {k}: answer_start {start} is outside the paragraph ({len(context)} "
+                                 "characters)")
         out.append((text, start))
     return tuple(out)
 
@@ -122,7 +127,8 @@ def read_squad(path) -> list[QAExample]:
                 impossible = _get(qa, "is_impossible", bool, wq, V1_HINT)
                 answers = _answers(_get(qa, "answers", list, wq), context, wq)
                 if impossible == bool(answers):
-                    raise SquadDataError(f"{wq}: is_impossible is {str(impossible).lower()} but it has {len(answers)} answers")
+                    raise SquadDataError(f"{wq}: is_impossible is {str(impossible).lower()} but it has {len(answers)} "
+                                         "answers")
                 plausible = _answers(qa.get("plausible_answers", []), context, f"{wq} (plausible)")
                 out.append(QAExample(qid, title, context, _get(qa, "question", str, wq), answers, plausible))
     return out
@@ -134,7 +140,8 @@ HF_COLUMNS = ("id", "title", "context", "question", "answers")
 def from_dataset(ds) -> list[QAExample]:
     "The questions of a `datasets.Dataset` in `squad_v2`'s columns."
     missing = [c for c in HF_COLUMNS if c not in ds.column_names]
-    if missing: raise SquadDataError(f"the dataset has no column {', '.join(missing)}; squad_v2 has {', '.join(HF_COLUMNS)}")
+    if missing: raise SquadDataError(f"the dataset has no column {', '.join(missing)}; squad_v2 has "
+                                     f"{', '.join(HF_COLUMNS)}")
     return [QAExample(r["id"], r["title"], r["context"], r["question"],
                       tuple(zip(r["answers"]["text"], map(int, r["answers"]["answer_start"])))) for r in ds]
 
@@ -145,16 +152,17 @@ def squad_files(squad_dir) -> dict[str, Path]:
     files = {s: root / f for s, f in FILES.items()}
     for s, f in files.items():
         if not f.is_file():
-            raise SquadDataError(f"SQuAD 2.0 {s} file not found: looked for {f}; download train-v2.0.json and dev-v2.0.json "
-                                 "from the SQuAD 2.0 site into one folder, or pass squad_dir='datasets' when online")
+            raise SquadDataError(f"SQuAD 2.0 {s} file not found: looked for {f}; download train-v2.0.json and "
+                                 "dev-v2.0.json from the SQuAD 2.0 site into one folder, or pass squad_dir='datasets' "
+                                 "when online")
     return files
 
 # %% ../nbs/05a_squad.ipynb #183a41fa
 def load_squad(squad_dir) -> dict[str, list[QAExample]]:
     "The train and dev questions: from the user's folder of official files, or from `datasets` (squad_dir='datasets')."
     if squad_dir is None:
-        raise SquadDataError("SQuAD 2.0 needs data that cannot be fetched here: pass squad_dir=<a folder with train-v2.0.json "
-                             "and dev-v2.0.json>, or squad_dir='datasets' when online")
+        raise SquadDataError("SQuAD 2.0 needs data that cannot be fetched here: pass squad_dir=<a folder with "
+                             "train-v2.0.json and dev-v2.0.json>, or squad_dir='datasets' when online")
     if str(squad_dir) != "datasets": return {s: read_squad(f) for s, f in squad_files(squad_dir).items()}
     try:
         import datasets
@@ -220,7 +228,8 @@ def split_words(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in re.finditer(r"\S+", text)]
 
 # %% ../nbs/05a_squad.ipynb #9b0281f1
-def answer_pieces(tok, context: str, spans, first_piece: list[int], pieces: list[int], answer) -> tuple[int, int] | None:
+def answer_pieces(tok, context: str, spans, first_piece: list[int], pieces: list[int], answer) -> tuple[int,
+                                                                                                        int] | None:
     "The first and last paragraph piece of an answer (text, start), or None when the paragraph does not read it there."
     text, start = answer
     if not text.strip() or context[start:start + len(text)] != text: return None
@@ -253,7 +262,8 @@ def features(tok, examples: Sequence[QAExample], max_len: int, doc_stride: int =
             spans = split_words(ex.context)
             word_ids = tok.encode_batch([ex.context[a:b] for a, b in spans]) if spans else []
             first = [0, *itertools.accumulate(len(w) for w in word_ids)]
-            cache[ex.context] = spans, first, [p for w in word_ids for p in w], [j for j, w in enumerate(word_ids) for _ in w]
+            cache[ex.context] = spans, first, [p for w in word_ids for p in w], [j for j,
+                                                                                 w in enumerate(word_ids) for _ in w]
         spans, first, pieces, word_of = cache[ex.context]
         q = tok.encode(ex.question)[:q_len]
         room = max_len - len(q) - 3
@@ -269,8 +279,10 @@ def features(tok, examples: Sequence[QAExample], max_len: int, doc_stride: int =
         for w, (s, n) in enumerate(wins):
             inside = target is not None and s <= target[0] and target[1] < s + n
             a, b = (c0 + target[0] - s, c0 + target[1] - s) if inside else (0, 0)
-            out.append(Feature(k, [tok.cls_id, *q, tok.sep_id, *pieces[s:s + n], tok.sep_id], [0] * c0 + [1] * (n + 1), c0,
-                               [spans[word_of[i]] for i in range(s, s + n)], [best[i][1] == w for i in range(s, s + n)], a, b))
+            out.append(Feature(k, [tok.cls_id, *q, tok.sep_id, *pieces[s:s + n], tok.sep_id], [0] * c0 + [1] * (n + 1),
+                               c0,
+                               [spans[word_of[i]] for i in range(s, s + n)], [best[i][1] == w
+                                                                              for i in range(s, s + n)], a, b))
     return out, unread
 
 # %% ../nbs/05a_squad.ipynb #48e39e57
@@ -298,10 +310,12 @@ class AlbertForQuestionAnswering(nn.Module):
 
     def loss(self, logits, positions):
         "The mean of the start and end cross-entropies; `positions` (B, 2) are the target start and end."
-        return (F.cross_entropy(logits[..., 0].float(), positions[:, 0]) + F.cross_entropy(logits[..., 1].float(), positions[:, 1])) / 2
+        return (F.cross_entropy(logits[..., 0].float(), positions[:, 0])
+                + F.cross_entropy(logits[..., 1].float(), positions[:, 1])) / 2
 
     def hf_state_dict(self) -> dict:
-        "The weights under the keys of transformers' `AlbertForQuestionAnswering` (no pooler; the identity projection when E == H), or `ElectraForQuestionAnswering` on an ELECTRA discriminator."
+        ("The weights under the keys of transformers' `AlbertForQuestionAnswering` (no pooler; the identity projection "
+         "when E == H), or `ElectraForQuestionAnswering` on an ELECTRA discriminator.")
         if isinstance(self.albert, ElectraEncoder):
             sd = {f"electra.{k}": v for k, v in self.albert.electra.state_dict().items()}
         else:
@@ -312,7 +326,8 @@ class AlbertForQuestionAnswering(nn.Module):
 
 # %% ../nbs/05a_squad.ipynb #2e3f8c38
 @torch.no_grad()
-def window_logits(model, feats: Sequence[Feature], batch_size: int = 64, device="cpu", precision: str = "auto") -> list[np.ndarray]:
+def window_logits(model, feats: Sequence[Feature], batch_size: int = 64, device="cpu",
+                  precision: str = "auto") -> list[np.ndarray]:
     "The (T, 2) start and end logits of every window (T its own length), in order."
     model.eval()
     out, order = [None] * len(feats), np.argsort([len(f.input_ids) for f in feats], kind="stable")
@@ -323,7 +338,8 @@ def window_logits(model, feats: Sequence[Feature], batch_size: int = 64, device=
     return out
 
 # %% ../nbs/05a_squad.ipynb #f4deb085
-def best_span(logits: np.ndarray, feature: Feature, max_answer_length: int = MAX_ANSWER_LENGTH) -> tuple[float, int, int]:
+def best_span(logits: np.ndarray, feature: Feature, max_answer_length: int = MAX_ANSWER_LENGTH) -> tuple[float, int,
+                                                                                                         int]:
     "(start + end logit, start, end) of the window's best valid span; (-inf, 0, 0) when it has none."
     c0, n = feature.context_start, len(feature.offsets)
     s, e = logits[c0:c0 + n, 0], logits[c0:c0 + n, 1]
@@ -361,12 +377,14 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
                   learning_rate: float | None = None, # None: Table 7's 3e-5
                   doc_stride: int = DOC_STRIDE, max_query_length: int = MAX_QUERY_LENGTH,
                   max_answer_length: int = MAX_ANSWER_LENGTH, progress: bool = True) -> pd.DataFrame:
-    "Finetune checkpoint `step` on SQuAD 2.0, score the dev questions, and store the rows in the run's results database."
+    ("Finetune checkpoint `step` on SQuAD 2.0, score the dev questions, and store the rows in the run's results "
+     "database.")
     step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     run_dir = Path(run_dir)
     find_checkpoint(run_dir, step)
     data = load_squad(squad_dir)
-    train, dev = subsample(data["train"], max_train_examples, seed), subsample(data["dev"], max_dev_examples, SPLIT_SEED)
+    train, dev = subsample(data["train"], max_train_examples, seed), subsample(data["dev"], max_dev_examples,
+                                                                               SPLIT_SEED)
     pre, tok = load_checkpoint(run_dir, step, device), D.load_tokenizer(run_dir)
     max_len = max_seq_length(run_dir, pre, SQUAD)
     q_len, stride = window_settings(max_len, doc_stride, max_query_length)
@@ -377,7 +395,8 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
     lr, t0 = learning_rate or SQUAD.lr, time.time()
     torch.manual_seed(seed)
     model = AlbertForQuestionAnswering(pre.albert, SQUAD.albert_dropout).to(device)
-    loss = finetune(model, [(f.input_ids, f.token_type_ids) for f in train_f], [(f.start, f.end) for f in train_f], steps,
+    loss = finetune(model, [(f.input_ids, f.token_type_ids) for f in train_f], [(f.start, f.end) for f in train_f],
+                    steps,
                     warmup, lr, SQUAD.batch_size, seed, device, desc="squad step", progress=progress)
     dev_f, _ = features(tok, dev, max_len, doc_stride, max_query_length)
     preds = predict_answers(dev, dev_f, window_logits(model, dev_f, device=device), max_answer_length)
@@ -388,12 +407,14 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
                     max_query_length=q_len, max_answer_length=max_answer_length, train_windows=len(train_f),
                     train_unread=len(unread), dev_windows=len(dev_f), seconds=round(time.time() - t0, 1),
                     data=str(squad_dir), dev_examples=len(dev))
-    rows = [dict(task=TASK, metric=k, value=float(v), n=int(m.get(k.split("_")[0] + "_total", len(dev)))) for k, v in m.items()]
+    rows = [dict(task=TASK, metric=k, value=float(v), n=int(m.get(k.split("_")[0] + "_total", len(dev)))) for k,
+            v in m.items()]
     rows += seed_rows(TASK, [m["score"]], seed, len(dev))
     rows.append(dict(task=TASK, metric="train_loss", value=float(loss), n=len(train)))
     # the settings table, as glue
     sets = [dict(task=TASK, name=k, value=float(settings[k])) for k in SETTINGS + WINDOW_SETTINGS]
-    samples = [dict(task=TASK, item="settings", text=json.dumps(settings)), dict(task=TASK, item="predictions", text=json.dumps(preds))]
+    samples = [dict(task=TASK, item="settings", text=json.dumps(settings)),
+               dict(task=TASK, item="predictions", text=json.dumps(preds))]
     write_results(run_dir, ANALYSIS, step, rows, samples, sets)
     return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
 
@@ -420,7 +441,8 @@ METRICS = ("score", "exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "
 def scores_table(run_dir) -> pd.DataFrame:
     "Step x metric table (x100) of the stored SQuAD 2.0 results."
     df = read_results(run_dir, ANALYSIS, task=TASK, seed=-1)  # the finetuning seeds' mean (one seed: its score)
-    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet: run evaluate_step(run_dir, step, squad_dir=...) first")
+    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet: run evaluate_step(run_dir, step, "
+                                   "squad_dir=...) first")
     t = df.pivot_table(index="step", columns="metric", values="value")
     return t[[c for c in METRICS if c in t.columns]] * 100
 
@@ -436,7 +458,8 @@ def plot_fig12_squad(run_dir, out_dir=None) -> list[Path]:
         plot_steps(ax, t.index, t[k], run_dir, ls=style, marker=".", color="tab:blue", lw=1, alpha=0.7, label=k)
     best = t["score"].idxmax()
     ax.plot([best], [t["score"].max()], "x", color="tab:red", ms=10, mew=2, label=f"best: step {best}")
-    ax.axhline(t["chance"].iloc[-1], ls="--", color="grey", lw=1, label=f"no answer to every question: {t['chance'].iloc[-1]:.1f}")
+    ax.axhline(t["chance"].iloc[-1], ls="--", color="grey", lw=1, label="no answer to every question: "
+                                                                        f"{t['chance'].iloc[-1]:.1f}")
     step_axis(ax, t.index, run_dir=run_dir)
     ax.set_ylabel("SQuAD 2.0 dev (x100)"); ax.legend(fontsize=7); ax.grid(alpha=0.3)
     ax.set_title(f"Fig. 12 (SQuAD 2.0 panel): dev score over pretraining ({run_dir.name})", fontsize=9)
@@ -449,7 +472,8 @@ def write_table(run_dir, out_dir=None) -> list[Path]:
     md = [f"# Fig. 12, SQuAD 2.0 in numbers: dev metrics (x100) per pretraining step ({run_dir.name})", "",
           "score = mean of exact match (EM) and F1; HasAns/NoAns: the answerable / unanswerable questions; chance: "
           "answering no question.", "", markdown_table(t.round(1), digits=4)]
-    return [atomic_write(out / "table_squad_scores.md", "\n".join(md)), atomic_write(out / "table_squad_scores.csv", t.round(2).to_csv())]
+    return [atomic_write(out / "table_squad_scores.md", "\n".join(md)),
+            atomic_write(out / "table_squad_scores.csv", t.round(2).to_csv())]
 
 # %% ../nbs/05a_squad.ipynb #71fa80dc
 def redraw(run_dir, out_dir=None) -> list[Path]:
@@ -462,11 +486,13 @@ def verdict(run_dir) -> str:
     t = scores_table(run_dir); s, chance = t["score"].dropna(), float(t["chance"].iloc[-1])
     where = lambda st: f"{s[st]:.1f} at step {st}"
     out = (f"The SQuAD 2.0 score (mean of EM and F1) is {where(s.index[0])}" + (
-           f" and {where(s.index[-1])}, best {where(s.idxmax())}" if len(s) > 1 else "") + f", against {chance:.1f} for answering no question")
+           f" and {where(s.index[-1])}, best {where(s.idxmax())}" if len(s) > 1 else "") + f", against {chance:.1f} "
+                                                                                           "for answering no question")
     if s.max() - chance < 2:
         what = ("the finetuned model learns to abstain but not to find answers" if s.max() > chance - 2 else
                 "the finetuned model neither finds answers nor abstains as often as it should")
-        return out + f"; no step beats that all-null baseline by 2 points: {what}, so this run shows none of the paper's early rise (appendix E.4)."
+        return out + (f"; no step beats that all-null baseline by 2 points: {what}, so this run shows none of the "
+                      "paper's early rise (appendix E.4).")
     gain = s - s.iloc[0]
     if len(s) < 3 or gain.max() < 2: return out + "."
     early = int(gain.index[gain >= 0.9 * gain.max()][0])

@@ -23,8 +23,10 @@ from typing import Sequence
 import pandas as pd
 
 from .config import clean_stale_temps, temp_tag, check_value
-from .run import list_steps, find_checkpoint, complete_run, as_run, run_transitions, check_device, sweep_lock, training_holder, holder_text
-from .results import DB_NAME, UNRECORDED, db_path, log_job, read_log, computed_with, options_digest, set_computed_with
+from .run import (list_steps, find_checkpoint, complete_run, as_run, run_transitions, check_device, sweep_lock,
+                        training_holder, holder_text)
+from .results import (DB_NAME, UNRECORDED, db_path, log_job, read_log, computed_with, options_digest,
+                            set_computed_with)
 
 
 # %% auto #0
@@ -32,7 +34,7 @@ __all__ = ['ANALYSES', 'SWEEP_TAG', 'WARM_ENGINE', 'SweepError', 'nbs_dir', 'ava
            'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'evaluation_steps', 'applicable', 'Job',
            'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill',
            'run_inprocess', 'error_text', 'check_options', 'options_text', 'plan', 'say_recomputed', 'summary_table',
-           'sweep']
+           'run_job', 'sweep']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -55,8 +57,8 @@ class SweepError(ValueError):
 def nbs_dir() -> Path:
     "The notebooks folder of this checkout (the sweep runs them with papermill)."
     d = Path(importlib.util.find_spec("embryo").origin).resolve().parent.parent / "nbs"
-    if not d.is_dir(): raise SweepError(f"no notebooks at {d}: papermill mode needs a source checkout (pip install -e .); "
-                                        "use mode='inprocess' otherwise")
+    if not d.is_dir(): raise SweepError(f"no notebooks at {d}: papermill mode needs a source checkout (pip install -e "
+                                        ".); use mode='inprocess' otherwise")
     return d
 
 # %% ../nbs/10_sweep.ipynb #290d004f
@@ -109,7 +111,8 @@ def log_spaced(steps: Sequence[int], k: int) -> list[int]:
 
 # %% ../nbs/10_sweep.ipynb #782d9ee8
 def evaluation_steps(run_dir, early: int, dense: int = 12) -> list[int]:
-    "`early` log-spaced checkpoints before the loss leaves its plateau, its last one, `dense` evenly spaced ones through the drop, `early` log-spaced after."
+    ("`early` log-spaced checkpoints before the loss leaves its plateau, its last one, `dense` evenly spaced ones "
+     "through the drop, `early` log-spaced after.")
     steps = list_steps(run_dir)
     found = run_transitions(run_dir) if steps else []
     if not found: return log_spaced(steps, early + dense)
@@ -119,7 +122,8 @@ def evaluation_steps(run_dir, early: int, dense: int = 12) -> list[int]:
     end = max([s for s in steps if s <= start] or steps[:1])  # the plateau's last checkpoint
     stop = min([s for s in steps if s >= stop] or steps[-1:])  # the first checkpoint after the drop
     window = [s for s in steps if end < s <= stop]  # after the plateau: `dense` of these, so that many follow its end
-    picked = window if len(window) <= dense else [window[round(i * (len(window) - 1) / (dense - 1))] for i in range(dense)]
+    picked = window if len(window) <= dense else [window[round(i * (len(window) - 1) / (dense - 1))]
+                                                  for i in range(dense)]
     after = log_spaced([s for s in steps if s > stop], early) if steps[-1] > stop else []
     return sorted({end, *picked, *log_spaced([s for s in steps if s < end], early), *after})
 
@@ -153,7 +157,8 @@ def _is_export(source: str) -> bool:
 
 # %% ../nbs/10_sweep.ipynb #0c5ed42a
 def sweep_notebook(nb_path, examples: bool = False):
-    "The analysis notebook as a sweep runs it: its exported code, parameters and `sweep` cells (all cells if `examples`)."
+    ("The analysis notebook as a sweep runs it: its exported code, parameters and `sweep` cells (all cells if "
+     "`examples`).")
     import nbformat
     nb = nbformat.read(str(nb_path), as_version=4)
     if not examples:
@@ -163,7 +168,8 @@ def sweep_notebook(nb_path, examples: bool = False):
 
 # %% ../nbs/10_sweep.ipynb #8355fbd7
 def start_kernel(cwd, preload: Sequence[str] = ()):
-    "A started python3 kernel (jupyter_client's `AsyncKernelManager`) in `cwd`, the `preload` modules imported silently."
+    ("A started python3 kernel (jupyter_client's `AsyncKernelManager`) in `cwd`, the `preload` modules imported "
+     "silently.")
     import asyncio
     from jupyter_client.manager import AsyncKernelManager
     async def start():
@@ -173,7 +179,9 @@ def start_kernel(cwd, preload: Sequence[str] = ()):
             kc = km.client(); kc.start_channels()
             try:
                 await kc.wait_for_ready(timeout=120)
-                if preload: await kc.execute(f"[__import__(m) for m in {list(preload)!r}]", silent=True, reply=True, timeout=600)
+                if preload:
+                    await kc.execute(f"[__import__(m) for m in {list(preload)!r}]", silent=True, reply=True,
+                                     timeout=600)
                 return km
             except RuntimeError:
                 await km.shutdown_kernel(now=True); await km.cleanup_resources()
@@ -226,7 +234,8 @@ WARM_ENGINE = "embryo-started-kernel"
 
 # %% ../nbs/10_sweep.ipynb #aca3eb00
 def _register_engine():
-    "Register (once) papermill's nbclient engine, running the notebook in a started kernel (`km`) that it shuts down after."
+    ("Register (once) papermill's nbclient engine, running the notebook in a started kernel (`km`) that it shuts down "
+     "after.")
     from papermill.clientwrap import PapermillNotebookClient
     from papermill.engines import NBClientEngine, papermill_engines
     from papermill.log import logger
@@ -236,16 +245,27 @@ def _register_engine():
         def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None, stderr_file=None,
                                      start_timeout=60, execution_timeout=None, km=None, **kwargs):
             kwargs.pop("input_path", None)
-            client = PapermillNotebookClient(nb_man, km=km, kernel_name=kernel_name, log=logger, log_output=log_output,
-                                             stdout_file=stdout_file, stderr_file=stderr_file, startup_timeout=start_timeout,
-                                             timeout=execution_timeout, shutdown_kernel="immediate", **kwargs)
+            client = PapermillNotebookClient(
+                nb_man,
+                km=km,
+                kernel_name=kernel_name,
+                log=logger,
+                log_output=log_output,
+                stdout_file=stdout_file,
+                stderr_file=stderr_file,
+                startup_timeout=start_timeout,
+                timeout=execution_timeout,
+                shutdown_kernel="immediate",
+                **kwargs,
+            )
             # the kernel was handed over: stop it and close the client's channels
             return client.execute(cleanup_kc=True)
     papermill_engines.register(WARM_ENGINE, StartedKernelEngine)
 
 # %% ../nbs/10_sweep.ipynb #e4a5a215
 def _path_option(v) -> Path | None:
-    "The absolute path an option's value names, where it names an existing file or folder (relative to this process's folder)."
+    ("The absolute path an option's value names, where it names an existing file or folder (relative to this process's "
+     "folder).")
     if isinstance(v, (str, Path)) and str(v) and Path(v).expanduser().exists(): return Path(v).expanduser().resolve()
     return None
 
@@ -258,7 +278,8 @@ def _resolved(v):
 # %% ../nbs/10_sweep.ipynb #93da2216
 def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None = None, pool: KernelPool | None = None,
                   examples: bool = False) -> Path:
-    "Execute the analysis notebook of `job` for its step (in a kernel from `pool`); the executed notebook is kept, even when it fails."
+    ("Execute the analysis notebook of `job` for its step (in a kernel from `pool`); the executed notebook is kept, "
+     "even when it fails.")
     import papermill as pm
     _register_engine()
     nb = sweep_notebook(nbs_dir() / f"{ANALYSES[job.analysis]}.ipynb", examples)
@@ -318,13 +339,16 @@ def check_options(analysis: str, options: dict | None, mode: str):
     if bad: raise SweepError(f"{analysis} has no option {', '.join(bad)}; {where} are {', '.join(sorted(known))}")
     sig = inspect.signature(analysis_module(analysis).evaluate_step).parameters
     for k, v in options.items():
-        if k in sig and sig[k].default is not inspect.Parameter.empty: check_value(k, v, sig[k].default, f"--option {analysis}.{k}")
+        if k in sig and sig[k].default is not inspect.Parameter.empty:
+            check_value(k, v, sig[k].default, f"--option {analysis}.{k}")
 
 # %% ../nbs/10_sweep.ipynb #548f88e2
 def _data_fingerprint(p: Path) -> str:
-    "Names, sizes and modification times of the files of a file or folder the options name: changed data, another digest."
+    ("Names, sizes and modification times of the files of a file or folder the options name: changed data, another "
+     "digest.")
     files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
-    return options_digest(json.dumps([(str(f.relative_to(p)) if f != p else f.name, f.stat().st_size, f.stat().st_mtime_ns)
+    return options_digest(json.dumps([(str(f.relative_to(p)) if f != p else f.name, f.stat().st_size,
+                                       f.stat().st_mtime_ns)
                                       for f in files]))
 
 # %% ../nbs/10_sweep.ipynb #fe351bf0
@@ -342,7 +366,8 @@ def options_text(analysis: str, options: dict | None) -> str:
 # %% ../nbs/10_sweep.ipynb #89deb085
 def plan(run_dir, analyses=None, steps=None, force=False, shard=None, options: dict | None = None,
          redo: dict | None = None) -> tuple[list[Job], list[Job]]:
-    "The jobs to run and the jobs skipped because their results exist, computed with the same `options`; `redo` gets the others."
+    ("The jobs to run and the jobs skipped because their results exist, computed with the same `options`; `redo` gets "
+     "the others.")
     analyses = list(available_analyses() if analyses is None else analyses)
     for a in analyses: analysis_module(a)
     chosen = select_steps(run_dir, steps, shard)
@@ -373,10 +398,28 @@ def say_recomputed(redo: dict, options: dict):
 # %% ../nbs/10_sweep.ipynb #bb350664
 def summary_table(todo, skipped, outcome: dict) -> pd.DataFrame:
     "Analyses x steps: done, failed or skipped."
-    rows = [(j.analysis, j.step, "skipped") for j in skipped] + [(j.analysis, j.step, outcome.get(j, "not run")) for j in todo]
+    rows = [(j.analysis, j.step, "skipped") for j in skipped] + [(j.analysis, j.step, outcome.get(j, "not run"))
+                                                                 for j in todo]
     if not rows: return pd.DataFrame()
     df = pd.DataFrame(rows, columns=["analysis", "step", "status"])
     return df.pivot(index="analysis", columns="step", values="status").fillna("")
+
+# %% ../nbs/10_sweep.ipynb #01bb0577
+def run_job(run_dir, job: Job, mode: str, device: str, options: dict, kernels=None, examples: bool = False):
+    "Run one (analysis, step) job of a sweep and log it; returns (job, 'done' or 'failed', the error's text or None)."
+    t0 = time.time()
+    try:
+        text = options_text(job.analysis, options.get(job.analysis))
+        set_computed_with(run_dir, job.analysis, job.step, None)  # under way: matches no options until it ends
+        if mode == "papermill": run_papermill(run_dir, job, device, options.get(job.analysis), kernels, examples)
+        else: run_inprocess(run_dir, job, device, options.get(job.analysis))
+        set_computed_with(run_dir, job.analysis, job.step, text)
+        status, err = "done", None
+    except Exception as e:  # one failing job is recorded; the others go on
+        status, err = "failed", error_text(e)
+    nb = str(notebook_path(run_dir, job)) if mode == "papermill" else None
+    log_job(run_dir, job.analysis, job.step, status, time.time() - t0, err, nb, mode)
+    return job, status, err
 
 # %% ../nbs/10_sweep.ipynb #61ff6f07
 def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by step (`as_run`)
@@ -402,7 +445,8 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
     analyses, not_applicable = applicable(run_dir, available_analyses() if analyses is None else analyses)
     for a, why in not_applicable.items(): print(f"{a}: not run: {why}", flush=True)
     for a in options:
-        if a not in ANALYSES: raise SweepError(f"options for unknown analysis {a!r}; the analyses are {', '.join(ANALYSES)}")
+        if a not in ANALYSES:
+            raise SweepError(f"options for unknown analysis {a!r}; the analyses are {', '.join(ANALYSES)}")
         check_options(a, options[a], mode)
     threads = max(1, (os.cpu_count() or 1) // max(1, workers))
     with sweep_lock(run_dir, shard_db_name(shard) if shard else None), \
@@ -410,30 +454,16 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
         redo = {}
         todo, skipped = plan(run_dir, analyses, steps, force, shard, options, redo)
         if (h := training_holder(run_dir)) is not None:
-            print(f"{run_dir} is still training ({holder_text(h)}): this sweep evaluates the checkpoints saved so far (up to step "
-                  f"{max(list_steps(run_dir), default=0)}) and its figures show those; the steps saved after it are left for "
-                  "later: rerun the same sweep when training ends (what is done is skipped)", flush=True)
+            print(f"{run_dir} is still training ({holder_text(h)}): this sweep evaluates the checkpoints saved so far "
+                  f"(up to step {max(list_steps(run_dir), default=0)}) and its figures show those; the steps saved "
+                  "after it are left for later: rerun the same sweep when training ends (what is done is skipped)",
+                  flush=True)
         for a in {j.analysis for j in todo + skipped}:  # notebooks a killed sweep left under temporary names
             if (run_dir / "notebooks" / a).is_dir(): clean_stale_temps(run_dir / "notebooks" / a, ".step_")
         say_recomputed(redo, options)
         kernels = (KernelPool(len(todo), workers + 1, preload=sorted({f"embryo.{j.analysis}" for j in todo}))
                    if mode == "papermill" and todo else None)
         outcome = {}
-
-        def attempt(job):
-            t0 = time.time()
-            try:
-                text = options_text(job.analysis, options.get(job.analysis))
-                set_computed_with(run_dir, job.analysis, job.step, None)  # under way: matches no options until it ends
-                if mode == "papermill": run_papermill(run_dir, job, device, options.get(job.analysis), kernels, examples)
-                else: run_inprocess(run_dir, job, device, options.get(job.analysis))
-                set_computed_with(run_dir, job.analysis, job.step, text)
-                status, err = "done", None
-            except Exception as e:  # one failing job is recorded; the others go on
-                status, err = "failed", error_text(e)
-            nb = str(notebook_path(run_dir, job)) if mode == "papermill" else None
-            log_job(run_dir, job.analysis, job.step, status, time.time() - t0, err, nb, mode)
-            return job, status, err
 
         bar = tqdm(total=len(todo), desc=f"sweep {Path(run_dir).name}", disable=not progress or not todo)
         failures = []
@@ -442,7 +472,8 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
             import torch; torch_threads = torch.get_num_threads(); torch.set_num_threads(threads)
         try:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                for fut in as_completed([pool.submit(attempt, j) for j in todo]):
+                for fut in as_completed([pool.submit(run_job, run_dir, j, mode, device, options, kernels, examples)
+                                         for j in todo]):
                     job, status, err = fut.result()
                     outcome[job] = status
                     if err: failures.append((job, err))

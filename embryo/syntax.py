@@ -157,19 +157,23 @@ def correct(choice: np.ndarray, heads: Sequence[int]) -> np.ndarray:
 
 # %% ../nbs/08a_syntax.ipynb #ad5cc5ed
 def adjacent_choices(W: int) -> dict[str, np.ndarray]:
-    "The baseline's choices: the previous word (the first word: the second) and the next (the last word: the one before)."
+    ("The baseline's choices: the previous word (the first word: the second) and the next (the last word: the one "
+     "before).")
     i = np.arange(W)
     return {"previous": np.where(i == 0, 1, i - 1), "next": np.where(i == W - 1, W - 2, i + 1)}
 
 # %% ../nbs/08a_syntax.ipynb #37591f80
 def sentence_inputs(tok, sents: Sequence[Parsed], max_sentences: int = 500, max_tokens: int = 512
                    ) -> tuple[list[tuple[torch.Tensor, list[tuple[int, int]], Parsed]], int]:
-    "The first `max_sentences` sentences that can be scored, as (ids (1, T), word piece ranges, sentence); and how many were passed over."
+    ("The first `max_sentences` sentences that can be scored, as (ids (1, T), word piece ranges, sentence); and how "
+     "many were passed over.")
     out, passed = [], 0
     for s in sents:
         if len(out) >= max_sentences: break
         ids, spans = align(tok, s.words)
-        if len(s.words) < 2 or any(x is None for x in spans) or len(ids) + tok.n_added > max_tokens: passed += 1; continue
+        if len(s.words) < 2 or any(x is None for x in spans) or len(ids) + tok.n_added > max_tokens:
+            passed += 1
+            continue
         out.append((torch.tensor([tok.wrap(ids)]), spans, s))
     return out, passed
 
@@ -193,7 +197,8 @@ def _syntax_counts(model, inputs, device, offset):
     if not by_word: raise ValueError("no sentence could be scored: none has two words or more that align with the "
                                       "model's pieces and fit its positions")
     word_hits = np.concatenate(by_word, -1)  # (L, H, words)
-    return dict(hits=word_hits.sum(-1), words=words, sentences=len(inputs), word_hits=word_hits, word_names=names, **base)
+    return dict(hits=word_hits.sum(-1), words=words, sentences=len(inputs), word_hits=word_hits, word_names=names,
+                **base)
 
 # %% ../nbs/08a_syntax.ipynb #f27eaae9
 def step_rows(counts: dict, task: str) -> list[dict]:
@@ -201,7 +206,8 @@ def step_rows(counts: dict, task: str) -> list[dict]:
     n = counts["words"]
     uas = counts["hits"] / n
     L, H = uas.shape
-    rows = [dict(task=task, layer=l + 1, head=h, metric="uas", value=float(uas[l, h]), n=n) for l in range(L) for h in range(H)]
+    rows = [dict(task=task, layer=l + 1, head=h, metric="uas", value=float(uas[l, h]), n=n) for l in range(L)
+            for h in range(H)]
     rows += [dict(task=task, layer=l + 1, head=-1, metric="uas_best", value=float(uas[l].max()), n=n) for l in range(L)]
     prev, nxt = counts["previous"] / n, counts["next"] / n
     return rows + [dict(task=task, layer=-1, head=-1, metric=m, value=float(v), n=n)
@@ -213,7 +219,8 @@ def uas_scores(counts: dict, task: str) -> list[dict]:
     """Each word's score (1: the head chose a word joined to it by an arc) under each layer's best head (key
     `layer<l>/best_head`, l from 1), whose mean is that layer's `uas_best`: for resampling the words (notebook 10b)."""
     best = counts["hits"].argmax(-1)
-    return score_rows(task, {f"layer{l + 1}/best_head": counts["word_hits"][l, h].astype(float) for l, h in enumerate(best)},
+    return score_rows(task,
+                      {f"layer{l + 1}/best_head": counts["word_hits"][l, h].astype(float) for l, h in enumerate(best)},
                       counts["word_names"])
 
 # %% ../nbs/08a_syntax.ipynb #53eb6988
@@ -250,7 +257,8 @@ def syntax_results(run_dir, task: str = "silver") -> pd.DataFrame:
     if task not in TASKS: raise LookupError(f"unknown syntax task {task!r}; the tasks are {', '.join(TASKS)}")
     df = read_results(run_dir, ANALYSIS, task=task)
     if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results for task {task!r} yet; "
-                                   "run evaluate_step(run_dir, step) first" + (" with a treebank" if task == "gold" else ""))
+                                   "run evaluate_step(run_dir, step) first" + (" with a treebank" if task == "gold"
+                                                                               else ""))
     return df
 
 # %% ../nbs/08a_syntax.ipynb #45694678
@@ -261,7 +269,8 @@ def stored_tasks(run_dir) -> list[str]:
 
 # %% ../nbs/08a_syntax.ipynb #5be4aeb6
 def best_curves(run_dir, task: str = "silver") -> pd.DataFrame:
-    "Per step: each layer's best-head UAS (columns 1..L), the best over layers (`best`) and the adjacent baseline (`adjacent`)."
+    ("Per step: each layer's best-head UAS (columns 1..L), the best over layers (`best`) and the adjacent baseline "
+     "(`adjacent`).")
     df = syntax_results(run_dir, task)
     t = df[df.metric == "uas_best"].pivot_table(index="step", columns="layer", values="value").sort_index()
     t["best"] = t.max(axis=1)
@@ -287,16 +296,24 @@ def plot_syntax(run_dir):
         t = best_curves(run_dir, task)
         layers = [c for c in t.columns if isinstance(c, (int, np.integer))]
         colours = layer_colours(layers)
-        for l in layers: plot_steps(ax, t.index, t[l], run_dir, marker=".", color=colours[l], label=f"layer {l}, best head")
-        plot_steps(ax, t.index, t["adjacent"], run_dir, ls="--", marker=".", ms=3, color="0.4", label="baseline: always the adjacent word")
-        plot_steps(ax, t.index, t["random"], run_dir, ls=":", marker=".", ms=3, color="0.4", label="chance: a random other word")
-        if (ref := reference_uas(task)): ax.axhline(ref[1], **REFERENCE_STYLE, label=reference_label(f"its best head (layer {ref[0]})"))
+        for l in layers: plot_steps(ax, t.index, t[l], run_dir, marker=".", color=colours[l], label=f"layer {l}, best "
+                                                                                                    "head")
+        plot_steps(ax, t.index, t["adjacent"], run_dir, ls="--", marker=".", ms=3, color="0.4", label="baseline: "
+                                                                                                      "always the "
+                                                                                                      "adjacent word")
+        plot_steps(ax, t.index, t["random"], run_dir, ls=":", marker=".", ms=3, color="0.4", label="chance: a random "
+                                                                                                   "other word")
+        if (ref := reference_uas(task)): ax.axhline(ref[1], **REFERENCE_STYLE, label=reference_label("its best head "
+                                                                                                     "(layer "
+                                                                                                     f"{ref[0]})"))
         n = int(read_results(run_dir, ANALYSIS, task=task, metric="uas_adjacent").n.iloc[-1])
-        ax.set_title(f"{'silver arcs (spaCy, held-out Brown)' if task == 'silver' else 'gold arcs (treebank)'}, {n:,} words",
+        ax.set_title(f"{'silver arcs (spaCy, held-out Brown)' if task == 'silver' else 'gold arcs (treebank)'}, {n:,} "
+                     "words",
                      fontsize=10)
         step_axis(ax, t.index, run_dir=run_dir); ax.grid(alpha=0.3); ax.legend(fontsize=8)
         ax.set_ylabel("UAS: share of words whose most-attended word\nis their parent or child (fraction)")
-    fig.suptitle(f"Beyond the paper: syntactic attention (Chen et al. 2023), quantitative Fig. 4 ({Path(run_dir).name})")
+    fig.suptitle("Beyond the paper: syntactic attention (Chen et al. 2023), quantitative Fig. 4 "
+                 f"({Path(run_dir).name})")
     return fig
 
 # %% ../nbs/08a_syntax.ipynb #b6626b19
@@ -323,11 +340,12 @@ def task_sentence(run_dir, task: str = "silver") -> str:
     b, a = t["best"], t["adjacent"]
     s0, s1 = int(t.index[0]), int(t.index[-1])
     last_layer = int(t.loc[s1, [c for c in t.columns if isinstance(c, (int, np.integer))]].astype(float).idxmax())
-    what = ("silver arcs (spaCy" if task == "silver" else "gold arcs (treebank") + f", chance {t['random'].iloc[-1]:.3f})"
+    what = ("silver arcs (spaCy" if task == "silver" else "gold arcs (treebank") + (", chance "
+                                                                                    f"{t['random'].iloc[-1]:.3f})")
     if len(t) < 2:
-        return (f"Against {what}, only step {s0} is evaluated: the best head (layer {last_layer}) has UAS {b.iloc[0]:.3f}, "
-                f"{'above' if b.iloc[0] > a.iloc[0] else 'not above'} the adjacent-word baseline ({a.iloc[0]:.3f}); "
-                "evaluate more steps to see when syntax appears in the attention.")
+        return (f"Against {what}, only step {s0} is evaluated: the best head (layer {last_layer}) has UAS "
+                f"{b.iloc[0]:.3f}, {'above' if b.iloc[0] > a.iloc[0] else 'not above'} the adjacent-word baseline "
+                f"({a.iloc[0]:.3f}); evaluate more steps to see when syntax appears in the attention.")
     d = b.diff().iloc[1:]
     up = int(d.idxmax())
     above = t.index[(b > a).values]
@@ -356,7 +374,8 @@ REPORT = [
                  "the dependency parse; silver arcs from spaCy on held-out Brown sentences (gold arcs from a CoNLL-U "
                  "treebank where given). Dashed: a baseline that always chooses the adjacent word; dotted: chance.",
          finding="Chen et al. (2023) find that syntactic attention structure appears abruptly in a short window early "
-                 "in BERT pretraining, together with a sudden drop in the MLM loss; the embryology paper does not measure it."),
+                 "in BERT pretraining, together with a sudden drop in the MLM loss; the embryology paper does not "
+                 "measure it."),
     dict(file="table_syntax_uas", paper="Embryology Fig. 4 (beyond the paper: Chen et al. 2023's syntactic attention)",
          caption="Per layer and task: the best head at the last step, its UAS at the first and last step, the mean UAS "
                  "over heads, the adjacent-word baseline and chance.",
@@ -373,7 +392,8 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
     paths.append(atomic_write(out_dir / "table_syntax_uas.csv",
                               pd.concat(tables, names=["task"]).to_csv()))
     paths.append(atomic_write(out_dir / "table_syntax_uas.md",
-                              f"# Syntactic attention (Chen et al. 2023): best head per layer ({Path(run_dir).name})\n\n"
+                              "# Syntactic attention (Chen et al. 2023): best head per layer "
+                              f"({Path(run_dir).name})\n\n"
                               + "\n".join(f"## {t} arcs\n\n{markdown_table(tab)}\n" for t, tab in tables.items())
                               + "\n" + verdict(run_dir) + "\n"))
     return paths
