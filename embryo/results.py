@@ -379,6 +379,9 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
     "syntax": "the dependency arcs scored against: `silver` (spaCy on held-out Brown) or `gold` (a CoNLL-U treebank); "
               "metric `uas` per `layer` and `head`, `uas_best` per layer, `uas_adjacent`/`uas_previous`/`uas_next` "
               "(baselines, layer -1)",
+    "ngram": "the masked pieces of held-out Brown sentences (`brown`); metric `accuracy` (the model's top piece), "
+             "`kl_<order>`, `agree_<order>`, `accuracy_<order>` for the unigram, left and right bigram and trigram "
+             "estimates of the training corpus; each masked piece's KL in `scores` (key: the order)",
 }
 
 # %% ../nbs/03a_results.ipynb #b4cdf77a

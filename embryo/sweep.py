@@ -47,6 +47,7 @@ ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook
     "similarity": "07a_similarity",
     "attention": "08_attention",
     "syntax": "08a_syntax",
+    "ngram": "08b_ngram",
 }
 
 # %% ../nbs/10_sweep.ipynb #2a6d9baf

@@ -62,7 +62,8 @@ def test_other_runs_read_a_corpus_of_their_own(other_run):
 
 
 def test_found_analysis_notebooks():
-    assert [p.stem.split("_")[0] for p in ANALYSIS_NBS] == ["04", "05", "05a", "06", "06a", "07", "07a", "08", "08a"], ANALYSIS_NBS
+    assert [p.stem.split("_")[0] for p in ANALYSIS_NBS] == ["04", "05", "05a", "06", "06a", "07", "07a", "08", "08a",
+                                                             "08b"], ANALYSIS_NBS
 
 
 @pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])
