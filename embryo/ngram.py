@@ -24,10 +24,10 @@ from .probing import brown_sentences
 from .results import markdown_table, read_results, read_scores, score_rows, write_results
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'TASK', 'ORDERS', 'MIN_CONTEXT', 'EVERY', 'ORDER_COLOURS', 'REPORT', 'neighbours', 'context_keys',
-           'ngram_counts', 'corpus_counts', 'Masked', 'masked_positions', 'Estimate', 'estimates', 'masked_logprobs',
-           'step_measures', 'evaluate_step', 'applies_to', 'ngram_results', 'curves', 'closest_steps', 'plot_ngram',
-           'phase_order', 'verdict', 'redraw']
+__all__ = ['ANALYSIS', 'TASK', 'ORDERS', 'MIN_CONTEXT', 'EVERY', 'LEAVE_SHARE', 'ORDER_COLOURS', 'REPORT', 'neighbours',
+           'context_keys', 'ngram_counts', 'corpus_counts', 'Masked', 'masked_positions', 'Estimate', 'estimates',
+           'masked_logprobs', 'step_measures', 'evaluate_step', 'applies_to', 'ngram_results', 'curves', 'leave_steps',
+           'closest_steps', 'plot_ngram', 'phase_order', 'verdict', 'redraw']
 
 # %% ../nbs/08b_ngram.ipynb #ee688a1d
 ANALYSIS = "ngram"  # the `analysis` name of this notebook's rows in the results database
@@ -204,9 +204,22 @@ def curves(df: pd.DataFrame, what: str = "kl") -> pd.DataFrame:
     return t.pivot_table(index="step", columns="order", values="value").reindex(columns=list(ORDERS)).sort_index()
 
 # %% ../nbs/08b_ngram.ipynb #9b88c2c9
+LEAVE_SHARE = 0.1  # a phase is left once the KL is back up this share of the way from its lowest to its untrained value
+
+def leave_steps(means: np.ndarray, steps: np.ndarray, share: float = LEAVE_SHARE) -> np.ndarray:
+    ("For each row of mean KLs over `steps`: the first step after the lowest where the KL has climbed back `share`; "
+     "inf "
+     "if never.")
+    means = np.atleast_2d(means)
+    lo = means.argmin(1)
+    up = means.min(1) + share * (means[:, 0] - means.min(1))
+    after = (np.arange(means.shape[1]) > lo[:, None]) & (means > up[:, None])
+    return np.where(after.any(1), steps[after.argmax(1)].astype(float), np.inf)
+
+# %% ../nbs/08b_ngram.ipynb #0ac38aec
 def closest_steps(run_dir, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
-    ("Per order: the step of lowest KL with its 95% interval over resampled positions, the KL there and at the first "
-     "step.")
+    ("Per order: the steps of lowest KL and of leaving it, each with its 95% interval over resampled positions; the "
+     "floor.")
     sc = read_scores(run_dir, ANALYSIS, TASK)
     rows, rng = [], np.random.default_rng(seed)
     for o in ORDERS:
@@ -216,11 +229,15 @@ def closest_steps(run_dir, resamples: int = 1000, seed: int = 0) -> pd.DataFrame
         steps, S = s.step.to_numpy(), np.stack(s.scores.to_numpy())  # (steps, positions)
         best, n = int(S.mean(1).argmin()), S.shape[1]
         W = rng.multinomial(n, np.full(n, 1 / n), size=resamples)  # (resamples, positions): how often each is drawn
-        picks = steps[(W @ S.T.astype(np.float64)).argmin(1)]
+        M = W @ S.T.astype(np.float64) / n  # each resample's mean KL per step
+        lows, leaves = steps[M.argmin(1)], leave_steps(M, steps)
         d = S[0] - S[best]
-        rows.append(dict(order=o, closest_step=int(steps[best]), low=int(np.percentile(picks, 2.5)),
-                         high=int(np.percentile(picks, 97.5)), kl_closest=float(S[best].mean()),
-                         kl_first=float(S[0].mean()), first_step=int(steps[0]), last_step=int(steps[-1]),
+        q = lambda x, at, how: float(np.percentile(x, at, method=how))  # a step that was drawn (inf: never left)
+        rows.append(dict(order=o, closest_step=int(steps[best]), low=int(q(lows, 2.5, "lower")),
+                         high=int(q(lows, 97.5, "higher")), leaves_at=float(leave_steps(S.mean(1), steps)[0]),
+                         leaves_low=q(leaves, 2.5, "lower"), leaves_high=q(leaves, 97.5, "higher"),
+                         kl_closest=float(S[best].mean()), kl_first=float(S[0].mean()), first_step=int(steps[0]),
+                         last_step=int(steps[-1]),
                          approached=bool(d.mean() > 2 * d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else False))
     return pd.DataFrame(rows).set_index("order")
 
@@ -237,12 +254,15 @@ def plot_ngram(run_dir):
         plot_steps(axes[0], kl.index, kl[o], run_dir, marker=".", color=ORDER_COLOURS[o], label=f"{o}: {ORDERS[o]}")
         axes[0].axhline(kl[o].iloc[0], color=ORDER_COLOURS[o], ls=":", lw=0.9)
         axes[0].plot(kl[o].idxmin(), kl[o].min(), "*", color=ORDER_COLOURS[o], ms=11)
+        left = leave_steps(kl[o].to_numpy(), kl.index.to_numpy())[0]
+        if np.isfinite(left): axes[0].plot(left, kl[o][left], "X", color=ORDER_COLOURS[o], ms=8, mec="k", mew=0.6)
         axes[1].axhline(acc[o].iloc[-1], color=ORDER_COLOURS[o], ls="--", lw=1)
         plot_steps(axes[2], agree.index, agree[o], run_dir, marker=".", color=ORDER_COLOURS[o])
     model_acc = df[df.metric == "accuracy"].set_index("step").value.sort_index()
     plot_steps(axes[1], model_acc.index, model_acc, run_dir, marker=".", color="k", label="the model (top-1)")
     axes[0].plot([], [], "k:", lw=0.9, label="each order at the first step (untrained)")
     axes[0].plot([], [], "k*", ms=9, label="closest step")
+    axes[0].plot([], [], "X", color="w", mec="k", ms=8, label=f"phase left ({LEAVE_SHARE:.0%} back up)")
     axes[1].plot([], [], "k--", lw=1, label="each estimate's own accuracy (colour)")
     labels = ["KL(estimate || model), nats", "top-1 accuracy on the masked pieces",
               "share where the top piece is the estimate's"]
@@ -259,38 +279,40 @@ def plot_ngram(run_dir):
 
 # %% ../nbs/08b_ngram.ipynb #b0f5bb15
 def phase_order(cs: pd.DataFrame) -> tuple[str, str]:
-    "Whether unigram, then the bigrams, then the trigram holds on `closest_steps`' table: (status, why)."
+    ("Whether the unigram phase is left before the bigram phases and the trigram comes closest after them: (status, "
+     "why).")
     if not cs.approached.all():
         return "not testable", "an estimate is never approached above the untrained model's distance"
-    early = ["unigram", "left", "right"]
-    if (cs.closest_step[early] == cs.last_step[early]).any():
-        return "not testable", ("the unigram or a bigram estimate is still being approached at the last step: no phase "
-                                "is left")
-    chain = [("unigram", b) for b in ("left", "right")] + [(b, "trigram") for b in ("left", "right")]
-    if any(cs.closest_step[a] == cs.closest_step[b] for a, b in chain):
-        return "not testable", ("two orders are closest at the same evaluated step: the spacing of the evaluated steps "
-                                "cannot order them")
-    if any(cs.closest_step[a] > cs.closest_step[b] and cs.low[a] > cs.high[b] for a, b in chain):
-        return "not reproduced", "a later order's closest step comes before an earlier's beyond both intervals"
-    if all(cs.high[a] < cs.low[b] for a, b in chain):
-        return "reproduced", "each later order's closest step lies after the earlier's beyond both intervals"
-    if all(cs.closest_step[a] < cs.closest_step[b] for a, b in chain):
-        return "partly reproduced", "the closest steps come in that order, but their intervals overlap"
-    return "not reproduced", "the closest steps do not come in that order"
+    if not np.isfinite(cs.leaves_at["unigram"]): return "not testable", "the unigram phase is never left"
+    bi = ("left", "right")  # a bigram phase never left counts as left after the run
+    if (any(cs.leaves_low["unigram"] > cs.leaves_high[b] for b in bi)
+            or any(cs.low[b] > cs.high["trigram"] for b in bi)):
+        return "not reproduced", "a bigram phase is left before the unigram phase, or the trigram is closest first"
+    if (all(cs.leaves_high["unigram"] < cs.leaves_low[b] for b in bi)
+            and all(cs.high[b] < cs.low["trigram"] for b in bi)):
+        return "reproduced", ("the unigram phase is left before either bigram phase, and the trigram estimate comes "
+                              "closest after both, beyond the intervals")
+    if (all(cs.leaves_at["unigram"] < cs.leaves_at[b] for b in bi)
+            and all(cs.closest_step[b] < cs.closest_step["trigram"] for b in bi)):
+        return "partly reproduced", "the phases come in that order, but their intervals overlap"
+    return "not reproduced", "the phases do not come in that order"
 
 # %% ../nbs/08b_ngram.ipynb #3f3cd267
 def verdict(run_dir) -> str:
-    ("Each order's closest step with its interval and floor, and whether Chang & Bergen's order holds, from the "
-     "database.")
+    "Each order's closest step and leaving step with their intervals, and whether Chang & Bergen's order holds."
     cs = closest_steps(run_dir)
+    step = lambda v: "never" if not np.isfinite(v) else f"{v:,.0f}"
     said = "; ".join(f"{o} {r.closest_step:,} ({r.low:,} to {r.high:,}; KL {r.kl_closest:.2f} from {r.kl_first:.2f}"
                      + (", never below its first-step value by 2 SE" if not r.approached else "")
-                     + (", still falling at the last step" if r.closest_step == r.last_step else "") + ")"
+                     + (", still falling at the last step" if r.closest_step == r.last_step else
+                        ", not left by the last step" if not np.isfinite(r.leaves_at) else
+                        f", left at {step(r.leaves_at)} ({step(r.leaves_low)} to {step(r.leaves_high)})") + ")"
                      for o, r in cs.iterrows())
     status, why = phase_order(cs)
     return (f"The masked predictions come closest to each n-gram estimate of the training corpus at step (95% interval "
-            f"over resampled positions): {said}. Chang and Bergen's order (unigram, then bigrams, then trigram) is "
-            f"{status} on this run: {why}.")
+            f"over resampled positions; then the step where they leave it): {said}. Chang and Bergen's order (the "
+            f"unigram phase left first, then the bigram ones, the trigram estimate reached last) is {status} on this "
+            f"run: {why}.")
 
 # %% ../nbs/08b_ngram.ipynb #2ac83e66
 REPORT = [

@@ -48,15 +48,22 @@ def test_an_estimate_is_at_distance_zero_from_itself(seqs):
 
 
 def test_the_order_is_claimed_only_past_the_floor():
-    cs = pd.DataFrame(dict(closest_step=[500, 2000, 2000, 8000], low=[250, 1500, 1500, 6000], high=[750, 2500, 2500, 8000],
-                           approached=[True, True, True, False], last_step=8000), index=list(ORDERS))
+    "Phases left in the paper's order are claimed only where every estimate was approached above the untrained model."
+    inf = np.inf
+    cs = pd.DataFrame(dict(closest_step=[200, 200, 200, 7750], low=[200] * 3 + [7750], high=[200] * 3 + [7750],
+                           leaves_at=[800, 1400, 1300, inf], leaves_low=[750, 1300, 1250, inf],
+                           leaves_high=[800, 1900, 1300, inf], approached=[True, True, True, False]), index=list(ORDERS))
     assert phase_order(cs)[0] == "not testable"
     assert phase_order(cs.assign(approached=True))[0] == "reproduced"
+    assert phase_order(cs.assign(approached=True, leaves_low=[1500, 1300, 1250, inf], leaves_at=[1600, 1400, 1300, inf],
+                                 leaves_high=[1700, 1900, 1300, inf]))[0] == "not reproduced"
 
 
-def test_committed_ngram_results_are_what_the_bundle_gives():
-    "The committed table and verdict of the quick run are what its bundled database gives (positions resampled alike)."
-    t = pd.read_csv(ROOT / "figures" / "table_ngram_phases.csv", index_col="order")
-    got = closest_steps(ROOT / "figures" / "run")
+@pytest.mark.parametrize("bundle", ["figures", "figures/mature"])
+def test_committed_ngram_results_are_what_the_bundle_gives(bundle):
+    "The committed table and verdict of the quick and mature runs are what their bundled databases give."
+    t = pd.read_csv(ROOT / bundle / "table_ngram_phases.csv", index_col="order")
+    got = closest_steps(ROOT / bundle / "run")
     assert list(t.index) == list(ORDERS) and (t.closest_step == got.closest_step).all() and (t.low == got.low).all()
-    assert verdict(ROOT / "figures" / "run") in (ROOT / "figures" / "table_ngram_phases.md").read_text()
+    assert np.allclose(t.leaves_at, got.leaves_at) and (got.leaves_at["unigram"] < got.leaves_at[["left", "right"]]).all()
+    assert verdict(ROOT / bundle / "run") in (ROOT / bundle / "table_ngram_phases.md").read_text()
