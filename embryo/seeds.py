@@ -377,37 +377,24 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
     fmt = lambda v, spec="+.3f": "" if v is None or not np.isfinite(v) else format(v, spec)
     lines = [f"## {name}: {what} ({fig_no})", "", f"![{name}](fig_seeds_{name}.png)", "",
              f"**Verdict.** {verdict} Bands and intervals resample the {over}.", "",
-             f"| panel | first | last | {word} (interval) | 90% of it by step (interval) | {word}s {RISE}+ | and early "
-             "|",
+             f"| panel | first | last | {word} (interval) | 90% of it by step (interval) | {word}s {RISE}+ "
+             "| and early |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for g, (steps, curves, b) in panels.items():
         (glo, ghi), (alo, ahi) = b["gain_interval"], b["step90_interval"]
-        lines.append(f"| {g} | {b['mean'][0]:.3f} | {b['mean'][-1]:.3f} | {fmt(b['gain'])} ({fmt(glo)} to {fmt(ghi)}) "
-                     "| "
+        lines.append(f"| {g} | {b['mean'][0]:.3f} | {b['mean'][-1]:.3f} | {fmt(b['gain'])} "
+                     f"({fmt(glo)} to {fmt(ghi)}) | "
                      + (f"{fmt(b['step90'], ',.0f')} ({fmt(alo, ',.0f')} to {fmt(ahi, ',.0f')})"
                         if np.isfinite(b["step90"]) else "")
                      + f" | {b['share_rising']:.0%} | {b['share_early']:.0%} |")
     report = dict(
-        paper=fig_no,
-        analysis=analysis,
-        drawn=what,
-        sign=sign,
-        verdict=verdict,
-        resampled=over,
-        panels={
-            str(g): dict(
-                steps=[int(s) for s in steps],
-                mean=b["mean"].tolist(),
-                band=[b["lo"].tolist(), b["hi"].tolist()],
-                seeds={str(seed[r]): c.tolist() for r, c in zip(tabs, curves)},
-                gain=b["gain"],
-                gain_interval=b["gain_interval"],
-                step90=None if not np.isfinite(b["step90"]) else int(b["step90"]),
-                share_rising=b["share_rising"],
-                share_early=b["share_early"],
-                resampled=b["resampled"],
-            )
-            for g, (steps, curves, b) in panels.items()
-        },
+        paper=fig_no, analysis=analysis, drawn=what, sign=sign, verdict=verdict, resampled=over,
+        panels={str(g): dict(steps=[int(s) for s in steps], mean=b["mean"].tolist(),
+                             band=[b["lo"].tolist(), b["hi"].tolist()],
+                             seeds={str(seed[r]): c.tolist() for r, c in zip(tabs, curves)}, gain=b["gain"],
+                             gain_interval=b["gain_interval"],
+                             step90=None if not np.isfinite(b["step90"]) else int(b["step90"]),
+                             share_rising=b["share_rising"], share_early=b["share_early"], resampled=b["resampled"])
+                for g, (steps, curves, b) in panels.items()},
     )
     return paths, report, lines + [""]
