@@ -186,10 +186,10 @@ PAPER = {
     "table5": {(s, e): dict(params=p, avg=a) for e, rows in ((768, ((31, 79.8), (83, 81.6), (57, 79.5), (108, 82.3))),
                                                                (128, ((12, 80.1), (64, 81.7), (38, 80.2), (89, 81.6))))
                for s, (p, a) in zip(SHARING, rows)},
-    "table4": {**{("none", e): dict(params=p, avg=a) for e, p,
-                  a in ((64, 87, 81.3), (128, 89, 81.7), (256, 93, 81.8), (768, 108, 82.3))},
-               **{("all", e): dict(params=p, avg=a) for e, p,
-                  a in ((64, 10, 79.0), (128, 12, 80.1), (256, 16, 79.6), (768, 31, 79.8))}},
+    "table4": {**{("none", e): dict(params=p, avg=a) for e, p, a in ((64, 87, 81.3), (128, 89, 81.7), (256, 93, 81.8),
+                                                                     (768, 108, 82.3))},
+               **{("all", e): dict(params=p, avg=a) for e, p, a in ((64, 10, 79.0), (128, 12, 80.1), (256, 16, 79.6),
+                                                                    (768, 31, 79.8))}},
     "table3": {"bert-base": dict(params=108, avg=82.1, speedup=17.7),
                "bert-large": dict(params=334, avg=85.1, speedup=3.8),
                "bert-xlarge": dict(params=1270, avg=76.7, speedup=1.0), "base": dict(params=12, avg=80.1, speedup=21.1),
@@ -299,8 +299,8 @@ def make_batch(vocab: int, batch: int, seq: int, device, seed: int = 0) -> dict:
     ids[pick] = 4  # [MASK]
     types = torch.zeros_like(ids); types[:, seq // 2:] = 1
     sop = torch.randint(0, 2, (batch,), generator=g)
-    return {k: v.to(device) for k,
-            v in dict(input_ids=ids, token_type_ids=types, labels=labels, sentence_order_label=sop).items()}
+    return {k: v.to(device) for k, v in dict(input_ids=ids, token_type_ids=types, labels=labels,
+                                             sentence_order_label=sop).items()}
 
 # %% ../nbs/09_albert_ablations.ipynb #615af431
 def tokens_per_s(step, n_tokens: int, steps: int, device) -> float:
@@ -476,8 +476,8 @@ def _mean(cell) -> float:
 def beyond_spread(frame: pd.DataFrame) -> list[str]:
     ("Each '<config> <score>: <difference>' of a table frame whose difference from its reference row is beyond the "
      "seed spread.")
-    return [f"{r.config} {s}: {r[f'{s}_vs_ref']}" for _,
-            r in frame.iterrows() for s in ("mlm", "nsp", "sop", "downstream_avg")
+    return [f"{r.config} {s}: {r[f'{s}_vs_ref']}" for _, r in frame.iterrows() for s in ("mlm", "nsp", "sop",
+                                                                                         "downstream_avg")
             if f"{s}_vs_ref" in frame and str(r[f"{s}_vs_ref"]).endswith(" yes")]
 
 def chance_band(seeds: int, n_eval: int = 256) -> float:

@@ -171,8 +171,8 @@ def shared_floors(floors: dict, names: dict) -> dict:
         tc = read_run_config(r)[2]; return (str(tc.corpus), tc.tokenizer_vocab_size, tc.max_seq_length)
     out = {}
     for r, f in floors.items():
-        donor = None if not np.isnan(f) else next((d for d,
-                                                   g in floors.items() if not np.isnan(g) and key(d) == key(r)), None)
+        donor = None if not np.isnan(f) else next((d for d, g in floors.items() if not np.isnan(g)
+                                                   and key(d) == key(r)), None)
         out[r] = (floors[donor], names[donor]) if donor is not None else (f, None)
     return out
 

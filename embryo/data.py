@@ -316,8 +316,8 @@ def _build_mini(root: Path, out: Path, verbose: bool) -> dict:
 # %% ../nbs/02_data.ipynb #a5311c60
 def source_records(sources: dict) -> dict:
     "The pinned identity of every package in `sources`, as a manifest records it."
-    return {k: dict(client=s.client, name=s.name, version=s.version, file=s.file, sha256=s.sha256) for k,
-            s in sources.items()}
+    return {k: dict(client=s.client, name=s.name, version=s.version, file=s.file, sha256=s.sha256)
+            for k, s in sources.items()}
 
 # %% ../nbs/02_data.ipynb #e2713d99
 def manifest_is_complete(folder, fmt: int, sources: dict) -> bool:

@@ -66,8 +66,8 @@ def corpus_counts(run_dir, tok=None, corpus=None, cache: bool = True) -> dict[st
     seqs = [tok.wrap(x) for x in tok.encode_batch([s for doc in D.read_corpus(corpus) for s in doc]) if x]
     out = ngram_counts(seqs, tok.vocab_size)
     if cache:
-        buf = io.BytesIO(); np.savez(buf,
-                                     **{f"{o}_{n}": v for o, kv in out.items() for n, v in zip(("keys", "counts"), kv)})
+        arrays = {f"{o}_{n}": v for o, kv in out.items() for n, v in zip(("keys", "counts"), kv)}
+        buf = io.BytesIO(); np.savez(buf, **arrays)
         atomic_write(f, buf.getvalue())
     return out
 
@@ -174,8 +174,8 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer, pretrain
     model = load_checkpoint(run_dir, step, device, mlm=True).eval()  # an ELECTRA run: its generator, the masked LM
     masked = masked_positions(tok, max_sentences, seed, max_length(model))
     counts = corpus_counts(run_dir, tok, corpus)
-    est = {o: estimates(counts[o], k, tok.vocab_size) for o,
-           k in context_keys(masked.before, masked.after, tok.vocab_size).items()}
+    V = tok.vocab_size
+    est = {o: estimates(counts[o], k, V) for o, k in context_keys(masked.before, masked.after, V).items()}
     rows, kl = step_measures(masked_logprobs(model, masked, device), masked, est)
     scores = [s for o in ORDERS
               for s in score_rows(TASK, {o: kl[o]}, [e for e, k in zip(masked.examples, est[o].kept) if k])]
@@ -208,8 +208,7 @@ LEAVE_SHARE = 0.1  # a phase is left once the KL is back up this share of the wa
 
 def leave_steps(means: np.ndarray, steps: np.ndarray, share: float = LEAVE_SHARE) -> np.ndarray:
     ("For each row of mean KLs over `steps`: the first step after the lowest where the KL has climbed back `share`; "
-     "inf "
-     "if never.")
+     "inf if never.")
     means = np.atleast_2d(means)
     lo = means.argmin(1)
     up = means.min(1) + share * (means[:, 0] - means.min(1))
@@ -266,9 +265,9 @@ def plot_ngram(run_dir):
     axes[1].plot([], [], "k--", lw=1, label="each estimate's own accuracy (colour)")
     labels = ["KL(estimate || model), nats", "top-1 accuracy on the masked pieces",
               "share where the top piece is the estimate's"]
-    for ax, y, t in zip(axes, labels, ["(a) distance to each n-gram estimate", "(b) accuracy against the n-gram "
-                                                                               "baselines",
-                                       "(c) agreement with each estimate's most likely piece"]):
+    titles = ["(a) distance to each n-gram estimate", "(b) accuracy against the n-gram baselines",
+              "(c) agreement with each estimate's most likely piece"]
+    for ax, y, t in zip(axes, labels, titles):
         step_axis(ax, sorted(df.step.unique()), label="pretraining step (symlog)", run_dir=run_dir)
         ax.set_ylabel(y, fontsize=9); ax.set_title(t, fontsize=10); ax.grid(alpha=0.3); ax.set_ylim(bottom=0)
     fig.legend(*legend_entries(axes), fontsize=8, loc="outside lower center", ncol=4)
@@ -298,9 +297,10 @@ def phase_order(cs: pd.DataFrame) -> tuple[str, str]:
     return "not reproduced", "the phases do not come in that order"
 
 # %% ../nbs/08b_ngram.ipynb #3f3cd267
-def verdict(run_dir) -> str:
-    "Each order's closest step and leaving step with their intervals, and whether Chang & Bergen's order holds."
-    cs = closest_steps(run_dir)
+def verdict(run_dir, cs: pd.DataFrame | None = None) -> str:
+    ("Each order's closest step and leaving step with their intervals, and whether Chang & Bergen's order holds "
+     "(`cs`: `closest_steps`' table, when already computed).")
+    cs = closest_steps(run_dir) if cs is None else cs
     step = lambda v: "never" if not np.isfinite(v) else f"{v:,.0f}"
     said = "; ".join(f"{o} {r.closest_step:,} ({r.low:,} to {r.high:,}; KL {r.kl_closest:.2f} from {r.kl_first:.2f}"
                      + (", never below its first-step value by 2 SE" if not r.approached else "")
@@ -339,5 +339,5 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
     paths.append(atomic_write(out_dir / "table_ngram_phases.csv", t.to_csv()))
     paths.append(atomic_write(out_dir / "table_ngram_phases.md",
                               "# n-gram phases: where the predictions come closest to each estimate "
-                              f"({Path(run_dir).name})\n\n" + markdown_table(t) + "\n" + verdict(run_dir) + "\n"))
+                              f"({Path(run_dir).name})\n\n" + markdown_table(t) + "\n" + verdict(run_dir, t) + "\n"))
     return paths

@@ -652,8 +652,8 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
     ax.set_ylabel("micro-F1 / MLM accuracy (fraction, 0-1)")
     legend_below(ax, fontsize=7, ncol=3, below=0.55)
     sizes = task_sizes(df)
-    txt = "task: classes, train/dev/test\n" + "\n".join(f"{t}: {r.n_classes}, {r.n_train}/{r.n_dev}/{r.n_test}" for t,
-                                                        r in sizes.iterrows())
+    txt = "task: classes, train/dev/test\n" + "\n".join(f"{t}: {r.n_classes}, {r.n_train}/{r.n_dev}/{r.n_test}"
+                                                        for t, r in sizes.iterrows())
     why = "no MLM accuracy in the training log" if train_log(run_dir) else "no training log"
     if not log: txt += f"\n\n({why}: MLM accuracy not shown)"
     fig.text(0.99, 0.5, txt, fontsize=7, va="center", ha="left", family="monospace")

@@ -466,8 +466,8 @@ def computed_with(run_dir, analysis: str) -> dict[int, tuple[str, str]]:
      "unrecorded).")
     if not db_path(run_dir).exists(): return {}
     with connect(run_dir) as con:
-        rec = {s: (d, o) for s, d,
-               o in con.execute("SELECT step, digest, options FROM computed_with WHERE analysis=?", (analysis,))}
+        rec = {s: (d, o) for s, d, o in con.execute("SELECT step, digest, options FROM computed_with WHERE analysis=?",
+                                                    (analysis,))}
     return {s: rec.get(s, (options_digest(DEFAULTS), DEFAULTS)) for s in done_steps(run_dir, analysis)}
 
 # %% ../nbs/03a_results.ipynb #19ef89f5

@@ -325,8 +325,8 @@ def _panel_tables(runs, analysis, table) -> dict:
     from embryo.results import read_results
     if analysis is None:
         logs = {r: [x for x in train_log(r) if x.get("mlm_loss") is not None] for r in runs}
-        return {r: pd.DataFrame({"MLM loss": [x["mlm_loss"] for x in l]}, index=[x["step"] for x in l]) for r,
-                l in logs.items() if l}
+        return {r: pd.DataFrame({"MLM loss": [x["mlm_loss"] for x in l]}, index=[x["step"] for x in l])
+                for r, l in logs.items() if l}
     if analysis not in available_analyses(): return {}
     return {r: t for r in runs if len(t := table(read_results(r, analysis)))}
 

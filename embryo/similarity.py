@@ -19,8 +19,7 @@ import pandas as pd
 from . import data as D
 from .config import atomic_write
 from .run import (REFERENCE, SeriesError, find_checkpoint, list_steps, load_checkpoint, reference_run,
-                        resolve_step,
-                        series_lacks, max_length)
+                        resolve_step, series_lacks, max_length)
 from .figures import REFERENCE_STYLE, legend_entries, plot_steps, reference_label, save_figure, step_axis
 from .probing import layer_colour, weights_id, brown_sentences, span_means
 from .results import markdown_table, read_results, read_settings, write_results
@@ -30,7 +29,7 @@ __all__ = ['ANALYSIS', 'TASK', 'RANK_RTOL', 'BLAS_THREADS', 'KEEP_VARIANCE', 'ME
            'TITLES', 'SETTLED_CKA', 'REPORT', 'Centred', 'centred', 'linear_cka', 'cca', 'n_directions', 'svcca',
            'pwcca', 'token_sample', 'cache_file', 'representations', 'reference_steps', 'compare', 'trained_rows',
            'trained_representations', 'evaluate_step', 'applies_to', 'similarity_results', 'curves', 'plot_similarity',
-           'settle_steps', 'settle_order', 'settle_table', 'verdict', 'redraw']
+           'settle_steps', 'settle_order', 'above_trained', 'settle_table', 'verdict', 'redraw']
 
 # %% ../nbs/07a_similarity.ipynb #0000000b
 ANALYSIS = "similarity"  # the `analysis` name of this notebook's rows in the results database
@@ -190,8 +189,8 @@ def compare(here: tuple[np.ndarray, np.ndarray], there: tuple[np.ndarray, np.nda
     with threadpool_limits(BLAS_THREADS):
         for l in range(here[0].shape[1]):
             X, Y = centred(here[0][keep, l]), centred(there[0][keep, l])
-            rows += [dict(task=TASK, layer=l, metric=f"{m}_{suffix}", value=f(X, Y), n=int(keep.sum())) for m,
-                     f in MEASURES.items()]
+            rows += [dict(task=TASK, layer=l, metric=f"{m}_{suffix}", value=f(X, Y), n=int(keep.sum()))
+                     for m, f in MEASURES.items()]
     return rows
 
 # %% ../nbs/07a_similarity.ipynb #a8e9331b
@@ -332,6 +331,11 @@ def settle_order(settle: dict[int, float]) -> str:
     if all(a >= b for a, b in zip(s, s[1:])): return "upper"
     return "mixed"
 
+# %% ../nbs/07a_similarity.ipynb #35670786
+def above_trained(cka_final: pd.DataFrame, trained: pd.DataFrame) -> dict[int, float]:
+    "Per layer: the step from which its CKA to the final checkpoint stays above the trained reference's (NaN: never)."
+    return {l: settle_steps(cka_final[[l]], trained[l].iloc[-1])[l] for l in trained.columns}
+
 # %% ../nbs/07a_similarity.ipynb #11daa6a1
 def settle_table(run_dir) -> pd.DataFrame:
     ("Per layer: the step it settles at (CKA to final >= SETTLED_CKA from then on), the measures at the first step, "
@@ -343,7 +347,7 @@ def settle_table(run_dir) -> pd.DataFrame:
     tr = curves(df, f"cka_{TRAINED}")
     if len(tr):  # where the run's own checkpoints pass an independently trained BERT's similarity to the final one
         t[f"CKA of {REFERENCE['name']} to final"] = tr.iloc[-1]
-        t["above it from step"] = pd.Series({l: settle_steps(ck[[l]], tr[l].iloc[-1])[l] for l in tr.columns})
+        t["above it from step"] = pd.Series(above_trained(ck, tr))
     for m in MEASURES: t[f"{TITLES[m].split(' (')[0]} to final, step {first}"] = curves(df, f"{m}_final").loc[first]
     prev = curves(df, "cka_previous")
     if len(prev):
@@ -395,7 +399,7 @@ def verdict(run_dir) -> str:
               f"(CKA {prev.loc[at, l]:.2f})")
     tr = curves(df, f"cka_{TRAINED}")
     if len(tr):
-        above = {l: settle_steps(ck[[l]], tr[l].iloc[-1])[l] for l in tr.columns}
+        above = above_trained(ck, tr)
         s += (f". A trained BERT ({REFERENCE['name']}, its most similar layer) has CKA "
               + ", ".join(f"{v:.2f}" for v in tr.iloc[-1]) + f" to the final checkpoint's layers 0..{tr.columns[-1]}; "
                                                              "the "

@@ -407,8 +407,8 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
                     max_query_length=q_len, max_answer_length=max_answer_length, train_windows=len(train_f),
                     train_unread=len(unread), dev_windows=len(dev_f), seconds=round(time.time() - t0, 1),
                     data=str(squad_dir), dev_examples=len(dev))
-    rows = [dict(task=TASK, metric=k, value=float(v), n=int(m.get(k.split("_")[0] + "_total", len(dev)))) for k,
-            v in m.items()]
+    rows = [dict(task=TASK, metric=k, value=float(v), n=int(m.get(k.split("_")[0] + "_total", len(dev))))
+            for k, v in m.items()]
     rows += seed_rows(TASK, [m["score"]], seed, len(dev))
     rows.append(dict(task=TASK, metric="train_loss", value=float(loss), n=len(train)))
     # the settings table, as glue
