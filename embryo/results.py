@@ -382,6 +382,11 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
     "ngram": "the masked pieces of held-out Brown sentences (`brown`); metric `accuracy` (the model's top piece), "
              "`kl_<order>`, `agree_<order>`, `accuracy_<order>` for the unigram, left and right bigram and trigram "
              "estimates of the training corpus; each masked piece's KL in `scores` (key: the order)",
+    "grammar": "the minimal pairs' paradigm (`all`: the mean over paradigms); metric `accuracy` (original PLL), "
+               "`accuracy_l2r` (within-word left-to-right PLL), `accuracy_unigram` (the floor); each pair's PLL "
+               "difference, acceptable minus unacceptable, in `scores` (keys `pll`, `pll_l2r`)",
+    "aoa": "the held-out words' class (`all`: every word); metric `surprisal` (the mean over the class's words, "
+           "nats); each word's mean surprisal in `scores` (task `brown`, key `surprisal`, the words as examples)",
 }
 
 # %% ../nbs/03a_results.ipynb #b4cdf77a

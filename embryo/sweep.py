@@ -48,6 +48,8 @@ ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook
     "attention": "08_attention",
     "syntax": "08a_syntax",
     "ngram": "08b_ngram",
+    "grammar": "08c_grammar",
+    "aoa": "08d_aoa",
 }
 
 # %% ../nbs/10_sweep.ipynb #2a6d9baf
