@@ -16,7 +16,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write
-from .run import Run, corpus_file, find_checkpoint, load_checkpoint, max_length, read_run_config, resolve_step
+from .run import Run, corpus_file, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step
 from .run import series_lacks
 from .figures import legend_entries, plot_steps, save_figure, step_axis
 from .model import autocast
@@ -99,11 +99,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer)
                   write: bool = True, # write the rows and scores to the run's results database
                  ) -> pd.DataFrame:
     "Each held-out word's mean surprisal at checkpoint `step` (scores), and the mean per class (rows)."
-    step = resolve_step(run_dir, step)
-    run_dir, step = Path(run_dir), int(step)
-    find_checkpoint(run_dir, step)  # a clear error listing the steps there are
-    tok = D.load_tokenizer(run_dir)
-    model = load_checkpoint(run_dir, step, device, mlm=True).eval()  # an ELECTRA run: its generator, the masked LM
+    run_dir, step, tok, model = masked_lm_at(run_dir, step, device)  # of an ELECTRA run, its generator
     occ, word_class = word_occurrences(max_occurrences=max_occurrences)
     s = pd.Series(surprisals(model, masked_inputs(tok, occ, max_length(model)), device), index=[o.word for o in occ])
     per_word = s.groupby(level=0).mean().dropna().round(3)

@@ -19,7 +19,7 @@ import torch
 
 from . import data as D
 from .config import ConfigError, atomic_write
-from .run import Run, find_checkpoint, load_checkpoint, max_length, resolve_step, series_lacks
+from .run import Run, load_checkpoint, masked_lm_at, max_length, resolve_step, series_lacks
 from .figures import legend_entries, plot_steps, save_figure, step_axis
 from .reconstruction import align
 from .results import markdown_table, read_results, read_scores, score_rows, write_results
@@ -263,12 +263,8 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer)
                   write: bool = True, # write the rows and scores to the run's results database
                  ) -> pd.DataFrame:
     "Per paradigm, the share of minimal pairs whose acceptable sentence checkpoint `step` gives the higher PLL."
-    step = resolve_step(run_dir, step)
-    run_dir, step = Path(run_dir), int(step)
-    find_checkpoint(run_dir, step)  # a clear error listing the steps there are
+    run_dir, step, tok, model = masked_lm_at(run_dir, step, device)  # of an ELECTRA run, its generator
     pr = read_pairs(pairs or paradigm_pairs(n_pairs))
-    tok = D.load_tokenizer(run_dir)
-    model = load_checkpoint(run_dir, step, device, mlm=True).eval()  # an ELECTRA run: its generator, the masked LM
     s = pll(model, tok, list(pr.good) + list(pr.bad), device)
     u = unigram_scores(run_dir, tok, list(pr.good) + list(pr.bad))
     rows, scores = pair_rows(pr, s[:len(pr)] - s[len(pr):], None if u is None else u[:len(pr)] - u[len(pr):])

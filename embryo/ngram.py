@@ -17,7 +17,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write
-from .run import Run, corpus_file, find_checkpoint, load_checkpoint, max_length, read_run_config, resolve_step
+from .run import Run, corpus_file, masked_lm_at, max_length, read_run_config, resolve_step
 from .run import series_lacks
 from .figures import legend_entries, plot_steps, save_figure, step_axis
 from .probing import brown_sentences
@@ -167,11 +167,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer, pretrain
                   write: bool = True, # write the rows and scores to the run's results database
                  ) -> pd.DataFrame:
     "Distances from each n-gram estimate of the training corpus to the masked predictions of checkpoint `step`."
-    step = resolve_step(run_dir, step)
-    run_dir, step = Path(run_dir), int(step)
-    find_checkpoint(run_dir, step)  # a clear error listing the steps there are
-    tok = D.load_tokenizer(run_dir)
-    model = load_checkpoint(run_dir, step, device, mlm=True).eval()  # an ELECTRA run: its generator, the masked LM
+    run_dir, step, tok, model = masked_lm_at(run_dir, step, device)  # of an ELECTRA run, its generator
     masked = masked_positions(tok, max_sentences, seed, max_length(model))
     counts = corpus_counts(run_dir, tok, corpus)
     V = tok.vocab_size

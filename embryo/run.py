@@ -26,14 +26,14 @@ from . import data as D
 __all__ = ['MODEL_CARD', 'LOCK_FILE', 'SWEEP_LOCK', 'TENSORBOARD_DIR', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD',
            'STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE', 'HUB_FILES', 'REFERENCE', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME',
            'FIGURES_DIR', 'NEEDS', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint',
-           'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step', 'RunLocked',
-           'holder_text', 'forget_inherited_locks', 'run_lock', 'training_holder', 'sweep_lock', 'clean_run',
-           'read_config', 'read_run_config', 'sentence_name', 'checkpoint_steps', 'saved_steps', 'corpus_file',
-           'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions', 'loss_pace',
-           'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log', 'series_tokenizer',
-           'single_model', 'as_run', 'hub_run', 'reference_folder', 'reference_run', 'checkpoint_kind', 'HFEncoder',
-           'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task',
-           'series_lacks']
+           'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step', 'masked_lm_at',
+           'RunLocked', 'holder_text', 'forget_inherited_locks', 'run_lock', 'training_holder', 'sweep_lock',
+           'clean_run', 'read_config', 'read_run_config', 'sentence_name', 'checkpoint_steps', 'saved_steps',
+           'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions',
+           'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log',
+           'series_tokenizer', 'single_model', 'as_run', 'hub_run', 'reference_folder', 'reference_run',
+           'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run',
+           'run_model_type', 'run_sentence_task', 'series_lacks']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -159,6 +159,13 @@ def resolve_step(run_dir, step: int | str | None = None) -> int:
     steps = list_steps(run_dir)
     if not steps: raise CheckpointNotFound(_no_checkpoints(run_dir))
     return steps[-1]
+
+# %% ../nbs/02a_run.ipynb #b2e4d6f8
+def masked_lm_at(run_dir, step: int | str | None = None, device="cpu") -> tuple[Path, int, "Tokenizer", torch.nn.Module]:
+    ("(run folder, step, tokenizer, masked LM in eval mode) of checkpoint `step` (None: the last; a step that is not "
+     "there: `CheckpointNotFound`).")
+    step = resolve_step(run_dir, step)
+    return Path(run_dir), step, D.load_tokenizer(run_dir), load_checkpoint(run_dir, step, device, mlm=True).eval()
 
 # %% ../nbs/02a_run.ipynb #b2859bd8
 class RunLocked(RuntimeError):
