@@ -135,10 +135,11 @@ def fit_word(steps: np.ndarray, y: np.ndarray) -> dict:
      "if not acquired), R^2.")
     from scipy.optimize import curve_fit
     x, top = np.log10(np.asarray(steps, float) + 1), 2 * max(float(y.max()), 1.0)
+    if len(x) < 5: return dict(lo=np.nan, hi=np.nan, k=np.nan, m=np.nan, drop=np.nan, aoa=np.nan, r2=np.nan)  # 4 unknowns
     try:
         (lo, hi, k, m), _ = curve_fit(sigmoid, x, y, p0=[y.min(), y[0], 3.0, np.median(x)], maxfev=5000,
                                       bounds=([0, 0, 0.1, x.min()], [top, top, 50, x.max()]))
-    except RuntimeError: return dict(lo=np.nan, hi=np.nan, k=np.nan, m=np.nan, drop=np.nan, aoa=np.nan, r2=np.nan)
+    except (RuntimeError, ValueError): return dict(lo=np.nan, hi=np.nan, k=np.nan, m=np.nan, drop=np.nan, aoa=np.nan, r2=np.nan)
     fit = sigmoid(x, lo, hi, k, m)
     r2 = 1 - ((y - fit) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-12)
     drop = fit[0] - fit[-1]  # the fall the fit shows over the evaluated steps, not beyond them

@@ -347,7 +347,8 @@ def plot_grammar(run_dir, acq: pd.DataFrame | None = None):
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.9 * rows), layout="constrained", sharey=True)
     for ax, t in zip(axes.flat, acc.columns):
         plot_steps(ax, acc.index, acc[t] * 100, run_dir, color="k", label="original PLL")
-        plot_steps(ax, l2r.index, l2r[t] * 100, run_dir, color="C0", ls="--", marker="", label="within-word l2r PLL")
+        plot_steps(ax, l2r.index, l2r[t] * 100, run_dir, color="C0", ls="--", marker="x", ms=3,
+                   label="within-word l2r PLL")
         ax.axhline(50, color="grey", ls=":", lw=1, label="chance")
         if t in uni: ax.axhline(uni[t].iloc[-1] * 100, color="C3", ls="--", lw=1, label="unigram baseline")
         if t in acq.index and acq.acquired[t]:
