@@ -13,6 +13,18 @@ def root():
     return ROOT
 
 
+@pytest.fixture
+def hub_offline(monkeypatch):
+    """The Hugging Face hub offline, for `datasets` and `huggingface_hub` alike: their environment variables, and the
+    constants they read those into on import (an earlier test may have imported them online, after which the variables
+    alone leave each call waiting on the network for about 23 s before it fails)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1"); monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import datasets, huggingface_hub
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if hasattr(datasets.config, name): monkeypatch.setattr(datasets.config, name, True)
+
+
 @pytest.fixture(scope="module")
 def fixture_copy(tmp_path_factory):
     "A copy of the fixture run (checkpoints, tokenizer, config) with a results database of its own, per test module."

@@ -77,9 +77,8 @@ def test_dataset_object_is_saved_into_the_run_and_recorded(reference, spiece, tm
         prepare(tmp_path / "y", [["a sentence."]], spiece)
 
 
-def test_hub_name_is_read_as_a_hub_dataset(spiece, tmp_path, monkeypatch):
+def test_hub_name_is_read_as_a_hub_dataset(spiece, tmp_path, hub_offline):
     "A hub name reaches `datasets` (offline here: the error says so) instead of failing as a missing file."
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1"); monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(D.CorpusError, match="'embryo-tests/no-such-corpus' is not a local file or folder, and loading it as a hub dataset failed"):
         prepare(tmp_path / "run", "embryo-tests/no-such-corpus", spiece)
     assert json.loads((tmp_path / "run" / "pretrain_config.json").read_text())["train"]["corpus"] == "embryo-tests/no-such-corpus"

@@ -63,8 +63,7 @@ def test_reader_errors_name_the_file_and_line(tmp_path):
         G.load_task("mrpc")
 
 
-def test_datasets_offline_gives_a_clear_error(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1"); monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+def test_datasets_offline_gives_a_clear_error(monkeypatch, hub_offline):
     monkeypatch.setenv("HF_HOME", "/nonexistent-embryo-hf-home")
     with pytest.raises(G.GlueDataError, match=r"could not load GLUE RTE with `datasets`.*glue_dir=<that folder>"):
         G.load_task("rte", "datasets")

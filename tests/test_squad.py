@@ -93,8 +93,7 @@ def test_datasets_rows_in_the_squad_v2_layout_convert_to_the_same_questions():
         S.from_dataset(ds.remove_columns("answers"))
 
 
-def test_datasets_offline_gives_a_clear_error(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1"); monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+def test_datasets_offline_gives_a_clear_error(monkeypatch, hub_offline):
     monkeypatch.setenv("HF_HOME", "/nonexistent-embryo-hf-home")
     with pytest.raises(S.SquadDataError, match=r"could not load rajpurkar/squad_v2 with `datasets`.*squad_dir=<that folder>"):
         S.load_squad("datasets")
