@@ -18,7 +18,7 @@ from . import data as D
 from .config import atomic_write
 from .run import Run, corpus_file, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step
 from .run import series_lacks
-from .figures import legend_entries, plot_steps, save_figure, step_axis
+from .figures import plot_steps, save_figure, step_axis
 from .model import autocast
 from .reconstruction import FUNCTION_WORDS, align, tagged_sentences
 from .results import markdown_table, read_examples, read_results, read_scores, score_rows, write_results

@@ -5,7 +5,6 @@
 # %% ../nbs/08c_grammar.ipynb #803d379c
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections import Counter, defaultdict
@@ -19,7 +18,7 @@ import torch
 
 from . import data as D
 from .config import ConfigError, atomic_write
-from .run import Run, load_checkpoint, masked_lm_at, max_length, resolve_step, series_lacks
+from .run import Run, load_checkpoint, masked_lm_at, resolve_step, series_lacks
 from .figures import legend_entries, plot_steps, save_figure, step_axis
 from .reconstruction import align
 from .results import markdown_table, read_results, read_scores, score_rows, write_results
