@@ -34,11 +34,11 @@ facts: $(STAMP)
 reference: $(STAMP)
 	$(BIN)/python -m embryo.cli reference
 
-# The notebooks run under nbdev's own runner (nbdev_test, as the design card says), the other tests under pytest.
-# Both always run; the target fails if either does.
+# The notebooks run under nbdev's own runner (nbdev_test, as the design card says), the other tests under pytest, a
+# worker per core (pytest-xdist; a test file stays on one worker, in order). Both always run; the target fails if either does.
 test: $(STAMP) check-sync
 	$(BIN)/nbdev_test --do_print --timing; nb=$$?; \
-	$(BIN)/python -m pytest tests --deselect tests/test_notebooks.py::test_notebook; py=$$?; \
+	$(BIN)/python -m pytest tests -n auto --dist loadfile --deselect tests/test_notebooks.py::test_notebook; py=$$?; \
 	if [ $$nb -ne 0 ]; then echo "nbdev_test: a notebook failed (above)"; fi; exit $$(( nb || py ))
 
 # The edit-test loop: every test but those marked slow (tests/conftest.py), under 3 minutes here.

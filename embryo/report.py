@@ -205,7 +205,7 @@ CPU_PRESETS = ("tiny", "bert-tiny", "electra-tiny", "tiny-mature", "bert-tiny-ma
 # before the loss leaves its plateau, `dense` evenly spaced ones from there to the last (attention, syntax, ngram
 # and aoa: every step)
 REPRODUCE_STEPS = {"glue": (2, 8), "probing": (4, 12), "similarity": (4, 12), "reconstruction": (4, 12),
-                   "knowledge": (4, 12), "grammar": (4, 12)}
+                   "knowledge": (4, 12), "grammar": (4, 12), "llc": (4, 12)}
 # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}
 USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run "

@@ -50,6 +50,7 @@ ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook
     "ngram": "08b_ngram",
     "grammar": "08c_grammar",
     "aoa": "08d_aoa",
+    "llc": "08e_llc",
 }
 
 # %% ../nbs/10_sweep.ipynb #2a6d9baf

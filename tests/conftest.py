@@ -1,8 +1,15 @@
 """Shared test set-up: the repository root, and torch kept to the machine's cores."""
+import os
 from pathlib import Path
 
 import pytest
-import torch
+
+# `make test` runs a worker per core (pytest-xdist). Each keeps torch's two threads, the count the cached fixture runs
+# were trained at: with one thread a worker (OMP_NUM_THREADS=1), 8 resume tests failed, their runs trained in a
+# subprocess at one thread differing in the last bits from a fixture trained at two. Waiting OpenMP threads sleep
+# instead of spinning, so that two workers' threads do not take the cores from each other while they wait.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1: os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402 (after the OpenMP setting, which is read when torch loads its OpenMP runtime)
 
 ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(2)
@@ -61,6 +68,8 @@ SLOW = {
     "test_glue.py::test_step_axes_show_step_0_and_every_marker_whole",  # draws what the slow tests above stored
     "test_glue.py::test_seeds_store_each_score_their_mean_and_spread_and_the_verdict_weighs_them",
     "test_hf_artifact.py::test_bert_twin_checkpoints_load_as_hf_artifacts",
+    "test_llc.py::test_the_estimator_agrees_with_devinterp",  # trains a small GPT-2, runs both samplers
+    "test_llc.py::test_a_checkpoint_reaches_the_database_with_its_chains_settings_and_calibration",
     "test_notebooks.py::test_analysis_notebook_on_other_run",
     "test_notebooks.py::test_notebook",
     "test_pretrain.py::test_a_run_without_a_checkpoint_may_be_reconfigured",

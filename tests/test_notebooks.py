@@ -36,7 +36,7 @@ ANALYSIS_NBS = [p for p in NBS if p.stem[:2] in ("04", "05", "06", "07", "08")] 
 OPTIONS = {"04": dict(max_words=100), "05": dict(max_train_examples=64, max_dev_examples=200),  # small caps: seconds, not minutes
            "05a": dict(squad_dir=str(Path(__file__).parent / "data" / "squad2"), max_train_examples=4),
            "08a": dict(max_sentences=100, treebank=str(Path(__file__).parent / "data" / "treebank")),
-           "08c": dict(n_pairs=30), "08d": dict(max_occurrences=3)}
+           "08c": dict(n_pairs=30), "08d": dict(max_occurrences=3), "08e": dict(chains=2, draws=8)}
 
 
 @pytest.fixture(scope="module", params=list(OTHER_RUNS))
@@ -64,7 +64,7 @@ def test_other_runs_read_a_corpus_of_their_own(other_run):
 
 def test_found_analysis_notebooks():
     assert [p.stem.split("_")[0] for p in ANALYSIS_NBS] == ["04", "05", "05a", "06", "06a", "07", "07a", "08", "08a",
-                                                             "08b", "08c", "08d"], ANALYSIS_NBS
+                                                             "08b", "08c", "08d", "08e"], ANALYSIS_NBS
 
 
 @pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])

@@ -252,6 +252,8 @@ def test_knowledge_says_why_it_skips_byte_level_bpe(tmp_path):
     assert ngram.applies_to(bert) == "no training corpus is recorded for this series (its n-gram estimates need one)"
     from embryo import aoa, grammar  # masked-LM scores only: any masked LM, any tokenizer
     assert grammar.applies_to(bert) is None and aoa.applies_to(roberta) is None
+    from embryo import llc  # the masked-LM loss: any masked LM
+    assert llc.applies_to(bert) is None and llc.applies_to(roberta) is None
 
 
 def test_step_folder_names(tmp_path):
