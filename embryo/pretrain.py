@@ -1080,7 +1080,8 @@ def fixture_run(root=None, **overrides) -> Path:
     mc = get_config("tiny", **{**FIXTURE["model"], **{k: v for k, v in overrides.items() if k in mnames}})
     tc = get_train_config("tiny", **{**FIXTURE["train"], "corpus": str(corpus_slice()),
                                      **{k: v for k, v in overrides.items() if k not in mnames}})
-    key = __import__("hashlib").sha256(json.dumps([mc.to_dict(), tc.to_dict()],
+    # a fixture per thread count: the last bits of the trained weights depend on it, and tests compare runs with it
+    key = __import__("hashlib").sha256(json.dumps([mc.to_dict(), tc.to_dict(), torch.get_num_threads()],
                                                   sort_keys=True).encode()).hexdigest()[:10]
     run = Path(root or D.data_dir() / "runs") / f"fixture-{key}"
     with run_lock(run, wait=True):  # notebooks tested in parallel build it once, one after the other

@@ -3,16 +3,18 @@ import os
 from pathlib import Path
 
 import pytest
-
-# `make test` runs a worker per core (pytest-xdist). Each keeps torch's two threads, the count the cached fixture runs
-# were trained at: with one thread a worker (OMP_NUM_THREADS=1), 8 resume tests failed, their runs trained in a
-# subprocess at one thread differing in the last bits from a fixture trained at two. Waiting OpenMP threads sleep
-# instead of spinning, so that two workers' threads do not take the cores from each other while they wait.
-if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1: os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import torch  # noqa: E402 (after the OpenMP setting, which is read when torch loads its OpenMP runtime)
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-torch.set_num_threads(2)
+# `make test` runs a worker per core (pytest-xdist): each worker, and the notebooks and training runs it starts, get
+# their share of the cores (OMP_NUM_THREADS), not two threads each: two workers of two threads on two cores (one more job
+# beside them) made some tests 10-15x slower (GLUE's papermill test 250 s against 17 s alone). The
+# fixture runs are cached per thread count (`fixture_run`), so a run a test trains at one thread is compared with a
+# fixture trained at one.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, min(2, (os.cpu_count() or 2) // WORKERS))
+if WORKERS > 1: os.environ["OMP_NUM_THREADS"] = str(THREADS)
+torch.set_num_threads(THREADS)
 
 
 @pytest.fixture
