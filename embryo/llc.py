@@ -36,7 +36,7 @@ MASK_PROB = 0.15
 # %% ../nbs/08e_llc.ipynb #606ff397
 def mlm_batches(tok, n_batches: int = N_BATCHES, batch_size: int = BATCH_SIZE, seq_len: int = SEQ_LEN,
                 mask_prob: float = MASK_PROB, seed: int = 0) -> list[dict]:
-    "Fixed masked batches of held-out Brown text: pieces packed in order into `seq_len`, `mask_prob` of each masked once."
+    "Fixed masked batches of held-out Brown: pieces packed in order into `seq_len`, `mask_prob` of each masked once."
     text = [D.detokenize(s.words).lower() for s in tagged_sentences()]
     flat, body = [t for ids in tok.encode_batch(text) for t in ids], seq_len - tok.n_added
     rows = [tok.wrap(flat[i * body:(i + 1) * body]) for i in range(n_batches * batch_size)]
@@ -76,7 +76,8 @@ def sgld_chain(model, loss_fn: Callable, batches: Sequence, lr: float, nbeta: fl
                 drift = [nbeta * g + gamma * (p - q) for p, g, q in zip(params, grads, w0)]  # grad U
                 if t % 2: accept.append(mala_acceptance(*prev, params, u, drift, lr))
                 else: prev = ([p.clone() for p in params], u, drift)
-                for p, d in zip(params, drift): p.add_(-lr / 2 * d + math.sqrt(lr) * torch.randn(p.shape, generator=gen).to(p.device))
+                for p, d in zip(params, drift):
+                    p.add_(-lr / 2 * d + math.sqrt(lr) * torch.randn(p.shape, generator=gen).to(p.device))
             losses.append(float(loss.detach()))
         return dict(losses=losses, acceptance=accept, finite=True)
     finally:
@@ -92,8 +93,8 @@ def mala_acceptance(w, u, grad_u, w_new, u_new, grad_u_new, lr: float) -> float:
 
 # %% ../nbs/08e_llc.ipynb #39dfd3e2
 def llc_summary(runs: Sequence[dict], init_losses: Sequence[float], nbeta: float, burnin: float = 0.5) -> dict:
-    ("Per-chain LLC estimates from the draws after the first `burnin` share of each chain, and the step's mean, spread, "
-     "acceptance, drift and failed share.")
+    ("Per-chain LLC estimates from the draws after the first `burnin` share of each chain, and the step's mean, "
+     "spread, acceptance, drift and failed share.")
     per_chain, drift = [], []
     for c in runs:
         n = len(c["losses"]); base = np.array([init_losses[(t // 2) % len(init_losses)] for t in range(n)])
@@ -149,8 +150,8 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer)
     if calibrate or (calibrate is None and step == list_steps(run_dir)[-1]):
         cal = calibration(model, batches, gamma=gamma, draws=max(4, draws // 2))
         rows += calibration_rows(cal); settings += [dict(task="calibration", name="draws", value=max(4, draws // 2))]
-    if write: write_results(run_dir, ANALYSIS, step, rows, settings=settings,
-                            scores=score_rows(TASK, {"llc": np.array(e["per_chain"])}, [f"chain {k}" for k in range(chains)]))
+    scores = score_rows(TASK, {"llc": np.array(e["per_chain"])}, [f"chain {k}" for k in range(chains)])
+    if write: write_results(run_dir, ANALYSIS, step, rows, settings=settings, scores=scores)
     return pd.DataFrame(rows, columns=["task", "metric", "value", "n"])
 
 # %% ../nbs/08e_llc.ipynb #6c4b3a16
@@ -167,7 +168,8 @@ def read_calibration(run_dir) -> pd.DataFrame:
     if db.empty: return pd.DataFrame(columns=["step", "lr", "nbeta", "llc", "acceptance", "drift", "failed"])
     parts = db.metric.str.extract(r"^(\w+) lr=(\S+) nbeta=(\S+)$")
     db = db.assign(what=parts[0], lr=parts[1].astype(float), nbeta=parts[2].astype(float))
-    return db.pivot_table(index=["step", "lr", "nbeta"], columns="what", values="value").reset_index().rename_axis(None, axis=1)
+    wide = db.pivot_table(index=["step", "lr", "nbeta"], columns="what", values="value")
+    return wide.reset_index().rename_axis(None, axis=1)
 
 # %% ../nbs/08e_llc.ipynb #1e347982
 def applies_to(run) -> str | None:
@@ -202,7 +204,7 @@ def critical_points(curve: pd.DataFrame, z: float = Z) -> pd.DataFrame:
 
 # %% ../nbs/08e_llc.ipynb #397a1b0d
 def diagonal_emergence(run_dir) -> float:
-    "The first step at which a layer's most diagonal head has half its rise (notebook 08); NaN without attention results."
+    "The first step at which a layer's most diagonal head has half its rise (notebook 08); NaN without its results."
     from embryo import attention
     try: return float(np.nanmin(attention.emergence_table(run_dir)["emergence step"]))
     except (LookupError, KeyError, ValueError, IndexError): return np.nan
@@ -212,7 +214,8 @@ STAGE_STYLE = dict(color="tab:purple", ls="--", lw=1.2)
 HEADS_STYLE = dict(color="tab:green", ls="-.", lw=1.2)
 
 def _marks(ax, cp: pd.DataFrame, heads: float):
-    for i, s in enumerate(cp.step): ax.axvline(s, **STAGE_STYLE, label="LLC critical point (stage boundary)" if i == 0 else None)
+    for i, s in enumerate(cp.step):
+        ax.axvline(s, **STAGE_STYLE, label="LLC critical point (stage boundary)" if i == 0 else None)
     if np.isfinite(heads): ax.axvline(heads, **HEADS_STYLE, label="diagonal heads emerge (nb 08)")
 
 # %% ../nbs/08e_llc.ipynb #20309a8b
@@ -223,7 +226,8 @@ def plot_llc(run_dir, curve: pd.DataFrame | None = None):
     cp, heads, cal, steps = critical_points(c), diagonal_emergence(run_dir), read_calibration(run_dir), list(c.index)
     fig, ax = plt.subplots(2, 2, figsize=(13, 10), layout="constrained"); ax = ax.ravel()
     plot_steps(ax[0], c.index, c.llc, run_dir, color="C0", label="LLC estimate (mean over chains)")
-    fill_steps(ax[0], c.index, c.llc - c.llc_sd, c.llc + c.llc_sd, run_dir, color="C0", alpha=0.2, label="chains' spread (1 sd)")
+    fill_steps(ax[0], c.index, c.llc - c.llc_sd, c.llc + c.llc_sd, run_dir, color="C0", alpha=0.2,
+               label="chains' spread (1 sd)")
     if 0 in c.index: ax[0].axhline(c.llc[0], color="0.4", ls=":", lw=1, label="untrained (step 0)")
     ax[0].set(ylabel="LLC estimate (dimensionless)"); ax[0].set_title("(a) local learning coefficient", fontsize=10)
     plot_steps(ax[1], c.index, c.init_loss, run_dir, color="C1", label="masked-LM loss on the sampler's batches")
@@ -237,20 +241,21 @@ def plot_llc(run_dir, curve: pd.DataFrame | None = None):
         _marks(a, cp, heads); step_axis(a, steps, run_dir=run_dir); a.grid(alpha=0.3)
         legend_below(a, *legend_entries(a), fontsize=7, ncol=2)
     plot_calibration(ax[3], cal)
-    fig.suptitle(f"Embryology Fig. 2a's training in stages (beyond the paper: Hoogland et al. 2024's local learning coefficient; "
-                 f"{Path(run_dir).name}, {len(c)} steps, {len(cp)} critical points)", fontsize=10)
+    fig.suptitle(f"Embryology Fig. 2a's training in stages (beyond the paper: Hoogland et al. 2024's local learning "
+                 f"coefficient; {Path(run_dir).name}, {len(c)} steps, {len(cp)} critical points)", fontsize=10)
     return fig
 
 # %% ../nbs/08e_llc.ipynb #467d3c3d
 def plot_calibration(ax, cal: pd.DataFrame):
-    "The calibration sweep on `ax`: the estimate against the step size, a line per inverse temperature, defaults ringed."
+    "The calibration sweep on `ax`: the estimate against the step size, a line per inverse temperature."
     ax.set_title("(d) calibration at the last checkpoint (one chain a point)", fontsize=10)
     if cal.empty: ax.text(0.5, 0.5, "no calibration sweep stored", ha="center", transform=ax.transAxes); return
     cal = cal[cal.step == cal.step.max()]
     for k, (nb, g) in enumerate(cal.groupby("nbeta")):
         g = g.sort_values("lr")
         ax.plot(g.lr, g.llc, marker="o", color=f"C{k}", label=f"n*beta = {nb:g}")
-        for _, r in g.iterrows(): ax.annotate(f"{r.acceptance:.2f}", (r.lr, r.llc), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        for _, r in g.iterrows():
+            ax.annotate(f"{r.acceptance:.2f}", (r.lr, r.llc), fontsize=6, xytext=(3, 3), textcoords="offset points")
     d = cal[(cal.lr == LR) & (cal.nbeta == NBETA)]
     ax.plot(d.lr, d.llc, "o", ms=12, mfc="none", mec="k", label="the defaults (numbers: acceptance)")
     ax.set(xscale="log", xlabel="SGLD step size epsilon (log)", ylabel="LLC estimate (dimensionless)")
@@ -274,7 +279,7 @@ def verdict(run_dir, curve: pd.DataFrame | None = None) -> str:
     from embryo.run import run_transitions
     c = llc_curve(run_dir) if curve is None else curve
     c = c[c.llc.notna()]
-    if len(c) < 3: return f"Not testable on this run: {len(c)} evaluated steps with an estimate (at least 3 are needed)."
+    if len(c) < 3: return f"Not testable on this run: {len(c)} evaluated steps with an estimate (3 are needed)."
     first, last = c.iloc[0], c.iloc[-1]; noise = Z * math.hypot(first.se, last.se)
     diag = (f"Diagnostics: acceptance {c.acceptance.min():.2f}-{c.acceptance.max():.2f} (MALA's optimum 0.574); the "
             f"drift exceeds the chains' spread at {int((c.drift.abs() > c.llc_sd).sum())} of {len(c)} steps; "
@@ -292,11 +297,12 @@ def verdict(run_dir, curve: pd.DataFrame | None = None) -> str:
     cp, heads, drops = critical_points(c), diagonal_emergence(run_dir), [t["step"] for t in run_transitions(run_dir)]
     near = lambda s: (f"the nearest loss change point at step {min(drops, key=lambda d: abs(d - s)):,}" if drops
                       else "no loss change point")
-    stages = ("; ".join(f"a {r.kind} at step {r.step:,} (LLC {r.llc:.1f}, prominence {r.prominence:.1f}; {near(r.step)})"
-                        for r in cp.itertuples()) if len(cp) else "no critical point beyond the noise")
-    return (f"The LLC estimate goes from {first.llc:.1f} +- {first.se:.1f} at step {int(c.index[0]):,} to {last.llc:.1f} "
-            f"+- {last.se:.1f} at step {int(c.index[-1]):,} (standard errors over chains), peaking at {c.llc.max():.1f} "
-            f"(step {int(c.llc.idxmax()):,}). Stage boundaries (critical points beyond {Z:g} median standard errors): "
+    stages = "; ".join(f"a {r.kind} at step {r.step:,} (LLC {r.llc:.1f}, prominence {r.prominence:.1f}; "
+                       f"{near(r.step)})" for r in cp.itertuples()) or "no critical point beyond the noise"
+    return (f"The LLC estimate goes from {first.llc:.1f} +- {first.se:.1f} at step {int(c.index[0]):,} to "
+            f"{last.llc:.1f} +- {last.se:.1f} at step {int(c.index[-1]):,} (standard errors over chains), "
+            f"peaking at {c.llc.max():.1f} (step {int(c.llc.idxmax()):,}). Stage boundaries (critical points beyond "
+            f"{Z:g} median standard errors): "
             f"{stages}. Diagonal heads emerge at step "
             f"{'(no attention results)' if not np.isfinite(heads) else f'{heads:,.0f}'}. " + diag)
 
@@ -319,5 +325,6 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
     paths = save_figure(plot_llc(run_dir, c), out_dir, "fig_llc")
     paths.append(atomic_write(out_dir / "table_llc.csv", c.round(4).to_csv()))
     paths.append(atomic_write(out_dir / "table_llc_stages.csv", critical_points(c).round(3).to_csv(index=False)))
-    paths.append(atomic_write(out_dir / "table_llc_calibration.csv", read_calibration(run_dir).round({"llc": 3, "acceptance": 4, "drift": 3}).to_csv(index=False)))
+    cal = read_calibration(run_dir).round({"llc": 3, "acceptance": 4, "drift": 3})  # the step sizes as they are
+    paths.append(atomic_write(out_dir / "table_llc_calibration.csv", cal.to_csv(index=False)))
     return paths
