@@ -152,7 +152,8 @@ def word_frequencies(run_dir) -> Counter:
     import json, re
     settings = Run.of(run_dir).settings
     corpus = corpus_file(read_run_config(run_dir)[2]) if settings else None
-    f = Path(run_dir) / "cache" / ANALYSIS / f"frequencies-{D._fingerprint(corpus)[:16] if corpus else 'heldout'}.json"
+    # under the data folder, by the corpus's checksum: a run folder (a committed bundle) is only read
+    f = D.data_dir() / ANALYSIS / f"frequencies-{D._fingerprint(corpus)[:16] if corpus else 'heldout'}.json"
     if f.exists(): return Counter(json.loads(f.read_text()))
     if corpus: text = (s for doc in D.read_corpus(corpus) for s in doc)
     else: text = (" ".join(s.words) for s in tagged_sentences())

@@ -29,6 +29,8 @@ def test_electra_checkpoints_load_in_transformers_with_identical_outputs():
     ck = P.checkpoint_dir(run, step)
     pair = load_electra_weights(ElectraPair(configs(**ELECTRA)[0]), ck).eval()
     disc, gen = ElectraForPreTraining.from_pretrained(ck).eval(), ElectraForMaskedLM.from_pretrained(ck / GENERATOR).eval()
+    for m in (disc, gen):  # transformers leaves some weights at unaligned offsets of the file it read; at one thread a
+        for p in m.parameters(): p.data = p.data.clone()  # kernel then sums in another order (3e-8): ours are aligned
     tok = load_tokenizer(run)
     ids = torch.tensor([[tok.cls_id, *tok.encode("the jury said it did find that many of the voters"), tok.sep_id]])
     with torch.no_grad():
