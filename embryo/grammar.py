@@ -30,7 +30,7 @@ __all__ = ['ANALYSIS', 'MIN_COUNT', 'OBJECT_SHARE', 'OBJECT_TAGS', 'NOT_PAIRED',
            'agreement_1', 'agreement_2', 'copula_number', 'there_number', 'reflexive_number', 'a_an', 'irregular_past',
            'generate_pairs', 'paradigm_pairs', 'read_pairs', 'masked_copies', 'pll', 'unigram_scores', 'pass_rate',
            'evaluate_step', 'pair_rows', 'applies_to', 'grammar_results', 'curves', 'stays_above', 'acquisition',
-           'plot_grammar', 'agreement', 'verdict', 'redraw']
+           'plot_grammar', 'agreement', 'write_agreement', 'verdict', 'redraw']
 
 # %% ../nbs/08c_grammar.ipynb #939bee80
 ANALYSIS = "grammar"  # the `analysis` name of this notebook's rows in the results database
@@ -376,6 +376,18 @@ def agreement(run_dirs: Sequence, key: str = "pll") -> pd.DataFrame:
         tau, p = kendalltau(x.acquired_at[both], y.acquired_at[both]) if len(both) > 2 else (np.nan, np.nan)
         rows.append(dict(run=a, other=b, paradigms=len(both), tau=tau, p=p))
     return pd.DataFrame(rows, columns=["run", "other", "paradigms", "tau", "p"])
+
+# %% ../nbs/08c_grammar.ipynb #6abf162e
+def write_agreement(run_dirs: Sequence, out_dir) -> list[Path]:
+    "`agreement` of the runs that have grammar results, as `table_grammar_agreement.csv` and `.md` in `out_dir`."
+    from embryo.results import done_steps
+    have = [r for r in run_dirs if done_steps(r, ANALYSIS)]
+    if len(have) < 2: return []
+    t = agreement(have)
+    return [atomic_write(Path(out_dir) / "table_grammar_agreement.csv", t.to_csv(index=False)),
+            atomic_write(Path(out_dir) / "table_grammar_agreement.md",
+                         "# Grammar: the order of acquisition across runs (Kendall's tau)\n\n"
+                         + markdown_table(t, index=False) + "\n")]
 
 # %% ../nbs/08c_grammar.ipynb #f673a16f
 def verdict(run_dir, acq: pd.DataFrame | None = None) -> str:

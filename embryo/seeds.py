@@ -171,6 +171,10 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
                       f"the loss: its drop) with its {level:.0%} interval, the step by which 90% of it comes, and the "
                       f"share of resamples that gain at least {RISE}, and do so within the first {EARLY:.0%} of "
                       "training.", ""] + lines
+    from embryo.grammar import write_agreement  # the paradigms' order of acquisition, per pair of seeds
+    if order := write_agreement(runs, out):
+        paths += order; md += ["## grammar: the order of acquisition (Kendall's tau)", "",
+                               "[table_grammar_agreement.md](table_grammar_agreement.md)", ""]
     paths.append(atomic_write(out / "seeds.md", "\n".join(md)))
     paths.append(atomic_write(out / "seeds.json",
                               json.dumps(dict(runs=[str(r) for r in runs], level=level, resamples=resamples,
