@@ -41,9 +41,9 @@ test: $(STAMP) check-sync
 	$(BIN)/python -m pytest tests -n auto --dist loadfile --deselect tests/test_notebooks.py::test_notebook; py=$$?; \
 	if [ $$nb -ne 0 ]; then echo "nbdev_test: a notebook failed (above)"; fi; exit $$(( nb || py ))
 
-# The edit-test loop: every test but those marked slow (tests/conftest.py), under 3 minutes here.
+# The edit-test loop: every test but those marked slow (tests/conftest.py), a worker per core, under 3 minutes here.
 test-fast: $(STAMP) check-sync
-	$(BIN)/python -m pytest tests -m "not slow"
+	$(BIN)/python -m pytest tests -n auto --dist loadfile -m "not slow"
 
 # The notebooks are the source: the exported package and the cleaned notebooks must already be what nbdev makes of them.
 check-sync: $(STAMP)

@@ -105,6 +105,7 @@ def test_electra_fill_mask_is_the_generator_and_the_discriminator_folder_says_it
     from transformers.utils import logging as hf_logging
     run = P.fixture_run(**ELECTRA)
     ck = P.checkpoint_dir(run, 30)
+    hf_logging.set_verbosity_warning()  # transformers' default: a test before this one in the process may have changed it
     level = hf_logging.get_verbosity()
     generator, _ = P.load_checkpoint(run, 30, mlm=True), P.load_checkpoint(run, 30)  # embryo's own, quiet loads
     assert hf_logging.get_verbosity() == level <= hf_logging.WARNING  # leave transformers' reports as they were
