@@ -21,7 +21,7 @@ from .config import ConfigError, atomic_write
 from .run import Run, load_checkpoint, masked_lm_at, resolve_step, series_lacks
 from .figures import legend_entries, plot_steps, save_figure, step_axis
 from .reconstruction import align
-from .results import markdown_table, read_results, read_scores, score_rows, write_results
+from .results import done_steps, markdown_table, read_results, read_scores, score_rows, write_results
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'MIN_COUNT', 'OBJECT_SHARE', 'OBJECT_TAGS', 'NOT_PAIRED', 'PRONOUNS', 'REFLEXIVE', 'ADVERBS',
@@ -380,7 +380,6 @@ def agreement(run_dirs: Sequence, key: str = "pll") -> pd.DataFrame:
 # %% ../nbs/08c_grammar.ipynb #6abf162e
 def write_agreement(run_dirs: Sequence, out_dir) -> list[Path]:
     "`agreement` of the runs that have grammar results, as `table_grammar_agreement.csv` and `.md` in `out_dir`."
-    from embryo.results import done_steps
     have = [r for r in run_dirs if done_steps(r, ANALYSIS)]
     if len(have) < 2: return []
     t = agreement(have)
