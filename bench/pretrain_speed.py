@@ -113,10 +113,16 @@ def _loop(model, data, tc, device, steps, precision, prefetch, profile, stats, p
     return tokens / seconds, prof
 
 
+def self_times(prof):
+    "The profile's ops, and the self-time attribute to read: the device's where there is one, else the CPU's."
+    rows = prof.key_averages()
+    return rows, ("self_device_time_total" if any(getattr(r, "self_device_time_total", 0) for r in rows)
+                  else "self_cpu_time_total")
+
+
 def outside_matmul_share(prof) -> float:
     "Share of the profiled self time (CPU, or CUDA where there is one) spent in ops that are not matrix multiplications."
-    rows = prof.key_averages()
-    key = "self_device_time_total" if any(getattr(r, "self_device_time_total", 0) for r in rows) else "self_cpu_time_total"
+    rows, key = self_times(prof)
     total = sum(getattr(r, key) for r in rows)
     mm = sum(getattr(r, key) for r in rows if r.key in MATMUL_OPS)
     return 1 - mm / total
@@ -148,9 +154,10 @@ def fast_vs_fp32(tok, ds, tc, steps, device, rounds=3):
     return base, fast, compiled_speed, outside
 
 
-def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32", compiled=False):
-    """tokens/s of transformers' model and embryo's (and, with `compiled`, embryo's under `torch.compile`) on the same
-    weights and batches; with the model FLOPs per token of each (transformers decodes every position, embryo the masked)."""
+def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32", compiled=False, modes=("default",)):
+    """tokens/s of transformers' model and embryo's (and, with `compiled`, embryo's under `torch.compile` in each of
+    `modes`, with the data workers and on premade batches) on the same weights and batches; with the model FLOPs per
+    token of each (transformers decodes every position, embryo the masked)."""
     mc = get_config(preset, vocab_size=max(get_config(preset).vocab_size, tok.vocab_size))
     data = Batches(ds, tok, tc)
     ours = fresh(mc, device)
@@ -163,16 +170,36 @@ def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32", compiled=
     if device.type == "cuda": speed["embryo, no data"] = loop(ours, data, tc, device, steps, precision, premade=True)[0]
     flops = {"transformers": ours.flops_per_token(seq), "embryo": ours.flops_per_token(seq, predicted=stats["predicted"])}
     flops["embryo, no data"] = flops["embryo"]
-    if compiled:
+    for mode in modes if compiled else ():
+        name = "compiled" if mode == "default" else mode
         try:
-            t = time.perf_counter()
-            speed["embryo compiled"] = loop(fresh(mc, device), data, tc, device, steps, precision, prefetch=True,
-                                            compiled=True)[0]
-            print(f"   (torch.compile: {time.perf_counter() - t:.0f} s for the compile and the timed steps)")
-            flops["embryo compiled"] = flops["embryo"]
+            t, model = time.perf_counter(), fresh(mc, device)
+            step = compile_step(model, device) if mode == "default" else torch.compile(model, dynamic=False, mode=mode)
+            speed[f"embryo {name}"] = loop(model, data, tc, device, steps, precision, prefetch=True, compiled=step)[0]
+            print(f"   (torch.compile, mode {mode}: {time.perf_counter() - t:.0f} s for the compile and the timed steps)")
+            speed[f"{name}, no data"] = loop(model, data, tc, device, steps, precision, premade=True, compiled=step)[0]
+            flops[f"embryo {name}"] = flops[f"{name}, no data"] = flops["embryo"]
         except Exception as e:  # a compile failure is a finding to print, not a reason to lose the other rows
-            print(f"   torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            print(f"   torch.compile (mode {mode}) failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
     return flops, speed
+
+
+def gpu_profile(preset, tok, ds, tc, steps, device, precision="bf16", top=12):
+    """Where the compiled step's time goes on a GPU, on premade batches: the share of the wall time the GPU is busy,
+    the share of its busy time outside matmuls, and the kernels that take most of it."""
+    mc = get_config(preset, vocab_size=max(get_config(preset).vocab_size, tok.vocab_size))
+    data, model = Batches(ds, tok, tc), fresh(mc, device)
+    step = compile_step(model, device)
+    loop(model, data, tc, device, 2, precision, premade=True, compiled=step)  # compiled and warm
+    t = time.perf_counter()
+    _, prof = loop(model, data, tc, device, steps, precision, premade=True, compiled=step, profile=True)
+    wall = (time.perf_counter() - t) * 1e6
+    rows, key = self_times(prof)
+    busy = sum(getattr(r, key) for r in rows)
+    print(f"   {device.type} busy {busy / wall:.0%} of the profiled wall time ({steps + 2} steps, the profiler's own cost "
+          f"included); {outside_matmul_share(prof):.0%} of that busy time outside matmuls; the ops that take most of it:")
+    for r in sorted(rows, key=lambda r: -getattr(r, key))[:top]:
+        print(f"   {getattr(r, key) / busy:>6.1%}  {r.count:>6}  {r.key[:100]}")
 
 
 def main():
@@ -182,6 +209,11 @@ def main():
     p.add_argument("--gpu-batch", type=int, nargs="*", default=[128, 256, 512],
                    help="sequences per step for the bf16 GPU rows (none: no GPU rows)")
     p.add_argument("--compile", action="store_true", help="also time embryo's model under torch.compile on the GPU")
+    p.add_argument("--compile-modes", nargs="+", default=["default"],
+                   help="torch.compile modes for the GPU rows ('default' is the fixed-shape compile that training uses)")
+    p.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3], help="which parts to run")
+    p.add_argument("--profile", action="store_true",
+                   help="on a GPU, profile the compiled step at the largest --gpu-batch: busy share and top kernels")
     p.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s of the GPU (default: by name)")
     a = p.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -189,21 +221,30 @@ def main():
     tok, ds = bench_data(tc)
     print(f"device {device}, torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")
     print(f"native bf16 matmul: {native_bf16(device)}, so precision 'auto' = {resolve_precision('auto', device)}")
+    if 1 in a.parts: fp32_fast_compiled(tok, ds, tc, a.steps, device)
+    if 2 in a.parts:
+        print(f"\n2. embryo vs transformers (same weights, same loop, fp32, sequences of <= 128 tokens)")
+        print(f"{'preset':<8}{'batch':>7}{'transformers tok/s':>20}{'embryo tok/s':>14}{'ratio':>8}")
+        for preset in a.presets:
+            ptc = get_train_config(preset, batch_size=16 if preset == "tiny" else 8, max_seq_length=128,
+                                   tokenizer_vocab_size=tc.tokenizer_vocab_size)
+            ptok, pds = bench_data(ptc)
+            _, r = hf_vs_embryo(preset, ptok, pds, ptc, a.steps, device)
+            print(f"{preset:<8}{ptc.batch_size:>7}{r['transformers']:>20,.0f}{r['embryo']:>14,.0f}{r['embryo'] / r['transformers']:>8.2f}")
+    if 3 in a.parts: gpu_rows(a, tc, device)
+
+
+def fp32_fast_compiled(tok, ds, tc, steps, device):
     print(f"\n1. whole training step of the tiny preset (batch {tc.batch_size} x {tc.max_seq_length} tokens, "
-          f"{tc.mask_prob:.0%} masking): the median of 3 rounds of {a.steps} steps each, the three paths in turn")
-    base, fast, compiled, outside = fast_vs_fp32(tok, ds, tc, a.steps, device)
+          f"{tc.mask_prob:.0%} masking): the median of 3 rounds of {steps} steps each, the three paths in turn")
+    base, fast, compiled, outside = fast_vs_fp32(tok, ds, tc, steps, device)
     print(f"{'':<22}{'tok/s':>10}{'ratio':>8}   share of the step outside matmuls")
     print(f"{'fp32 eager':<22}{base:>10,.0f}{1:>8.2f}")
     print(f"{'fast path':<22}{fast:>10,.0f}{fast / base:>8.2f}   {outside[0]:.0%}")
     print(f"{'fast path, compiled':<22}{compiled:>10,.0f}{compiled / base:>8.2f}   {outside[1]:.0%}")
-    print(f"\n2. embryo vs transformers (same weights, same loop, fp32, sequences of <= 128 tokens)")
-    print(f"{'preset':<8}{'batch':>7}{'transformers tok/s':>20}{'embryo tok/s':>14}{'ratio':>8}")
-    for preset in a.presets:
-        ptc = get_train_config(preset, batch_size=16 if preset == "tiny" else 8, max_seq_length=128,
-                               tokenizer_vocab_size=tc.tokenizer_vocab_size)
-        ptok, pds = bench_data(ptc)
-        _, r = hf_vs_embryo(preset, ptok, pds, ptc, a.steps, device)
-        print(f"{preset:<8}{ptc.batch_size:>7}{r['transformers']:>20,.0f}{r['embryo']:>14,.0f}{r['embryo'] / r['transformers']:>8.2f}")
+
+
+def gpu_rows(a, tc, device):
     if device.type != "cuda":
         print("\n3. base at sequence length 128 in bf16 with MFU: not run (no GPU here)")
         return
@@ -213,14 +254,20 @@ def main():
           + (f"{peak:.0f} TFLOP/s" if peak else "? (unknown GPU: pass --peak-tflops)"))
     print(f"embryo: its training loop, batches masked by {resolve_data_workers('auto', device)} worker processes; 'no data': the "
           "same step on four batches made beforehand; transformers: batches made on the critical path")
-    print(f"{'batch':>6}  {'model':<16}{'tok/s':>12}{'GFLOP/token':>13}{'MFU':>8}")
+    print(f"{'batch':>6}  {'model':<26}{'tok/s':>12}{'GFLOP/token':>13}{'MFU':>8}")
     for batch in a.gpu_batch:
         gtc = get_train_config("base", batch_size=batch, max_seq_length=128, tokenizer_vocab_size=tc.tokenizer_vocab_size)
         gtok, gds = bench_data(gtc)
-        flops, speed = hf_vs_embryo("base", gtok, gds, gtc, a.steps, device, precision="bf16", compiled=a.compile)
+        flops, speed = hf_vs_embryo("base", gtok, gds, gtc, a.steps, device, precision="bf16", compiled=a.compile,
+                                    modes=a.compile_modes)
         for k, v in speed.items():
             mfu = f"{flops[k] * v / (peak * 1e12):.1%}" if peak else "?"
-            print(f"{batch:>6}  {k:<16}{v:>12,.0f}{flops[k] / 1e9:>13.3f}{mfu:>8}")
+            print(f"{batch:>6}  {k:<26}{v:>12,.0f}{flops[k] / 1e9:>13.3f}{mfu:>8}", flush=True)
+    if a.profile and a.gpu_batch:
+        print(f"\n   profile of the compiled step, batch {max(a.gpu_batch)} on premade batches:")
+        gtc = get_train_config("base", batch_size=max(a.gpu_batch), max_seq_length=128,
+                               tokenizer_vocab_size=tc.tokenizer_vocab_size)
+        gpu_profile("base", *bench_data(gtc), gtc, max(2, a.steps // 2), device)
 
 
 if __name__ == "__main__":

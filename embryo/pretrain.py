@@ -1057,10 +1057,10 @@ FIXTURE = dict(model=dict(vocab_size=1000, embedding_size=32, hidden_size=64, nu
 # %% ../nbs/03_pretrain.ipynb #af092baf
 def corpus_slice(n_docs: int = 300, start: int = 0) -> Path:
     "Documents `start` to `start + n_docs` of `embryo-mini` as a corpus file of their own (cached beside it)."
-    src = D.fetch(verbose=False) / "train.txt"
     out = D.data_dir() / (f"embryo-mini-first{n_docs}.txt" if start == 0
                           else f"embryo-mini-docs{start}-{start + n_docs}.txt")
-    if not out.exists():
+    if not out.exists():  # (a slice made once needs no check of the whole corpus)
+        src = D.fetch(verbose=False) / "train.txt"
         docs, cur, seen = [], [], 0
         with open(src) as f:
             for line in f:
