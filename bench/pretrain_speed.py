@@ -38,6 +38,7 @@ from embryo.pretrain import (Batches, Lamb, compile_step, corpus_slice, determin
                              resolve_data_workers, train_step)
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, no sparsity
+MATMUL_KERNELS = ("gemm", "nvjet", "cutlass", "xmma")  # cuBLAS / cuBLASLt kernel names
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
 
 
@@ -65,7 +66,7 @@ def bench_data(tc):
 
 
 def loop(model, data, tc, device, steps, precision="fp32", prefetch=False, profile=False, stats=None, premade=False,
-         compiled=False):
+         compiled=False, deterministic=None):
     """tokens/s of `steps` optimizer steps (after two warm-up steps from the same stream of batches, so that starting
     the data workers is not timed), data preparation included (as `train` prepares it
     with `prefetch`: a thread on a CPU, worker processes on a GPU), or left out with `premade` (four batches made before
@@ -74,7 +75,7 @@ def loop(model, data, tc, device, steps, precision="fp32", prefetch=False, profi
     `model` here, or pass what `compile_step(model)` returned). MLM hits are not counted, as `train` skips them on the
     steps it does not log."""
     if compiled is True: compiled = compile_step(model, device)
-    with deterministic_kernels(compiled is not False):
+    with deterministic_kernels(compiled is not False if deterministic is None else deterministic):
         return _loop(model, data, tc, device, steps, precision, prefetch, profile, stats, premade,
                      None if compiled is False else compiled)
 
@@ -174,32 +175,59 @@ def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32", compiled=
         name = "compiled" if mode == "default" else mode
         try:
             t, model = time.perf_counter(), fresh(mc, device)
-            step = compile_step(model, device) if mode == "default" else torch.compile(model, dynamic=False, mode=mode)
-            speed[f"embryo {name}"] = loop(model, data, tc, device, steps, precision, prefetch=True, compiled=step)[0]
+            step, kw = compiled_variant(model, device, mode)
+            speed[f"embryo {name}"] = loop(model, data, tc, device, steps, precision, prefetch=True, compiled=step, **kw)[0]
             print(f"   (torch.compile, mode {mode}: {time.perf_counter() - t:.0f} s for the compile and the timed steps)")
-            speed[f"{name}, no data"] = loop(model, data, tc, device, steps, precision, premade=True, compiled=step)[0]
+            speed[f"{name}, no data"] = loop(model, data, tc, device, steps, precision, premade=True, compiled=step,
+                                             **kw)[0]
             flops[f"embryo {name}"] = flops[f"{name}, no data"] = flops["embryo"]
         except Exception as e:  # a compile failure is a finding to print, not a reason to lose the other rows
             print(f"   torch.compile (mode {mode}) failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
     return flops, speed
 
 
-def gpu_profile(preset, tok, ds, tc, steps, device, precision="bf16", top=12):
+VARIANTS = {"nondeterministic": "the fixed-shape compile without torch's deterministic algorithms",
+            "embeddings-in-graph": "the fixed-shape compile with the embedding lookups inside the graph, as on a CPU"}
+
+
+def compiled_variant(model, device, mode):
+    """`model` compiled as `mode` says, and the `loop` arguments it needs: 'default' (as `train` compiles), a
+    `torch.compile` mode, or one of `VARIANTS`."""
+    if mode in ("default", *VARIANTS):
+        return (compile_step(model, device, eager_embeddings=False if mode == "embeddings-in-graph" else None),
+                dict(deterministic=mode != "nondeterministic"))
+    return torch.compile(model, dynamic=False, mode=mode), {}
+
+
+def kernel_times(prof) -> dict:
+    "GPU time (µs) per kernel name, from the kernels a profile recorded (empty where it recorded none)."
+    out = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            out[e.name] = out.get(e.name, 0) + e.time_range.elapsed_us()
+    return out
+
+
+def gpu_profile(preset, tok, ds, tc, steps, device, precision="bf16", top=12, mode="default"):
     """Where the compiled step's time goes on a GPU, on premade batches: the share of the wall time the GPU is busy,
     the share of its busy time outside matmuls, and the kernels that take most of it."""
     mc = get_config(preset, vocab_size=max(get_config(preset).vocab_size, tok.vocab_size))
     data, model = Batches(ds, tok, tc), fresh(mc, device)
-    step = compile_step(model, device)
-    loop(model, data, tc, device, 2, precision, premade=True, compiled=step)  # compiled and warm
+    step, kw = compiled_variant(model, device, mode)
+    loop(model, data, tc, device, 2, precision, premade=True, compiled=step, **kw)  # compiled and warm
     t = time.perf_counter()
-    _, prof = loop(model, data, tc, device, steps, precision, premade=True, compiled=step, profile=True)
+    _, prof = loop(model, data, tc, device, steps, precision, premade=True, compiled=step, profile=True, **kw)
     wall = (time.perf_counter() - t) * 1e6
-    rows, key = self_times(prof)
-    busy = sum(getattr(r, key) for r in rows)
-    print(f"   {device.type} busy {busy / wall:.0%} of the profiled wall time ({steps + 2} steps, the profiler's own cost "
-          f"included); {outside_matmul_share(prof):.0%} of that busy time outside matmuls; the ops that take most of it:")
-    for r in sorted(rows, key=lambda r: -getattr(r, key))[:top]:
-        print(f"   {getattr(r, key) / busy:>6.1%}  {r.count:>6}  {r.key[:100]}")
+    kernels = kernel_times(prof)
+    if not kernels:  # no device kernels recorded (a CPU): the ops' own CPU time
+        rows, key = self_times(prof)
+        kernels = {r.key: getattr(r, key) for r in rows}
+    busy = sum(kernels.values())
+    mm = sum(v for k, v in kernels.items() if any(w in k.lower() for w in MATMUL_KERNELS) or k in MATMUL_OPS)
+    print(f"   {device.type} busy {busy / wall:.0%} of the profiled wall time ({steps} steps, the profiler's own cost "
+          f"included); {1 - mm / busy:.0%} of that busy time outside matmuls; the kernels that take most of it:")
+    for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"   {v / busy:>6.1%}  {k[:110]}")
 
 
 def main():
@@ -210,15 +238,17 @@ def main():
                    help="sequences per step for the bf16 GPU rows (none: no GPU rows)")
     p.add_argument("--compile", action="store_true", help="also time embryo's model under torch.compile on the GPU")
     p.add_argument("--compile-modes", nargs="+", default=["default"],
-                   help="torch.compile modes for the GPU rows ('default' is the fixed-shape compile that training uses)")
+                   help="compiled GPU rows: 'default' (the fixed-shape compile that training uses), a torch.compile mode "
+                        "(e.g. reduce-overhead), or one of " + ", ".join(f"{k!r} ({v})" for k, v in VARIANTS.items()))
     p.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3], help="which parts to run")
-    p.add_argument("--profile", action="store_true",
-                   help="on a GPU, profile the compiled step at the largest --gpu-batch: busy share and top kernels")
+    p.add_argument("--profile", nargs="*", default=None, metavar="MODE",
+                   help="on a GPU, profile the step compiled in each MODE (default: 'default') at the largest "
+                        "--gpu-batch: busy share and top kernels")
     p.add_argument("--peak-tflops", type=float, default=None, help="peak dense bf16 TFLOP/s of the GPU (default: by name)")
     a = p.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tc = get_train_config("tiny")
-    tok, ds = bench_data(tc)
+    tok, ds = bench_data(tc) if {1, 2} & set(a.parts) else (None, None)
     print(f"device {device}, torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")
     print(f"native bf16 matmul: {native_bf16(device)}, so precision 'auto' = {resolve_precision('auto', device)}")
     if 1 in a.parts: fp32_fast_compiled(tok, ds, tc, a.steps, device)
@@ -263,11 +293,11 @@ def gpu_rows(a, tc, device):
         for k, v in speed.items():
             mfu = f"{flops[k] * v / (peak * 1e12):.1%}" if peak else "?"
             print(f"{batch:>6}  {k:<26}{v:>12,.0f}{flops[k] / 1e9:>13.3f}{mfu:>8}", flush=True)
-    if a.profile and a.gpu_batch:
-        print(f"\n   profile of the compiled step, batch {max(a.gpu_batch)} on premade batches:")
+    for mode in (a.profile or ["default"]) if a.profile is not None and a.gpu_batch else ():
+        print(f"\n   profile of the step compiled as {mode!r}, batch {max(a.gpu_batch)} on premade batches:")
         gtc = get_train_config("base", batch_size=max(a.gpu_batch), max_seq_length=128,
                                tokenizer_vocab_size=tc.tokenizer_vocab_size)
-        gpu_profile("base", *bench_data(gtc), gtc, max(2, a.steps // 2), device)
+        gpu_profile("base", *bench_data(gtc), gtc, max(2, a.steps // 2), device, mode=mode)
 
 
 if __name__ == "__main__":
