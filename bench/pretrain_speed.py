@@ -114,19 +114,25 @@ def _loop(model, data, tc, device, steps, precision, prefetch, profile, stats, p
     return tokens / seconds, prof
 
 
-def self_times(prof):
-    "The profile's ops, and the self-time attribute to read: the device's where there is one, else the CPU's."
-    rows = prof.key_averages()
-    return rows, ("self_device_time_total" if any(getattr(r, "self_device_time_total", 0) for r in rows)
-                  else "self_cpu_time_total")
+def busy_times(prof) -> dict:
+    """Time (µs) per name of what did the work in a profile: the GPU's kernels where it recorded any (an op and the
+    kernels it launched are not both counted), else each op's own CPU time."""
+    out = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            out[e.name] = out.get(e.name, 0) + e.time_range.elapsed_us()
+    return out or {r.key: r.self_cpu_time_total for r in prof.key_averages()}
 
 
-def outside_matmul_share(prof) -> float:
-    "Share of the profiled self time (CPU, or CUDA where there is one) spent in ops that are not matrix multiplications."
-    rows, key = self_times(prof)
-    total = sum(getattr(r, key) for r in rows)
-    mm = sum(getattr(r, key) for r in rows if r.key in MATMUL_OPS)
-    return 1 - mm / total
+def outside_matmul_share(times: dict) -> float:
+    "Share of `busy_times` spent outside matrix multiplications (matmul ops on a CPU, cuBLAS kernels on a GPU)."
+    mm = sum(v for k, v in times.items() if k in MATMUL_OPS or any(w in k.lower() for w in MATMUL_KERNELS))
+    return 1 - mm / sum(times.values())
+
+
+def bench_config(preset, tok):
+    "The preset's model, its vocabulary at least the bench tokenizer's."
+    return get_config(preset, vocab_size=max(get_config(preset).vocab_size, tok.vocab_size))
 
 
 def fresh(mc, device):
@@ -147,7 +153,7 @@ def fast_vs_fp32(tok, ds, tc, steps, device, rounds=3):
     paths = [dict(precision="fp32"), dict(precision="auto", prefetch=True), dict(precision="auto", prefetch=True, compiled=compiled)]
     speeds = [[loop(m, data, tc, device, steps, **kw)[0] for m, kw in zip(models, paths)] for _ in range(rounds)]
     base, fast, compiled_speed = (float(np.median(col)) for col in zip(*speeds))
-    outside = [outside_matmul_share(loop(m, data, tc, device, max(2, steps // 2), profile=True, **kw)[1])
+    outside = [outside_matmul_share(busy_times(loop(m, data, tc, device, max(2, steps // 2), profile=True, **kw)[1]))
                for m, kw in zip(models[1:], paths[1:])]
     if device.type == "cuda":  # which half of the fast path pays on a GPU: the precision, or the data workers
         print(f"   fp32 with data workers {loop(fresh(mc, device), data, tc, device, steps, 'fp32', prefetch=True)[0]:,.0f} tok/s; "
@@ -159,8 +165,7 @@ def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32", compiled=
     """tokens/s of transformers' model and embryo's (and, with `compiled`, embryo's under `torch.compile` in each of
     `modes`, with the data workers and on premade batches) on the same weights and batches; with the model FLOPs per
     token of each (transformers decodes every position, embryo the masked)."""
-    mc = get_config(preset, vocab_size=max(get_config(preset).vocab_size, tok.vocab_size))
-    data = Batches(ds, tok, tc)
+    mc, data = bench_config(preset, tok), Batches(ds, tok, tc)
     ours = fresh(mc, device)
     with tempfile.TemporaryDirectory() as d:  # the very same weights in transformers
         ours.save_pretrained(d)
@@ -199,33 +204,20 @@ def compiled_variant(model, device, mode):
     return torch.compile(model, dynamic=False, mode=mode), {}
 
 
-def kernel_times(prof) -> dict:
-    "GPU time (µs) per kernel name, from the kernels a profile recorded (empty where it recorded none)."
-    out = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            out[e.name] = out.get(e.name, 0) + e.time_range.elapsed_us()
-    return out
-
-
 def gpu_profile(preset, tok, ds, tc, steps, device, precision="bf16", top=12, mode="default"):
     """Where the compiled step's time goes on a GPU, on premade batches: the share of the wall time the GPU is busy,
     the share of its busy time outside matmuls, and the kernels that take most of it."""
-    mc = get_config(preset, vocab_size=max(get_config(preset).vocab_size, tok.vocab_size))
-    data, model = Batches(ds, tok, tc), fresh(mc, device)
+    data, model = Batches(ds, tok, tc), fresh(bench_config(preset, tok), device)
     step, kw = compiled_variant(model, device, mode)
     loop(model, data, tc, device, 2, precision, premade=True, compiled=step, **kw)  # compiled and warm
     t = time.perf_counter()
     _, prof = loop(model, data, tc, device, steps, precision, premade=True, compiled=step, profile=True, **kw)
     wall = (time.perf_counter() - t) * 1e6
-    kernels = kernel_times(prof)
-    if not kernels:  # no device kernels recorded (a CPU): the ops' own CPU time
-        rows, key = self_times(prof)
-        kernels = {r.key: getattr(r, key) for r in rows}
+    kernels = busy_times(prof)
     busy = sum(kernels.values())
-    mm = sum(v for k, v in kernels.items() if any(w in k.lower() for w in MATMUL_KERNELS) or k in MATMUL_OPS)
     print(f"   {device.type} busy {busy / wall:.0%} of the profiled wall time ({steps} steps, the profiler's own cost "
-          f"included); {1 - mm / busy:.0%} of that busy time outside matmuls; the kernels that take most of it:")
+          f"included); {outside_matmul_share(kernels):.0%} of that busy time outside matmuls; the kernels that take most "
+          "of it:")
     for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])[:top]:
         print(f"   {v / busy:>6.1%}  {k[:110]}")
 
@@ -285,8 +277,10 @@ def gpu_rows(a, tc, device):
     print(f"embryo: its training loop, batches masked by {resolve_data_workers('auto', device)} worker processes; 'no data': the "
           "same step on four batches made beforehand; transformers: batches made on the critical path")
     print(f"{'batch':>6}  {'model':<26}{'tok/s':>12}{'GFLOP/token':>13}{'MFU':>8}")
+    base_tc = lambda batch: get_train_config("base", batch_size=batch, max_seq_length=128,
+                                             tokenizer_vocab_size=tc.tokenizer_vocab_size)
     for batch in a.gpu_batch:
-        gtc = get_train_config("base", batch_size=batch, max_seq_length=128, tokenizer_vocab_size=tc.tokenizer_vocab_size)
+        gtc = base_tc(batch)
         gtok, gds = bench_data(gtc)
         flops, speed = hf_vs_embryo("base", gtok, gds, gtc, a.steps, device, precision="bf16", compiled=a.compile,
                                     modes=a.compile_modes)
@@ -295,8 +289,7 @@ def gpu_rows(a, tc, device):
             print(f"{batch:>6}  {k:<26}{v:>12,.0f}{flops[k] / 1e9:>13.3f}{mfu:>8}", flush=True)
     for mode in (a.profile or ["default"]) if a.profile is not None and a.gpu_batch else ():
         print(f"\n   profile of the step compiled as {mode!r}, batch {max(a.gpu_batch)} on premade batches:")
-        gtc = get_train_config("base", batch_size=max(a.gpu_batch), max_seq_length=128,
-                               tokenizer_vocab_size=tc.tokenizer_vocab_size)
+        gtc = base_tc(max(a.gpu_batch))
         gpu_profile("base", *bench_data(gtc), gtc, max(2, a.steps // 2), device, mode=mode)
 
 
