@@ -29,6 +29,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
+import torch._inductor.config
 import transformers
 
 from embryo import data as D
@@ -192,14 +193,19 @@ def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32", compiled=
 
 
 VARIANTS = {"nondeterministic": "the fixed-shape compile without torch's deterministic algorithms",
-            "embeddings-in-graph": "the fixed-shape compile with the embedding lookups inside the graph, as on a CPU"}
+            "embeddings-in-graph": "the fixed-shape compile with the embedding lookups inside the graph, as on a CPU",
+            "autotune": "the fixed-shape compile with inductor's autotuning (mode max-autotune-no-cudagraphs: matmul "
+                        "templates timed against cuBLAS; coordinate-descent tuning of the fused kernels)"}
 
 
 def compiled_variant(model, device, mode):
     """`model` compiled as `mode` says, and the `loop` arguments it needs: 'default' (as `train` compiles), a
-    `torch.compile` mode, or one of `VARIANTS`."""
+    `torch.compile` mode, or one of `VARIANTS` ('autotune' turns inductor's coordinate-descent tuning on for the rest of the
+    process, as its compile happens at the first step: list it last)."""
+    if mode == "autotune": torch._inductor.config.coordinate_descent_tuning = True
     if mode in ("default", *VARIANTS):
-        return (compile_step(model, device, eager_embeddings=False if mode == "embeddings-in-graph" else None),
+        return (compile_step(model, device, eager_embeddings=False if mode == "embeddings-in-graph" else None,
+                             mode="max-autotune-no-cudagraphs" if mode == "autotune" else None),
                 dict(deterministic=mode != "nondeterministic"))
     return torch.compile(model, dynamic=False, mode=mode), {}
 

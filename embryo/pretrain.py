@@ -743,16 +743,18 @@ def check_compile(device, model_type: str = "albert"):
                           "compile=false")
 
 # %% ../nbs/03_pretrain.ipynb #16092705
-def compile_step(model, device, model_type: str = "albert", eager_embeddings: bool | None = None):
+def compile_step(model, device, model_type: str = "albert", eager_embeddings: bool | None = None,
+                 mode: str | None = None):
     """`torch.compile` of `model` (or of its `DistributedDataParallel`) in fixed shapes, for `train_step(compiled=...)`.
     `eager_embeddings` (default: on a GPU) leaves the embedding lookups out of the graph: with deterministic algorithms
     inductor turns their backward into a sort-based `index_put`, where the eager one is deterministic and fast (`base`
-    on an H200: 570k -> 718k tokens/s, `bench/pretrain_speed.py`). On a CPU the graph stays whole, as runs trained it."""
+    on an H200: 570k -> 718k tokens/s, `bench/pretrain_speed.py`). On a CPU the graph stays whole, as runs trained it.
+    `mode` is `torch.compile`'s (e.g. `max-autotune-no-cudagraphs`; `None`, its default, is what `train` uses)."""
     check_compile(device, model_type)
     if torch.device(device).type == "cuda" if eager_embeddings is None else eager_embeddings:
         for m in model.modules():
             if isinstance(m, torch.nn.Embedding): m.forward = torch.compiler.disable(m.forward)
-    return torch.compile(model, dynamic=False)
+    return torch.compile(model, dynamic=False, mode=mode)
 
 # %% ../nbs/03_pretrain.ipynb #b1242754
 @contextmanager

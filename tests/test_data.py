@@ -156,6 +156,13 @@ def test_tokenizer_training_is_deterministic(corpus_dir, tok, tmp_path):
     assert data.sha256_file(p) == tok.sha256
 
 
+def test_tokenizer_is_the_same_on_a_host_with_more_cores(corpus_dir, tok, tmp_path, monkeypatch):
+    "SentencePiece's model depends on its thread count; the trainer's is fixed, so a 16-core host trains this tokenizer."
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    p = train_tokenizer(corpus_dir / "train.txt", tmp_path, vocab_size=2000, max_sentences=15000)
+    assert data.sha256_file(p) == tok.sha256
+
+
 def test_too_large_vocabulary_is_explained(tmp_path):
     (tmp_path / "c.txt").write_text("a tiny corpus.\nwith two lines.\n")
     with pytest.raises(ValueError, match="too small for vocab_size=5000"):

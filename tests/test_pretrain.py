@@ -335,6 +335,23 @@ def test_compiled_training_matches_eager_and_resumes_bit_identically(tmp_path):
     assert losses(tmp_path) == losses(compiled)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_compiled_gpu_run_resumes_bit_identically(tmp_path):
+    """On a GPU, as `train` runs there (bf16 autocast, dropout, cuDNN's attention, embedding lookups eager): a compiled
+    run stopped at step 15 and resumed has the same checkpoints and log, bit for bit, as one trained in one go. torch
+    warns that cuDNN's attention backward is not deterministic; this is where it would show."""
+    mc, tc = _configs(compile=True)
+    one, two = tmp_path / "one", tmp_path / "two"
+    P.train(one, "tiny", mc, tc, device="cuda", progress=False)
+    P.train(two, "tiny", mc, tc, device="cuda", progress=False, stop_after=15)
+    P.train(two, "tiny", mc, tc, device="cuda", progress=False)
+    assert P.train_log(one)[-1].get("compiled") and P.list_steps(one) == P.list_steps(two)
+    for step in P.list_steps(one):
+        a, b = weights(one, step), weights(two, step)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"weights differ at step {step}"
+    assert losses(one) == losses(two)
+
+
 def test_compile_step_leaves_the_embedding_lookups_eager_where_asked_and_trains_the_same():
     """`eager_embeddings` (the default on a GPU) takes the three lookups out of the compiled graph, so their backward is
     eager; the loss and every gradient agree with the eager model. On a CPU the default keeps the graph whole."""
