@@ -18,7 +18,7 @@ from . import data as D
 from .config import atomic_write
 from .run import Run, corpus_file, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step
 from .run import series_lacks
-from .figures import plot_steps, save_figure, step_axis
+from .figures import figure_dir, plot_steps, save_figure, step_axis
 from .model import autocast
 from .reconstruction import FUNCTION_WORDS, align, tagged_sentences
 from .results import markdown_table, read_examples, read_results, read_scores, score_rows, write_results
@@ -286,8 +286,7 @@ REPORT = [
 # %% ../nbs/08d_aoa.ipynb #edf6b495
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "The age-of-acquisition figure, the per-word ages and the regression table, from the run's database."
-    import matplotlib; matplotlib.use("Agg")
-    out_dir = Path(out_dir or Path(run_dir) / "figures")
+    out_dir = figure_dir(run_dir, out_dir)
     ag = ages(run_dir)
     paths = save_figure(plot_aoa(run_dir, ag), out_dir, "fig_aoa_words")
     paths.append(atomic_write(out_dir / "table_aoa_words.csv", ag.round(4).to_csv()))

@@ -18,7 +18,8 @@ import torch
 from . import data as D
 from .config import atomic_write
 from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, encoder_states
-from .figures import REFERENCE_STYLE, fill_steps, plot_steps, reference_label, save_figure, step_axis
+from .figures import (
+    REFERENCE_STYLE, figure_dir, fill_steps, plot_steps, reference_label, save_figure, step_axis)
 from .reconstruction import tagged_sentences, sentence_text
 from .results import write_results, read_results, read_samples, reference_results, markdown_table, score_rows
 
@@ -445,9 +446,8 @@ REPORT = [
 # %% ../nbs/08_attention.ipynb #4ddedd7f
 def redraw(run_dir, out_dir=None, task: str = "brown") -> list[Path]:
     "Fig. 4 (grid, GIF), the diagonal-mass curves and the emergence table, from every step in the run's database."
-    import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    out_dir = Path(out_dir or Path(run_dir) / "figures")
+    out_dir = figure_dir(run_dir, out_dir)
     paths = []
     if stored_maps(run_dir, task):
         fig = plot_maps_grid(run_dir, task); paths += save_figure(fig, out_dir, "fig4_attention_maps")

@@ -11,8 +11,8 @@ from .config import atomic_write
 from .run import REFERENCE, log_records, run_sentence_task, run_transitions, saved_steps
 
 # %% auto #0
-__all__ = ['STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'TRANSITION_GID', 'REFERENCE_STYLE', 'save_figure', 'step_axis',
-           'legend_entries', 'legend_below', 'gapped', 'plot_steps', 'fill_steps', 'reference_label',
+__all__ = ['STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'TRANSITION_GID', 'REFERENCE_STYLE', 'save_figure', 'figure_dir',
+           'step_axis', 'legend_entries', 'legend_below', 'gapped', 'plot_steps', 'fill_steps', 'reference_label',
            'plot_pretraining', 'plot_recipe_curves']
 
 # %% ../nbs/02b_figures.ipynb #270bb749
@@ -26,6 +26,12 @@ def save_figure(fig, out_dir, name: str) -> list[Path]:
         paths.append(atomic_write(Path(out_dir) / f"{name}.{ext}", buf.getvalue()))
     plt.close(fig)  # every figure is drawn to be saved; a sweep redraws many, and open figures hold their memory
     return paths
+
+# %% ../nbs/02b_figures.ipynb #b8d2e3f5
+def figure_dir(run_dir, out_dir=None) -> Path:
+    "Where a `redraw` writes: `out_dir`, else the run's `figures/`; matplotlib set to draw off-screen (Agg)."
+    import matplotlib; matplotlib.use("Agg")
+    return Path(out_dir or Path(run_dir) / "figures")
 
 # %% ../nbs/02b_figures.ipynb #f678d503
 STEP_LABEL = "pretraining step (optimizer updates, symlog scale)"

@@ -19,7 +19,7 @@ import torch
 from . import data as D
 from .config import ConfigError, atomic_write
 from .run import Run, load_checkpoint, masked_lm_at, resolve_step, series_lacks
-from .figures import legend_entries, plot_steps, save_figure, step_axis
+from .figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from .reconstruction import align
 from .results import done_steps, markdown_table, read_results, read_scores, score_rows, write_results
 
@@ -420,8 +420,7 @@ REPORT = [
 # %% ../nbs/08c_grammar.ipynb #76a6a13a
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "The grammar figure and the acquisition table, from every step in the run's database."
-    import matplotlib; matplotlib.use("Agg")
-    out_dir = Path(out_dir or Path(run_dir) / "figures")
+    out_dir = figure_dir(run_dir, out_dir)
     acq = acquisition(run_dir)
     paths = save_figure(plot_grammar(run_dir, acq), out_dir, "fig_grammar_paradigms")
     paths.append(atomic_write(out_dir / "table_grammar_acquisition.csv", acq.to_csv()))

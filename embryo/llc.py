@@ -16,7 +16,7 @@ import torch
 from . import data as D
 from .config import atomic_write
 from .run import masked_lm_at, list_steps, resolve_step, series_lacks
-from .figures import fill_steps, legend_below, legend_entries, plot_steps, save_figure, step_axis
+from .figures import figure_dir, fill_steps, legend_below, legend_entries, plot_steps, save_figure, step_axis
 from .reconstruction import tagged_sentences
 from .results import markdown_table, read_results, read_scores, read_settings, score_rows, write_results
 
@@ -319,8 +319,7 @@ REPORT = [
 # %% ../nbs/08e_llc.ipynb #33ef88ed
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "The LLC figure, the per-step estimates, the stage boundaries and the calibration sweep, from the run's database."
-    import matplotlib; matplotlib.use("Agg")
-    out_dir = Path(out_dir or Path(run_dir) / "figures")
+    out_dir = figure_dir(run_dir, out_dir)
     c = llc_curve(run_dir)
     paths = save_figure(plot_llc(run_dir, c), out_dir, "fig_llc")
     paths.append(atomic_write(out_dir / "table_llc.csv", c.round(4).to_csv()))

@@ -19,7 +19,7 @@ from . import data as D
 from .config import atomic_write
 from .run import Run, corpus_file, masked_lm_at, max_length, read_run_config, resolve_step
 from .run import series_lacks
-from .figures import legend_entries, plot_steps, save_figure, step_axis
+from .figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from .probing import brown_sentences
 from .results import markdown_table, read_results, read_scores, score_rows, write_results
 
@@ -328,8 +328,7 @@ REPORT = [
 # %% ../nbs/08b_ngram.ipynb #4010eaf4
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "The n-gram figure and the closest-step table, from every step in the run's database."
-    import matplotlib; matplotlib.use("Agg")
-    out_dir = Path(out_dir or Path(run_dir) / "figures")
+    out_dir = figure_dir(run_dir, out_dir)
     paths = save_figure(plot_ngram(run_dir), out_dir, "fig_ngram_phases")
     t = closest_steps(run_dir)
     paths.append(atomic_write(out_dir / "table_ngram_phases.csv", t.to_csv()))

@@ -21,7 +21,7 @@ from .config import atomic_write
 from .model import autocast
 from .run import (Run, find_checkpoint, list_steps, load_checkpoint, corpus_file, resolve_step, series_lacks,
                         max_length)
-from .figures import legend_entries, plot_steps, save_figure, step_axis
+from .figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows, binomial_se
 
 # %% auto #0
@@ -432,8 +432,7 @@ def _plot_set(run_dir, fig_id: str):
 # %% ../nbs/04_reconstruction.ipynb #e18bd884
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "Redraw Figs. 1, 7 and 8 and the learning-order table from every step in the run's database."
-    import matplotlib; matplotlib.use("Agg")
-    out_dir = Path(out_dir or Path(run_dir) / "figures")
+    out_dir = figure_dir(run_dir, out_dir)
     paths = []
     for fig_id, name in (("fig1", "fig1_reconstruction_by_pos"), ("fig7", "fig7_verb_forms"),
                          ("fig8", "fig8_frequency")):

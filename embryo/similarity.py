@@ -20,7 +20,8 @@ from . import data as D
 from .config import atomic_write
 from .run import (REFERENCE, SeriesError, find_checkpoint, list_steps, load_checkpoint, reference_run,
                         resolve_step, series_lacks, max_length)
-from .figures import REFERENCE_STYLE, legend_entries, plot_steps, reference_label, save_figure, step_axis
+from .figures import (
+    REFERENCE_STYLE, figure_dir, legend_entries, plot_steps, reference_label, save_figure, step_axis)
 from .probing import layer_colour, weights_id, brown_sentences, span_means
 from .results import markdown_table, read_results, read_settings, write_results
 
@@ -431,8 +432,7 @@ REPORT = [
 # %% ../nbs/07a_similarity.ipynb #53fc35f1
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "The similarity figures and the settle table, from every step in the run's database."
-    import matplotlib; matplotlib.use("Agg")
-    out_dir = Path(out_dir or Path(run_dir) / "figures")
+    out_dir = figure_dir(run_dir, out_dir)
     paths = save_figure(plot_similarity(run_dir, "final"), out_dir, "fig_similarity_final")
     paths += save_figure(plot_similarity(run_dir, "previous"), out_dir, "fig_similarity_previous")
     t = settle_table(run_dir)

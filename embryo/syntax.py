@@ -17,7 +17,7 @@ from . import data as D
 from .attention import attention_maps, layer_colours
 from .config import atomic_write
 from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, max_length
-from .figures import REFERENCE_STYLE, plot_steps, reference_label, save_figure, step_axis
+from .figures import REFERENCE_STYLE, figure_dir, plot_steps, reference_label, save_figure, step_axis
 from .probing import brown_sentences, silver_annotation, torch_threads
 from .reconstruction import align
 from .results import write_results, read_results, reference_results, markdown_table, score_rows
@@ -385,8 +385,7 @@ REPORT = [
 # %% ../nbs/08a_syntax.ipynb #15461f21
 def redraw(run_dir, out_dir=None) -> list[Path]:
     "The UAS curves and the per-layer table, from every step in the run's database."
-    import matplotlib; matplotlib.use("Agg")
-    out_dir = Path(out_dir or Path(run_dir) / "figures")
+    out_dir = figure_dir(run_dir, out_dir)
     paths = save_figure(plot_syntax(run_dir), out_dir, "syntax_uas")
     tables = {t: syntax_table(run_dir, t) for t in stored_tasks(run_dir)}
     paths.append(atomic_write(out_dir / "table_syntax_uas.csv",
