@@ -88,6 +88,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/pretrain_speed.py
 	$(BIN)/python bench/probe_speed.py
 	$(BIN)/python bench/sweep_overhead.py
+	$(BIN)/python bench/llc_precision.py
 
 clean-venv:
 	rm -rf $(VENV) $(DOCS_VENV)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -15,6 +16,7 @@ import torch
 
 from . import data as D
 from .config import atomic_write
+from .model import autocast, resolve_precision
 from .run import masked_lm_at, list_steps, resolve_step, series_lacks
 from .figures import figure_dir, fill_steps, legend_below, legend_entries, plot_steps, save_figure, step_axis
 from .reconstruction import tagged_sentences
@@ -48,10 +50,11 @@ def mlm_batches(tok, n_batches: int = N_BATCHES, batch_size: int = BATCH_SIZE, s
             for i, l in zip(ids.split(batch_size), labels.split(batch_size))]
 
 # %% ../nbs/08e_llc.ipynb #fcd1db74
-def mlm_loss(model, batch: dict) -> torch.Tensor:
-    "The mean cross-entropy (nats) of the masked pieces of `batch`."
+def mlm_loss(model, batch: dict, precision: str = "fp32") -> torch.Tensor:
+    "The mean cross-entropy (nats) of the masked pieces of `batch`, the forward in `precision` (as pretraining's)."
     ids, labels = batch["input_ids"], batch["labels"]
-    out = model(ids, batch["attention_mask"], torch.zeros_like(ids), labels=labels, logits="masked")
+    with autocast(ids.device, precision):
+        out = model(ids, batch["attention_mask"], torch.zeros_like(ids), labels=labels, logits="masked")
     return torch.nn.functional.cross_entropy(out.prediction_logits.float(), labels[labels != -100])
 
 # %% ../nbs/08e_llc.ipynb #4d8f6865
@@ -124,9 +127,9 @@ LR, NBETA, GAMMA, CHAINS, DRAWS = 1e-5, 100.0, 100.0, 3, 240
 CALIBRATION_LRS, CALIBRATION_NBETAS = (3e-6, 1e-5, 3e-5), (30.0, 100.0, 300.0)
 
 def calibration(model, batches, lrs=CALIBRATION_LRS, nbetas=CALIBRATION_NBETAS, gamma: float = GAMMA,
-                draws: int = DRAWS // 2, seed: int = 100) -> pd.DataFrame:
+                draws: int = DRAWS // 2, seed: int = 100, loss_fn: Callable = mlm_loss) -> pd.DataFrame:
     "One chain of `draws` steps per (step size, inverse temperature): estimate, acceptance, drift, failure."
-    rows = [dict(lr=lr, nbeta=nb, **{k: v for k, v in estimate_llc(model, mlm_loss, batches, lr, nb, gamma, 1, draws,
+    rows = [dict(lr=lr, nbeta=nb, **{k: v for k, v in estimate_llc(model, loss_fn, batches, lr, nb, gamma, 1, draws,
                                                                     seed).items() if k != "per_chain"})
             for lr in lrs for nb in nbetas]
     return pd.DataFrame(rows)
@@ -139,16 +142,19 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer)
                   chains: int = CHAINS, draws: int = DRAWS, # chains, and SGLD steps in each (half burn-in)
                   calibrate: bool | None = None, # also the calibration sweep; None: at the run's last checkpoint
                   write: bool = True, # write the rows, scores and settings to the run's results database
+                  precision: str = "auto", # the forward's: 'auto' (bf16 where the device multiplies it natively) or 'fp32'
                  ) -> pd.DataFrame:
     "The LLC estimate at checkpoint `step` with its diagnostics (and, where asked, the calibration sweep)."
     run_dir, step, tok, model = masked_lm_at(run_dir, step, device)  # of an ELECTRA run, its generator
     batches = [{k: v.to(device) for k, v in b.items()} for b in mlm_batches(tok)]
-    e = estimate_llc(model, mlm_loss, batches, lr, nbeta, gamma, chains, draws)
+    loss = partial(mlm_loss, precision=precision)
+    e = estimate_llc(model, loss, batches, lr, nbeta, gamma, chains, draws)
     rows = [dict(task=TASK, metric=k, value=e[k], n=chains) for k in METRICS]
-    sampler = dict(lr=lr, nbeta=nbeta, gamma=gamma, chains=chains, draws=draws, batch_size=BATCH_SIZE, seq_len=SEQ_LEN)
+    sampler = dict(lr=lr, nbeta=nbeta, gamma=gamma, chains=chains, draws=draws, batch_size=BATCH_SIZE, seq_len=SEQ_LEN,
+                   bf16=float(resolve_precision(precision, torch.device(device)) == "bf16"))
     settings = [dict(task=TASK, name=k, value=v) for k, v in sampler.items()]
     if calibrate or (calibrate is None and step == list_steps(run_dir)[-1]):
-        cal = calibration(model, batches, gamma=gamma, draws=max(4, draws // 2))
+        cal = calibration(model, batches, gamma=gamma, draws=max(4, draws // 2), loss_fn=loss)
         rows += calibration_rows(cal); settings += [dict(task="calibration", name="draws", value=max(4, draws // 2))]
     scores = score_rows(TASK, {"llc": np.array(e["per_chain"])}, [f"chain {k}" for k in range(chains)])
     if write: write_results(run_dir, ANALYSIS, step, rows, settings=settings, scores=scores)

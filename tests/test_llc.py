@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from embryo import llc as L
+from embryo.model import resolve_precision
 from embryo.results import read_scores, read_settings, write_results
 
 
@@ -57,6 +58,7 @@ def test_a_checkpoint_reaches_the_database_with_its_chains_settings_and_calibrat
     assert len(sc.scores.iloc[0]) == 2 and np.isclose(np.nanmean(sc.scores.iloc[0]), df.set_index("metric").value["llc"])
     st = read_settings(run, L.ANALYSIS, task=L.TASK).set_index("name").value
     assert (st.lr, st.nbeta, st.chains, st.draws) == (L.LR, L.NBETA, 2, 8)
+    assert st.bf16 == float(resolve_precision("auto", torch.device("cpu")) == "bf16")  # the forward's precision, as run
     cal = L.read_calibration(run)
     assert len(cal) == len(L.CALIBRATION_LRS) * len(L.CALIBRATION_NBETAS) and set(cal.lr) == set(L.CALIBRATION_LRS)
     L.evaluate_step(run, L.list_steps(run)[0], chains=2, draws=8)  # an earlier step: no sweep
