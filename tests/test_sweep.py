@@ -437,7 +437,7 @@ def test_report_leaves_the_bundle_it_reads_as_it_was(root, tmp_path):
 def test_committed_comparisons_are_what_compare_draws_from_the_bundles(tmp_path, root):
     "figures/compare said BERT and ELECTRA rise in mask prediction at exactly the always-'the' score (their databases hold no floor)."
     from embryo.compare import compare_runs
-    for folder, bundles in (("compare", ("", "bert-tiny", "electra-tiny")), ("compare-mature", ("mature", "bert-tiny-mature"))):
+    for folder, bundles in (("compare", ("", "bert-tiny", "electra-tiny")), ("compare-mature", ("mature", "bert-tiny-mature", "electra-tiny-mature"))):
         out = tmp_path / folder
         compare_runs([root / "figures" / b / "run" for b in bundles], out)
         got, want = json.loads((out / "compare.json").read_text()), json.loads((root / "figures" / folder / "compare.json").read_text())
