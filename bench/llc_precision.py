@@ -2,7 +2,7 @@
 
 For each step: the estimate of each (mean over chains +- its standard error), the difference in standard errors (of the
 two estimates together), and the seconds each took, measured in this run, alternating. The LLC's sweep runs the forward
-in fp32 unless told otherwise (`llc.evaluate_step(precision=...)`); this says whether bf16 may replace it.
+in bf16 where the CPU multiplies it natively (`llc.evaluate_step(precision="auto")`); this checks that it may.
 
     python bench/llc_precision.py [--run figures/mature/run --steps 1100 1600 8000]
 

@@ -190,7 +190,9 @@ def llc_curve(run_dir) -> pd.DataFrame:
     c = db.pivot_table(index="step", columns="metric", values="value").sort_index()
     c["chains"] = db.groupby("step").n.max()
     st = read_settings(run_dir, ANALYSIS, task=TASK).pivot_table(index="step", columns="name", values="value")
-    same = (st == st.iloc[-1]).all(axis=1)
+    st = st.drop(columns="bf16", errors="ignore")  # the forward's precision moves no estimate (bench/llc_precision.py)
+    last = st.iloc[-1]  # a setting a row lacks (written before it was recorded) matches only its lack
+    same = ((st == last) | (st.isna() & last.isna())).all(axis=1)
     c = c.loc[c.index.intersection(same[same].index)]
     return c.assign(se=c.llc_sd / np.sqrt(c.chains)).rename_axis("step")
 

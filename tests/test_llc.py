@@ -1,7 +1,9 @@
 """The local learning coefficient (nbs/08e_llc) beyond the notebook's checks: the estimator agrees with devinterp's on a
 small causal LM, a checkpoint's estimate, chains, settings and calibration reach the database, a diverging sampler is a
 failed chain and not a crash, and the verdict claims a stage only beyond the chains' noise."""
+import shutil
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,6 +13,8 @@ import torch
 from embryo import llc as L
 from embryo.model import resolve_precision
 from embryo.results import read_scores, read_settings, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def markov_lm(seed: int = 0, V: int = 32, T: int = 16, N: int = 256):
@@ -71,6 +75,17 @@ def test_a_diverging_sampler_is_a_failed_chain_not_a_crash(fixture_copy):
     df = L.evaluate_step(fixture_copy, 0, lr=50.0, chains=2, draws=20, calibrate=False)
     v = df.set_index("metric").value
     assert v["failed"] == 1.0 and np.isnan(v["llc"])
+
+
+def test_rows_in_either_precision_share_the_curve(tmp_path):
+    "A bundle swept in fp32 (no `bf16` setting) and then at one more step in bf16 keeps every step on its curve."
+    shutil.copytree(ROOT / "figures" / "mature" / "run", tmp_path / "run", ignore=shutil.ignore_patterns("checkpoints"))
+    run, before = tmp_path / "run", len(L.llc_curve(tmp_path / "run"))
+    sampler = dict(lr=L.LR, nbeta=L.NBETA, gamma=L.GAMMA, chains=L.CHAINS, draws=L.DRAWS, batch_size=L.BATCH_SIZE,
+                   seq_len=L.SEQ_LEN, bf16=1.0)
+    write_results(run, L.ANALYSIS, 25, [dict(task=L.TASK, metric=m, value=1.0, n=L.CHAINS) for m in L.METRICS],
+                  settings=[dict(task=L.TASK, name=k, value=v) for k, v in sampler.items()])
+    assert len(L.llc_curve(run)) == before + 1
 
 
 def planted(run, llc: list[float], sd: float):

@@ -38,6 +38,15 @@ def losses(run):
     return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in log_records(Path(run) / "logs" / "train.jsonl", 1 << 62)]
 
 
+def assert_same_run(run, reference):
+    "`run` has `reference`'s checkpoints, each with bit-identical weights, and its training log (tokens/s aside)."
+    assert P.list_steps(run) == P.list_steps(reference)
+    for step in P.list_steps(reference):
+        a, b = weights(run, step), weights(reference, step)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"weights differ at step {step}"
+    assert losses(run) == losses(reference)
+
+
 def run_until(args, stop, timeout=240):
     "Start a pretraining process; SIGKILL it as soon as `stop()` is true. Returns True if it was killed."
     proc = subprocess.Popen([sys.executable, "-m", "embryo.pretrain", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -72,12 +81,7 @@ def _killed_and_resumed(run, args, reference):
     killed = [run_until(args, k) for k in kills]
     assert sum(killed) >= 2, f"expected the kills to land, got {killed}"
     run_until(args, lambda: False)  # resume to the end
-    assert P.list_steps(run) == P.list_steps(reference)
-    for step in P.list_steps(reference):
-        a, b = weights(run, step), weights(reference, step)
-        assert a.keys() == b.keys()
-        assert all(torch.equal(a[k], b[k]) for k in a), f"weights differ at step {step}"
-    assert losses(run) == losses(reference)
+    assert_same_run(run, reference)
     assert not [p for p in (run / "checkpoints").iterdir() if not p.name.startswith("step_")]
 
 
@@ -328,11 +332,7 @@ def test_compiled_training_matches_eager_and_resumes_bit_identically(tmp_path):
     P.train(tmp_path, "tiny", mc, tc, progress=False, stop_after=15)
     assert P.list_steps(tmp_path)[-1] == 8  # then resumed from the resume point of step 10
     P.train(tmp_path, "tiny", mc, tc, progress=False)
-    assert P.list_steps(tmp_path) == P.list_steps(compiled)
-    for step in P.list_steps(compiled):
-        a, b = weights(tmp_path, step), weights(compiled, step)
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"weights differ at step {step}"
-    assert losses(tmp_path) == losses(compiled)
+    assert_same_run(tmp_path, compiled)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -345,11 +345,8 @@ def test_a_compiled_gpu_run_resumes_bit_identically(tmp_path):
     P.train(one, "tiny", mc, tc, device="cuda", progress=False)
     P.train(two, "tiny", mc, tc, device="cuda", progress=False, stop_after=15)
     P.train(two, "tiny", mc, tc, device="cuda", progress=False)
-    assert P.train_log(one)[-1].get("compiled") and P.list_steps(one) == P.list_steps(two)
-    for step in P.list_steps(one):
-        a, b = weights(one, step), weights(two, step)
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"weights differ at step {step}"
-    assert losses(one) == losses(two)
+    assert P.train_log(one)[-1].get("compiled")
+    assert_same_run(two, one)
 
 
 def test_compile_step_leaves_the_embedding_lookups_eager_where_asked_and_trains_the_same():
@@ -420,7 +417,4 @@ def test_tensorboard_log_holds_what_train_jsonl_holds_and_changes_nothing(tmp_pa
     events = [Event.FromString(b) for b in _tfrecords(files[0])]
     assert events[0].file_version == "brain.Event:2" and events[1].session_log.status == 1  # START: a viewer drops what it read
     assert [e.step for e in events if e.summary.value] == [r["step"] for r in log]  # each step once: step 15 trained again
-    for step in P.list_steps(reference):
-        a, b = weights(run, step), weights(reference, step)
-        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"weights differ at step {step}"
-    assert losses(run) == losses(reference)
+    assert_same_run(run, reference)
