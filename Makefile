@@ -89,6 +89,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/probe_speed.py
 	$(BIN)/python bench/sweep_overhead.py
 	$(BIN)/python bench/llc_precision.py
+	$(BIN)/python bench/grammar_precision.py
 
 clean-venv:
 	rm -rf $(VENV) $(DOCS_VENV)

@@ -19,6 +19,7 @@ import torch
 from . import data as D
 from .config import ConfigError, atomic_write
 from .run import Run, load_checkpoint, masked_lm_at, resolve_step, series_lacks
+from .model import autocast, resolve_precision
 from .figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from .reconstruction import align
 from .results import done_steps, markdown_table, read_results, read_scores, score_rows, write_results
@@ -217,8 +218,10 @@ def masked_copies(ids: Sequence[int], spans: Sequence[tuple[int, int] | None], m
 
 # %% ../nbs/08c_grammar.ipynb #e664a326
 @torch.no_grad()
-def pll(model, tok, sentences: Sequence[str], device="cpu", batch_size: int = 512) -> np.ndarray:
-    "(sentences, 2) float64 pseudo-log-likelihoods in nats: original, within-word left-to-right."
+def pll(model, tok, sentences: Sequence[str], device="cpu", batch_size: int = 512,
+        precision: str = "fp32") -> np.ndarray:
+    ("(sentences, 2) float64 pseudo-log-likelihoods in nats: original, within-word left-to-right; the forward in "
+     "`precision`.")
     rows = []  # (sentence, masked ids, position, target, variants)
     for k, s in enumerate(sentences):
         ids, spans = align(tok, s.split())
@@ -232,7 +235,8 @@ def pll(model, tok, sentences: Sequence[str], device="cpu", batch_size: int = 51
         x = torch.tensor([r[1] for r in b], device=device)
         n, tgt = torch.arange(len(b), device=device), torch.tensor([r[3] for r in b], device=device)
         lab = torch.full_like(x, -100); lab[n, torch.tensor([r[2] for r in b], device=device)] = tgt
-        res = model(x, torch.ones_like(x), torch.zeros_like(x), labels=lab, logits="masked")  # a row each, in order
+        with autocast(device, precision):  # a row each, in order
+            res = model(x, torch.ones_like(x), torch.zeros_like(x), labels=lab, logits="masked")
         lp = torch.log_softmax(res.prediction_logits.float(), -1)[n, tgt].double().cpu().numpy()
         for (k, *_, v), l in zip(b, lp): out[k] += l * np.array([v & 1, v >> 1])
     return out
@@ -260,15 +264,17 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer)
                   pairs=None, # a BLiMP-format .jsonl file or a folder of them; None: the generated paradigms
                   n_pairs: int = 300, # generated pairs per paradigm
                   write: bool = True, # write the rows and scores to the run's results database
+                  precision: str = "auto", # the forward's: 'auto' (bf16 where the device multiplies it natively) or 'fp32'
                  ) -> pd.DataFrame:
     "Per paradigm, the share of minimal pairs whose acceptable sentence checkpoint `step` gives the higher PLL."
     run_dir, step, tok, model = masked_lm_at(run_dir, step, device)  # of an ELECTRA run, its generator
     pr = read_pairs(pairs or paradigm_pairs(n_pairs))
-    s = pll(model, tok, list(pr.good) + list(pr.bad), device)
+    s = pll(model, tok, list(pr.good) + list(pr.bad), device, precision=precision)
     u = unigram_scores(run_dir, tok, list(pr.good) + list(pr.bad))
     rows, scores = pair_rows(pr, s[:len(pr)] - s[len(pr):], None if u is None else u[:len(pr)] - u[len(pr):])
     settings = [dict(task="all", name="generated", value=float(pairs is None)),
-                dict(task="all", name="pairs", value=len(pr))]
+                dict(task="all", name="pairs", value=len(pr)),
+                dict(task="all", name="bf16", value=float(resolve_precision(precision, torch.device(device)) == "bf16"))]
     if write: write_results(run_dir, ANALYSIS, step, rows, settings=settings, scores=scores)
     return pd.DataFrame(rows, columns=["task", "metric", "value", "n"])
 

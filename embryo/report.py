@@ -26,18 +26,18 @@ from .run import (SeriesError, checkpoint_dir, find_checkpoint, replace_dir, lis
 from .pretrain import model_card
 from .results import DB_NAME, connect, db_path, done_steps, write_transitions
 from .sweep import (ANALYSES, SweepError, applicable, available_analyses, analysis_module, error_text,
-                          evaluation_steps, nbs_dir, sweep)
+                          evaluation_steps, nbs_dir, sweep, scoped_env)
 from .compare import RUN_BUNDLE
 from .seeds import seed_bands, seed_run_dirs
 
 # %% auto #0
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
-           'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'BUNDLED', 'SHIP_BUDGET', 'SHIPPED_FILES', 'REFERENCE_ANALYSES',
-           'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'OFFLINE_TEMPLATE', 'pace_sentence', 'report_sections',
-           'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'status_of', 'findings_markdown',
-           'sync_findings', 'publish_report', 'copy_database', 'bundle_run', 'shipped_steps', 'ship_checkpoints',
-           'build_reference', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value',
-           'sync_prose', 'readme_markdown', 'write_readme', 'page_exporter', 'notebook_pages']
+           'REPRODUCE_WORKERS', 'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'BUNDLED', 'SHIP_BUDGET', 'SHIPPED_FILES',
+           'REFERENCE_ANALYSES', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'OFFLINE_TEMPLATE', 'pace_sentence',
+           'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'status_of',
+           'findings_markdown', 'sync_findings', 'publish_report', 'copy_database', 'bundle_run', 'shipped_steps',
+           'ship_checkpoints', 'build_reference', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'FactError',
+           'fact_value', 'sync_prose', 'readme_markdown', 'write_readme', 'page_exporter', 'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -208,6 +208,10 @@ REPRODUCE_STEPS = {"glue": (2, 8), "probing": (4, 12), "similarity": (4, 12), "r
                    "knowledge": (4, 12), "grammar": (4, 12), "llc": (4, 12)}
 # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}
+# jobs at once, each on its share of the cores, where two one-thread jobs beat one two-thread job: on 2 cores, 2 jobs
+# of the `tiny` run against 1, per checkpoint: probing 1.4x, syntax 1.7x, ngram 1.5x, aoa 1.2x, glue 1.1x; the others
+# 1.0-1.1x, and the LLC's sampler runs 2.1x slower on one thread than on two; the executed pages 1.75x
+REPRODUCE_WORKERS = {"glue": 2, "probing": 2, "similarity": 2, "syntax": 2, "ngram": 2, "aoa": 2, "pages": 2}
 USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run "
                       "{run} --analyses squad "
                       # analyses reproduce skips
@@ -230,17 +234,18 @@ def reproduce(args):
         raise SweepError(f"--analyses: unknown {', '.join(bad)}; the analyses are {', '.join(available_analyses())}")
     for p in write_param_tables(figures): print(f"wrote {p}")
     pretrain_from_args(args)
+    cpu = args.preset in CPU_PRESETS  # grids, options and workers for a CPU's budget
     for a in chosen:
         if a in USER_DATA: print(f"== {a}: skipped: {USER_DATA[a].format(run=run)}", flush=True); continue
-        grid = REPRODUCE_STEPS.get(a) if args.preset in CPU_PRESETS else None
+        grid = REPRODUCE_STEPS.get(a) if cpu else None
         print(f"== {a}", flush=True)
-        opts = {a: REPRODUCE_OPTIONS[a]} if args.preset in CPU_PRESETS and a in REPRODUCE_OPTIONS else None
+        opts = {a: REPRODUCE_OPTIONS[a]} if cpu and a in REPRODUCE_OPTIONS else None
         print(sweep(run, [a], evaluation_steps(run, *grid) if grid else None, mode=getattr(args, "mode", "inprocess"),
-                    options=opts, redraw=False).to_string())
+                    options=opts, redraw=False, workers=REPRODUCE_WORKERS.get(a, 1) if cpu else 1).to_string())
     for p in redraw_all(run, figures): print(f"wrote {p}")
     if getattr(args, "pages", True):
         try: notebook_pages(run, figures / PAGES_DIR, applicable(run, chosen)[0],
-                            options=REPRODUCE_OPTIONS if args.preset in CPU_PRESETS else None)
+                            options=REPRODUCE_OPTIONS if cpu else None, workers=REPRODUCE_WORKERS["pages"] if cpu else 1)
         except Exception as e: print(f"notebook pages not written ({error_text(e)}); the figures and the report are")
     publish_report(run, figures)
 
@@ -606,10 +611,13 @@ def page_exporter():
                         template_file="offline.html.j2")
 
 # %% ../nbs/10c_report.ipynb #a310c266
-def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None, device: str = "cpu") -> list[Path]:
+def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None, device: str = "cpu",
+                   workers: int = 1, # notebooks run at once, each kernel on its share of the cores
+                  ) -> list[Path]:
     ("Run each analysis notebook whole (papermill) on the run's last step and write it as HTML to `out_dir`, outputs "
      "and all.")
     import tempfile
+    from concurrent.futures import ThreadPoolExecutor
     import nbformat
     import papermill as pm
     try:
@@ -618,23 +626,28 @@ def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None,
         print("notebook pages skipped: they need nbconvert, a development requirement (pip install -e '.[dev]')")
         return []
     run_dir, out_dir = Path(run_dir).resolve(), Path(out_dir)
-    step, nbs, paths = list_steps(run_dir)[-1], nbs_dir(), []
+    step, nbs = list_steps(run_dir)[-1], nbs_dir()
     # where ../figures/ of a notebook's links points from a page
     figs = os.path.relpath(nbs.parent / "figures", out_dir.resolve())
-    with tempfile.TemporaryDirectory() as d:
+
+    def page(a, d, scratch) -> Path:
+        src, executed = nbs / f"{ANALYSES[a]}.ipynb", Path(d) / f"{ANALYSES[a]}.ipynb"
+        params = dict(run_dir=str(scratch), step=step, device=device, **(options or {}).get(a, {}))
+        t0 = time.time()
+        try: pm.execute_notebook(str(src), str(executed), parameters=params, kernel_name="python3", cwd=str(nbs),
+                                 progress_bar=False)
+        except Exception as e: print(f"{src.name} failed on {run_dir} step {step} ({error_text(e)}): its page "
+                                     "shows where")
+        nb = nbformat.read(executed, as_version=4)
+        for c in nb.cells:
+            if c.cell_type == "markdown": c.source = c.source.replace("](../figures/", f"]({figs}/")
+        path = atomic_write(out_dir / f"{src.stem}.html", exporter.from_notebook_node(nb)[0])
+        print(f"wrote {path} ({time.time() - t0:.0f} s)", flush=True)
+        return path
+
+    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
+    with tempfile.TemporaryDirectory() as d, scoped_env(OMP_NUM_THREADS=threads if workers > 1 else None), \
+         ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         scratch = _scratch_run(run_dir, Path(d) / run_dir.name)  # the run's name, as figure titles print it
-        for a in analyses or applicable(run_dir, available_analyses())[0]:
-            src, executed = nbs / f"{ANALYSES[a]}.ipynb", Path(d) / f"{ANALYSES[a]}.ipynb"
-            params = dict(run_dir=str(scratch), step=step, device=device, **(options or {}).get(a, {}))
-            t0 = time.time()
-            try: pm.execute_notebook(str(src), str(executed), parameters=params, kernel_name="python3", cwd=str(nbs),
-                                     progress_bar=False)
-            except Exception as e: print(f"{src.name} failed on {run_dir} step {step} ({error_text(e)}): its page "
-                                         "shows where")
-            nb = nbformat.read(executed, as_version=4)
-            for c in nb.cells:
-                if c.cell_type == "markdown": c.source = c.source.replace("](../figures/", f"]({figs}/")
-            body, _ = exporter.from_notebook_node(nb)
-            paths.append(atomic_write(out_dir / f"{src.stem}.html", body))
-            print(f"wrote {paths[-1]} ({time.time() - t0:.0f} s)", flush=True)
-    return paths
+        todo = analyses or applicable(run_dir, available_analyses())[0]
+        return list(pool.map(lambda a: page(a, d, scratch), todo))

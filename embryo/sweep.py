@@ -33,8 +33,8 @@ from .results import (DB_NAME, UNRECORDED, db_path, log_job, read_log, computed_
 __all__ = ['ANALYSES', 'SWEEP_TAG', 'WARM_ENGINE', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
            'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'evaluation_steps', 'applicable', 'Job',
            'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill',
-           'run_inprocess', 'error_text', 'check_options', 'options_text', 'plan', 'say_recomputed', 'summary_table',
-           'run_job', 'sweep']
+           'run_inprocess', 'error_text', 'scoped_env', 'check_options', 'options_text', 'plan', 'say_recomputed',
+           'summary_table', 'run_job', 'sweep']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -316,7 +316,8 @@ def error_text(e: BaseException) -> str:
 
 # %% ../nbs/10_sweep.ipynb #939cbdf6
 @contextmanager
-def _env(**kv):
+def scoped_env(**kv):
+    "The environment variables given (those not None) set inside the block, restored after it."
     old = {k: os.environ.get(k) for k in kv}
     os.environ.update({k: str(v) for k, v in kv.items() if v is not None})
     try: yield
@@ -454,7 +455,7 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
         check_options(a, options[a], mode)
     threads = max(1, (os.cpu_count() or 1) // max(1, workers))
     with sweep_lock(run_dir, shard_db_name(shard) if shard else None), \
-         _env(EMBRYO_RESULTS=shard_db_name(shard) if shard else None, OMP_NUM_THREADS=threads if workers > 1 else None):
+         scoped_env(EMBRYO_RESULTS=shard_db_name(shard) if shard else None, OMP_NUM_THREADS=threads if workers > 1 else None):
         redo = {}
         todo, skipped = plan(run_dir, analyses, steps, force, shard, options, redo)
         if (h := training_holder(run_dir)) is not None:

@@ -105,6 +105,7 @@ SLOW = {
     "test_sweep.py::test_results_remember_their_options_and_other_options_recompute",
     "test_sweep.py::test_shards_write_their_own_files_and_merge_without_loss",
     "test_sweep.py::test_report_leaves_the_bundle_it_reads_as_it_was",
+    "test_sweep.py::test_pages_run_two_at_a_time_and_come_back_in_the_order_asked",
 }
 
 

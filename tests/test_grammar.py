@@ -103,3 +103,16 @@ def test_committed_grammar_results_are_what_the_bundle_gives(bundle):
     assert np.allclose(t.loc[got.index, "acquired_at"], got.acquired_at, equal_nan=True)
     assert np.allclose(t.loc[got.index, "last"], got["last"]) and got.acquired.sum() >= 1
     assert verdict(ROOT / bundle / "run") in (ROOT / bundle / "table_grammar_acquisition.md").read_text()
+
+
+def test_the_forward_precision_is_recorded_with_each_step(fixture_copy):
+    "The sweep's default runs the forward in bf16 where the CPU has it (`bench/grammar_precision.py`); each step says which."
+    import torch
+    from embryo.grammar import evaluate_step
+    from embryo.model import resolve_precision
+    from embryo.results import read_settings
+    run, bf16 = fixture_copy, float(resolve_precision("auto", torch.device("cpu")) == "bf16")
+    for step, precision, want in ((4, "fp32", 0.0), (8, "auto", bf16)):
+        evaluate_step(run, step, n_pairs=20, precision=precision)
+        st = read_settings(run, ANALYSIS, task="all")
+        assert st[st.step == step].set_index("name").value.bf16 == want, (step, precision)

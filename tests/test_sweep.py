@@ -444,3 +444,15 @@ def test_committed_comparisons_are_what_compare_draws_from_the_bundles(tmp_path,
         assert got["analyses"] == want["analyses"], f"figures/{folder} is stale: rerun embryo compare (README)"
     mask = json.loads((root / "figures" / "compare" / "compare.json").read_text())["analyses"]["reconstruction"]["runs"]
     assert not mask["BERT (bert-tiny)"]["rises"] and mask["BERT (bert-tiny)"]["floor"] == mask["ALBERT (tiny)"]["floor"]
+
+
+def test_pages_run_two_at_a_time_and_come_back_in_the_order_asked(fixture_copy, tmp_path):
+    "notebook_pages with two workers (as `reproduce` runs them on 2 cores) writes each executed page, in the order asked."
+    from embryo.report import notebook_pages
+    omp = os.environ.get("OMP_NUM_THREADS")
+    got = notebook_pages(fixture_copy, tmp_path / "pages", ["syntax", "attention"], workers=2)
+    assert [p.name for p in got] == ["08a_syntax.html", "08_attention.html"]
+    for p in got:  # executed: outputs (a figure) in each page, and no cell that raised
+        page = p.read_text()
+        assert "data:image/png;base64" in page and "Traceback" not in page, p
+    assert os.environ.get("OMP_NUM_THREADS") == omp  # the kernels' thread count did not leak into this process
