@@ -16,13 +16,17 @@ n-gram masking included), forward and backward (`train_step`), gradient clipping
    inside a compiled graph the fused kernels count as outside).
 2. embryo vs transformers (`AlbertForPreTraining` with the very same weights, scoring every position), both driven
    by the same loop in fp32: tokens/s and their ratio.
-On a GPU also `base` at sequence length 128 in bf16, with MFU: the model's own FLOPs per token
-(`AlbertForPreTraining.flops_per_token`, the MLM head counted at the masked positions it decodes) x tokens/s / the GPU's
-peak dense bf16 FLOP/s; for each batch size in `--gpu-batch`, and with `--compile` also under `torch.compile`.
+On a GPU also `base` in bf16, with MFU: the model's own FLOPs per token (`AlbertForPreTraining.flops_per_token`, the
+MLM head counted at the masked positions it decodes) x tokens/s / the GPU's peak dense bf16 FLOP/s; at each sequence
+length in `--gpu-seq` (128, BERT's first phase; 512, ALBERT's own, section 4.1, and `base`'s `max_seq_length`), for each
+batch size in `--gpu-batch` (sequences of 128 tokens; as many tokens per step at the other lengths), and with
+`--compile` also under `torch.compile`.
 
-    python bench/pretrain_speed.py [--steps 8] [--presets tiny base] [--gpu-batch 128 256] [--compile] [--peak-tflops 989]
+    python bench/pretrain_speed.py [--steps 8] [--presets tiny base] [--gpu-batch 128 256] [--gpu-seq 128 512]
+                                   [--compile] [--compile-modes default autotune] [--peak-tflops 989]
 """
 import argparse
+import contextlib
 import tempfile
 import time
 from types import SimpleNamespace
@@ -181,11 +185,14 @@ def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32", compiled=
         name = "compiled" if mode == "default" else mode
         try:
             t, model = time.perf_counter(), fresh(mc, device)
-            step, kw = compiled_variant(model, device, mode)
-            speed[f"embryo {name}"] = loop(model, data, tc, device, steps, precision, prefetch=True, compiled=step, **kw)[0]
-            print(f"   (torch.compile, mode {mode}: {time.perf_counter() - t:.0f} s for the compile and the timed steps)")
-            speed[f"{name}, no data"] = loop(model, data, tc, device, steps, precision, premade=True, compiled=step,
-                                             **kw)[0]
+            with variant_flags(mode):
+                step, kw = compiled_variant(model, device, mode)
+                speed[f"embryo {name}"] = loop(model, data, tc, device, steps, precision, prefetch=True, compiled=step,
+                                               **kw)[0]
+                print(f"   (torch.compile, mode {mode}: {time.perf_counter() - t:.0f} s for the compile and the timed "
+                      "steps)")
+                speed[f"{name}, no data"] = loop(model, data, tc, device, steps, precision, premade=True, compiled=step,
+                                                 **kw)[0]
             flops[f"embryo {name}"] = flops[f"{name}, no data"] = flops["embryo"]
         except Exception as e:  # a compile failure is a finding to print, not a reason to lose the other rows
             print(f"   torch.compile (mode {mode}) failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
@@ -195,14 +202,26 @@ def hf_vs_embryo(preset, tok, ds, tc, steps, device, precision="fp32", compiled=
 VARIANTS = {"nondeterministic": "the fixed-shape compile without torch's deterministic algorithms",
             "embeddings-in-graph": "the fixed-shape compile with the embedding lookups inside the graph, as on a CPU",
             "autotune": "the fixed-shape compile with inductor's autotuning (mode max-autotune-no-cudagraphs: matmul "
-                        "templates timed against cuBLAS; coordinate-descent tuning of the fused kernels)"}
+                        "templates timed against cuBLAS; coordinate-descent tuning of the fused kernels)",
+            "aggressive": "the fixed-shape compile with inductor's aggressive fusion (nodes fused even without shared "
+                          "reads)",
+            "flash": "the fixed-shape compile with attention by the flash kernel (cuDNN's attention off)"}
+
+
+@contextlib.contextmanager
+def variant_flags(mode):
+    "Inside the block, the process-wide switches `mode` needs (inductor settings, attention kernels); restored after."
+    settings = {"autotune": dict(coordinate_descent_tuning=True), "aggressive": dict(aggressive_fusion=True)}.get(mode, {})
+    with torch._inductor.config.patch(settings), contextlib.ExitStack() as stack:
+        if mode == "flash":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            stack.enter_context(sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]))
+        yield
 
 
 def compiled_variant(model, device, mode):
     """`model` compiled as `mode` says, and the `loop` arguments it needs: 'default' (as `train` compiles), a
-    `torch.compile` mode, or one of `VARIANTS` ('autotune' turns inductor's coordinate-descent tuning on for the rest of the
-    process, as its compile happens at the first step: list it last)."""
-    if mode == "autotune": torch._inductor.config.coordinate_descent_tuning = True
+    `torch.compile` mode, or one of `VARIANTS` (compile and run it inside `variant_flags(mode)`)."""
     if mode in ("default", *VARIANTS):
         return (compile_step(model, device, eager_embeddings=False if mode == "embeddings-in-graph" else None,
                              mode="max-autotune-no-cudagraphs" if mode == "autotune" else None),
@@ -214,11 +233,12 @@ def gpu_profile(preset, tok, ds, tc, steps, device, precision="bf16", top=12, mo
     """Where the compiled step's time goes on a GPU, on premade batches: the share of the wall time the GPU is busy,
     the share of its busy time outside matmuls, and the kernels that take most of it."""
     data, model = Batches(ds, tok, tc), fresh(bench_config(preset, tok), device)
-    step, kw = compiled_variant(model, device, mode)
-    loop(model, data, tc, device, 2, precision, premade=True, compiled=step, **kw)  # compiled and warm
-    t = time.perf_counter()
-    _, prof = loop(model, data, tc, device, steps, precision, premade=True, compiled=step, profile=True, **kw)
-    wall = (time.perf_counter() - t) * 1e6
+    with variant_flags(mode):
+        step, kw = compiled_variant(model, device, mode)
+        loop(model, data, tc, device, 2, precision, premade=True, compiled=step, **kw)  # compiled and warm
+        t = time.perf_counter()
+        _, prof = loop(model, data, tc, device, steps, precision, premade=True, compiled=step, profile=True, **kw)
+        wall = (time.perf_counter() - t) * 1e6
     kernels = busy_times(prof)
     busy = sum(kernels.values())
     print(f"   {device.type} busy {busy / wall:.0%} of the profiled wall time ({steps} steps, the profiler's own cost "
@@ -233,7 +253,10 @@ def main():
     p.add_argument("--presets", nargs="+", default=["tiny", "base"], help="presets for the embryo-vs-transformers table")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--gpu-batch", type=int, nargs="*", default=[128, 256, 512],
-                   help="sequences per step for the bf16 GPU rows (none: no GPU rows)")
+                   help="sequences of 128 tokens per step for the bf16 GPU rows, as many tokens at other lengths "
+                        "(none: no GPU rows)")
+    p.add_argument("--gpu-seq", type=int, nargs="+", default=[128, 512],
+                   help="sequence lengths of the GPU rows (512: ALBERT's and base's own)")
     p.add_argument("--compile", action="store_true", help="also time embryo's model under torch.compile on the GPU")
     p.add_argument("--compile-modes", nargs="+", default=["default"],
                    help="compiled GPU rows: 'default' (the fixed-shape compile that training uses), a torch.compile mode "
@@ -274,28 +297,30 @@ def fp32_fast_compiled(tok, ds, tc, steps, device):
 
 def gpu_rows(a, tc, device):
     if device.type != "cuda":
-        print("\n3. base at sequence length 128 in bf16 with MFU: not run (no GPU here)")
+        print("\n3. base in bf16 with MFU: not run (no GPU here)")
         return
     name = torch.cuda.get_device_name()
     peak = a.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-    print(f"\n3. base at sequence length 128, bf16 autocast, on {name}; MFU against a peak of "
+    print(f"\n3. base at sequence lengths {', '.join(map(str, a.gpu_seq))}, bf16 autocast, on {name}; MFU against a peak of "
           + (f"{peak:.0f} TFLOP/s" if peak else "? (unknown GPU: pass --peak-tflops)"))
     print(f"embryo: its training loop, batches masked by {resolve_data_workers('auto', device)} worker processes; 'no data': the "
           "same step on four batches made beforehand; transformers: batches made on the critical path")
-    print(f"{'batch':>6}  {'model':<26}{'tok/s':>12}{'GFLOP/token':>13}{'MFU':>8}")
-    base_tc = lambda batch: get_train_config("base", batch_size=batch, max_seq_length=128,
-                                             tokenizer_vocab_size=tc.tokenizer_vocab_size)
-    for batch in a.gpu_batch:
-        gtc = base_tc(batch)
-        gtok, gds = bench_data(gtc)
-        flops, speed = hf_vs_embryo("base", gtok, gds, gtc, a.steps, device, precision="bf16", compiled=a.compile,
-                                    modes=a.compile_modes)
-        for k, v in speed.items():
-            mfu = f"{flops[k] * v / (peak * 1e12):.1%}" if peak else "?"
-            print(f"{batch:>6}  {k:<26}{v:>12,.0f}{flops[k] / 1e9:>13.3f}{mfu:>8}", flush=True)
+    print(f"{'seq':>5}{'batch':>7}  {'model':<26}{'tok/s':>12}{'GFLOP/token':>13}{'MFU':>8}")
+    base_tc = lambda batch, seq: get_train_config("base", batch_size=max(1, batch * 128 // seq), max_seq_length=seq,
+                                                  tokenizer_vocab_size=tc.tokenizer_vocab_size)
+    for seq in a.gpu_seq:
+        for batch in a.gpu_batch:
+            gtc = base_tc(batch, seq)
+            gtok, gds = bench_data(gtc)
+            flops, speed = hf_vs_embryo("base", gtok, gds, gtc, a.steps, device, precision="bf16", compiled=a.compile,
+                                        modes=a.compile_modes)
+            for k, v in speed.items():
+                mfu = f"{flops[k] * v / (peak * 1e12):.1%}" if peak else "?"
+                print(f"{seq:>5}{gtc.batch_size:>7}  {k:<26}{v:>12,.0f}{flops[k] / 1e9:>13.3f}{mfu:>8}", flush=True)
     for mode in (a.profile or ["default"]) if a.profile is not None and a.gpu_batch else ():
-        print(f"\n   profile of the step compiled as {mode!r}, batch {max(a.gpu_batch)} on premade batches:")
-        gtc = base_tc(max(a.gpu_batch))
+        print(f"\n   profile of the step compiled as {mode!r}, {max(a.gpu_batch)} x 128 tokens at sequence length "
+              f"{a.gpu_seq[-1]}, on premade batches:")
+        gtc = base_tc(max(a.gpu_batch), a.gpu_seq[-1])
         gpu_profile("base", *bench_data(gtc), gtc, max(2, a.steps // 2), device, mode=mode)
 
 

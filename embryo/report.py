@@ -209,9 +209,10 @@ REPRODUCE_STEPS = {"glue": (2, 8), "probing": (4, 12), "similarity": (4, 12), "r
 # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}
 # jobs at once, each on its share of the cores, where two one-thread jobs beat one two-thread job: on 2 cores, 2 jobs
-# of the `tiny` run against 1, per checkpoint: probing 1.4x, syntax 1.7x, ngram 1.5x, aoa 1.2x, glue 1.1x; the others
-# 1.0-1.1x, and the LLC's sampler runs 2.1x slower on one thread than on two; the executed pages 1.75x
-REPRODUCE_WORKERS = {"glue": 2, "probing": 2, "similarity": 2, "syntax": 2, "ngram": 2, "aoa": 2, "pages": 2}
+# of the `tiny` run against 1, per checkpoint: syntax 1.7x, ngram 1.5x, probing 1.4x, llc 1.3x, aoa 1.2x, glue 1.1x,
+# grammar 1.1x; reconstruction, knowledge and attention 1.0x; the executed pages 1.75x
+REPRODUCE_WORKERS = {"glue": 2, "probing": 2, "similarity": 2, "syntax": 2, "ngram": 2, "grammar": 2, "aoa": 2, "llc": 2,
+                     "pages": 2}
 USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run "
                       "{run} --analyses squad "
                       # analyses reproduce skips

@@ -456,3 +456,14 @@ def test_pages_run_two_at_a_time_and_come_back_in_the_order_asked(fixture_copy, 
         page = p.read_text()
         assert "data:image/png;base64" in page and "Traceback" not in page, p
     assert os.environ.get("OMP_NUM_THREADS") == omp  # the kernels' thread count did not leak into this process
+
+
+def test_a_one_worker_sweep_runs_its_jobs_in_the_calling_thread(fixture_copy, monkeypatch):
+    "In-process, one job at a time runs in this thread, not a pool's: after training in the same process (as `reproduce` does),"
+    " torch ops in a new thread ran 1.5x slower (the LLC, 41 s a step against 27 s; numbers in the sweep's comment)."
+    import threading
+    import embryo.sweep as S
+    seen, real = [], S.run_job
+    monkeypatch.setattr(S, "run_job", lambda *a, **k: (seen.append(threading.get_ident()), real(*a, **k))[1])
+    t = sweep(fixture_copy, ["attention"], steps=[2, 4], mode="inprocess", force=True, redraw=False, progress=False)
+    assert seen == [threading.get_ident()] * 2 and (t == "done").all().all()
