@@ -26,7 +26,7 @@ from .run import (SeriesError, checkpoint_dir, find_checkpoint, replace_dir, lis
 from .pretrain import model_card
 from .results import DB_NAME, connect, db_path, done_steps, write_transitions
 from .sweep import (ANALYSES, SweepError, applicable, available_analyses, analysis_module, error_text,
-                          evaluation_steps, nbs_dir, sweep, scoped_env)
+                          evaluation_steps, nbs_dir, sweep, scoped_env, worker_threads)
 from .compare import RUN_BUNDLE
 from .seeds import seed_bands, seed_run_dirs
 
@@ -646,8 +646,7 @@ def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None,
         print(f"wrote {path} ({time.time() - t0:.0f} s)", flush=True)
         return path
 
-    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
-    with tempfile.TemporaryDirectory() as d, scoped_env(OMP_NUM_THREADS=threads if workers > 1 else None), \
+    with tempfile.TemporaryDirectory() as d, scoped_env(OMP_NUM_THREADS=worker_threads(workers)), \
          ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         scratch = _scratch_run(run_dir, Path(d) / run_dir.name)  # the run's name, as figure titles print it
         todo = analyses or applicable(run_dir, available_analyses())[0]

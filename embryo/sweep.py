@@ -33,8 +33,8 @@ from .results import (DB_NAME, UNRECORDED, db_path, log_job, read_log, computed_
 __all__ = ['ANALYSES', 'SWEEP_TAG', 'WARM_ENGINE', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
            'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'evaluation_steps', 'applicable', 'Job',
            'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill',
-           'run_inprocess', 'error_text', 'scoped_env', 'check_options', 'options_text', 'plan', 'say_recomputed',
-           'summary_table', 'run_job', 'sweep']
+           'run_inprocess', 'error_text', 'scoped_env', 'worker_threads', 'check_options', 'options_text', 'plan',
+           'say_recomputed', 'summary_table', 'run_job', 'sweep']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -326,6 +326,11 @@ def scoped_env(**kv):
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
 
+# %% ../nbs/10_sweep.ipynb #aaa9b4fa
+def worker_threads(workers: int) -> int | None:
+    "Threads for each of `workers` jobs run at once (the cores shared out); None for one job, which keeps the process's."
+    return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
+
 # %% ../nbs/10_sweep.ipynb #34ba10f7
 def check_options(analysis: str, options: dict | None, mode: str):
     "Refuse an option the analysis does not take, so that papermill (which would ignore it) and in-process agree."
@@ -453,9 +458,9 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
         if a not in ANALYSES:
             raise SweepError(f"options for unknown analysis {a!r}; the analyses are {', '.join(ANALYSES)}")
         check_options(a, options[a], mode)
-    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
+    threads = worker_threads(workers)
     with sweep_lock(run_dir, shard_db_name(shard) if shard else None), \
-         scoped_env(EMBRYO_RESULTS=shard_db_name(shard) if shard else None, OMP_NUM_THREADS=threads if workers > 1 else None):
+         scoped_env(EMBRYO_RESULTS=shard_db_name(shard) if shard else None, OMP_NUM_THREADS=threads):
         redo = {}
         todo, skipped = plan(run_dir, analyses, steps, force, shard, options, redo)
         if (h := training_holder(run_dir)) is not None:
@@ -473,7 +478,7 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
         bar = tqdm(total=len(todo), desc=f"sweep {Path(run_dir).name}", disable=not progress or not todo)
         failures = []
         torch_threads = None
-        if mode == "inprocess" and workers > 1:
+        if mode == "inprocess" and threads:
             import torch; torch_threads = torch.get_num_threads(); torch.set_num_threads(threads)
         try:
             # one in-process job at a time runs in this thread: torch ops in a new thread after a training run in
