@@ -219,6 +219,7 @@ class TrainConfig:
     phase1_fraction: float = 0.9  # the share of total_steps trained at phase1_seq_length
     lr_schedule: str = "linear"  # linear: warmup then linear decay to zero | wsd: warmup, stable, then linear decay
     decay_fraction: float = 0.2  # wsd: the share of total_steps in the final decay
+    mask_prob_end: float | None = None  # masking falls linearly from mask_prob at step 1 to this at the last step
     facts: int = 0  # facts of each built-in relation shown at known steps (notebook 06a, `embryo.facts`); 0: none
 
     def __post_init__(self):
@@ -247,7 +248,8 @@ OPTIMIZERS = ("lamb", "adamw")
 LR_SCHEDULES = ("linear", "wsd")
 _LATER_FIELDS = dict(sentence_task="sop", optimizer="lamb", rtd_weight=50.0, phase1_seq_length=None,
                      # field: the value every run had before the field existed
-                     phase1_fraction=0.9, compile=False, lr_schedule="linear", decay_fraction=0.2, facts=0)
+                     phase1_fraction=0.9, compile=False, lr_schedule="linear", decay_fraction=0.2, facts=0,
+                     mask_prob_end=None)
 
 # %% ../nbs/00_config.ipynb #79b1d7f8
 def check_train(tc):
@@ -278,6 +280,9 @@ def check_train(tc):
     if tc.lr_schedule not in LR_SCHEDULES:
         raise ConfigError(f"TrainConfig.lr_schedule={tc.lr_schedule!r} is not one of {', '.join(LR_SCHEDULES)}")
     if tc.facts < 0: raise ConfigError(f"TrainConfig.facts={tc.facts} must be at least 0 (0: no facts injected)")
+    if tc.mask_prob_end is not None and not 0 < tc.mask_prob_end < 1:
+        raise ConfigError(f"TrainConfig.mask_prob_end={tc.mask_prob_end} must lie in (0, 1) (or None: masking "
+                          "stays at mask_prob)")
     if not 0 < tc.decay_fraction <= 1: raise ConfigError(f"TrainConfig.decay_fraction={tc.decay_fraction} must lie in "
                                                          "(0, 1]")
     if not 0 < tc.phase1_fraction < 1: raise ConfigError(f"TrainConfig.phase1_fraction={tc.phase1_fraction} must lie "

@@ -40,13 +40,13 @@ from .facts import read_facts, injections, prepare_facts
 
 # %% auto #0
 __all__ = ['FIXED_SETTINGS', 'CORPUS_LANGUAGES', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer',
-           'lr_at', 'phase1_steps', 'seq_length_at', 'tokens_seen', 'rng_state', 'set_rng_state', 'save_resume',
-           'load_resume', 'Batches', 'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'bert_shaped',
-           'model_card', 'write_model_card', 'write_model_cards', 'tensorboard_module', 'TensorBoardLog',
+           'lr_at', 'mask_prob_at', 'phase1_steps', 'seq_length_at', 'tokens_seen', 'rng_state', 'set_rng_state',
+           'save_resume', 'load_resume', 'Batches', 'run_config', 'run_corpus', 'prepare_run', 'examples_of',
+           'bert_shaped', 'model_card', 'write_model_card', 'write_model_cards', 'tensorboard_module', 'TensorBoardLog',
            'tensorboard_log', 'TrainingDiverged', 'diverged', 'DiskFull', 'resolve_data_workers', 'check_compile',
            'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'train', 'batch_source', 'loss_counts',
-           'Saves', 'finish_run', 'heldout_examples', 'evaluate_heldout', 'corpus_slice', 'fixture_run',
-           'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
+           'batches_of_step', 'Saves', 'finish_run', 'heldout_examples', 'evaluate_heldout', 'corpus_slice',
+           'fixture_run', 'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -107,6 +107,14 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     if step < tc.warmup_steps: return tc.learning_rate * (step + 1) / tc.warmup_steps
     start = tc.warmup_steps if tc.lr_schedule == "linear" else round(tc.total_steps * (1 - tc.decay_fraction))
     return tc.learning_rate * min(1.0, max(0.0, (tc.total_steps - step) / max(1, tc.total_steps - start)))
+
+# %% ../nbs/03_pretrain.ipynb #cb442b0c
+def mask_prob_at(step: int, tc: TrainConfig) -> float:
+    "The masking rate of optimizer step `step` (1-based): `mask_prob`, or a linear fall to `mask_prob_end` at the last."
+    if tc.mask_prob_end is None: return tc.mask_prob
+    done = min(1.0, max(0.0, (step - 1) / max(1, tc.total_steps - 1)))
+    return tc.mask_prob + (tc.mask_prob_end - tc.mask_prob) * done
+
 
 # %% ../nbs/03_pretrain.ipynb #28910f85
 def phase1_steps(tc: TrainConfig) -> int:
@@ -215,15 +223,16 @@ class Batches:
         if k in self.inject: f, ex = self.inject[k]; return epoch, self.n + f, ex
         return epoch, i, self.ds[i]
 
-    def collate(self, ks) -> dict:
-        "Mask and pad the examples at stream positions `ks` into one batch of tensors (`embryo.data.collate`)."
+    def collate(self, ks, mask_prob: float | None = None) -> dict:
+        ("Mask (at `mask_prob`, or the run's rate) and pad the examples at stream positions `ks` into one batch of "
+         "tensors (`embryo.data.collate`).")
         rows = [self.row(k) for k in ks]
         T = max(len(ex["input_ids"]) for _, _, ex in rows)
         parts = []
         for epoch in sorted({e for e, _, _ in rows}):  # a batch spans two epochs at most once per epoch
             idx, exs = zip(*[(i, ex) for e, i, ex in rows if e == epoch])
             parts.append(D.collate(exs, self.tok, self.tc.seed, epoch, idx, max_seq_length=T,
-                                   mask_prob=self.tc.mask_prob, max_ngram=self.tc.max_ngram,
+                                   mask_prob=mask_prob or self.tc.mask_prob, max_ngram=self.tc.max_ngram,
                                    max_predictions=self.cap))
         return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
@@ -453,8 +462,9 @@ def _recipe(mc: ModelConfig, tc: TrainConfig, history: list, step: int, rec: dic
             ("examples", f"sentence pairs of up to {length}, {tc.short_seq_prob:.0%} of them shorter"),
             ("batch",
              f"{tc.batch_size} sequences a step" + (f" ({tc.grad_accum} micro-batches)" if tc.grad_accum > 1 else "")),
-            ("masking", f"{tc.mask_prob:.0%} of the tokens, in n-grams of up to {tc.max_ngram}, at most {cap} a "
-                        "sequence"),
+            ("masking", f"{tc.mask_prob:.0%} of the tokens" + (f", falling linearly to {tc.mask_prob_end:.0%} at the "
+                                                               "last step" if tc.mask_prob_end is not None else "") +
+                        f", in n-grams of up to {tc.max_ngram}, at most {cap} a sequence"),
             ("second loss", second),
             ("optimiser", f"{'LAMB' if tc.optimizer == 'lamb' else 'AdamW'} (beta1 {tc.adam_beta1:g}, beta2 "
                           f"{tc.adam_beta2:g}, epsilon {tc.adam_epsilon:g}, weight decay {tc.weight_decay:g} on "
@@ -881,6 +891,15 @@ def loss_counts(batches, electra: bool) -> torch.Tensor:
                         dtype=torch.float64)
 
 
+# %% ../nbs/03_pretrain.ipynb #0795d74f
+def batches_of_step(source, step: int, tc: TrainConfig, rank: int = 0, world: int = 1) -> list[dict]:
+    ("The micro-batches of optimizer step `step` for process `rank` of `world` (`source` from `batch_source`), masked "
+     "at the step's rate (`mask_prob_at`).")
+    src, s = source(step)
+    return [src.collate(ks, mask_prob_at(step, tc))
+            for ks in np.array_split(list(src.indices(s))[rank::world], tc.grad_accum)]
+
+
 # %% ../nbs/03_pretrain.ipynb #18234981
 class Saves:
     """A run's checkpoints (each with its model card) and resume points, each written one step late: the save of step s
@@ -951,9 +970,7 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     bar = tqdm(total=tc.total_steps, initial=start, desc=f"pretrain {run_dir.name}", disable=not progress or rank != 0)
     t0, tokens, acc = time.perf_counter(), 0, "-"
     model.train()
-    def step_batches(step):
-        src, s = source(step)
-        return [src.collate(ks) for ks in np.array_split(list(src.indices(s))[rank::world], tc.grad_accum)]
+    step_batches = lambda step: batches_of_step(source, step, tc, rank, world)
     board = TensorBoardLog(run_dir, kept) if tensorboard and rank == 0 else nullcontext()
     with open(log_file, "a") as log, deterministic_kernels(tc.compile), board:
         workers = resolve_data_workers(workers, dev, world)

@@ -418,3 +418,19 @@ def test_tensorboard_log_holds_what_train_jsonl_holds_and_changes_nothing(tmp_pa
     assert events[0].file_version == "brain.Event:2" and events[1].session_log.status == 1  # START: a viewer drops what it read
     assert [e.step for e in events if e.summary.value] == [r["step"] for r in log]  # each step once: step 15 trained again
     assert_same_run(run, reference)
+
+
+def test_a_falling_masking_rate_masks_each_step_at_its_own_rate():
+    run = P.fixture_run()
+    preset, mc, tc = P.read_run_config(run)
+    tok, ds = P.prepare_run(run, preset, mc, tc)
+    falling = P.replace(tc, mask_prob_end=0.15)
+    share = lambda bs: sum(int((b["labels"] != -100).sum()) for b in bs) / sum(int(b["attention_mask"].sum()) for b in bs)
+    fixed, fall = P.batch_source(run, tok, ds, tc), P.batch_source(run, tok, ds, falling)
+    first, last = P.batches_of_step(fall, 1, falling), P.batches_of_step(fall, tc.total_steps, falling)
+    assert 0.3 < share(first) <= 0.4 and 0.1 < share(last) < 0.2, (share(first), share(last))
+    # unset, every step masks at the run's own rate, as before the schedule existed
+    src, s = fixed(tc.total_steps)
+    old = src.collate(src.indices(s))
+    new = P.batches_of_step(fixed, tc.total_steps, tc)[0]
+    assert old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
