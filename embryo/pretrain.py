@@ -381,7 +381,7 @@ def examples_of(tok, tc: TrainConfig, max_seq_length: int):
 
 # %% ../nbs/03_pretrain.ipynb #7a511e73
 # the built-in corpus is English text (notebook 02); another corpus's is not known
-CORPUS_LANGUAGES = {"embryo-mini": "en"}
+CORPUS_LANGUAGES = {"embryo-mini": "en", "embryo-plus": "en"}
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # safetensors' names
 
 # %% ../nbs/03_pretrain.ipynb #ad83f9e4
@@ -429,12 +429,12 @@ def _model_text(mc: ModelConfig) -> str:
 # %% ../nbs/03_pretrain.ipynb #d6a0cbac
 def _corpus_text(tc: TrainConfig) -> str:
     "What the run trained on: the built-in corpus with its size and sources, or the corpus as its settings name it."
-    if tc.corpus != "embryo-mini": return f"`{tc.corpus}`"
-    try: total = json.loads((D.data_dir() / "embryo-mini" / "manifest.json").read_text())["stats"]["total"]
+    if tc.corpus not in D.CORPORA: return f"`{tc.corpus}`"
+    try: total = json.loads((D.data_dir() / tc.corpus / "manifest.json").read_text())["stats"]["total"]
     except (OSError, ValueError, KeyError): total = None
     size = f": {total['documents']:,} documents, {total['words']:,} words" if total else ""
-    return (f"`embryo-mini`, embryo's built-in corpus{size}, built by `embryo fetch` from the pinned packages "
-            + ", ".join(f"{s.name} {s.version}" for s in D.SOURCES.values()))
+    return (f"`{tc.corpus}`, embryo's built-in corpus{size}, built by `embryo fetch --corpus {tc.corpus}` from the "
+            "pinned packages " + ", ".join(f"{s.name} {s.version}" for s in D.CORPORA[tc.corpus][0].values()))
 
 # %% ../nbs/03_pretrain.ipynb #366101b1
 def _recipe(mc: ModelConfig, tc: TrainConfig, history: list, step: int, rec: dict | None) -> list[tuple[str, str]]:

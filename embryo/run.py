@@ -339,7 +339,7 @@ def saved_steps(run_dir) -> list[int]:
     return sorted(steps)
 
 # %% ../nbs/02a_run.ipynb #4c07f483
-CORPUS_FORMS = ("'embryo-mini', a text file or a folder of .txt files (one sentence a line, a blank line between "
+CORPUS_FORMS = ("a built-in corpus ('embryo-mini' or 'embryo-plus'), a text file or a folder of .txt files (one sentence a line, a blank line between "
                 "documents), a datasets file (.jsonl, .json, .csv, .parquet) or a folder written by "
                 "Dataset.save_to_disk, each with a 'text' column of one document a row, a datasets.Dataset, or a hub "
                 "dataset name (where online)")
@@ -347,7 +347,7 @@ CORPUS_FORMS = ("'embryo-mini', a text file or a folder of .txt files (one sente
 def corpus_file(tc: TrainConfig) -> Path | str:
     ("Where the training text of `tc.corpus` is read from: the built-in corpus (fetched on first use), a file or "
      "folder, or a hub name.")
-    if tc.corpus == "embryo-mini": return D.fetch() / "train.txt"
+    if tc.corpus in D.CORPORA: return D.fetch(tc.corpus) / "train.txt"
     p = Path(tc.corpus).expanduser()
     if p.exists():
         if p.is_file() and p.suffix in ("", ".txt"):

