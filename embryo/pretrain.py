@@ -1026,9 +1026,11 @@ HELDOUT_MASK_PROB = 0.15  # held-out text is masked at BERT's rate, whatever the
 
 # %% ../nbs/03_pretrain.ipynb #7996e291
 @torch.no_grad()
-def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: int = 32, examples=None) -> dict:
+def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: int = 32, examples=None,
+                     per_token: bool = False) -> dict:
     ("MLM accuracy (beside the most-frequent-token baseline) and sentence-head accuracy on held-out SOP and NSP pairs "
-     "(ELECTRA: replaced-token detection accuracy beside always answering 'original').")
+     "(ELECTRA: replaced-token detection accuracy beside always answering 'original'); `per_token` adds `token_hits`, "
+     "whether each masked token was predicted, in order, for comparing two runs on the same masks.")
     if examples is None: examples = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)[: tc.eval_sequences]
     tc = replace(tc, mask_prob=HELDOUT_MASK_PROB, max_predictions=max(1, round(HELDOUT_MASK_PROB * tc.max_seq_length)))
     counts = np.zeros(tok.vocab_size, dtype=np.int64)
@@ -1038,13 +1040,16 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
     model.eval()
     data = Batches(examples, tok, tc)  # masks seeded by (seed, 0, example): the same held-out masks every time
     hits = n = sop_hits = base = 0
+    token_hits = []
     rtd = np.zeros(3, dtype=np.int64)  # ELECTRA: tokens labelled right, real tokens, tokens left original
     for s in range(0, len(examples), batch_size):
         b = data.collate(range(s, min(s + batch_size, len(examples))))
         b = {k: v.to(device) for k, v in b.items()}
         out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"])
         m = b["labels"] != -100
-        hits += int((out.prediction_logits.argmax(-1)[m] == b["labels"][m]).sum()); n += int(m.sum())
+        right = out.prediction_logits.argmax(-1)[m] == b["labels"][m]
+        hits += int(right.sum()); n += int(m.sum())
+        if per_token: token_hits.append(right.cpu().numpy())
         base += int((b["labels"][m] == top).sum())
         if out.sop_logits is not None: sop_hits += int((out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum())
         if isinstance(model, ElectraPair):  # the discriminator on the generator's samples: the same samples every time
@@ -1052,9 +1057,10 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
                 torch.manual_seed(tc.seed + s)
                 o = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"])
             rtd += [int(o.rtd_correct), int(o.n_tokens), int(o.n_tokens - o.replaced)]
+    per = dict(token_hits=np.concatenate(token_hits)) if per_token else {}
     if isinstance(model, ElectraPair) or out.sop_logits is None:  # no sentence head
         model.train()
-        return dict(heldout_sequences=len(examples), masked_tokens=n, mlm_accuracy=hits / max(n, 1),
+        return dict(**per, heldout_sequences=len(examples), masked_tokens=n, mlm_accuracy=hits / max(n, 1),
                     baseline_accuracy=base / max(n, 1), baseline_token=tok.pieces[top],
                     **(dict(rtd_accuracy=rtd[0] / max(rtd[1], 1), rtd_baseline=rtd[2] / max(rtd[1], 1),
                             rtd_tokens=int(rtd[1]))
@@ -1066,7 +1072,7 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
         out = model(b["input_ids"], b["attention_mask"], b["token_type_ids"], labels=b["labels"], logits="masked")
         nsp_hits += int((out.sop_logits.argmax(-1) == b["sentence_order_label"]).sum())
     model.train()
-    return dict(heldout_sequences=len(examples), masked_tokens=n, mlm_accuracy=hits / max(n, 1),
+    return dict(**per, heldout_sequences=len(examples), masked_tokens=n, mlm_accuracy=hits / max(n, 1),
                 baseline_accuracy=base / max(n, 1), baseline_token=tok.pieces[top],
                 sop_accuracy=sop_hits / max(len(examples), 1), nsp_accuracy=nsp_hits / max(len(nsp), 1),
                 nsp_sequences=len(nsp))

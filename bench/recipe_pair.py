@@ -1,0 +1,52 @@
+"""Two pretraining recipes compared on the same held-out masks: MLM accuracy of each on every held-out Brown sequence
+(not only the 256 the run's own evaluation scores), and their paired difference with a 95% interval.
+
+Both runs must share their vocabulary (the same corpus and tokenizer settings), so that every masked token is the same
+token in both. Each checkpoint predicts the same masked positions (`embryo.pretrain.evaluate_heldout`, 15% masking);
+the interval is the difference of the per-token hits, +-1.96 standard errors of its mean.
+
+    python bench/recipe_pair.py A=RUN_DIR B=RUN_DIR [--step N]     (default: each run's last checkpoint)
+"""
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embryo.pretrain import evaluate_heldout, heldout_examples, prepare_run
+from embryo.run import list_steps, load_checkpoint, read_run_config
+
+
+def token_hits(run: Path, step: int | None) -> tuple[np.ndarray, dict]:
+    preset, mc, tc = read_run_config(run)
+    tok, ds = prepare_run(run, preset, mc, tc)
+    step = step if step is not None else list_steps(run)[-1]
+    model = load_checkpoint(run, step, mlm=True)
+    every = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
+    r = evaluate_heldout(model, tok, tc, torch.device("cpu"), ds, examples=every, per_token=True)
+    first = evaluate_heldout(model, tok, tc, torch.device("cpu"), ds)  # the run's own evaluation
+    return r["token_hits"], dict(step=step, sequences=len(every), own=first["mlm_accuracy"])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs=2, metavar="NAME=RUN_DIR")
+    p.add_argument("--step", type=int, help="this checkpoint of both runs (default: each run's last)")
+    a = p.parse_args()
+    (na, ra), (nb, rb) = (s.partition("=")[::2] for s in a.runs)
+    if not ra or not rb: raise SystemExit(f"{a.runs}: expected NAME=RUN_DIR NAME=RUN_DIR")
+    if (Path(ra) / "spiece.model").read_bytes() != (Path(rb) / "spiece.model").read_bytes():
+        raise SystemExit(f"{ra} and {rb} have different vocabularies: their masked tokens differ, so they cannot be "
+                         "compared token by token; compare their recipe curves (bench/recipe_curves.py) instead")
+    (ha, ia), (hb, ib) = token_hits(Path(ra), a.step), token_hits(Path(rb), a.step)
+    assert len(ha) == len(hb), "the two runs masked different numbers of tokens"
+    for name, h, i in ((na, ha, ia), (nb, hb, ib)):
+        print(f"{name}: step {i['step']}: {h.mean():.4f} on {len(h)} masked tokens of {i['sequences']} held-out "
+              f"sequences (the run's own 256: {i['own']:.4f})")
+    d = hb.astype(float) - ha.astype(float)
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    print(f"{nb} - {na}: {d.mean():+.4f} (95% interval {d.mean() - 1.96 * se:+.4f} to {d.mean() + 1.96 * se:+.4f})")
+
+
+if __name__ == "__main__":
+    main()
