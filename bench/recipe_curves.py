@@ -7,6 +7,8 @@ log gives the mean MLM loss of the logged steps up to each checkpoint since the 
 train_mlm_loss, and the run's settings that differ from the `tiny` preset), which `nbs/03_pretrain.ipynb` draws.
 
     python bench/recipe_curves.py --out figures/recipe_curves.csv NAME=RUN_DIR [NAME=RUN_DIR ...] [--steps 8000 32000]
+
+With `--append`, the rows of other recipes already in `--out` are kept (every curve measured stays in the file).
 """
 import argparse
 import csv
@@ -45,6 +47,7 @@ def main():
     p.add_argument("runs", nargs="+", metavar="NAME=RUN_DIR")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps", type=int, nargs="+", help="only these checkpoints (default: every one)")
+    p.add_argument("--append", action="store_true", help="keep the rows of the other recipes already in --out")
     a = p.parse_args()
     rows = []
     for spec in a.runs:
@@ -52,8 +55,11 @@ def main():
         if not run: raise SystemExit(f"{spec!r}: expected NAME=RUN_DIR")
         rows += curve_rows(name, Path(run), a.steps)
         print(f"{name}: " + ", ".join(f"{r['step']}: {r['heldout_mlm_accuracy']:.3f}" for r in rows if r["recipe"] == name))
+    names = {r["recipe"] for r in rows}
+    if a.append and a.out.exists():
+        with open(a.out, newline="") as f: rows = [r for r in csv.DictReader(f) if r["recipe"] not in names] + rows
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w = csv.DictWriter(buf, fieldnames=list(rows[-1]))
     w.writeheader(); w.writerows(rows)
     atomic_write(a.out, buf.getvalue())
     print(f"wrote {a.out}")

@@ -193,7 +193,9 @@ def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
     if (Path(run_dir) / "logs" / "train.jsonl").exists(): write_transitions(run_dir)
     paths = plot_pretraining(run_dir, figures_dir) if (Path(run_dir) / "logs").is_dir() else []
     recipes = Path(figures_dir) / "recipe_curves.csv"  # committed with the figures: the recipe search behind `tiny`
-    if recipes.exists(): paths += plot_recipe_curves(recipes, figures_dir)
+    mature = run_config_file(run_dir).exists() and read_run_config(run_dir)[0].endswith("-mature")
+    goal = dict(goal=0.30, goal_label="the mature run's goal") if mature else {}  # issue "findings"
+    if recipes.exists(): paths += plot_recipe_curves(recipes, figures_dir, **goal)
     for a in available_analyses():
         if done_steps(run_dir, a): paths += analysis_module(a).redraw(run_dir, figures_dir)
     return paths
