@@ -5,14 +5,19 @@ Both runs must share their vocabulary (the same corpus and tokenizer settings), 
 token in both. Each checkpoint predicts the same masked positions (`embryo.pretrain.evaluate_heldout`, 15% masking);
 the interval is the difference of the per-token hits, +-1.96 standard errors of its mean.
 
-    python bench/recipe_pair.py A=RUN_DIR B=RUN_DIR [--step N]     (default: each run's last checkpoint)
+    python bench/recipe_pair.py A=RUN_DIR B=RUN_DIR [--step N] [--out figures/mature/recipe_pairs.csv]
+
+`--out` adds the comparison as a row of a CSV (a row for the same two names is replaced; the others are kept).
 """
 import argparse
+import csv
+import io
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from embryo.config import atomic_write
 from embryo.pretrain import evaluate_heldout, heldout_examples, prepare_run
 from embryo.run import list_steps, load_checkpoint, read_run_config
 
@@ -32,6 +37,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs=2, metavar="NAME=RUN_DIR")
     p.add_argument("--step", type=int, help="this checkpoint of both runs (default: each run's last)")
+    p.add_argument("--out", type=Path, help="add the comparison to this CSV")
     a = p.parse_args()
     (na, ra), (nb, rb) = (s.partition("=")[::2] for s in a.runs)
     if not ra or not rb: raise SystemExit(f"{a.runs}: expected NAME=RUN_DIR NAME=RUN_DIR")
@@ -46,6 +52,19 @@ def main():
     d = hb.astype(float) - ha.astype(float)
     se = d.std(ddof=1) / np.sqrt(len(d))
     print(f"{nb} - {na}: {d.mean():+.4f} (95% interval {d.mean() - 1.96 * se:+.4f} to {d.mean() + 1.96 * se:+.4f})")
+    if a.out:
+        row = dict(baseline=na, recipe=nb, step=ib["step"], masked_tokens=len(d), sequences=ib["sequences"],
+                   baseline_accuracy=round(ha.mean(), 4), accuracy=round(hb.mean(), 4), difference=round(d.mean(), 4),
+                   low=round(d.mean() - 1.96 * se, 4), high=round(d.mean() + 1.96 * se, 4))
+        rows = []
+        if a.out.exists():
+            with open(a.out, newline="") as f:
+                rows = [r for r in csv.DictReader(f) if (r["baseline"], r["recipe"]) != (na, nb)]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(row))
+        w.writeheader(); w.writerows(rows + [row])
+        atomic_write(a.out, buf.getvalue())
+        print(f"wrote {a.out}")
 
 
 if __name__ == "__main__":
