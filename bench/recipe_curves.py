@@ -42,6 +42,17 @@ def curve_rows(name: str, run: Path, steps=None) -> list[dict]:
     return rows
 
 
+def write_rows(out: Path, rows: list[dict], key, keep: bool = True):
+    "Write `rows` to the CSV `out` (temp file, then rename); `keep`: after the rows there whose `key` none has."
+    if keep and out.exists():
+        new = {key(r) for r in rows}
+        with open(out, newline="") as f: rows = [r for r in csv.DictReader(f) if key(r) not in new] + rows
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[-1]))
+    w.writeheader(); w.writerows(rows)
+    atomic_write(out, buf.getvalue())
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", metavar="NAME=RUN_DIR")
@@ -55,13 +66,7 @@ def main():
         if not run: raise SystemExit(f"{spec!r}: expected NAME=RUN_DIR")
         rows += curve_rows(name, Path(run), a.steps)
         print(f"{name}: " + ", ".join(f"{r['step']}: {r['heldout_mlm_accuracy']:.3f}" for r in rows if r["recipe"] == name))
-    names = {r["recipe"] for r in rows}
-    if a.append and a.out.exists():
-        with open(a.out, newline="") as f: rows = [r for r in csv.DictReader(f) if r["recipe"] not in names] + rows
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[-1]))
-    w.writeheader(); w.writerows(rows)
-    atomic_write(a.out, buf.getvalue())
+    write_rows(a.out, rows, key=lambda r: r["recipe"], keep=a.append)
     print(f"wrote {a.out}")
 
 

@@ -10,16 +10,14 @@ the interval is the difference of the per-token hits, +-1.96 standard errors of 
 `--out` adds the comparison as a row of a CSV (a row for the same two names is replaced; the others are kept).
 """
 import argparse
-import csv
-import io
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from embryo.config import atomic_write
 from embryo.pretrain import evaluate_heldout, heldout_examples, prepare_run
 from embryo.run import list_steps, load_checkpoint, read_run_config
+from recipe_curves import write_rows  # bench/ is the script's folder
 
 
 def token_hits(run: Path, step: int | None) -> tuple[np.ndarray, dict]:
@@ -56,14 +54,7 @@ def main():
         row = dict(baseline=na, recipe=nb, step=ib["step"], masked_tokens=len(d), sequences=ib["sequences"],
                    baseline_accuracy=round(ha.mean(), 4), accuracy=round(hb.mean(), 4), difference=round(d.mean(), 4),
                    low=round(d.mean() - 1.96 * se, 4), high=round(d.mean() + 1.96 * se, 4))
-        rows = []
-        if a.out.exists():
-            with open(a.out, newline="") as f:
-                rows = [r for r in csv.DictReader(f) if (r["baseline"], r["recipe"]) != (na, nb)]
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(row))
-        w.writeheader(); w.writerows(rows + [row])
-        atomic_write(a.out, buf.getvalue())
+        write_rows(a.out, [row], key=lambda r: (r["baseline"], r["recipe"]))
         print(f"wrote {a.out}")
 
 
