@@ -82,6 +82,7 @@ SLOW = {
     "test_pretrain.py::test_divergence_never_saves_non_finite_weights_and_its_advice_trains_again",
     "test_pretrain.py::test_divergence_stops_with_a_clear_message",
     "test_pretrain.py::test_sigkill_and_resume_is_bit_identical",
+    "test_pretrain.py::test_bench_kill_resume_compares_a_whole_run_with_its_killed_twin",
     "test_pretrain.py::test_tensorboard_log_holds_what_train_jsonl_holds_and_changes_nothing",
     "test_pretrain.py::test_torchrun_two_processes_equals_one",
     "test_probing.py::test_ontonotes_tasks_run_and_figures_say_what_is_absent",

@@ -434,3 +434,22 @@ def test_a_falling_masking_rate_masks_each_step_at_its_own_rate():
     old = src.collate(src.indices(s))
     new = P.batches_of_step(fixed, tc.total_steps, tc)[0]
     assert old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
+
+
+def test_bench_kill_resume_compares_a_whole_run_with_its_killed_twin(tmp_path):
+    "`bench/kill_resume.py` (the mature run's check): B killed with -9 midway and rerun ends identical to A; a changed log is seen."
+    sets = {**P.FIXTURE["model"], **P.FIXTURE["train"], "corpus": str(P.corpus_slice())}
+    out, work = tmp_path / "r.json", tmp_path / "kr"
+    cmd = [sys.executable, str(ROOT / "bench" / "kill_resume.py"), "--preset", "tiny", "--kill-at", "15", "--work", str(work),
+           "--out", str(out), "--", "--set"] + [f"{k}={json.dumps(v)}" for k, v in sets.items()]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(out.read_text())
+    assert res["identical"] and res["killed"]["at_logged_step"] >= 15 and 10 <= res["killed"]["resume_point"] < 30
+    assert res["checkpoints"] == len(P.list_steps(work / "A")) > 5 and res["log_records"] > 5
+    sys.path.insert(0, str(ROOT / "bench"))
+    from kill_resume import compare
+    log = work / "B" / "logs" / "train.jsonl"
+    recs = log.read_text().splitlines(); rec = json.loads(recs[-1]); rec["mlm_loss"] += 1e-6; recs[-1] = json.dumps(rec)
+    log.write_text("\n".join(recs) + "\n")
+    assert compare(work / "A", work / "B")["logs_equal"] is False
