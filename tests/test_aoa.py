@@ -52,5 +52,7 @@ def test_committed_aoa_results_are_what_the_bundle_gives():
     "The committed per-word ages and regression of the quick run are what its bundled database gives."
     t = pd.read_csv(ROOT / "figures" / "table_aoa_words.csv", index_col="word")
     got = ages(ROOT / "figures" / "run")
-    assert list(t.index) == list(got.index) and np.allclose(t.aoa, got.aoa.round(4), equal_nan=True)
+    # to within a step: the sigmoid fit converges to ~1e-5 relative, and another CPU's libraries land elsewhere in that
+    # (up to 0.17 steps on an AVX2-only host, against checkpoints 50 or more steps apart there)
+    assert list(t.index) == list(got.index) and np.allclose(t.aoa, got.aoa, rtol=0, atol=1.0, equal_nan=True)
     assert verdict(ROOT / "figures" / "run", got) in (ROOT / "figures" / "table_aoa_regression.md").read_text()
