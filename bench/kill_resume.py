@@ -72,6 +72,11 @@ def compare(a: Path, b: Path) -> dict:
                 log_records=len(log(a)), logs_equal=log(a) == log(b), eval_equal=ev(a) == ev(b), eval=ev(a))
 
 
+def bad(what: str):
+    "Bad input: one line, exit 2."
+    print(f"kill_resume: {what}", file=sys.stderr); sys.exit(2)
+
+
 def versions() -> dict:
     "The packages that decide the run's numbers: torch and the vocabulary's trainer (another release, another vocabulary)."
     from importlib.metadata import version
@@ -87,16 +92,19 @@ def main():
     p.add_argument("pretrain_args", nargs=argparse.REMAINDER, help="after --: more arguments of `embryo pretrain`")
     a = p.parse_args()
     extra = ["--preset", a.preset, *[x for x in a.pretrain_args if x != "--"]]
-    if a.kill_at < 1: p.error("--kill-at must be a step >= 1")
+    if a.kill_at < 1: bad(f"--kill-at {a.kill_at}: pass a logged step >= 1")
+    other = sorted(set(os.listdir(a.work)) - {"A", "B", "A.log", "B.log"}) if a.work.is_dir() else []
+    if other or (a.work.exists() and not a.work.is_dir()):
+        bad(f"--work {a.work} holds other files ({', '.join(other) or 'it is a file'}), and it is emptied first: "
+            "pass a new folder")
     shutil.rmtree(a.work, ignore_errors=True); a.work.mkdir(parents=True)
     A, B = a.work / "A", a.work / "B"
     t0 = time.time()
     pa, pb = start(A, extra, a.work / "A.log"), start(B, extra, a.work / "B.log")
-    while logged_step(B) < a.kill_at:
-        if pb.poll() is not None: finished(pb, a.work / "B.log"); sys.exit(f"kill_resume: B ended before step {a.kill_at}")
-        time.sleep(0.2)
-    if pb.poll() is not None:
-        sys.exit(f"kill_resume: B ended (exit {pb.returncode}) before it could be killed; pass an earlier --kill-at")
+    while logged_step(B) < a.kill_at and pb.poll() is None: time.sleep(0.2)
+    if pb.poll() is not None:  # it failed, or finished before the kill: either way the check cannot be made
+        os.killpg(pa.pid, signal.SIGKILL); pa.wait(); finished(pb, a.work / "B.log")
+        sys.exit(f"kill_resume: B ended before it could be killed at step {a.kill_at}; pass an earlier --kill-at")
     os.killpg(pb.pid, signal.SIGKILL); pb.wait()
     killed = dict(at_logged_step=logged_step(B), resume_point=resume_step(B), after_s=round(time.time() - t0, 1))
     print(f"B killed with -9 at logged step {killed['at_logged_step']} (resume point {killed['resume_point']}); rerun",
