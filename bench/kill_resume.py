@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import load_file
 
 from embryo.config import atomic_write
+from embryo.pretrain import _resume_step
 from embryo.run import checkpoint_dir, list_steps, log_records
 
 
@@ -42,12 +43,6 @@ def logged_step(run: Path) -> int:
     return recs[-1]["step"] if recs else 0
 
 
-def resume_step(run: Path) -> int | None:
-    "The step of `run`'s resume point, if it has one."
-    f = run / "resume" / "trainer_state.pt"
-    return torch.load(f, weights_only=False)["step"] if f.exists() else None
-
-
 def finished(proc: subprocess.Popen, log: Path):
     "Wait for `proc`; stop with the end of its log if it failed."
     if proc.wait() != 0:
@@ -58,18 +53,19 @@ def finished(proc: subprocess.Popen, log: Path):
 def compare(a: Path, b: Path) -> dict:
     "Every checkpoint's weights (bytes, else tensors), the training logs without tokens/s, the final evaluations."
     sha = lambda f: hashlib.sha256(f.read_bytes()).hexdigest()
-    steps, differ = list_steps(a), []
-    for s in steps if steps == list_steps(b) else []:
+    (sa, sb), differ = (list_steps(a), list_steps(b)), []
+    for s in sa if sa == sb else []:
         fa, fb = (checkpoint_dir(r, s) / "model.safetensors" for r in (a, b))
         if sha(fa) == sha(fb): continue
         ta, tb = load_file(fa), load_file(fb)
         if ta.keys() != tb.keys() or not all(torch.equal(ta[k], tb[k]) for k in ta): differ.append(s)
     log = lambda r: [{k: v for k, v in rec.items() if k != "tokens_per_s"} for rec in log_records(r / "logs" / "train.jsonl")]
     ev = lambda r: json.loads((r / "logs" / "eval.json").read_text())
-    return dict(checkpoints=len(steps), same_steps=steps == list_steps(b), checkpoints_differing=differ,
-                final_sha256=sha(checkpoint_dir(a, steps[-1]) / "model.safetensors"),
-                final_sha256_b=sha(checkpoint_dir(b, list_steps(b)[-1]) / "model.safetensors"),
-                log_records=len(log(a)), logs_equal=log(a) == log(b), eval_equal=ev(a) == ev(b), eval=ev(a))
+    (la, lb), (ea, eb) = (log(a), log(b)), (ev(a), ev(b))
+    return dict(checkpoints=len(sa), same_steps=sa == sb, checkpoints_differing=differ,
+                final_sha256=sha(checkpoint_dir(a, sa[-1]) / "model.safetensors"),
+                final_sha256_b=sha(checkpoint_dir(b, sb[-1]) / "model.safetensors"),
+                log_records=len(la), logs_equal=la == lb, eval_equal=ea == eb, eval=ea)
 
 
 def bad(what: str):
@@ -106,7 +102,7 @@ def main():
         os.killpg(pa.pid, signal.SIGKILL); pa.wait(); finished(pb, a.work / "B.log")
         sys.exit(f"kill_resume: B ended before it could be killed at step {a.kill_at}; pass an earlier --kill-at")
     os.killpg(pb.pid, signal.SIGKILL); pb.wait()
-    killed = dict(at_logged_step=logged_step(B), resume_point=resume_step(B), after_s=round(time.time() - t0, 1))
+    killed = dict(at_logged_step=logged_step(B), resume_point=_resume_step(B), after_s=round(time.time() - t0, 1))
     print(f"B killed with -9 at logged step {killed['at_logged_step']} (resume point {killed['resume_point']}); rerun",
           flush=True)
     pb = start(B, extra, a.work / "B.log")

@@ -24,10 +24,15 @@ from embryo.config import RUN_CONFIG, ConfigError, ModelConfig, get_config, get_
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def fixture_sets(**extra):
+    "`--set` and its NAME=VALUE arguments: the fixture's micro configuration."
+    sets = {**P.FIXTURE["model"], **P.FIXTURE["train"], "corpus": str(P.corpus_slice()), **extra}
+    return ["--set"] + [f"{k}={json.dumps(v)}" for k, v in sets.items()]
+
+
 def fixture_args(run, **extra):
     "Command-line arguments that train the fixture's micro configuration into `run`."
-    sets = {**P.FIXTURE["model"], **P.FIXTURE["train"], "corpus": str(P.corpus_slice()), **extra}
-    return ["--preset", "tiny", "--run-dir", str(run), "--no-progress", "--set"] + [f"{k}={json.dumps(v)}" for k, v in sets.items()]
+    return ["--preset", "tiny", "--run-dir", str(run), "--no-progress", *fixture_sets(**extra)]
 
 
 def weights(run, step):
@@ -436,18 +441,17 @@ def test_a_falling_masking_rate_masks_each_step_at_its_own_rate():
     assert old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
 
 
-def test_bench_kill_resume_compares_a_whole_run_with_its_killed_twin(tmp_path):
+def test_bench_kill_resume_compares_a_whole_run_with_its_killed_twin(tmp_path, monkeypatch):
     "`bench/kill_resume.py` (the mature run's check): B killed with -9 midway and rerun ends identical to A; a changed log is seen."
-    sets = {**P.FIXTURE["model"], **P.FIXTURE["train"], "corpus": str(P.corpus_slice())}
     out, work = tmp_path / "r.json", tmp_path / "kr"
     cmd = [sys.executable, str(ROOT / "bench" / "kill_resume.py"), "--preset", "tiny", "--kill-at", "15", "--work", str(work),
-           "--out", str(out), "--", "--set"] + [f"{k}={json.dumps(v)}" for k, v in sets.items()]
+           "--out", str(out), "--", *fixture_sets()]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())
     assert res["identical"] and res["killed"]["at_logged_step"] >= 15 and 10 <= res["killed"]["resume_point"] < 30
     assert res["checkpoints"] == len(P.list_steps(work / "A")) > 5 and res["log_records"] > 5
-    sys.path.insert(0, str(ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from kill_resume import compare
     log = work / "B" / "logs" / "train.jsonl"
     recs = log.read_text().splitlines(); rec = json.loads(recs[-1]); rec["mlm_loss"] += 1e-6; recs[-1] = json.dumps(rec)
