@@ -6,7 +6,7 @@ log gives the mean MLM loss of the logged steps up to each checkpoint since the 
 (recipe, step, tokens, heldout_mlm_accuracy, train_mlm_accuracy on a fixed sample of training examples masked alike,
 train_mlm_loss, and the run's settings that differ from the `tiny` preset), which `nbs/03_pretrain.ipynb` draws.
 
-    python bench/recipe_curves.py --out figures/recipe_curves.csv NAME=RUN_DIR [NAME=RUN_DIR ...] [--steps 8000 32000]
+    python bench/recipe_curves.py --out figures/recipe_curves.csv NAME=RUN_DIR [NAME=RUN_DIR ...] [--steps 8000 32000] [--device cuda]
 
 With `--append`, the rows of other recipes already in `--out` are kept (every curve measured stays in the file).
 """
@@ -24,15 +24,16 @@ def settings_text(mc, tc) -> str:
     "The run's settings that differ from the tiny preset, as name=value."
     base = {**get_config("tiny").to_dict(), **get_train_config("tiny").to_dict()}
     mine = {**mc.to_dict(), **tc.to_dict()}
-    skip = {"corpus", "checkpoint_every", "checkpoint_pow2_until", "resume_every", "log_every", "eval_sequences"}
+    skip = {"corpus", "checkpoint_every", "checkpoint_pow2_until", "resume_every", "log_every", "eval_sequences",
+            "compile"}  # how the run was trained or saved, not its recipe
     return " ".join(f"{k}={mine[k]}" for k in sorted(mine) if k not in skip and mine[k] != base.get(k))
 
 
-def curve_rows(name: str, run: Path, steps=None) -> list[dict]:
+def curve_rows(name: str, run: Path, steps=None, device: str = "cpu") -> list[dict]:
     _, mc, tc = read_run_config(run)
     log = log_records(run / "logs" / "train.jsonl", 1 << 62)
     rows, prev = [], 0
-    for r in heldout_curve(run, steps):
+    for r in heldout_curve(run, steps, device):
         window = [x["mlm_loss"] for x in log if prev < x["step"] <= r["step"]]
         rows.append(dict(recipe=name, step=r["step"], tokens=r["tokens"], heldout_mlm_accuracy=round(r["mlm_accuracy"], 4),
                          train_mlm_accuracy=round(r["train_mlm_accuracy"], 4),
@@ -59,12 +60,16 @@ def main():
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps", type=int, nargs="+", help="only these checkpoints (default: every one)")
     p.add_argument("--append", action="store_true", help="keep the rows of the other recipes already in --out")
+    p.add_argument("--device", default="cpu", help="where the checkpoints are evaluated (e.g. cuda)")
     a = p.parse_args()
+    runs = [spec.partition("=")[::2] for spec in a.runs]
+    for spec, (name, run) in zip(a.runs, runs):  # all checked before any is evaluated
+        if not run: p.exit(2, f"recipe_curves: {spec!r}: expected NAME=RUN_DIR\n")
+        if not (Path(run) / "spiece.model").exists():
+            p.exit(2, f"recipe_curves: {run} is not a pretraining run (no spiece.model); pass run folders of `embryo pretrain`\n")
     rows = []
-    for spec in a.runs:
-        name, _, run = spec.partition("=")
-        if not run: raise SystemExit(f"{spec!r}: expected NAME=RUN_DIR")
-        rows += curve_rows(name, Path(run), a.steps)
+    for name, run in runs:
+        rows += curve_rows(name, Path(run), a.steps, a.device)
         print(f"{name}: " + ", ".join(f"{r['step']}: {r['heldout_mlm_accuracy']:.3f}" for r in rows if r["recipe"] == name))
     write_rows(a.out, rows, key=lambda r: r["recipe"], keep=a.append)
     print(f"wrote {a.out}")

@@ -5,7 +5,7 @@ Both runs must share their vocabulary (the same corpus and tokenizer settings), 
 token in both. Each checkpoint predicts the same masked positions (`embryo.pretrain.evaluate_heldout`, 15% masking);
 the interval is the difference of the per-token hits, +-1.96 standard errors of its mean.
 
-    python bench/recipe_pair.py A=RUN_DIR B=RUN_DIR [--step N] [--out figures/mature/recipe_pairs.csv]
+    python bench/recipe_pair.py A=RUN_DIR B=RUN_DIR [--step N] [--out figures/mature/recipe_pairs.csv] [--device cuda]
 
 `--out` adds the comparison as a row of a CSV (a row for the same two names is replaced; the others are kept).
 """
@@ -20,14 +20,14 @@ from embryo.run import list_steps, load_checkpoint, read_run_config
 from recipe_curves import write_rows  # bench/ is the script's folder
 
 
-def token_hits(run: Path, step: int | None) -> tuple[np.ndarray, dict]:
+def token_hits(run: Path, step: int | None, device: str = "cpu") -> tuple[np.ndarray, dict]:
     preset, mc, tc = read_run_config(run)
     tok, ds = prepare_run(run, preset, mc, tc)
     step = step if step is not None else list_steps(run)[-1]
-    model = load_checkpoint(run, step, mlm=True)
+    model = load_checkpoint(run, step, device, mlm=True)
     every = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
-    r = evaluate_heldout(model, tok, tc, torch.device("cpu"), ds, examples=every, per_token=True)
-    first = evaluate_heldout(model, tok, tc, torch.device("cpu"), ds)  # the run's own evaluation
+    r = evaluate_heldout(model, tok, tc, torch.device(device), ds, examples=every, per_token=True)
+    first = evaluate_heldout(model, tok, tc, torch.device(device), ds)  # the run's own evaluation
     return r["token_hits"], dict(step=step, sequences=len(every), own=first["mlm_accuracy"])
 
 
@@ -36,13 +36,17 @@ def main():
     p.add_argument("runs", nargs=2, metavar="NAME=RUN_DIR")
     p.add_argument("--step", type=int, help="this checkpoint of both runs (default: each run's last)")
     p.add_argument("--out", type=Path, help="add the comparison to this CSV")
+    p.add_argument("--device", default="cpu", help="where the checkpoints are evaluated (e.g. cuda)")
     a = p.parse_args()
     (na, ra), (nb, rb) = (s.partition("=")[::2] for s in a.runs)
-    if not ra or not rb: raise SystemExit(f"{a.runs}: expected NAME=RUN_DIR NAME=RUN_DIR")
+    if not ra or not rb: p.exit(2, f"recipe_pair: {a.runs}: expected NAME=RUN_DIR NAME=RUN_DIR\n")
+    for run in (ra, rb):
+        if not (Path(run) / "spiece.model").exists():
+            p.exit(2, f"recipe_pair: {run} is not a pretraining run (no spiece.model); pass run folders of `embryo pretrain`\n")
     if (Path(ra) / "spiece.model").read_bytes() != (Path(rb) / "spiece.model").read_bytes():
-        raise SystemExit(f"{ra} and {rb} have different vocabularies: their masked tokens differ, so they cannot be "
-                         "compared token by token; compare their recipe curves (bench/recipe_curves.py) instead")
-    (ha, ia), (hb, ib) = token_hits(Path(ra), a.step), token_hits(Path(rb), a.step)
+        p.exit(2, f"recipe_pair: {ra} and {rb} have different vocabularies: their masked tokens differ, so they cannot be "
+                  "compared token by token; compare their recipe curves (bench/recipe_curves.py) instead\n")
+    (ha, ia), (hb, ib) = token_hits(Path(ra), a.step, a.device), token_hits(Path(rb), a.step, a.device)
     assert len(ha) == len(hb), "the two runs masked different numbers of tokens"
     for name, h, i in ((na, ha, ia), (nb, hb, ib)):
         print(f"{name}: step {i['step']}: {h.mean():.4f} on {len(h)} masked tokens of {i['sequences']} held-out "

@@ -162,14 +162,16 @@ def plot_recipe_curves(csv_file, out_dir=None, goal: float = 0.22,
     import pandas as pd
     df = pd.read_csv(csv_file)
     fig, ax = plt.subplots(figsize=(7, 4.2 + 0.17 * 2 * df.recipe.nunique()))  # room for the legend below
-    for name, g in df.groupby("recipe", sort=False):
+    for k, (name, g) in enumerate(df.groupby("recipe", sort=False)):
         settings = g.settings.fillna("").iloc[0]  # empty: the run used the tiny preset as it is
         label = f"{name}: {settings or 'the tiny preset'}"
         g = g[g.tokens > 0].sort_values("tokens")  # the tokens axis is logarithmic
-        line, = ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, "o-", ms=3, label=label)
+        # ten colours; past ten recipes they come again with other markers
+        color, held, seen = plt.cm.tab10(k % 10), "o^Dv"[k // 10 % 4], "sPXd"[k // 10 % 4]
+        ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, marker=held, ls="-", ms=3, color=color, label=label)
         # the same masking on training examples: the gap
         if "train_mlm_accuracy" in g and g.train_mlm_accuracy.notna().any():
-            ax.plot(g.tokens / 1e6, 100 * g.train_mlm_accuracy, "s--", ms=3, color=line.get_color(), alpha=0.7,
+            ax.plot(g.tokens / 1e6, 100 * g.train_mlm_accuracy, marker=seen, ls="--", ms=3, color=color, alpha=0.7,
                     label=f"{name}: the same on training examples")
     ax.axhline(100 * goal, color="0.5", ls="--", lw=1, label=f"{goal:.0%}: {goal_label}")
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter

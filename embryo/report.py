@@ -50,8 +50,8 @@ CORE_REPORT = [
     dict(file="fig2a_recipe_curves", paper="Embryology Fig. 2a (recipes)",
          caption="Held-out MLM accuracy against tokens seen for tiny-sized recipes, and where measured the same "
                  "accuracy on training examples (recipe_curves.csv beside the figures, from bench/recipe_curves.py): "
-                 "in figures/, the recipes measured when choosing the tiny preset; in figures/mature/, the mature "
-                 "run's own curve.",
+                 "in figures/, the recipes measured when choosing the tiny preset; in figures/mature/, those measured "
+                 "for the mature run, its own among them.",
          finding="Not in the paper: how the CPU-sized recipe was chosen (notebook 03_pretrain), and the gap between "
                  "training and held-out accuracy."),
 ]

@@ -1,4 +1,5 @@
 """Pretraining end to end: exact resume after SIGKILL, torchrun with 2 processes, clear errors."""
+import csv
 import math
 import json
 import os
@@ -457,3 +458,25 @@ def test_bench_kill_resume_compares_a_whole_run_with_its_killed_twin(tmp_path, m
     recs = log.read_text().splitlines(); rec = json.loads(recs[-1]); rec["mlm_loss"] += 1e-6; recs[-1] = json.dumps(rec)
     log.write_text("\n".join(recs) + "\n")
     assert compare(work / "A", work / "B")["logs_equal"] is False
+
+
+def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
+    "`bench/recipe_curves.py` and `bench/recipe_pair.py` (the recipe search's tools) on the fixture run and a copy trained compiled."
+    run, twin = P.fixture_run(), tmp_path / "twin"
+    shutil.copytree(run, twin)
+    cfg = json.loads((twin / RUN_CONFIG).read_text()); cfg["train"]["compile"] = True  # how it ran, not its recipe
+    (twin / RUN_CONFIG).write_text(json.dumps(cfg))
+    step, curves, pairs = P.list_steps(run)[-1], tmp_path / "c.csv", tmp_path / "p.csv"
+    bench = lambda *a: subprocess.run([sys.executable, *a], capture_output=True, text=True, cwd=ROOT / "bench", timeout=600)
+    r = bench("recipe_curves.py", f"micro={run}", f"twin={twin}", "--steps", str(step), "--out", str(curves), "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(curves.open()))
+    assert [(x["recipe"], int(x["step"])) for x in rows] == [("micro", step), ("twin", step)]
+    assert rows[0]["heldout_mlm_accuracy"] == rows[1]["heldout_mlm_accuracy"] and rows[0]["settings"] == rows[1]["settings"]
+    r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}", "--out", str(pairs))
+    assert r.returncode == 0, r.stderr
+    (row,) = csv.DictReader(pairs.open())
+    assert float(row["difference"]) == float(row["low"]) == float(row["high"]) == 0 and int(row["sequences"]) > 256
+    (twin / "spiece.model").write_bytes(b"another vocabulary")
+    r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}")
+    assert r.returncode == 2 and "different vocabularies" in r.stderr and len(r.stderr.strip().splitlines()) == 1
