@@ -480,3 +480,20 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     (twin / "spiece.model").write_bytes(b"another vocabulary")
     r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}")
     assert r.returncode == 2 and "different vocabularies" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bench_heldout_gap_makes_training_brown_as_the_held_out_brown(monkeypatch):
+    "`bench/heldout_gap.py`: one training twin per held-out Brown file, of its genre, and examples made as the held-out ones."
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from heldout_gap import brown_examples, training_twins
+    from embryo import data as D
+    files, cats = D.read_brown(D.download(D.SOURCES["brown"], verbose=False))
+    held, twins = D.heldout_brown_files(cats), training_twins(cats)
+    assert len(twins) == len(set(twins)) == len(held) and not set(twins) & set(held)
+    assert [cats[t] for t in twins] == [cats[h] for h in held]
+    run = P.fixture_run()
+    preset, mc, tc = P.read_run_config(run)
+    tok, _ = P.prepare_run(run, preset, mc, tc)
+    assert brown_examples(files, list(held), tok, tc) == P.heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
+    r = subprocess.run([sys.executable, "heldout_gap.py", str(run)], capture_output=True, text=True, cwd=ROOT / "bench")
+    assert r.returncode == 2 and "holds no Brown training files" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -1,0 +1,101 @@
+"""Memorisation or genre: one checkpoint's MLM accuracy on the held-out Brown files, on as many Brown files it trained on,
+and on its training sample, all masked alike (15%, `embryo.pretrain.evaluate_heldout`).
+
+The training sample (`embryo.pretrain.heldout_curve`'s, drawn from the whole mixed corpus) can score above held-out
+Brown for two reasons: the model remembers text it read many times, or the other sources (Wikipedia, Penn Treebank,
+news) are easier to predict than Brown. Brown files it trained on tell the two apart: for each held-out file, the next
+training file of its genre (the one before it at a genre's end), made into examples as the held-out ones are.
+
+    python bench/heldout_gap.py RUN_DIR [--step N] [--out figures/mature/heldout_gap.json] [--device cuda]
+
+Prints the three accuracies with 95% intervals (+-1.96 standard errors of the per-token hits); `--out` writes them as
+JSON (temp file, then rename). The run must have trained on a built-in corpus with Brown in it (embryo-mini or
+embryo-plus).
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embryo import data as D
+from embryo.config import atomic_write
+from embryo.pretrain import evaluate_heldout, heldout_curve, heldout_examples, prepare_run
+from embryo.run import list_steps, load_checkpoint, read_run_config
+
+BROWN_CORPORA = ("embryo-mini", "embryo-plus")  # the built-in corpora whose training text holds the other Brown files
+
+
+def training_twins(cats: dict[str, str]) -> list[str]:
+    "For each held-out Brown file, the next training file of its genre (the one before it at a genre's end)."
+    held, by_cat, twins = set(D.heldout_brown_files(cats)), {}, []
+    for f, c in sorted(cats.items()): by_cat.setdefault(c, []).append(f)
+    for f in sorted(held):
+        fs = by_cat[cats[f]]; i = fs.index(f)
+        twins.append(next(g for g in fs[i + 1:] + fs[:i][::-1] if g not in held and g not in twins))
+    return twins
+
+
+def brown_examples(files: dict, names: list[str], tok, tc) -> list[dict]:
+    "Sentence-pair examples of the Brown files `names`, made as `heldout_examples` makes the held-out ones."
+    ids = [[tok.encode(D.detokenize([w for w, _ in s]).lower()) for s in files[n]] for n in names]
+    return D.example_builder("sop")(ids, tc.max_seq_length, np.random.default_rng([tc.seed, 7]), short_seq_prob=0.0)
+
+
+def scored(model, tok, tc, device, ds, examples) -> tuple[dict, float]:
+    "Accuracy on `examples` with its 95% interval, and its standard error."
+    h = evaluate_heldout(model, tok, tc, torch.device(device), ds, examples=examples, per_token=True)["token_hits"]
+    se = h.std(ddof=1) / np.sqrt(len(h))
+    return dict(sequences=len(examples), masked_tokens=len(h), accuracy=round(float(h.mean()), 4),
+                low=round(float(h.mean() - 1.96 * se), 4), high=round(float(h.mean() + 1.96 * se), 4)), se
+
+
+def gap(run: Path, step: int | None = None, device: str = "cpu") -> dict:
+    preset, mc, tc = read_run_config(run)
+    tok, ds = prepare_run(run, preset, mc, tc)
+    step = step if step is not None else list_steps(run)[-1]
+    model = load_checkpoint(run, step, device, mlm=True)
+    files, cats = D.read_brown(D.download(D.SOURCES["brown"], verbose=False))
+    twins = training_twins(cats)
+    held, se_held = scored(model, tok, tc, device, ds, heldout_examples(tok, tc.max_seq_length, seed=tc.seed))
+    seen, se_seen = scored(model, tok, tc, device, ds, brown_examples(files, twins, tok, tc))
+    d, half = seen["accuracy"] - held["accuracy"], 1.96 * np.hypot(se_held, se_seen)  # two samples: not paired
+    (curve,) = heldout_curve(run, [step], device)  # the training sample of the recipe curves, scored the same way
+    return dict(run=str(run), step=step, heldout_brown=dict(held, files=list(D.heldout_brown_files(cats))),
+                training_brown=dict(seen, files=twins),
+                difference=dict(accuracy=round(d, 4), low=round(float(d - half), 4), high=round(float(d + half), 4)),
+                training_sample=dict(sequences=tc.eval_sequences, accuracy=round(curve["train_mlm_accuracy"], 4)))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path, metavar="RUN_DIR")
+    p.add_argument("--step", type=int, help="this checkpoint (default: the run's last)")
+    p.add_argument("--out", type=Path, help="write the result as JSON here")
+    p.add_argument("--device", default="cpu", help="where the checkpoint is evaluated (e.g. cuda)")
+    a = p.parse_args()
+    if not (a.run / "spiece.model").exists():
+        p.exit(2, f"heldout_gap: {a.run} is not a pretraining run (no spiece.model); pass a run folder of `embryo pretrain`\n")
+    corpus = read_run_config(a.run)[2].corpus
+    if corpus not in BROWN_CORPORA:
+        p.exit(2, f"heldout_gap: {a.run} trained on {corpus}, which holds no Brown training files to compare with; "
+                  f"pass a run on {' or '.join(BROWN_CORPORA)}\n")
+    if a.step is not None and a.step not in list_steps(a.run):
+        p.exit(2, f"heldout_gap: {a.run} has no checkpoint at step {a.step}; its steps: {list_steps(a.run)}\n")
+    r = gap(a.run, a.step, a.device)
+    for k in ("heldout_brown", "training_brown"):
+        x = r[k]
+        print(f"{k}: {x['accuracy']:.4f} (95% {x['low']:.4f} to {x['high']:.4f}) on {x['masked_tokens']} masked tokens of "
+              f"{x['sequences']} sequences")
+    d = r["difference"]
+    print(f"training Brown - held-out Brown: {d['accuracy']:+.4f} (95% {d['low']:+.4f} to {d['high']:+.4f}); the training sample ({r['training_sample']['sequences']}"
+          f" sequences of the mixed corpus): {r['training_sample']['accuracy']:.4f}")
+    if a.out:
+        atomic_write(a.out, json.dumps(r, indent=1) + "\n")
+        print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
