@@ -24,6 +24,7 @@ from embryo import data as D
 from embryo.config import atomic_write
 from embryo.pretrain import evaluate_heldout, heldout_curve, heldout_examples, prepare_run
 from embryo.run import list_steps, load_checkpoint, read_run_config
+from recipe_curves import check_run  # bench/ is the script's folder
 
 BROWN_CORPORA = ("embryo-mini", "embryo-plus")  # the built-in corpora whose training text holds the other Brown files
 
@@ -76,14 +77,13 @@ def main():
     p.add_argument("--out", type=Path, help="write the result as JSON here")
     p.add_argument("--device", default="cpu", help="where the checkpoint is evaluated (e.g. cuda)")
     a = p.parse_args()
-    if not (a.run / "spiece.model").exists():
-        p.exit(2, f"heldout_gap: {a.run} is not a pretraining run (no spiece.model); pass a run folder of `embryo pretrain`\n")
+    check_run(p, a.run)
     corpus = read_run_config(a.run)[2].corpus
     if corpus not in BROWN_CORPORA:
-        p.exit(2, f"heldout_gap: {a.run} trained on {corpus}, which holds no Brown training files to compare with; "
+        p.exit(2, f"{p.prog}: {a.run} trained on {corpus}, which holds no Brown training files to compare with; "
                   f"pass a run on {' or '.join(BROWN_CORPORA)}\n")
     if a.step is not None and a.step not in list_steps(a.run):
-        p.exit(2, f"heldout_gap: {a.run} has no checkpoint at step {a.step}; its steps: {list_steps(a.run)}\n")
+        p.exit(2, f"{p.prog}: {a.run} has no checkpoint at step {a.step}; its steps: {list_steps(a.run)}\n")
     r = gap(a.run, a.step, a.device)
     for k in ("heldout_brown", "training_brown"):
         x = r[k]

@@ -29,6 +29,13 @@ def settings_text(mc, tc) -> str:
     return " ".join(f"{k}={mine[k]}" for k in sorted(mine) if k not in skip and mine[k] != base.get(k))
 
 
+def check_run(p: argparse.ArgumentParser, run) -> Path:
+    "`run` as a Path; one line and exit 2 where it is not the folder of a pretraining run."
+    if not (Path(run) / "spiece.model").exists():
+        p.exit(2, f"{p.prog}: {run} is not a pretraining run (no spiece.model); pass a run folder of `embryo pretrain`\n")
+    return Path(run)
+
+
 def curve_rows(name: str, run: Path, steps=None, device: str = "cpu") -> list[dict]:
     _, mc, tc = read_run_config(run)
     log = log_records(run / "logs" / "train.jsonl", 1 << 62)
@@ -64,9 +71,8 @@ def main():
     a = p.parse_args()
     runs = [spec.partition("=")[::2] for spec in a.runs]
     for spec, (name, run) in zip(a.runs, runs):  # all checked before any is evaluated
-        if not run: p.exit(2, f"recipe_curves: {spec!r}: expected NAME=RUN_DIR\n")
-        if not (Path(run) / "spiece.model").exists():
-            p.exit(2, f"recipe_curves: {run} is not a pretraining run (no spiece.model); pass run folders of `embryo pretrain`\n")
+        if not run: p.exit(2, f"{p.prog}: {spec!r}: expected NAME=RUN_DIR\n")
+        check_run(p, run)
     rows = []
     for name, run in runs:
         rows += curve_rows(name, Path(run), a.steps, a.device)

@@ -17,7 +17,7 @@ import torch
 
 from embryo.pretrain import evaluate_heldout, heldout_examples, prepare_run
 from embryo.run import list_steps, load_checkpoint, read_run_config
-from recipe_curves import write_rows  # bench/ is the script's folder
+from recipe_curves import check_run, write_rows  # bench/ is the script's folder
 
 
 def token_hits(run: Path, step: int | None, device: str = "cpu") -> tuple[np.ndarray, dict]:
@@ -39,12 +39,10 @@ def main():
     p.add_argument("--device", default="cpu", help="where the checkpoints are evaluated (e.g. cuda)")
     a = p.parse_args()
     (na, ra), (nb, rb) = (s.partition("=")[::2] for s in a.runs)
-    if not ra or not rb: p.exit(2, f"recipe_pair: {a.runs}: expected NAME=RUN_DIR NAME=RUN_DIR\n")
-    for run in (ra, rb):
-        if not (Path(run) / "spiece.model").exists():
-            p.exit(2, f"recipe_pair: {run} is not a pretraining run (no spiece.model); pass run folders of `embryo pretrain`\n")
+    if not ra or not rb: p.exit(2, f"{p.prog}: {a.runs}: expected NAME=RUN_DIR NAME=RUN_DIR\n")
+    check_run(p, ra); check_run(p, rb)
     if (Path(ra) / "spiece.model").read_bytes() != (Path(rb) / "spiece.model").read_bytes():
-        p.exit(2, f"recipe_pair: {ra} and {rb} have different vocabularies: their masked tokens differ, so they cannot be "
+        p.exit(2, f"{p.prog}: {ra} and {rb} have different vocabularies: their masked tokens differ, so they cannot be "
                   "compared token by token; compare their recipe curves (bench/recipe_curves.py) instead\n")
     (ha, ia), (hb, ib) = token_hits(Path(ra), a.step, a.device), token_hits(Path(rb), a.step, a.device)
     assert len(ha) == len(hb), "the two runs masked different numbers of tokens"
