@@ -1,7 +1,7 @@
 """Memorisation or genre: one checkpoint's MLM accuracy on the held-out Brown files, on as many Brown files it trained on,
 and on its training sample, all masked alike (15%, `embryo.pretrain.evaluate_heldout`).
 
-The training sample (`embryo.pretrain.heldout_curve`'s, drawn from the whole mixed corpus) can score above held-out
+The training sample (`embryo.pretrain.training_sample`, the one of the recipe curves, drawn from the whole mixed corpus) can score above held-out
 Brown for two reasons: the model remembers text it read many times, or the other sources (Wikipedia, Penn Treebank,
 news) are easier to predict than Brown. Brown files it trained on tell the two apart: for each held-out file, the next
 training file of its genre (the one before it at a genre's end), made into examples as the held-out ones are.
@@ -22,27 +22,21 @@ import torch
 
 from embryo import data as D
 from embryo.config import atomic_write
-from embryo.pretrain import evaluate_heldout, heldout_curve, heldout_examples, prepare_run
+from embryo.pretrain import brown_examples, evaluate_heldout, heldout_examples, prepare_run, training_sample
 from embryo.run import list_steps, load_checkpoint, read_run_config
 from recipe_curves import check_run  # bench/ is the script's folder
 
 BROWN_CORPORA = ("embryo-mini", "embryo-plus")  # the built-in corpora whose training text holds the other Brown files
 
 
-def training_twins(cats: dict[str, str]) -> list[str]:
-    "For each held-out Brown file, the next training file of its genre (the one before it at a genre's end)."
-    held, by_cat, twins = set(D.heldout_brown_files(cats)), {}, []
+def training_twins(cats: dict[str, str], held: tuple[str, ...]) -> list[str]:
+    "For each held-out Brown file (`held`, sorted), the next training file of its genre (the one before it at a genre's end)."
+    by_cat, twins = {}, []
     for f, c in sorted(cats.items()): by_cat.setdefault(c, []).append(f)
-    for f in sorted(held):
+    for f in held:
         fs = by_cat[cats[f]]; i = fs.index(f)
         twins.append(next(g for g in fs[i + 1:] + fs[:i][::-1] if g not in held and g not in twins))
     return twins
-
-
-def brown_examples(files: dict, names: list[str], tok, tc) -> list[dict]:
-    "Sentence-pair examples of the Brown files `names`, made as `heldout_examples` makes the held-out ones."
-    ids = [[tok.encode(D.detokenize([w for w, _ in s]).lower()) for s in files[n]] for n in names]
-    return D.example_builder("sop")(ids, tc.max_seq_length, np.random.default_rng([tc.seed, 7]), short_seq_prob=0.0)
 
 
 def scored(model, tok, tc, device, ds, examples) -> tuple[dict, float]:
@@ -59,15 +53,15 @@ def gap(run: Path, step: int | None = None, device: str = "cpu") -> dict:
     step = step if step is not None else list_steps(run)[-1]
     model = load_checkpoint(run, step, device, mlm=True)
     files, cats = D.read_brown(D.download(D.SOURCES["brown"], verbose=False))
-    twins = training_twins(cats)
+    names = D.heldout_brown_files(cats); twins = training_twins(cats, names)
+    twin_docs = [[[w for w, _ in s] for s in files[n]] for n in twins]
     held, se_held = scored(model, tok, tc, device, ds, heldout_examples(tok, tc.max_seq_length, seed=tc.seed))
-    seen, se_seen = scored(model, tok, tc, device, ds, brown_examples(files, twins, tok, tc))
+    seen, se_seen = scored(model, tok, tc, device, ds, brown_examples(twin_docs, tok, tc.max_seq_length, tc.seed))
     d, half = seen["accuracy"] - held["accuracy"], 1.96 * np.hypot(se_held, se_seen)  # two samples: not paired
-    (curve,) = heldout_curve(run, [step], device)  # the training sample of the recipe curves, scored the same way
-    return dict(run=str(run), step=step, heldout_brown=dict(held, files=list(D.heldout_brown_files(cats))),
-                training_brown=dict(seen, files=twins),
+    sample = evaluate_heldout(model, tok, tc, torch.device(device), ds, examples=training_sample(ds, tc))
+    return dict(run=str(run), step=step, heldout_brown=dict(held, files=list(names)), training_brown=dict(seen, files=twins),
                 difference=dict(accuracy=round(d, 4), low=round(float(d - half), 4), high=round(float(d + half), 4)),
-                training_sample=dict(sequences=tc.eval_sequences, accuracy=round(curve["train_mlm_accuracy"], 4)))
+                training_sample=dict(sequences=tc.eval_sequences, accuracy=round(sample["mlm_accuracy"], 4)))
 
 
 def main():

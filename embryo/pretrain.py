@@ -45,8 +45,9 @@ __all__ = ['FIXED_SETTINGS', 'CORPUS_LANGUAGES', 'HELDOUT_MASK_PROB', 'FIXTURE',
            'bert_shaped', 'model_card', 'write_model_card', 'write_model_cards', 'tensorboard_module', 'TensorBoardLog',
            'tensorboard_log', 'TrainingDiverged', 'diverged', 'DiskFull', 'resolve_data_workers', 'check_compile',
            'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'train', 'batch_source', 'loss_counts',
-           'batches_of_step', 'Saves', 'finish_run', 'heldout_examples', 'evaluate_heldout', 'corpus_slice',
-           'fixture_run', 'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
+           'batches_of_step', 'Saves', 'finish_run', 'brown_examples', 'heldout_examples', 'evaluate_heldout',
+           'corpus_slice', 'fixture_run', 'training_sample', 'heldout_curve', 'split_overrides', 'pretrain_from_args',
+           'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -1012,14 +1013,18 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     return finish_run(run_dir, model, tok, tc, dev, ds)
 
 # %% ../nbs/03_pretrain.ipynb #8157d706
+def brown_examples(docs: list, tok, max_seq_length: int, seed: int = 0, sentence_task: str = "sop") -> list[dict]:
+    "Sentence-pair examples (`sop` or `nsp`) of Brown documents (each a list of sentences, each a list of words), in order."
+    ids = [[tok.encode(D.detokenize(words).lower()) for words in doc] for doc in docs]
+    return D.example_builder(sentence_task)(ids, max_seq_length, np.random.default_rng([seed, 7]), short_seq_prob=0.0)
+
 def heldout_examples(tok, max_seq_length: int, seed: int = 0, sentence_task: str = "sop") -> list[dict]:
     "Sentence-pair examples (`sop` or `nsp`) from the held-out Brown files (one document per file), in a fixed order."
     docs = {}
     for line in (D.fetch(verbose=False) / "heldout_brown.jsonl").read_text().splitlines():
         r = json.loads(line)
-        docs.setdefault(r["file"], []).append(D.detokenize(r["words"]).lower())
-    ids = [[tok.encode(s) for s in sents] for _, sents in sorted(docs.items())]
-    return D.example_builder(sentence_task)(ids, max_seq_length, np.random.default_rng([seed, 7]), short_seq_prob=0.0)
+        docs.setdefault(r["file"], []).append(r["words"])
+    return brown_examples([d for _, d in sorted(docs.items())], tok, max_seq_length, seed, sentence_task)
 
 # %% ../nbs/03_pretrain.ipynb #40397152
 HELDOUT_MASK_PROB = 0.15  # held-out text is masked at BERT's rate, whatever the run trained with
@@ -1122,14 +1127,17 @@ def fixture_run(root=None, **overrides) -> Path:
     return run
 
 # %% ../nbs/03_pretrain.ipynb #59993b5c
+def training_sample(ds, tc: TrainConfig) -> list[dict]:
+    "A fixed sample of `tc.eval_sequences` training examples (drawn from the run's seed), to score beside held-out text."
+    return [ds[int(i)] for i in np.random.default_rng([tc.seed, 1]).choice(len(ds), min(len(ds), tc.eval_sequences),
+                                                                            replace=False)]
+
 def heldout_curve(run_dir, steps=None, device: str = "cpu") -> list[dict]:
     """Held-out MLM accuracy (and its baseline) at each checkpoint of the run (or at `steps`), with the tokens seen by
     then, and the same accuracy on as many training examples (a fixed sample, masked alike): the gap between the two."""
     preset, mc, tc = read_run_config(run_dir)
     tok, ds = prepare_run(run_dir, preset, mc, tc)
-    seen = [ds[int(i)]
-            for i in np.random.default_rng([tc.seed, 1]).choice(len(ds), min(len(ds), tc.eval_sequences),
-                                                                replace=False)]
+    seen = training_sample(ds, tc)
     out = []
     for step in steps if steps is not None else list_steps(run_dir):
         model = load_checkpoint(run_dir, step, device, mlm=True)

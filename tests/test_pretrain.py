@@ -485,15 +485,16 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
 def test_bench_heldout_gap_makes_training_brown_as_the_held_out_brown(monkeypatch):
     "`bench/heldout_gap.py`: one training twin per held-out Brown file, of its genre, and examples made as the held-out ones."
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    from heldout_gap import brown_examples, training_twins
+    from heldout_gap import training_twins
     from embryo import data as D
     files, cats = D.read_brown(D.download(D.SOURCES["brown"], verbose=False))
-    held, twins = D.heldout_brown_files(cats), training_twins(cats)
+    held = D.heldout_brown_files(cats); twins = training_twins(cats, held)
     assert len(twins) == len(set(twins)) == len(held) and not set(twins) & set(held)
     assert [cats[t] for t in twins] == [cats[h] for h in held]
     run = P.fixture_run()
     preset, mc, tc = P.read_run_config(run)
     tok, _ = P.prepare_run(run, preset, mc, tc)
-    assert brown_examples(files, list(held), tok, tc) == P.heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
+    docs = [[[w for w, _ in s] for s in files[f]] for f in held]  # read from the package, not heldout_brown.jsonl
+    assert P.brown_examples(docs, tok, tc.max_seq_length, tc.seed) == P.heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
     r = subprocess.run([sys.executable, "heldout_gap.py", str(run)], capture_output=True, text=True, cwd=ROOT / "bench")
     assert r.returncode == 2 and "holds no Brown training files" in r.stderr and len(r.stderr.strip().splitlines()) == 1
