@@ -46,7 +46,7 @@ def logged_step(run: Path) -> int:
 def finished(proc: subprocess.Popen, log: Path):
     "Wait for `proc`; stop with the end of its log if it failed."
     if proc.wait() != 0:
-        sys.exit(f"kill_resume: `embryo pretrain` exited {proc.returncode}; the end of {log}:\n"
+        sys.exit(f"kill_resume.py: `embryo pretrain` exited {proc.returncode}; the end of {log}:\n"
                  + "\n".join(log.read_text().splitlines()[-15:]))
 
 
@@ -68,11 +68,6 @@ def compare(a: Path, b: Path) -> dict:
                 log_records=len(la), logs_equal=la == lb, eval_equal=ea == eb, eval=ea)
 
 
-def bad(what: str):
-    "Bad input: one line, exit 2."
-    print(f"kill_resume: {what}", file=sys.stderr); sys.exit(2)
-
-
 def versions() -> dict:
     "The packages that decide the run's numbers: torch and the vocabulary's trainer (another release, another vocabulary)."
     from importlib.metadata import version
@@ -88,6 +83,7 @@ def main():
     p.add_argument("pretrain_args", nargs=argparse.REMAINDER, help="after --: more arguments of `embryo pretrain`")
     a = p.parse_args()
     extra = ["--preset", a.preset, *[x for x in a.pretrain_args if x != "--"]]
+    bad = lambda what: p.exit(2, f"{p.prog}: {what}\n")  # one line, exit 2, as the other bench scripts
     if a.kill_at < 1: bad(f"--kill-at {a.kill_at}: pass a logged step >= 1")
     other = sorted(set(os.listdir(a.work)) - {"A", "B", "A.log", "B.log"}) if a.work.is_dir() else []
     if other or (a.work.exists() and not a.work.is_dir()):
@@ -100,7 +96,7 @@ def main():
     while logged_step(B) < a.kill_at and pb.poll() is None: time.sleep(0.2)
     if pb.poll() is not None:  # it failed, or finished before the kill: either way the check cannot be made
         os.killpg(pa.pid, signal.SIGKILL); pa.wait(); finished(pb, a.work / "B.log")
-        sys.exit(f"kill_resume: B ended before it could be killed at step {a.kill_at}; pass an earlier --kill-at")
+        sys.exit(f"kill_resume.py: B ended before it could be killed at step {a.kill_at}; pass an earlier --kill-at")
     os.killpg(pb.pid, signal.SIGKILL); pb.wait()
     killed = dict(at_logged_step=logged_step(B), resume_point=_resume_step(B), after_s=round(time.time() - t0, 1))
     print(f"B killed with -9 at logged step {killed['at_logged_step']} (resume point {killed['resume_point']}); rerun",

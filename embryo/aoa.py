@@ -26,7 +26,8 @@ from .results import markdown_table, read_examples, read_results, read_scores, s
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASK', 'MIN_OCCURRENCES', 'MAX_OCCURRENCES', 'MIN_DROP', 'CLASS_ORDER', 'REPORT', 'Occurrence',
            'word_occurrences', 'masked_inputs', 'surprisals', 'evaluate_step', 'applies_to', 'word_curves', 'sigmoid',
-           'fit_word', 'word_frequencies', 'ages', 'regression', 'function_first', 'plot_aoa', 'verdict', 'redraw']
+           'fit_word', 'word_frequencies', 'word_fits', 'ages', 'regression', 'function_first', 'plot_aoa', 'verdict',
+           'redraw']
 
 # %% ../nbs/08d_aoa.ipynb #642f03c1
 ANALYSIS = "aoa"  # the `analysis` name of this notebook's rows in the results database
@@ -161,6 +162,20 @@ def word_frequencies(run_dir) -> Counter:
     atomic_write(f, json.dumps(c))
     return c
 
+# %% ../nbs/08d_aoa.ipynb #b7d2e9f4
+_FITS: dict = {}  # curves' key -> their fits, for this process (a few sets at most)
+
+def word_fits(wc: pd.DataFrame) -> pd.DataFrame:
+    "`fit_word` of each word's curve in `wc` (steps x words), indexed by word; fitted once per set of curves."
+    import hashlib
+    key = hashlib.sha256(b"\0".join([np.asarray(wc.index, float).tobytes(), "\0".join(wc.columns).encode(),
+                                      np.ascontiguousarray(wc.to_numpy(float)).tobytes()])).hexdigest()
+    if key not in _FITS:
+        if len(_FITS) >= 8: _FITS.pop(next(iter(_FITS)))
+        _FITS[key] = pd.DataFrame([dict(word=w, **fit_word(wc.index.to_numpy(), wc[w].to_numpy())) for w in wc.columns],
+                                  columns=["word", "lo", "hi", "k", "m", "drop", "aoa", "r2"]).set_index("word")
+    return _FITS[key].copy()  # a copy: a caller that adds columns leaves the kept fits as they are
+
 # %% ../nbs/08d_aoa.ipynb #d295b19a
 def ages(run_dir) -> pd.DataFrame:
     ("Per word: its fitted sigmoid and age of acquisition (step), class, function word or not, length, training "
@@ -168,8 +183,7 @@ def ages(run_dir) -> pd.DataFrame:
     wc = word_curves(run_dir)
     _, word_class = word_occurrences()
     freq = word_frequencies(run_dir)
-    rows = [dict(word=w, **fit_word(wc.index.to_numpy(), wc[w].to_numpy())) for w in wc.columns]
-    df = pd.DataFrame(rows).set_index("word")
+    df = word_fits(wc)
     df["cls"] = [word_class.get(w, "other") for w in df.index]
     df["function"] = df.cls.isin(FUNCTION_WORDS)
     df["length"] = [len(w) for w in df.index]

@@ -447,6 +447,9 @@ def test_bench_kill_resume_compares_a_whole_run_with_its_killed_twin(tmp_path, m
     out, work = tmp_path / "r.json", tmp_path / "kr"
     cmd = [sys.executable, str(ROOT / "bench" / "kill_resume.py"), "--preset", "tiny", "--kill-at", "15", "--work", str(work),
            "--out", str(out), "--", *fixture_sets()]
+    bad = subprocess.run([*cmd[:5], "0", *cmd[6:]], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert (bad.returncode, bad.stderr) == (2, "kill_resume.py: --kill-at 0: pass a logged step >= 1\n"), bad.stderr
+    assert not work.exists()  # refused before anything is trained or emptied
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())
