@@ -172,8 +172,8 @@ def word_fits(wc: pd.DataFrame) -> pd.DataFrame:
                                       np.ascontiguousarray(wc.to_numpy(float)).tobytes()])).hexdigest()
     if key not in _FITS:
         if len(_FITS) >= 8: _FITS.pop(next(iter(_FITS)))
-        _FITS[key] = pd.DataFrame([dict(word=w, **fit_word(wc.index.to_numpy(), wc[w].to_numpy())) for w in wc.columns],
-                                  columns=["word", "lo", "hi", "k", "m", "drop", "aoa", "r2"]).set_index("word")
+        rows = [dict(word=w, **fit_word(wc.index.to_numpy(), wc[w].to_numpy())) for w in wc.columns]
+        _FITS[key] = pd.DataFrame(rows).set_index("word")
     return _FITS[key].copy()  # a copy: a caller that adds columns leaves the kept fits as they are
 
 # %% ../nbs/08d_aoa.ipynb #d295b19a
