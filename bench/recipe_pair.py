@@ -3,13 +3,16 @@
 
 Both runs must share their vocabulary (the same corpus and tokenizer settings), so that every masked token is the same
 token in both. Each checkpoint predicts the same masked positions (`embryo.pretrain.evaluate_heldout`, 15% masking);
-the interval is the difference of the per-token hits, +-1.96 standard errors of its mean.
+the interval is the difference of the per-token hits, +-1.96 standard errors of its mean. Two runs trained on
+sequences of different lengths are scored on held-out sequences of one length (`--seq-length`), so that they predict
+the same masked tokens; each run's own evaluation (at its own length) is printed beside.
 
-    python bench/recipe_pair.py A=RUN_DIR B=RUN_DIR [--step N] [--out figures/mature/recipe_pairs.csv] [--device cuda]
+    python bench/recipe_pair.py A=RUN_DIR B=RUN_DIR [--step N] [--seq-length 64] [--out figures/mature/recipe_pairs.csv] [--device cuda]
 
 `--out` adds the comparison as a row of a CSV (a row for the same two names is replaced; the others are kept).
 """
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,15 +23,18 @@ from embryo.run import list_steps, load_checkpoint, read_run_config
 from recipe_curves import check_run, write_rows  # bench/ is the script's folder
 
 
-def token_hits(run: Path, step: int | None, device: str = "cpu") -> tuple[np.ndarray, dict]:
+def token_hits(run: Path, step: int | None, device: str = "cpu", seq_length: int | None = None) -> tuple[np.ndarray, dict]:
+    "Whether each masked token of every held-out sequence (of `seq_length` tokens; default the run's own) was predicted."
     preset, mc, tc = read_run_config(run)
     tok, ds = prepare_run(run, preset, mc, tc)
     step = step if step is not None else list_steps(run)[-1]
     model = load_checkpoint(run, step, device, mlm=True)
-    every = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
-    r = evaluate_heldout(model, tok, tc, torch.device(device), ds, examples=every, per_token=True)
+    at = replace(tc, max_seq_length=seq_length or tc.max_seq_length)
+    every = heldout_examples(tok, at.max_seq_length, seed=tc.seed)
+    r = evaluate_heldout(model, tok, at, torch.device(device), ds, examples=every, per_token=True)
     first = evaluate_heldout(model, tok, tc, torch.device(device), ds)  # the run's own evaluation
-    return r["token_hits"], dict(step=step, sequences=len(every), own=first["mlm_accuracy"])
+    return r["token_hits"], dict(step=step, sequences=len(every), own=first["mlm_accuracy"], seq_length=at.max_seq_length,
+                                 own_length=tc.max_seq_length)
 
 
 def main():
@@ -36,24 +42,34 @@ def main():
     p.add_argument("runs", nargs=2, metavar="NAME=RUN_DIR")
     p.add_argument("--step", type=int, help="this checkpoint of both runs (default: each run's last)")
     p.add_argument("--out", type=Path, help="add the comparison to this CSV")
+    p.add_argument("--seq-length", type=int, help="score both on held-out sequences of this many tokens (default: "
+                                                   "their own; needed when the two runs trained on different lengths)")
     p.add_argument("--device", default="cpu", help="where the checkpoints are evaluated (e.g. cuda)")
     a = p.parse_args()
     (na, ra), (nb, rb) = (s.partition("=")[::2] for s in a.runs)
     if not ra or not rb: p.exit(2, f"{p.prog}: {a.runs}: expected NAME=RUN_DIR NAME=RUN_DIR\n")
     check_run(p, ra); check_run(p, rb)
+    (_, ma, ta), (_, mb, tb) = (read_run_config(Path(r)) for r in (ra, rb))
+    if a.seq_length is None and ta.max_seq_length != tb.max_seq_length:
+        p.exit(2, f"{p.prog}: {ra} trained on {ta.max_seq_length}-token sequences and {rb} on {tb.max_seq_length}: "
+                  "pass --seq-length N to score both on held-out sequences of N tokens\n")
+    most = min(ma.max_position_embeddings, mb.max_position_embeddings)
+    if a.seq_length is not None and not 8 <= a.seq_length <= most:
+        p.exit(2, f"{p.prog}: --seq-length {a.seq_length}: expected 8 to {most} tokens (the runs' position tables)\n")
     if (Path(ra) / "spiece.model").read_bytes() != (Path(rb) / "spiece.model").read_bytes():
         p.exit(2, f"{p.prog}: {ra} and {rb} have different vocabularies: their masked tokens differ, so they cannot be "
                   "compared token by token; compare their recipe curves (bench/recipe_curves.py) instead\n")
-    (ha, ia), (hb, ib) = token_hits(Path(ra), a.step, a.device), token_hits(Path(rb), a.step, a.device)
+    (ha, ia), (hb, ib) = (token_hits(Path(r), a.step, a.device, a.seq_length) for r in (ra, rb))
     assert len(ha) == len(hb), "the two runs masked different numbers of tokens"
     for name, h, i in ((na, ha, ia), (nb, hb, ib)):
         print(f"{name}: step {i['step']}: {h.mean():.4f} on {len(h)} masked tokens of {i['sequences']} held-out "
-              f"sequences (the run's own 256: {i['own']:.4f})")
+              f"sequences of {i['seq_length']} tokens (the run's own evaluation, {i['own_length']} tokens: {i['own']:.4f})")
     d = hb.astype(float) - ha.astype(float)
     se = d.std(ddof=1) / np.sqrt(len(d))
     print(f"{nb} - {na}: {d.mean():+.4f} (95% interval {d.mean() - 1.96 * se:+.4f} to {d.mean() + 1.96 * se:+.4f})")
     if a.out:
         row = dict(baseline=na, recipe=nb, step=ib["step"], masked_tokens=len(d), sequences=ib["sequences"],
+                   seq_length=ib["seq_length"],
                    baseline_accuracy=round(ha.mean(), 4), accuracy=round(hb.mean(), 4), difference=round(d.mean(), 4),
                    low=round(d.mean() - 1.96 * se, 4), high=round(d.mean() + 1.96 * se, 4))
         write_rows(a.out, [row], key=lambda r: (r["baseline"], r["recipe"]))

@@ -480,6 +480,17 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     assert r.returncode == 0, r.stderr
     (row,) = csv.DictReader(pairs.open())
     assert float(row["difference"]) == float(row["low"]) == float(row["high"]) == 0 and int(row["sequences"]) > 256
+    half = P.read_run_config(run)[2].max_seq_length // 2  # both scored on held-out sequences of another length
+    r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}", "--seq-length", str(half), "--out", str(pairs))
+    assert r.returncode == 0, r.stderr
+    (short,) = csv.DictReader(pairs.open())
+    assert int(short["seq_length"]) == half and int(short["sequences"]) > int(row["sequences"]) and float(short["difference"]) == 0
+    cfg["train"]["max_seq_length"] *= 2; (twin / RUN_CONFIG).write_text(json.dumps(cfg))  # trained on longer sequences
+    r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}")
+    assert r.returncode == 2 and "--seq-length" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}", "--seq-length", "100000")
+    assert r.returncode == 2 and "position tables" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    cfg["train"]["max_seq_length"] //= 2; (twin / RUN_CONFIG).write_text(json.dumps(cfg))
     (twin / "spiece.model").write_bytes(b"another vocabulary")
     r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}")
     assert r.returncode == 2 and "different vocabularies" in r.stderr and len(r.stderr.strip().splitlines()) == 1
