@@ -12,7 +12,6 @@ Prints the three accuracies with 95% intervals (+-1.96 standard errors of the pe
 JSON (temp file, then rename). The run must have trained on a built-in corpus with Brown in it (embryo-mini or
 embryo-plus).
 """
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from embryo import data as D
 from embryo.config import atomic_write
 from embryo.pretrain import brown_examples, evaluate_heldout, heldout_examples, prepare_run, training_sample
 from embryo.run import list_steps, load_checkpoint, read_run_config
-from recipe_curves import check_run  # bench/ is the script's folder
+from recipe_curves import checkpoint_args  # bench/ is the script's folder
 
 BROWN_CORPORA = ("embryo-mini", "embryo-plus")  # the built-in corpora whose training text holds the other Brown files
 
@@ -65,19 +64,11 @@ def gap(run: Path, step: int | None = None, device: str = "cpu") -> dict:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run", type=Path, metavar="RUN_DIR")
-    p.add_argument("--step", type=int, help="this checkpoint (default: the run's last)")
-    p.add_argument("--out", type=Path, help="write the result as JSON here")
-    p.add_argument("--device", default="cpu", help="where the checkpoint is evaluated (e.g. cuda)")
-    a = p.parse_args()
-    check_run(p, a.run)
+    p, a = checkpoint_args(__doc__)
     corpus = read_run_config(a.run)[2].corpus
     if corpus not in BROWN_CORPORA:
         p.exit(2, f"{p.prog}: {a.run} trained on {corpus}, which holds no Brown training files to compare with; "
                   f"pass a run on {' or '.join(BROWN_CORPORA)}\n")
-    if a.step is not None and a.step not in list_steps(a.run):
-        p.exit(2, f"{p.prog}: {a.run} has no checkpoint at step {a.step}; its steps: {list_steps(a.run)}\n")
     r = gap(a.run, a.step, a.device)
     for k in ("heldout_brown", "training_brown"):
         x = r[k]

@@ -16,7 +16,7 @@ import io
 from pathlib import Path
 
 from embryo.config import atomic_write, get_train_config, get_config
-from embryo.run import log_records, read_run_config
+from embryo.run import list_steps, log_records, read_run_config
 from embryo.pretrain import heldout_curve
 
 
@@ -34,6 +34,21 @@ def check_run(p: argparse.ArgumentParser, run) -> Path:
     if not (Path(run) / "spiece.model").exists():
         p.exit(2, f"{p.prog}: {run} is not a pretraining run (no spiece.model); pass a run folder of `embryo pretrain`\n")
     return Path(run)
+
+
+def checkpoint_args(doc: str) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    ("The parser and arguments of a script about one checkpoint of one run (RUN_DIR, --step, --out, --device); a folder "
+     "that is not a run, or a step it has no checkpoint of, gets one line and exit 2.")
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("run", type=Path, metavar="RUN_DIR")
+    p.add_argument("--step", type=int, help="this checkpoint (default: the run's last)")
+    p.add_argument("--out", type=Path, help="write the result as JSON here")
+    p.add_argument("--device", default="cpu", help="where the checkpoint is evaluated (e.g. cuda)")
+    a = p.parse_args()
+    check_run(p, a.run)
+    if a.step is not None and a.step not in list_steps(a.run):
+        p.exit(2, f"{p.prog}: {a.run} has no checkpoint at step {a.step}; its steps: {list_steps(a.run)}\n")
+    return p, a
 
 
 def curve_rows(name: str, run: Path, steps=None, device: str = "cpu") -> list[dict]:

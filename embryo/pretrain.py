@@ -45,9 +45,9 @@ __all__ = ['FIXED_SETTINGS', 'CORPUS_LANGUAGES', 'HELDOUT_MASK_PROB', 'FIXTURE',
            'bert_shaped', 'model_card', 'write_model_card', 'write_model_cards', 'tensorboard_module', 'TensorBoardLog',
            'tensorboard_log', 'TrainingDiverged', 'diverged', 'DiskFull', 'resolve_data_workers', 'check_compile',
            'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'train', 'batch_source', 'loss_counts',
-           'batches_of_step', 'Saves', 'finish_run', 'brown_examples', 'heldout_examples', 'evaluate_heldout',
-           'corpus_slice', 'fixture_run', 'training_sample', 'heldout_curve', 'split_overrides', 'pretrain_from_args',
-           'main']
+           'batches_of_step', 'Saves', 'finish_run', 'brown_examples', 'heldout_examples', 'heldout_config',
+           'evaluate_heldout', 'corpus_slice', 'fixture_run', 'training_sample', 'heldout_curve', 'split_overrides',
+           'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -1029,6 +1029,10 @@ def heldout_examples(tok, max_seq_length: int, seed: int = 0, sentence_task: str
 # %% ../nbs/03_pretrain.ipynb #40397152
 HELDOUT_MASK_PROB = 0.15  # held-out text is masked at BERT's rate, whatever the run trained with
 
+def heldout_config(tc: TrainConfig) -> TrainConfig:
+    "`tc` as held-out text is masked: at `HELDOUT_MASK_PROB`, at most that share of a sequence's tokens predicted."
+    return replace(tc, mask_prob=HELDOUT_MASK_PROB, max_predictions=max(1, round(HELDOUT_MASK_PROB * tc.max_seq_length)))
+
 # %% ../nbs/03_pretrain.ipynb #7996e291
 @torch.no_grad()
 def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: int = 32, examples=None,
@@ -1037,7 +1041,7 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
      "(ELECTRA: replaced-token detection accuracy beside always answering 'original'); `per_token` adds `token_hits`, "
      "whether each masked token was predicted, in order, for comparing two runs on the same masks.")
     if examples is None: examples = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)[: tc.eval_sequences]
-    tc = replace(tc, mask_prob=HELDOUT_MASK_PROB, max_predictions=max(1, round(HELDOUT_MASK_PROB * tc.max_seq_length)))
+    tc = heldout_config(tc)
     counts = np.zeros(tok.vocab_size, dtype=np.int64)
     for ids in train_ds.select(range(min(len(train_ds), 2000)))["input_ids"]: np.add.at(counts, ids, 1)
     counts[list(tok.special_ids)] = 0

@@ -1,5 +1,6 @@
 """Pretraining end to end: exact resume after SIGKILL, torchrun with 2 processes, clear errors."""
 import csv
+import dataclasses
 import math
 import json
 import os
@@ -494,6 +495,41 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     (twin / "spiece.model").write_bytes(b"another vocabulary")
     r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}")
     assert r.returncode == 2 and "different vocabularies" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bench_heldout_masks_splits_the_held_out_hits_by_how_each_target_was_shown(monkeypatch, tmp_path):
+    "`bench/heldout_masks.py`: [MASK], itself or another piece, and runs of adjacent targets, on the evaluation's own masks."
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from heldout_masks import target_kinds
+    M = 4  # a mask id; row 0 targets positions 1-3 ([MASK], itself, another) and 5, row 1 nothing
+    batch = dict(input_ids=torch.tensor([[2, M, 7, 9, 6, M, 3], [2, 5, 6, 7, 8, 9, 3]]),
+                 labels=torch.tensor([[-100, 5, 7, 8, -100, 11, -100], [-100] * 7]))
+    shown, runs = target_kinds(batch, M)
+    assert shown.tolist() == [0, 1, 2, 0] and runs.tolist() == [3, 3, 3, 1]
+    run, out = P.fixture_run(), tmp_path / "masks.json"
+    r = subprocess.run([sys.executable, "heldout_masks.py", str(run), "--out", str(out)], capture_output=True, text=True,
+                       cwd=ROOT / "bench", timeout=600)
+    assert r.returncode == 0, r.stderr
+    x = json.loads(out.read_text())
+    for groups in (x["shown"], x["run_length"]):  # each target in one group; the groups' hits add up to the whole
+        assert sum(g["targets"] for g in groups.values()) == x["masked_tokens"] > 1000
+        assert math.isclose(sum(g["targets"] * (g["accuracy"] or 0) for g in groups.values()),
+                            x["accuracy"] * x["masked_tokens"], abs_tol=1e-4 * x["masked_tokens"])
+    assert 0.75 < x["shown"]["mask"]["share"] < 0.85 and 0.05 < x["shown"]["itself"]["share"] < 0.15
+    assert sum(g["targets"] for g in x["mask_run_length"].values()) == x["shown"]["mask"]["targets"]
+
+    class Copy(torch.nn.Module):  # predicts the piece it is shown: right exactly where a target is shown as itself
+        def __init__(self, m): super().__init__(); self.m = m
+        def forward(self, ids, *a, **k):
+            out = self.m(ids, *a, **k)
+            return dataclasses.replace(out, prediction_logits=torch.nn.functional.one_hot(ids, out.prediction_logits.shape[-1]).float())
+    import heldout_masks
+    monkeypatch.setattr(heldout_masks, "load_checkpoint", lambda *a, **k: Copy(P.load_checkpoint(*a, **k)))
+    y = heldout_masks.split(run)  # the hits line up with the masks only if both walk the examples in one order
+    assert (y["shown"]["itself"]["accuracy"], y["shown"]["mask"]["accuracy"], y["shown"]["other"]["accuracy"]) == (1, 0, 0)
+    r = subprocess.run([sys.executable, "heldout_masks.py", str(run), "--step", "12345"], capture_output=True, text=True,
+                       cwd=ROOT / "bench")
+    assert r.returncode == 2 and "no checkpoint at step 12345" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_bench_heldout_gap_makes_training_brown_as_the_held_out_brown(monkeypatch):
