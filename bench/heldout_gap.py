@@ -21,9 +21,9 @@ import torch
 
 from embryo import data as D
 from embryo.config import atomic_write
-from embryo.pretrain import brown_examples, evaluate_heldout, heldout_examples, prepare_run, training_sample
-from embryo.run import list_steps, load_checkpoint, read_run_config
-from recipe_curves import checkpoint_args  # bench/ is the script's folder
+from embryo.pretrain import brown_examples, evaluate_heldout, heldout_examples, training_sample
+from embryo.run import read_run_config
+from recipe_curves import checkpoint, checkpoint_args  # bench/ is the script's folder
 
 BROWN_CORPORA = ("embryo-mini", "embryo-plus")  # the built-in corpora whose training text holds the other Brown files
 
@@ -47,10 +47,7 @@ def scored(model, tok, tc, device, ds, examples) -> tuple[dict, float]:
 
 
 def gap(run: Path, step: int | None = None, device: str = "cpu") -> dict:
-    preset, mc, tc = read_run_config(run)
-    tok, ds = prepare_run(run, preset, mc, tc)
-    step = step if step is not None else list_steps(run)[-1]
-    model = load_checkpoint(run, step, device, mlm=True)
+    tc, tok, ds, step, model = checkpoint(run, step, device)
     files, cats = D.read_brown(D.download(D.SOURCES["brown"], verbose=False))
     names = D.heldout_brown_files(cats); twins = training_twins(cats, names)
     twin_docs = [[[w for w, _ in s] for s in files[n]] for n in twins]

@@ -22,9 +22,8 @@ import numpy as np
 import torch
 
 from embryo.config import atomic_write
-from embryo.pretrain import Batches, evaluate_heldout, heldout_config, heldout_examples, prepare_run
-from embryo.run import list_steps, load_checkpoint, read_run_config
-from recipe_curves import checkpoint_args  # bench/ is the script's folder
+from embryo.pretrain import Batches, evaluate_heldout, heldout_config, heldout_examples
+from recipe_curves import checkpoint, checkpoint_args  # bench/ is the script's folder
 
 SHOWN = ("mask", "itself", "other")
 RUNS = ("1", "2", "3", "4", "5+")
@@ -52,10 +51,7 @@ def share(hits: np.ndarray, m: np.ndarray) -> dict:
 
 
 def split(run: Path, step: int | None = None, device: str = "cpu") -> dict:
-    preset, mc, tc = read_run_config(run)
-    tok, ds = prepare_run(run, preset, mc, tc)
-    step = step if step is not None else list_steps(run)[-1]
-    model = load_checkpoint(run, step, device, mlm=True)
+    tc, tok, ds, step, model = checkpoint(run, step, device)
     every = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
     hits = evaluate_heldout(model, tok, tc, torch.device(device), ds, examples=every, per_token=True)["token_hits"]
     data = Batches(every, tok, heldout_config(tc))  # the same masks, seeded per example, in the same order

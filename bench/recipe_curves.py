@@ -16,8 +16,8 @@ import io
 from pathlib import Path
 
 from embryo.config import atomic_write, get_train_config, get_config
-from embryo.run import list_steps, log_records, read_run_config
-from embryo.pretrain import heldout_curve
+from embryo.run import list_steps, load_checkpoint, log_records, read_run_config
+from embryo.pretrain import heldout_curve, prepare_run
 
 
 def settings_text(mc, tc) -> str:
@@ -49,6 +49,14 @@ def checkpoint_args(doc: str) -> tuple[argparse.ArgumentParser, argparse.Namespa
     if a.step is not None and a.step not in list_steps(a.run):
         p.exit(2, f"{p.prog}: {a.run} has no checkpoint at step {a.step}; its steps: {list_steps(a.run)}\n")
     return p, a
+
+
+def checkpoint(run: Path, step: int | None = None, device: str = "cpu") -> tuple:
+    "(settings, tokenizer, pretraining dataset, step, MLM model) of checkpoint `step` of `run` (default: its last)."
+    preset, mc, tc = read_run_config(run)
+    tok, ds = prepare_run(run, preset, mc, tc)
+    step = step if step is not None else list_steps(run)[-1]
+    return tc, tok, ds, step, load_checkpoint(run, step, device, mlm=True)
 
 
 def curve_rows(name: str, run: Path, steps=None, device: str = "cpu") -> list[dict]:

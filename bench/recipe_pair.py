@@ -18,17 +18,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embryo.pretrain import evaluate_heldout, heldout_examples, prepare_run
-from embryo.run import list_steps, load_checkpoint, read_run_config
-from recipe_curves import check_run, write_rows  # bench/ is the script's folder
+from embryo.pretrain import evaluate_heldout, heldout_examples
+from embryo.run import read_run_config
+from recipe_curves import check_run, checkpoint, write_rows  # bench/ is the script's folder
 
 
 def token_hits(run: Path, step: int | None, device: str = "cpu", seq_length: int | None = None) -> tuple[np.ndarray, dict]:
     "Whether each masked token of every held-out sequence (of `seq_length` tokens; default the run's own) was predicted."
-    preset, mc, tc = read_run_config(run)
-    tok, ds = prepare_run(run, preset, mc, tc)
-    step = step if step is not None else list_steps(run)[-1]
-    model = load_checkpoint(run, step, device, mlm=True)
+    tc, tok, ds, step, model = checkpoint(run, step, device)
     at = replace(tc, max_seq_length=seq_length or tc.max_seq_length)
     every = heldout_examples(tok, at.max_seq_length, seed=tc.seed)
     r = evaluate_heldout(model, tok, at, torch.device(device), ds, examples=every, per_token=True)

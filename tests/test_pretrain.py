@@ -523,8 +523,8 @@ def test_bench_heldout_masks_splits_the_held_out_hits_by_how_each_target_was_sho
         def forward(self, ids, *a, **k):
             out = self.m(ids, *a, **k)
             return dataclasses.replace(out, prediction_logits=torch.nn.functional.one_hot(ids, out.prediction_logits.shape[-1]).float())
-    import heldout_masks
-    monkeypatch.setattr(heldout_masks, "load_checkpoint", lambda *a, **k: Copy(P.load_checkpoint(*a, **k)))
+    import heldout_masks, recipe_curves
+    monkeypatch.setattr(recipe_curves, "load_checkpoint", lambda *a, **k: Copy(P.load_checkpoint(*a, **k)))
     y = heldout_masks.split(run)  # the hits line up with the masks only if both walk the examples in one order
     assert (y["shown"]["itself"]["accuracy"], y["shown"]["mask"]["accuracy"], y["shown"]["other"]["accuracy"]) == (1, 0, 0)
     r = subprocess.run([sys.executable, "heldout_masks.py", str(run), "--step", "12345"], capture_output=True, text=True,
