@@ -23,15 +23,40 @@ from embryo.run import read_run_config
 from recipe_curves import check_run, checkpoint, write_rows  # bench/ is the script's folder
 
 
-def token_hits(run: Path, step: int | None, device: str = "cpu", seq_length: int | None = None) -> tuple[np.ndarray, dict]:
-    "Whether each masked token of every held-out sequence (of `seq_length` tokens; default the run's own) was predicted."
-    tc, tok, ds, step, model = checkpoint(run, step, device)
+def model_hits(model, tc, tok, ds, device: str = "cpu", seq_length: int | None = None) -> tuple[np.ndarray, dict]:
+    "Whether `model` predicted each masked token of every held-out sequence (of `seq_length` tokens; default `tc`'s)."
     at = replace(tc, max_seq_length=seq_length or tc.max_seq_length)
     every = heldout_examples(tok, at.max_seq_length, seed=tc.seed)
     r = evaluate_heldout(model, tok, at, torch.device(device), ds, examples=every, per_token=True)
     first = evaluate_heldout(model, tok, tc, torch.device(device), ds)  # the run's own evaluation
-    return r["token_hits"], dict(step=step, sequences=len(every), own=first["mlm_accuracy"], seq_length=at.max_seq_length,
+    return r["token_hits"], dict(sequences=len(every), own=first["mlm_accuracy"], seq_length=at.max_seq_length,
                                  own_length=tc.max_seq_length)
+
+
+def token_hits(run: Path, step: int | None, device: str = "cpu", seq_length: int | None = None) -> tuple[np.ndarray, dict]:
+    "`model_hits` of checkpoint `step` of `run` (default: its last)."
+    tc, tok, ds, step, model = checkpoint(run, step, device)
+    hits, info = model_hits(model, tc, tok, ds, device, seq_length)
+    return hits, dict(info, step=step)
+
+
+def compare(na: str, ha: np.ndarray, ia: dict, nb: str, hb: np.ndarray, ib: dict, out: Path | None = None) -> dict:
+    "Print A and B (hits and infos of `token_hits`) and B - A with its 95% interval; add the row to the CSV `out`."
+    assert len(ha) == len(hb), "the two masked different numbers of tokens"
+    for name, h, i in ((na, ha, ia), (nb, hb, ib)):
+        print(f"{name}: step {i['step']}: {h.mean():.4f} on {len(h)} masked tokens of {i['sequences']} held-out "
+              f"sequences of {i['seq_length']} tokens (the run's own evaluation, {i['own_length']} tokens: {i['own']:.4f})")
+    d = hb.astype(float) - ha.astype(float)
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    print(f"{nb} - {na}: {d.mean():+.4f} (95% interval {d.mean() - 1.96 * se:+.4f} to {d.mean() + 1.96 * se:+.4f})")
+    row = dict(baseline=na, recipe=nb, step=ib["step"], masked_tokens=len(d), sequences=ib["sequences"],
+               seq_length=ib["seq_length"],
+               baseline_accuracy=round(ha.mean(), 4), accuracy=round(hb.mean(), 4), difference=round(d.mean(), 4),
+               low=round(d.mean() - 1.96 * se, 4), high=round(d.mean() + 1.96 * se, 4))
+    if out:
+        write_rows(out, [row], key=lambda r: (r["baseline"], r["recipe"]))
+        print(f"wrote {out}")
+    return row
 
 
 def main():
@@ -57,20 +82,7 @@ def main():
         p.exit(2, f"{p.prog}: {ra} and {rb} have different vocabularies: their masked tokens differ, so they cannot be "
                   "compared token by token; compare their recipe curves (bench/recipe_curves.py) instead\n")
     (ha, ia), (hb, ib) = (token_hits(Path(r), a.step, a.device, a.seq_length) for r in (ra, rb))
-    assert len(ha) == len(hb), "the two runs masked different numbers of tokens"
-    for name, h, i in ((na, ha, ia), (nb, hb, ib)):
-        print(f"{name}: step {i['step']}: {h.mean():.4f} on {len(h)} masked tokens of {i['sequences']} held-out "
-              f"sequences of {i['seq_length']} tokens (the run's own evaluation, {i['own_length']} tokens: {i['own']:.4f})")
-    d = hb.astype(float) - ha.astype(float)
-    se = d.std(ddof=1) / np.sqrt(len(d))
-    print(f"{nb} - {na}: {d.mean():+.4f} (95% interval {d.mean() - 1.96 * se:+.4f} to {d.mean() + 1.96 * se:+.4f})")
-    if a.out:
-        row = dict(baseline=na, recipe=nb, step=ib["step"], masked_tokens=len(d), sequences=ib["sequences"],
-                   seq_length=ib["seq_length"],
-                   baseline_accuracy=round(ha.mean(), 4), accuracy=round(hb.mean(), 4), difference=round(d.mean(), 4),
-                   low=round(d.mean() - 1.96 * se, 4), high=round(d.mean() + 1.96 * se, 4))
-        write_rows(a.out, [row], key=lambda r: (r["baseline"], r["recipe"]))
-        print(f"wrote {a.out}")
+    compare(na, ha, ia, nb, hb, ib, a.out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from .run import REFERENCE, log_records, run_sentence_task, run_transitions, sav
 # %% auto #0
 __all__ = ['STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'TRANSITION_GID', 'REFERENCE_STYLE', 'save_figure', 'figure_dir',
            'step_axis', 'legend_entries', 'legend_below', 'gapped', 'plot_steps', 'fill_steps', 'reference_label',
-           'plot_pretraining', 'plot_recipe_curves']
+           'plot_pretraining', 'recipe_panels', 'draw_recipes', 'plot_recipe_curves']
 
 # %% ../nbs/02b_figures.ipynb #270bb749
 def save_figure(fig, out_dir, name: str) -> list[Path]:
@@ -152,37 +152,61 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
     ax.set_title(f"Fig. 2a: pretraining loss over steps ({run_dir.name})")
     return save_figure(fig, out_dir or run_dir / "figures", "fig2a_pretraining_loss")
 
-# %% ../nbs/02b_figures.ipynb #f59be3f5
-def plot_recipe_curves(csv_file, out_dir=None, goal: float = 0.22,
-                       goal_label: str = "the accuracy the default run should reach") -> list[Path] | None:
-    ("Held-out MLM accuracy against tokens seen for every recipe in `csv_file` (written by `bench/recipe_curves.py`), "
-     "the accuracy the runs aim at (`goal`) drawn across.")
-    import matplotlib; matplotlib.use("Agg")
+# %% ../nbs/02b_figures.ipynb #409f023a
+def recipe_panels(curves) -> list[tuple]:
+    ("(title, rows) of each panel of the recipe curves: the recipes that stop at a quarter of the longest recipe's "
+     "tokens or before (the short comparisons), then the others; an empty panel is left out.")
+    last = curves.groupby("recipe", sort=False).tokens.transform("max")  # each row's recipe's length
+    short = last <= last.max() / 4
+    mt = lambda v: f"{v / 1e6:.3g} million"
+    return [(title, rows) for title, rows in
+            [(f"short comparisons (up to {mt(last[short].max()) if short.any() else ''} tokens)", curves[short]),
+             (f"longer runs ({mt(last[~short].min()) if (~short).any() else ''} tokens and more)", curves[~short])]
+            if len(rows)]
+
+# %% ../nbs/02b_figures.ipynb #db481114
+def draw_recipes(ax, curves, goal: float, goal_label: str):
+    "Draw `curves` (rows of recipe curves) on `ax`: held-out and training accuracy per recipe, the goal across."
+    import textwrap
+    from matplotlib.lines import Line2D
     import matplotlib.pyplot as plt
-    import pandas as pd
-    df = pd.read_csv(csv_file)
-    fig, ax = plt.subplots(figsize=(7, 4.2 + 0.17 * 2 * df.recipe.nunique()))  # room for the legend below
-    for k, (name, g) in enumerate(df.groupby("recipe", sort=False)):
+    handles, trained = [], False
+    for k, (name, g) in enumerate(curves.groupby("recipe", sort=False)):
         settings = g.settings.fillna("").iloc[0]  # empty: the run used the tiny preset as it is
-        label = f"{name}: {settings or 'the tiny preset'}"
         g = g[g.tokens > 0].sort_values("tokens")  # the tokens axis is logarithmic
         # ten colours; past ten recipes they come again with other markers
         color, held, seen = plt.cm.tab10(k % 10), "o^Dv"[k // 10 % 4], "sPXd"[k // 10 % 4]
-        ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, marker=held, ls="-", ms=3, color=color, label=label)
-        # the same masking on training examples: the gap
+        handles += ax.plot(g.tokens / 1e6, 100 * g.heldout_mlm_accuracy, marker=held, ms=3, color=color,
+                           label=textwrap.fill(f"{name}: {settings or 'the tiny preset'}", 90))  # 2 panels wide
         if "train_mlm_accuracy" in g and g.train_mlm_accuracy.notna().any():
-            ax.plot(g.tokens / 1e6, 100 * g.train_mlm_accuracy, marker=seen, ls="--", ms=3, color=color, alpha=0.7,
-                    label=f"{name}: the same on training examples")
-    ax.axhline(100 * goal, color="0.5", ls="--", lw=1, label=f"{goal:.0%}: {goal_label}")
+            ax.plot(g.tokens / 1e6, 100 * g.train_mlm_accuracy, marker=seen, ls="--", ms=3, color=color, alpha=0.7)
+            trained = True
+    if trained: handles.append(Line2D([], [], color="0.4", ls="--", marker="s", ms=3,
+                                      label="dashed: the same masking on training examples"))
+    handles.append(ax.axhline(100 * goal, color="0.5", ls=":", lw=1.2, label=f"{goal:.0%}: {goal_label}"))
+    return handles
+
+# %% ../nbs/02b_figures.ipynb #85b992f5
+def plot_recipe_curves(csv_file, out_dir=None, goal: float = 0.22,
+                       goal_label: str = "the accuracy the default run should reach") -> list[Path] | None:
+    ("Held-out MLM accuracy against tokens seen for every recipe in `csv_file` (written by `bench/recipe_curves.py`), "
+     "in `recipe_panels`, the accuracy the runs aim at (`goal`) drawn across.")
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-    ax.set_xscale("log"); ax.set_xlabel("tokens seen (millions: steps x batch x sequence length; log scale)")
-    t = df.tokens[df.tokens > 0]
-    # 1-2-5 ticks on short ranges
-    ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5) if t.max() / t.min() < 1e3 else (1,)))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_ylabel("held-out MLM accuracy (%, 15% masking)"); ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.14))  # below the axes: the curves stay visible
-    ax.set_title("Fig. 2a (recipes): held-out accuracy of tiny-sized recipes over pretraining", fontsize=10)
+    panels = recipe_panels(pd.read_csv(csv_file))
+    # the legends go below the panels, and the saved figure grows to hold them
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.6), sharey=True, squeeze=False)
+    for ax, (title, r) in zip(axes[0], panels):
+        handles = draw_recipes(ax, r, goal, goal_label)
+        t = r.tokens[r.tokens > 0]
+        ax.set_xscale("log"); ax.set_xlabel("tokens seen (millions: steps x batch x sequence length; log scale)")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5) if t.max() / t.min() < 1e3 else (1,)))  # 1-2-5: short
+        ax.xaxis.set_minor_formatter(NullFormatter()); ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.grid(alpha=0.3); ax.set_title(title, fontsize=9)
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.14))  # below: curves visible
+    axes[0][0].set_ylabel("held-out MLM accuracy (%, 15% masking)")
+    fig.suptitle("Fig. 2a (recipes): held-out accuracy of tiny-sized recipes over pretraining", fontsize=10)
     if out_dir is None: return fig
     return save_figure(fig, out_dir, "fig2a_recipe_curves")

@@ -548,3 +548,25 @@ def test_bench_heldout_gap_makes_training_brown_as_the_held_out_brown(monkeypatc
     assert P.brown_examples(docs, tok, tc.max_seq_length, tc.seed) == P.heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
     r = subprocess.run([sys.executable, "heldout_gap.py", str(run)], capture_output=True, text=True, cwd=ROOT / "bench")
     assert r.returncode == 2 and "holds no Brown training files" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bench_average_weights_pairs_a_mean_of_checkpoints_with_the_last(monkeypatch, tmp_path):
+    "`bench/average_weights.py`: every float tensor the mean over the checkpoints, scored on the last one's masks."
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from average_weights import average
+    run = P.fixture_run(); first, last = P.list_steps(run)[-2:]
+    a, b = (P.load_checkpoint(run, s, mlm=True).state_dict() for s in (first, last))
+    mean = average(run, [first, last]).state_dict()
+    k = next(k for k in mean if "word_embeddings" in k)
+    assert not torch.equal(a[k], b[k]) and torch.allclose(mean[k], (a[k] + b[k]) / 2, atol=1e-7)
+    assert all(torch.equal(v, b[n]) for n, v in average(run, [last, last]).state_dict().items())  # one step: itself
+    out = tmp_path / "pairs.csv"
+    cmd = [sys.executable, "average_weights.py", f"micro={run}", "--from", str(first), "--out", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT / "bench", timeout=600)
+    assert r.returncode == 0, r.stderr
+    (row,) = csv.DictReader(out.open())
+    assert (row["baseline"], row["recipe"]) == (f"micro at step {last}", f"micro, the average of its 2 checkpoints from "
+                                                                          f"step {first} to {last}")
+    assert int(row["masked_tokens"]) > 1000 and float(row["low"]) <= float(row["difference"]) <= float(row["high"])
+    r = subprocess.run([*cmd[:4], str(last + 1)], capture_output=True, text=True, cwd=ROOT / "bench", timeout=600)
+    assert r.returncode == 2 and "at least two of its steps" in r.stderr and len(r.stderr.strip().splitlines()) == 1
