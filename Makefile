@@ -42,7 +42,7 @@ NB_THREADS = $(BIN)/python -c "from fastcore.parallel import num_cpus; n = num_c
 
 test: $(STAMP) check-sync
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$($(NB_THREADS))} $(BIN)/nbdev_test --do_print --timing; nb=$$?; \
-	$(BIN)/python -m pytest tests -n auto --dist loadfile --deselect tests/test_notebooks.py::test_notebook; py=$$?; \
+	$(BIN)/python -m pytest tests -n auto --dist loadfile --durations=25 --deselect tests/test_notebooks.py::test_notebook; py=$$?; \
 	if [ $$nb -ne 0 ]; then echo "nbdev_test: a notebook failed (above)"; fi; exit $$(( nb || py ))
 
 # The edit-test loop: every test but those marked slow (tests/conftest.py), a worker per core, under 3 minutes here.
