@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from embryo.run import list_steps, load_checkpoint
-from recipe_curves import check_run, checkpoint  # bench/ is the script's folder
+from recipe_curves import checkpoint, named_run  # bench/ is the script's folder
 from recipe_pair import compare, model_hits
 
 
@@ -41,9 +41,7 @@ def main():
     p.add_argument("--out", type=Path, help="add the comparison to this CSV")
     p.add_argument("--device", default="cpu", help="where the checkpoints are evaluated (e.g. cuda)")
     a = p.parse_args()
-    name, _, run = a.run.partition("=")
-    if not run: p.exit(2, f"{p.prog}: {a.run}: expected NAME=RUN_DIR\n")
-    run = check_run(p, run)
+    name, run = named_run(p, a.run)
     saved = list_steps(run)
     end = saved[-1] if a.to is None else a.to
     steps = [s for s in saved if a.start <= s <= end]

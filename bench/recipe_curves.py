@@ -36,6 +36,13 @@ def check_run(p: argparse.ArgumentParser, run) -> Path:
     return Path(run)
 
 
+def named_run(p: argparse.ArgumentParser, spec: str) -> tuple[str, Path]:
+    "(name, run folder) of a NAME=RUN_DIR argument; one line and exit 2 where it is not one (`check_run`)."
+    name, _, run = spec.partition("=")
+    if not run: p.exit(2, f"{p.prog}: {spec!r}: expected NAME=RUN_DIR\n")
+    return name, check_run(p, run)
+
+
 def checkpoint_args(doc: str) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     ("The parser and arguments of a script about one checkpoint of one run (RUN_DIR, --step, --out, --device); a folder "
      "that is not a run, or a step it has no checkpoint of, gets one line and exit 2.")
@@ -92,13 +99,10 @@ def main():
     p.add_argument("--append", action="store_true", help="keep the rows of the other recipes already in --out")
     p.add_argument("--device", default="cpu", help="where the checkpoints are evaluated (e.g. cuda)")
     a = p.parse_args()
-    runs = [spec.partition("=")[::2] for spec in a.runs]
-    for spec, (name, run) in zip(a.runs, runs):  # all checked before any is evaluated
-        if not run: p.exit(2, f"{p.prog}: {spec!r}: expected NAME=RUN_DIR\n")
-        check_run(p, run)
+    runs = [named_run(p, spec) for spec in a.runs]  # all checked before any is evaluated
     rows = []
     for name, run in runs:
-        rows += curve_rows(name, Path(run), a.steps, a.device)
+        rows += curve_rows(name, run, a.steps, a.device)
         print(f"{name}: " + ", ".join(f"{r['step']}: {r['heldout_mlm_accuracy']:.3f}" for r in rows if r["recipe"] == name))
     write_rows(a.out, rows, key=lambda r: r["recipe"], keep=a.append)
     print(f"wrote {a.out}")

@@ -20,7 +20,7 @@ import torch
 
 from embryo.pretrain import evaluate_heldout, heldout_examples
 from embryo.run import read_run_config
-from recipe_curves import check_run, checkpoint, write_rows  # bench/ is the script's folder
+from recipe_curves import checkpoint, named_run, write_rows  # bench/ is the script's folder
 
 
 def model_hits(model, tc, tok, ds, device: str = "cpu", seq_length: int | None = None) -> tuple[np.ndarray, dict]:
@@ -68,20 +68,18 @@ def main():
                                                    "their own; needed when the two runs trained on different lengths)")
     p.add_argument("--device", default="cpu", help="where the checkpoints are evaluated (e.g. cuda)")
     a = p.parse_args()
-    (na, ra), (nb, rb) = (s.partition("=")[::2] for s in a.runs)
-    if not ra or not rb: p.exit(2, f"{p.prog}: {a.runs}: expected NAME=RUN_DIR NAME=RUN_DIR\n")
-    check_run(p, ra); check_run(p, rb)
-    (_, ma, ta), (_, mb, tb) = (read_run_config(Path(r)) for r in (ra, rb))
+    (na, ra), (nb, rb) = (named_run(p, s) for s in a.runs)
+    (_, ma, ta), (_, mb, tb) = (read_run_config(r) for r in (ra, rb))
     if a.seq_length is None and ta.max_seq_length != tb.max_seq_length:
         p.exit(2, f"{p.prog}: {ra} trained on {ta.max_seq_length}-token sequences and {rb} on {tb.max_seq_length}: "
                   "pass --seq-length N to score both on held-out sequences of N tokens\n")
     most = min(ma.max_position_embeddings, mb.max_position_embeddings)
     if a.seq_length is not None and not 8 <= a.seq_length <= most:
         p.exit(2, f"{p.prog}: --seq-length {a.seq_length}: expected 8 to {most} tokens (the runs' position tables)\n")
-    if (Path(ra) / "spiece.model").read_bytes() != (Path(rb) / "spiece.model").read_bytes():
+    if (ra / "spiece.model").read_bytes() != (rb / "spiece.model").read_bytes():
         p.exit(2, f"{p.prog}: {ra} and {rb} have different vocabularies: their masked tokens differ, so they cannot be "
                   "compared token by token; compare their recipe curves (bench/recipe_curves.py) instead\n")
-    (ha, ia), (hb, ib) = (token_hits(Path(r), a.step, a.device, a.seq_length) for r in (ra, rb))
+    (ha, ia), (hb, ib) = (token_hits(r, a.step, a.device, a.seq_length) for r in (ra, rb))
     compare(na, ha, ia, nb, hb, ib, a.out)
 
 
