@@ -114,7 +114,7 @@ def shared_tokenizer(root, scale: dict) -> Path:
     if scale["name"] == "micro": shutil.copy(P.fixture_run() / "spiece.model", out)
     else:
         _, mc, tc = run_configs(Variant(), scale, 0, 1)
-        D.train_tokenizer(P.corpus_file(tc), root, tc.tokenizer_vocab_size)
+        D.cached_tokenizer(P.corpus_file(tc), root, tc.tokenizer_vocab_size)
     return out
 
 # %% ../nbs/09_albert_ablations.ipynb #4305154f

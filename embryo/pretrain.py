@@ -339,9 +339,10 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
     t0 = time.perf_counter(); _say(verbose, run_dir, f"reading the corpus {tc.corpus} ...")
     text = corpus_file(tc)
     if not (run_dir / "spiece.model").exists():
-        t1 = time.perf_counter(); _say(verbose, run_dir, f"training a {tc.tokenizer_vocab_size:,}-piece SentencePiece "
-                                                         "vocabulary ...")
-        try: D.train_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
+        cached = D.tokenizer_cache(text, tc.tokenizer_vocab_size).is_file()
+        t1 = time.perf_counter(); _say(verbose, run_dir, f"{'copying the cached' if cached else 'training a'} "
+                                                         f"{tc.tokenizer_vocab_size:,}-piece SentencePiece vocabulary ...")
+        try: D.cached_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
         except (ValueError, RuntimeError) as e:
             if isinstance(e, D.CorpusError): raise
             # SentencePiece's own words, without its source line
@@ -349,7 +350,7 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
             raise D.CorpusError(f"corpus {text}: no tokenizer of {tc.tokenizer_vocab_size} pieces can be trained on it "
                                 f"(SentencePiece: {why}); give it more text, or a smaller vocabulary "
                                 "(--set vocab_size=N, which sets tokenizer_vocab_size too)") from None
-        _say(verbose, run_dir, "vocabulary trained", t1)
+        _say(verbose, run_dir, f"vocabulary {'copied' if cached else 'trained'}", t1)
     tok = D.load_tokenizer(run_dir)
     if tok.vocab_size != mc.vocab_size:
         raise ConfigError(f"{run_dir / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is "
