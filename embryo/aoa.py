@@ -24,10 +24,10 @@ from .reconstruction import FUNCTION_WORDS, align, tagged_sentences
 from .results import markdown_table, read_examples, read_results, read_scores, score_rows, write_results
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'TASK', 'MIN_OCCURRENCES', 'MAX_OCCURRENCES', 'MIN_DROP', 'CLASS_ORDER', 'REPORT', 'Occurrence',
-           'word_occurrences', 'masked_inputs', 'surprisals', 'evaluate_step', 'applies_to', 'word_curves', 'sigmoid',
-           'fit_word', 'word_frequencies', 'word_fits', 'ages', 'regression', 'function_first', 'plot_aoa', 'verdict',
-           'redraw']
+__all__ = ['ANALYSIS', 'TASK', 'MIN_OCCURRENCES', 'MAX_OCCURRENCES', 'MIN_DROP', 'FITS_FORMAT', 'CLASS_ORDER', 'REPORT',
+           'Occurrence', 'word_occurrences', 'masked_inputs', 'surprisals', 'evaluate_step', 'applies_to',
+           'word_curves', 'sigmoid', 'fit_word', 'word_frequencies', 'word_fits', 'ages', 'regression',
+           'function_first', 'plot_aoa', 'verdict', 'redraw']
 
 # %% ../nbs/08d_aoa.ipynb #642f03c1
 ANALYSIS = "aoa"  # the `analysis` name of this notebook's rows in the results database
@@ -163,17 +163,22 @@ def word_frequencies(run_dir) -> Counter:
     return c
 
 # %% ../nbs/08d_aoa.ipynb #b7d2e9f4
+FITS_FORMAT = 1  # bump when fit_word changes, so that fits kept on disk are fitted again
 _FITS: dict = {}  # curves' key -> their fits, for this process (a few sets at most)
 
 def word_fits(wc: pd.DataFrame) -> pd.DataFrame:
     "`fit_word` of each word's curve in `wc` (steps x words), indexed by word; fitted once per set of curves."
-    import hashlib
+    import hashlib, io, scipy
     key = hashlib.sha256(b"\0".join([np.asarray(wc.index, float).tobytes(), "\0".join(wc.columns).encode(),
                                       np.ascontiguousarray(wc.to_numpy(float)).tobytes()])).hexdigest()
     if key not in _FITS:
         if len(_FITS) >= 8: _FITS.pop(next(iter(_FITS)))
-        rows = [dict(word=w, **fit_word(wc.index.to_numpy(), wc[w].to_numpy())) for w in wc.columns]
-        _FITS[key] = pd.DataFrame(rows).set_index("word")
+        kept = D.data_dir() / ANALYSIS / f"fits-{FITS_FORMAT}-scipy{scipy.__version__}-{key[:24]}.parquet"
+        if kept.is_file(): _FITS[key] = pd.read_parquet(kept)
+        else:
+            rows = [dict(word=w, **fit_word(wc.index.to_numpy(), wc[w].to_numpy())) for w in wc.columns]
+            _FITS[key] = df = pd.DataFrame(rows).set_index("word")
+            buf = io.BytesIO(); df.to_parquet(buf); atomic_write(kept, buf.getvalue())
     return _FITS[key].copy()  # a copy: a caller that adds columns leaves the kept fits as they are
 
 # %% ../nbs/08d_aoa.ipynb #d295b19a
