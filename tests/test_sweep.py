@@ -116,8 +116,10 @@ def _writer(args):
 
 
 def test_eight_parallel_writers_lose_and_duplicate_nothing(tmp_path):
+    "Eight processes write one database at once. Forked, as test_results' creators are: a spawned worker imports this file"
+    " (and torch) again, 20 s of CPU each on 2 cores (the writes themselves take under a second)."
     db = tmp_path / "results.sqlite"
-    with mp.get_context("spawn").Pool(8) as pool:
+    with mp.get_context("fork").Pool(8) as pool:
         assert sorted(pool.map(_writer, [(db, w, 15) for w in range(8)])) == list(range(8))
     df = read_results(db, "stress")
     assert len(df) == 8 * 20 + 20  # each worker's step, and at step 0 one worker's write whole (a write replaces the step)
