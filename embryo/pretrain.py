@@ -339,10 +339,10 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
     t0 = time.perf_counter(); _say(verbose, run_dir, f"reading the corpus {tc.corpus} ...")
     text = corpus_file(tc)
     if not (run_dir / "spiece.model").exists():
-        cached = D.tokenizer_cache(text, tc.tokenizer_vocab_size).is_file()
+        cache = D.tokenizer_cache(text, tc.tokenizer_vocab_size); cached = cache.is_file()  # the corpus hashed once
         t1 = time.perf_counter(); _say(verbose, run_dir, f"{'copying the cached' if cached else 'training a'} "
                                                          f"{tc.tokenizer_vocab_size:,}-piece SentencePiece vocabulary ...")
-        try: D.cached_tokenizer(text, run_dir, tc.tokenizer_vocab_size)
+        try: D.cached_tokenizer(text, run_dir, tc.tokenizer_vocab_size, cache)
         except (ValueError, RuntimeError) as e:
             if isinstance(e, D.CorpusError): raise
             # SentencePiece's own words, without its source line
