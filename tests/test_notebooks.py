@@ -39,6 +39,23 @@ OPTIONS = {"04": dict(max_words=100), "05": dict(max_train_examples=64, max_dev_
            "08c": dict(n_pairs=30), "08d": dict(max_occurrences=3), "08e": dict(chains=2, draws=8)}
 
 
+def _kernel(cwd):
+    "A started kernel in `cwd`, shut down after the last test that uses it."
+    from jupyter_client.manager import KernelManager
+    km = KernelManager(kernel_name="python3"); km.start_kernel(cwd=str(cwd))
+    yield km
+    km.shutdown_kernel(now=True)
+
+
+# The notebooks papermill runs here on one run share a kernel (passed as `km`), so the 6-7 s of starting it and importing
+# torch, transformers and embryo are paid once per run, not per notebook (CI time). Each notebook still runs whole, its
+# parameters injected, as the README's papermill command runs it; that each one also runs in a fresh kernel of its own is
+# what nbdev_test checks, top to bottom, on the fixture.
+@pytest.fixture(scope="module")
+def root_kernel():
+    yield from _kernel(NBS[0].parent.parent)
+
+
 @pytest.fixture(scope="module", params=list(OTHER_RUNS))
 def other_run(request, tmp_path_factory):
     "A copy of a differently configured micro run (built once under the data dir), with a results database of its own."
@@ -67,8 +84,13 @@ def test_found_analysis_notebooks():
                                                              "08b", "08c", "08d", "08e"], ANALYSIS_NBS
 
 
+@pytest.fixture(scope="module")
+def other_kernel(other_run):
+    yield from _kernel(CWD[other_run.name](NBS[0]))
+
+
 @pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])
-def test_analysis_notebook_on_other_run(nb, other_run, tmp_path):
+def test_analysis_notebook_on_other_run(nb, other_run, other_kernel, tmp_path):
     import papermill as pm
     from embryo.run import list_steps
     from embryo.sweep import ANALYSES, analysis_module
@@ -78,8 +100,8 @@ def test_analysis_notebook_on_other_run(nb, other_run, tmp_path):
         return
     step = list_steps(other_run)[-1]
     try:
-        pm.execute_notebook(str(nb), str(tmp_path / nb.name), cwd=str(CWD[other_run.name](nb)), kernel_name="python3",
-                            progress_bar=False, parameters=dict(run_dir=str(other_run), step=step, figures_dir=str(tmp_path / "figures"),
+        pm.execute_notebook(str(nb), str(tmp_path / nb.name), km=other_kernel, kernel_name="python3", progress_bar=False,
+                            parameters=dict(run_dir=str(other_run), step=step, figures_dir=str(tmp_path / "figures"),
                                             **OPTIONS.get(nb.stem.split("_")[0], {})))
     except pm.PapermillExecutionError as e:
         pytest.fail(f"{nb.name} fails on a run configured unlike the fixture ({other_run.name}: {OTHER_RUNS[other_run.name]}): "
@@ -88,12 +110,12 @@ def test_analysis_notebook_on_other_run(nb, other_run, tmp_path):
 
 
 @pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])
-def test_a_step_that_does_not_exist_stops_the_notebook_at_once(nb, tmp_path):
+def test_a_step_that_does_not_exist_stops_the_notebook_at_once(nb, root_kernel, tmp_path):
     "Issue 33, point 3: the design card's `papermill nbs/05_glue.ipynb -p step 250000` failed 15-20 s in, in a demo cell."
     import papermill as pm
     with pytest.raises(pm.PapermillExecutionError) as e:
-        pm.execute_notebook(str(nb), str(tmp_path / nb.name), cwd=str(nb.parent.parent), kernel_name="python3",
-                            progress_bar=False, parameters=dict(step=250000))
+        pm.execute_notebook(str(nb), str(tmp_path / nb.name), km=root_kernel, kernel_name="python3", progress_bar=False,
+                            parameters=dict(step=250000))
     assert e.value.ename == "CheckpointNotFound" and "has no checkpoint for step 250000; it has 0, " in e.value.evalue, e.value.evalue
     import nbformat
     cells = nbformat.read(tmp_path / nb.name, as_version=4).cells
