@@ -26,8 +26,8 @@ from .results import markdown_table, read_examples, read_results, read_scores, s
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASK', 'MIN_OCCURRENCES', 'MAX_OCCURRENCES', 'MIN_DROP', 'FITS_FORMAT', 'CLASS_ORDER', 'REPORT',
            'Occurrence', 'word_occurrences', 'masked_inputs', 'surprisals', 'evaluate_step', 'applies_to',
-           'word_curves', 'sigmoid', 'fit_word', 'word_frequencies', 'run_fits_file', 'word_fits', 'ages', 'regression',
-           'function_first', 'plot_aoa', 'verdict', 'redraw']
+           'word_curves', 'sigmoid', 'fit_word', 'word_frequencies', 'curves_key', 'run_fits_file', 'word_fits',
+           'bundle_fits', 'ages', 'regression', 'function_first', 'plot_aoa', 'verdict', 'redraw']
 
 # %% ../nbs/08d_aoa.ipynb #642f03c1
 ANALYSIS = "aoa"  # the `analysis` name of this notebook's rows in the results database
@@ -166,33 +166,43 @@ def word_frequencies(run_dir) -> Counter:
 FITS_FORMAT = 1  # bump when fit_word changes, so that fits kept on disk are fitted again
 _FITS: dict = {}  # curves' key -> their fits, for this process (a few sets at most)
 
-def run_fits_file(run_dir, key: str) -> Path:
-    "Where a run keeps the fits of its curves (`key`: their hash), beside its results."
-    return Path(run_dir) / f"{ANALYSIS}_fits-{FITS_FORMAT}-{key[:24]}.parquet"
+def curves_key(wc: pd.DataFrame) -> str:
+    "The hash of a set of curves (steps x words): their steps, words and values."
+    import hashlib
+    return hashlib.sha256(b"\0".join([np.asarray(wc.index, float).tobytes(), "\0".join(wc.columns).encode(),
+                                       np.ascontiguousarray(wc.to_numpy(float)).tobytes()])).hexdigest()
 
-def _parquet(df: pd.DataFrame) -> bytes:
-    import io
-    buf = io.BytesIO(); df.to_parquet(buf); return buf.getvalue()
+def run_fits_file(run_dir, key: str) -> Path:
+    "Where a run's bundle keeps the fits of its curves (`key`: `curves_key`), beside its results."
+    return Path(run_dir) / f"{ANALYSIS}_fits-{FITS_FORMAT}-{key[:24]}.parquet"
 
 # %% ../nbs/08d_aoa.ipynb #b8e1f0a7
 def word_fits(wc: pd.DataFrame, run_dir=None) -> pd.DataFrame:
-    "`fit_word` of each word's curve in `wc` (steps x words), indexed by word; fitted once per set of curves."
-    import hashlib, scipy
-    key = hashlib.sha256(b"\0".join([np.asarray(wc.index, float).tobytes(), "\0".join(wc.columns).encode(),
-                                      np.ascontiguousarray(wc.to_numpy(float)).tobytes()])).hexdigest()
-    kept, ran = D.data_dir() / ANALYSIS / f"fits-{FITS_FORMAT}-scipy{scipy.__version__}-{key[:24]}.parquet", None
-    if run_dir is not None: ran = run_fits_file(run_dir, key)
+    ("`fit_word` of each word's curve in `wc` (steps x words), indexed by word; fitted once per set of curves, or read "
+     "from `run_dir`'s bundle.")
+    import io, scipy
+    key = curves_key(wc)
     if key not in _FITS:
         if len(_FITS) >= 8: _FITS.pop(next(iter(_FITS)))
-        if found := next((f for f in (ran, kept) if f is not None and f.is_file()), None):
-            _FITS[key] = pd.read_parquet(found)
+        kept = D.data_dir() / ANALYSIS / f"fits-{FITS_FORMAT}-scipy{scipy.__version__}-{key[:24]}.parquet"
+        found = [f for f in (run_fits_file(run_dir, key) if run_dir else None, kept) if f is not None and f.is_file()]
+        if found: _FITS[key] = pd.read_parquet(found[0])
         else:
             rows = [dict(word=w, **fit_word(wc.index.to_numpy(), wc[w].to_numpy())) for w in wc.columns]
-            _FITS[key] = pd.DataFrame(rows).set_index("word"); atomic_write(kept, _parquet(_FITS[key]))
-    if ran is not None and not ran.is_file():  # the run's copy, in place of one of other curves
-        for old in ran.parent.glob(f"{ANALYSIS}_fits-*.parquet"): old.unlink()
-        atomic_write(ran, _parquet(_FITS[key]))
+            _FITS[key] = df = pd.DataFrame(rows).set_index("word")
+            buf = io.BytesIO(); df.to_parquet(buf); atomic_write(kept, buf.getvalue())
     return _FITS[key].copy()  # a copy: a caller that adds columns leaves the kept fits as they are
+
+# %% ../nbs/08d_aoa.ipynb #d1f3b7c5
+def bundle_fits(run_dir, out) -> list[Path]:
+    "Write the fits of `run_dir`'s curves into its bundle folder `out`, in place of those of other curves."
+    import io
+    wc = word_curves(run_dir); f = run_fits_file(out, curves_key(wc))
+    for old in Path(out).glob(f"{ANALYSIS}_fits-*.parquet"):
+        if old != f: old.unlink()
+    if not f.is_file():
+        buf = io.BytesIO(); word_fits(wc, run_dir).to_parquet(buf); atomic_write(f, buf.getvalue())
+    return [f]
 
 # %% ../nbs/08d_aoa.ipynb #d295b19a
 def ages(run_dir) -> pd.DataFrame:

@@ -373,6 +373,9 @@ def bundle_run(run_dir, figures_dir="figures") -> list[Path]:
         src = run_config_file(run_dir) if name == "pretrain_config.json" else run_dir / name
         if src.exists(): paths.append(atomic_write(out / name, src.read_text(encoding="utf-8")))
     if db_path(run_dir, DB_NAME).exists(): paths.append(copy_database(run_dir, out))
+    if done_steps(run_dir, "aoa"):  # its AoA fits, so that a report of the bundle reads them (notebook 08d)
+        from embryo.aoa import bundle_fits
+        paths += bundle_fits(run_dir, out)
     return paths + ship_checkpoints(run_dir, out, shipped_steps(run_dir))
 
 

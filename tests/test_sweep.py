@@ -434,6 +434,8 @@ def test_report_leaves_the_bundle_it_reads_as_it_was(root, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     after = {p for p in bundle.rglob("*") if p.is_file() and not wal(p)}
     assert after == set(before) and all(p.read_bytes() == before[p] for p in after), sorted(set(after) ^ set(before))
+    fits = lambda d: {p.name: p.read_bytes() for p in d.glob("aoa_fits-*.parquet")}  # the bundle's AoA fits (08d)
+    assert fits(tmp_path / "elsewhere" / "run") == fits(bundle) and len(fits(bundle)) == 1
 
 
 def test_committed_comparisons_are_what_compare_draws_from_the_bundles(tmp_path, root):
