@@ -176,11 +176,16 @@ def run_fits_file(run_dir, key: str) -> Path:
     "Where a run's bundle keeps the fits of its curves (`key`: `curves_key`), beside its results."
     return Path(run_dir) / f"{ANALYSIS}_fits-{FITS_FORMAT}-{key[:24]}.parquet"
 
+def _write_fits(f: Path, df: pd.DataFrame) -> Path:
+    "`df` as Parquet at `f`, atomically (the data folder's kept fits, a bundle's)."
+    import io
+    buf = io.BytesIO(); df.to_parquet(buf); return atomic_write(f, buf.getvalue())
+
 # %% ../nbs/08d_aoa.ipynb #b8e1f0a7
 def word_fits(wc: pd.DataFrame, run_dir=None) -> pd.DataFrame:
     ("`fit_word` of each word's curve in `wc` (steps x words), indexed by word; fitted once per set of curves, or read "
      "from `run_dir`'s bundle.")
-    import io, scipy
+    import scipy
     key = curves_key(wc)
     if key not in _FITS:
         if len(_FITS) >= 8: _FITS.pop(next(iter(_FITS)))
@@ -189,19 +194,16 @@ def word_fits(wc: pd.DataFrame, run_dir=None) -> pd.DataFrame:
         if found: _FITS[key] = pd.read_parquet(found[0])
         else:
             rows = [dict(word=w, **fit_word(wc.index.to_numpy(), wc[w].to_numpy())) for w in wc.columns]
-            _FITS[key] = df = pd.DataFrame(rows).set_index("word")
-            buf = io.BytesIO(); df.to_parquet(buf); atomic_write(kept, buf.getvalue())
+            _FITS[key] = df = pd.DataFrame(rows).set_index("word"); _write_fits(kept, df)
     return _FITS[key].copy()  # a copy: a caller that adds columns leaves the kept fits as they are
 
 # %% ../nbs/08d_aoa.ipynb #d1f3b7c5
 def bundle_fits(run_dir, out) -> list[Path]:
     "Write the fits of `run_dir`'s curves into its bundle folder `out`, in place of those of other curves."
-    import io
     wc = word_curves(run_dir); f = run_fits_file(out, curves_key(wc))
     for old in Path(out).glob(f"{ANALYSIS}_fits-*.parquet"):
         if old != f: old.unlink()
-    if not f.is_file():
-        buf = io.BytesIO(); word_fits(wc, run_dir).to_parquet(buf); atomic_write(f, buf.getvalue())
+    if not f.is_file(): _write_fits(f, word_fits(wc, run_dir))
     return [f]
 
 # %% ../nbs/08d_aoa.ipynb #d295b19a
