@@ -570,3 +570,21 @@ def test_bench_average_weights_pairs_a_mean_of_checkpoints_with_the_last(monkeyp
     assert int(row["masked_tokens"]) > 1000 and float(row["low"]) <= float(row["difference"]) <= float(row["high"])
     r = subprocess.run([*cmd[:4], str(last + 1)], capture_output=True, text=True, cwd=ROOT / "bench", timeout=600)
     assert r.returncode == 2 and "at least two of its steps" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bench_corpus_subset_keeps_every_kth_document_in_order(monkeypatch, tmp_path, capsys):
+    "`bench/corpus_subset.py` (the held-out accuracy against the amount of text): every k-th document, in corpus order."
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from corpus_subset import main
+    from embryo.data import read_corpus
+    src = tmp_path / "c.txt"
+    src.write_text("\n\n".join(f"document {i} sentence one .\ndocument {i} sentence two ." for i in range(7)) + "\n")
+    main(["--corpus", str(src), "--every", "3", "--offset", "1", "--out", str(tmp_path / "s.txt")])
+    assert [d[0] for d in read_corpus(tmp_path / "s.txt")] == [f"document {i} sentence one ." for i in (1, 4)]
+    assert json.loads(capsys.readouterr().out)["documents"] == 2
+    for bad, says in ((["--every", "0"], "--every 0"), (["--every", "2", "--offset", "2"], "--offset 2"),
+                      (["--every", "2", "--corpus", str(tmp_path / "none.txt")], "no such file")):
+        with pytest.raises(SystemExit) as e: main([*bad, "--out", str(tmp_path / "x.txt")] + ([] if "--corpus" in bad else ["--corpus", str(src)]))
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "x.txt").exists()
