@@ -8,6 +8,8 @@ train_mlm_loss, and the run's settings that differ from the `tiny` preset), whic
 
     python bench/recipe_curves.py --out figures/recipe_curves.csv NAME=RUN_DIR [NAME=RUN_DIR ...] [--steps 8000 32000] [--device cuda]
 
+The held-out masks are drawn from each run's seed; `--mask-seed 0` scores a run of another seed on seed 0's masks.
+
 With `--append`, the rows of other recipes already in `--out` are kept (every curve measured stays in the file).
 """
 import argparse
@@ -66,11 +68,11 @@ def checkpoint(run: Path, step: int | None = None, device: str = "cpu") -> tuple
     return tc, tok, ds, step, load_checkpoint(run, step, device, mlm=True)
 
 
-def curve_rows(name: str, run: Path, steps=None, device: str = "cpu") -> list[dict]:
+def curve_rows(name: str, run: Path, steps=None, device: str = "cpu", mask_seed: int | None = None) -> list[dict]:
     _, mc, tc = read_run_config(run)
     log = log_records(run / "logs" / "train.jsonl", 1 << 62)
     rows, prev = [], 0
-    for r in heldout_curve(run, steps, device):
+    for r in heldout_curve(run, steps, device, mask_seed):
         window = [x["mlm_loss"] for x in log if prev < x["step"] <= r["step"]]
         rows.append(dict(recipe=name, step=r["step"], tokens=r["tokens"], heldout_mlm_accuracy=round(r["mlm_accuracy"], 4),
                          train_mlm_accuracy=round(r["train_mlm_accuracy"], 4),
@@ -98,11 +100,13 @@ def main():
     p.add_argument("--steps", type=int, nargs="+", help="only these checkpoints (default: every one)")
     p.add_argument("--append", action="store_true", help="keep the rows of the other recipes already in --out")
     p.add_argument("--device", default="cpu", help="where the checkpoints are evaluated (e.g. cuda)")
+    p.add_argument("--mask-seed", type=int, help="the held-out examples and masks of this seed (default: each run's "
+                                                 "own), to score runs of other seeds on the same masks")
     a = p.parse_args()
     runs = [named_run(p, spec) for spec in a.runs]  # all checked before any is evaluated
     rows = []
     for name, run in runs:
-        rows += curve_rows(name, run, a.steps, a.device)
+        rows += curve_rows(name, run, a.steps, a.device, a.mask_seed)
         print(f"{name}: " + ", ".join(f"{r['step']}: {r['heldout_mlm_accuracy']:.3f}" for r in rows if r["recipe"] == name))
     write_rows(a.out, rows, key=lambda r: r["recipe"], keep=a.append)
     print(f"wrote {a.out}")

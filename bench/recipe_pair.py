@@ -3,11 +3,13 @@
 
 Both runs must share their vocabulary (the same corpus and tokenizer settings), so that every masked token is the same
 token in both. Each checkpoint predicts the same masked positions (`embryo.pretrain.evaluate_heldout`, 15% masking);
-the interval is the difference of the per-token hits, +-1.96 standard errors of its mean. Two runs trained on
+the interval is the difference of the per-token hits, +-1.96 standard errors of its mean. The held-out examples and
+masks are drawn from one seed for both runs (A's, or `--mask-seed`), so runs of different seeds are compared on the
+same masks. Two runs trained on
 sequences of different lengths are scored on held-out sequences of one length (`--seq-length`), so that they predict
 the same masked tokens; each run's own evaluation (at its own length) is printed beside.
 
-    python bench/recipe_pair.py A=RUN_DIR B=RUN_DIR [--step N] [--seq-length 64] [--out figures/mature/recipe_pairs.csv] [--device cuda]
+    python bench/recipe_pair.py A=RUN_DIR B=RUN_DIR [--step N] [--seq-length 64] [--mask-seed 0] [--out figures/mature/recipe_pairs.csv] [--device cuda]
 
 `--out` adds the comparison as a row of a CSV (a row for the same two names is replaced; the others are kept).
 """
@@ -23,20 +25,23 @@ from embryo.run import read_run_config
 from recipe_curves import checkpoint, named_run, write_rows  # bench/ is the script's folder
 
 
-def model_hits(model, tc, tok, ds, device: str = "cpu", seq_length: int | None = None) -> tuple[np.ndarray, dict]:
-    "Whether `model` predicted each masked token of every held-out sequence (of `seq_length` tokens; default `tc`'s)."
-    at = replace(tc, max_seq_length=seq_length or tc.max_seq_length)
-    every = heldout_examples(tok, at.max_seq_length, seed=tc.seed)
+def model_hits(model, tc, tok, ds, device: str = "cpu", seq_length: int | None = None,
+               mask_seed: int | None = None) -> tuple[np.ndarray, dict]:
+    ("Whether `model` predicted each masked token of every held-out sequence (of `seq_length` tokens; default `tc`'s), "
+     "the examples and masks drawn from `mask_seed` (default `tc`'s seed).")
+    at = replace(tc, max_seq_length=seq_length or tc.max_seq_length, seed=tc.seed if mask_seed is None else mask_seed)
+    every = heldout_examples(tok, at.max_seq_length, seed=at.seed)
     r = evaluate_heldout(model, tok, at, torch.device(device), ds, examples=every, per_token=True)
     first = evaluate_heldout(model, tok, tc, torch.device(device), ds)  # the run's own evaluation
     return r["token_hits"], dict(sequences=len(every), own=first["mlm_accuracy"], seq_length=at.max_seq_length,
                                  own_length=tc.max_seq_length)
 
 
-def token_hits(run: Path, step: int | None, device: str = "cpu", seq_length: int | None = None) -> tuple[np.ndarray, dict]:
+def token_hits(run: Path, step: int | None, device: str = "cpu", seq_length: int | None = None,
+               mask_seed: int | None = None) -> tuple[np.ndarray, dict]:
     "`model_hits` of checkpoint `step` of `run` (default: its last)."
     tc, tok, ds, step, model = checkpoint(run, step, device)
-    hits, info = model_hits(model, tc, tok, ds, device, seq_length)
+    hits, info = model_hits(model, tc, tok, ds, device, seq_length, mask_seed)
     return hits, dict(info, step=step)
 
 
@@ -67,6 +72,7 @@ def main():
     p.add_argument("--seq-length", type=int, help="score both on held-out sequences of this many tokens (default: "
                                                    "their own; needed when the two runs trained on different lengths)")
     p.add_argument("--device", default="cpu", help="where the checkpoints are evaluated (e.g. cuda)")
+    p.add_argument("--mask-seed", type=int, help="the held-out examples and masks of this seed (default: A's)")
     a = p.parse_args()
     (na, ra), (nb, rb) = (named_run(p, s) for s in a.runs)
     (_, ma, ta), (_, mb, tb) = (read_run_config(r) for r in (ra, rb))
@@ -79,7 +85,8 @@ def main():
     if (ra / "spiece.model").read_bytes() != (rb / "spiece.model").read_bytes():
         p.exit(2, f"{p.prog}: {ra} and {rb} have different vocabularies: their masked tokens differ, so they cannot be "
                   "compared token by token; compare their recipe curves (bench/recipe_curves.py) instead\n")
-    (ha, ia), (hb, ib) = (token_hits(r, a.step, a.device, a.seq_length) for r in (ra, rb))
+    seed = ta.seed if a.mask_seed is None else a.mask_seed  # one set of masks for both
+    (ha, ia), (hb, ib) = (token_hits(r, a.step, a.device, a.seq_length, seed) for r in (ra, rb))
     compare(na, ha, ia, nb, hb, ib, a.out)
 
 

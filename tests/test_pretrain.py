@@ -481,6 +481,15 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     assert r.returncode == 0, r.stderr
     (row,) = csv.DictReader(pairs.open())
     assert float(row["difference"]) == float(row["low"]) == float(row["high"]) == 0 and int(row["sequences"]) > 256
+    seed = cfg["train"]["seed"]; cfg["train"]["seed"] = seed + 1  # the same weights as a run of another seed
+    (twin / RUN_CONFIG).write_text(json.dumps(cfg))
+    r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}", "--out", str(pairs))  # both on A's held-out masks
+    assert r.returncode == 0, r.stderr
+    (other,) = csv.DictReader(pairs.open())
+    assert other["masked_tokens"] == row["masked_tokens"] and float(other["difference"]) == 0
+    r = bench("recipe_curves.py", f"twin={twin}", "--steps", str(step), "--mask-seed", str(seed), "--out", str(curves))
+    assert r.returncode == 0, r.stderr
+    assert next(csv.DictReader(curves.open()))["heldout_mlm_accuracy"] == rows[0]["heldout_mlm_accuracy"]
     half = P.read_run_config(run)[2].max_seq_length // 2  # both scored on held-out sequences of another length
     r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}", "--seq-length", str(half), "--out", str(pairs))
     assert r.returncode == 0, r.stderr
