@@ -5,9 +5,9 @@ Both runs must share their vocabulary (the same corpus and tokenizer settings), 
 token in both. Each checkpoint predicts the same masked positions (`embryo.pretrain.evaluate_heldout`, 15% masking);
 the interval is the difference of the per-token hits, +-1.96 standard errors of its mean. The held-out examples and
 masks are drawn from one seed for both runs (A's, or `--mask-seed`), so runs of different seeds are compared on the
-same masks. Two runs trained on
-sequences of different lengths are scored on held-out sequences of one length (`--seq-length`), so that they predict
-the same masked tokens; each run's own evaluation (at its own length) is printed beside.
+same masks. Two runs trained on sequences of different lengths are scored on held-out sequences of one length
+(`--seq-length`), so that they predict the same masked tokens; each run's own evaluation (at its own length) is
+printed beside.
 
     python bench/recipe_pair.py A=RUN_DIR B=RUN_DIR [--step N] [--seq-length 64] [--mask-seed 0] [--out figures/mature/recipe_pairs.csv] [--device cuda]
 
