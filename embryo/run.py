@@ -339,7 +339,7 @@ def saved_steps(run_dir) -> list[int]:
     return sorted(steps)
 
 # %% ../nbs/02a_run.ipynb #4c07f483
-CORPUS_FORMS = ("a built-in corpus ('embryo-mini' or 'embryo-plus'), a text file or a folder of .txt files (one sentence a line, a blank line between "
+CORPUS_FORMS = ("a built-in corpus ('embryo-mini', 'embryo-plus' or 'embryo-mix'), a text file or a folder of .txt files (one sentence a line, a blank line between "
                 "documents), a datasets file (.jsonl, .json, .csv, .parquet) or a folder written by "
                 "Dataset.save_to_disk, each with a 'text' column of one document a row, a datasets.Dataset, or a hub "
                 "dataset name (where online)")

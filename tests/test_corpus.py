@@ -73,7 +73,7 @@ def test_dataset_object_is_saved_into_the_run_and_recorded(reference, spiece, tm
     assert len(list(run.glob("corpus-*"))) == 1  # and nothing of it was saved
     with pytest.raises(D.CorpusError, match=r"no 'text' column \(its columns are \['id', 'body'\]\)"):
         prepare(tmp_path / "x", ds.rename_column("text", "body"), spiece)
-    with pytest.raises(ConfigError, match=r"corpus is a list; pass a built-in corpus \('embryo-mini' or 'embryo-plus'\), a text file"):
+    with pytest.raises(ConfigError, match=r"corpus is a list; pass a built-in corpus \('embryo-mini', 'embryo-plus' or 'embryo-mix'\), a text file"):
         prepare(tmp_path / "y", [["a sentence."]], spiece)
 
 
@@ -85,7 +85,7 @@ def test_hub_name_is_read_as_a_hub_dataset(spiece, tmp_path, hub_offline):
 
 
 def test_a_missing_corpus_says_what_is_accepted(spiece, tmp_path):
-    with pytest.raises(D.CorpusError, match=r"corpus '.*nowhere.txt' does not exist; pass a built-in corpus \('embryo-mini' or 'embryo-plus'\), a text file .* a datasets\.Dataset, or a hub dataset name"):
+    with pytest.raises(D.CorpusError, match=r"corpus '.*nowhere.txt' does not exist; pass a built-in corpus \('embryo-mini', 'embryo-plus' or 'embryo-mix'\), a text file .* a datasets\.Dataset, or a hub dataset name"):
         prepare(tmp_path / "run", str(tmp_path / "nowhere.txt"), spiece)
 
 

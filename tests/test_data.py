@@ -149,7 +149,28 @@ def test_embryo_plus_is_embryo_mini_and_the_messages_after_it(corpus_dir):
     m = json.loads((plus / "manifest.json").read_text())
     assert m["stats"]["sotu"]["documents"] == 249 and m["stats"]["total"]["words"] > 4_000_000
     assert data.corpus_is_complete(plus, "embryo-plus") and not data.corpus_is_complete(plus, "embryo-mini")
-    with pytest.raises(ValueError, match="embryo-mini, embryo-plus"): fetch("embryo-maxi", verbose=False)
+    with pytest.raises(ValueError, match="embryo-mini, embryo-plus, embryo-mix"): fetch("embryo-maxi", verbose=False)
+
+def test_read_nlp_corpus_keeps_each_file_a_document_in_numeric_order(tmp_path):
+    import io, tarfile
+    tgz = tmp_path / "nlp-corpus-4.4.0.tgz"  # the package's layout: builds/doc-N.json, each a list of sentences
+    with tarfile.open(tgz, "w:gz") as t:
+        for name, sents in [("doc-10.json", ["Ten.", "  "]), ("doc-2.json", ["Two a.", "Two b."]), ("doc-3.json", []),
+                            ("doc-0.json", ["Zero."])]:
+            b = json.dumps(sents).encode(); info = tarfile.TarInfo(f"package/builds/{name}"); info.size = len(b)
+            t.addfile(info, io.BytesIO(b))
+        info = tarfile.TarInfo("package/package.json"); info.size = 2; t.addfile(info, io.BytesIO(b"{}"))
+    assert data.read_nlp_corpus(tgz) == [["Zero."], ["Two a.", "Two b."], ["Ten."]]  # 0, 2, 10; empty ones dropped
+
+
+def test_embryo_mix_is_embryo_mini_and_nlp_corpus_after_it(corpus_dir):
+    mix = fetch("embryo-mix", verbose=False)
+    mini_text, mix_text = (corpus_dir / "train.txt").read_text(), (mix / "train.txt").read_text()
+    assert mix_text.startswith(mini_text + "\n") and "\n\n\n" not in mix_text and mix_text == mix_text.lower()
+    m = json.loads((mix / "manifest.json").read_text())
+    assert m["stats"]["nlp_corpus"] == dict(documents=100, sentences=100_000, words=m["stats"]["nlp_corpus"]["words"])
+    assert 1_500_000 < m["stats"]["nlp_corpus"]["words"] < 1_600_000 and m["name"] == "embryo-mix"
+    assert data.corpus_is_complete(mix, "embryo-mix") and not data.corpus_is_complete(mix, "embryo-plus")
 
 # ---- tokenizer -------------------------------------------------------------------------------------------------
 
