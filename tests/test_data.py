@@ -151,6 +151,7 @@ def test_embryo_plus_is_embryo_mini_and_the_messages_after_it(corpus_dir):
     assert data.corpus_is_complete(plus, "embryo-plus") and not data.corpus_is_complete(plus, "embryo-mini")
     with pytest.raises(ValueError, match="embryo-mini, embryo-plus, embryo-mix"): fetch("embryo-maxi", verbose=False)
 
+
 def test_read_nlp_corpus_keeps_each_file_a_document_in_numeric_order(tmp_path):
     import io, tarfile
     tgz = tmp_path / "nlp-corpus-4.4.0.tgz"  # the package's layout: builds/doc-N.json, each a list of sentences
