@@ -382,8 +382,8 @@ def examples_of(tok, tc: TrainConfig, max_seq_length: int):
     return ds
 
 # %% ../nbs/03_pretrain.ipynb #7a511e73
-# the built-in corpus is English text (notebook 02); another corpus's is not known
-CORPUS_LANGUAGES = {"embryo-mini": "en", "embryo-plus": "en", "embryo-mix": "en"}
+# every built-in corpus is English text (notebook 02); another corpus's is not known
+CORPUS_LANGUAGES = dict.fromkeys(D.CORPORA, "en")
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # safetensors' names
 
 # %% ../nbs/03_pretrain.ipynb #ad83f9e4
