@@ -339,7 +339,12 @@ def saved_steps(run_dir) -> list[int]:
     return sorted(steps)
 
 # %% ../nbs/02a_run.ipynb #4c07f483
-CORPUS_FORMS = ("a built-in corpus ('embryo-mini', 'embryo-plus' or 'embryo-mix'), a text file or a folder of .txt files (one sentence a line, a blank line between "
+def _one_of(names) -> str:
+    "'a', 'b' or 'c': the names quoted, the last after 'or'."
+    names = [repr(n) for n in names]
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+CORPUS_FORMS = (f"a built-in corpus ({_one_of(D.CORPORA)}), a text file or a folder of .txt files (one sentence a line, a blank line between "
                 "documents), a datasets file (.jsonl, .json, .csv, .parquet) or a folder written by "
                 "Dataset.save_to_disk, each with a 'text' column of one document a row, a datasets.Dataset, or a hub "
                 "dataset name (where online)")
