@@ -5,6 +5,7 @@
 # %% ../nbs/08c_grammar.ipynb #803d379c
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import Counter, defaultdict
@@ -41,8 +42,10 @@ OBJECT_TAGS = ("at", "dt", "dts", "ap", "ppo", "pp$", "cd")  # Brown tags that o
 NOT_PAIRED = ("be", "have", "do", "get", "bear", "light")  # auxiliaries, and forms whose participle is a second sense
 
 # %% ../nbs/08c_grammar.ipynb #9489546c
+@functools.lru_cache(maxsize=2)
 def brown_counts(root=None) -> tuple[Counter, dict[tuple[str, str], Counter]]:
-    "How often Brown tags each lowercased word with each base tag, and which base tag follows it each time."
+    ("How often Brown tags each lowercased word with each base tag, and which base tag follows it each time; read once "
+     "per process (about 6 s here; the counts are shared, so read them, never change them).")
     files, _ = D.read_brown(D.download(D.SOURCES["brown"], root, verbose=False))
     counts, after = Counter(), defaultdict(Counter)
     for sents in files.values():
