@@ -1000,8 +1000,10 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
                            f"{sentence}_accuracy": (stats[3] / counts[1]).item(), "lr": lr, "tokens_per_s": tokens / dt,
                            "precision": precision, **({"compiled": True} if tc.compile else {}),
                            **({"seq_length": max(b["input_ids"].shape[1] for b in batches)} if T1 else {})}
-                    log.write(json.dumps(rec) + "\n"); log.flush()
+                    # the event first: once train.jsonl holds a step, its event file does too (a start rebuilds the
+                    # events from train.jsonl, so an event whose record a kill cut off is dropped there)
                     if tensorboard: board.add(rec)
+                    log.write(json.dumps(rec) + "\n"); log.flush()
                     acc = f"{rec['mlm_accuracy']:.3f}"  # counted on the steps it logs
                     t0, tokens = time.perf_counter(), 0
                 saver.after_update(step)
