@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from embryo import pretrain as P
+from embryo.data import albert_max_predictions
 from embryo.run import log_records
 from embryo.config import RUN_CONFIG, ConfigError, ModelConfig, get_config, get_train_config
 
@@ -206,11 +207,12 @@ def test_saves_fsync_the_file_before_the_rename_and_the_folder_after(tmp_path, m
 def test_torchrun_two_processes_equals_one(tmp_path, compiled):
     # dropout draws differ between 1 and 2 processes; the rest is the same math, checked in fp32 (bf16 rounds each
     # process's partial sums, and LAMB's normalised update magnifies that in the smallest gradients); compiled: the
-    # DistributedDataParallel model under torch.compile against one compiled process: the fixture of these settings,
-    # which the compiled test below reads too (trained once; its compiled kernels were already cached, so this saves
-    # the training, about 10 s, not a compile)
+    # DistributedDataParallel model under torch.compile against one compiled process. The one process accumulates two
+    # micro-batches of 4 sequences, each of the two processes holds 4: the same shapes (and thread count, under `make
+    # test`), so the two find the one's compiled graphs in inductor's cache (cold, on 2 cores: 52 s for the two, 13 s
+    # from the cache). The compiled test below reads the same fixtures.
     extra = dict(classifier_dropout_prob=0.0, precision="fp32", **({"compile": True} if compiled else {}))
-    one, two = P.fixture_run(**extra), tmp_path / "two"
+    one, two = P.fixture_run(**extra, grad_accum=2), tmp_path / "two"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(29517 + compiled),
            "-m", "embryo.pretrain", *fixture_args(two, **extra)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -329,7 +331,7 @@ def test_compiled_training_matches_eager_and_resumes_bit_identically(tmp_path):
     """`compile=true` (torch.compile in fixed shapes, `logits=max_predictions`) trains the model eager fp32 trains: with no
     dropout anywhere (so no random numbers differ) the logged losses agree to 1e-4 at every step; and a compiled run
     stopped at step 15 and resumed has the same checkpoints and log, bit for bit, as one trained in one go."""
-    over = dict(precision="fp32", classifier_dropout_prob=0.0)
+    over = dict(precision="fp32", classifier_dropout_prob=0.0, grad_accum=2)  # the torchrun test's fixtures
     eager, compiled = P.fixture_run(**over), P.fixture_run(**over, compile=True)
     le, lc = P.train_log(eager), P.train_log(compiled)
     assert [r["step"] for r in le] == [r["step"] for r in lc] and all(r.get("compiled") for r in lc)
@@ -361,15 +363,19 @@ def test_compile_step_leaves_the_embedding_lookups_eager_where_asked_and_trains_
     """`eager_embeddings` (the default on a GPU) takes the three lookups out of the compiled graph, so their backward is
     eager; the loss and every gradient agree with the eager model. On a CPU the default keeps the graph whole."""
     from torch._dynamo.utils import counters
-    mc = get_config("tiny", vocab_size=500)
-    ids = torch.randint(5, 500, (2, 16)); labels = torch.full_like(ids, -100); labels[:, 3] = 7
+    # the model, micro-batch and scored positions of the compiled fixture the tests above train, so the whole graph is
+    # found in inductor's cache and the split one shares most of its kernels (tiny at vocab 500, cold: 37 s; this: 18 s)
+    mc, tc = _configs(precision="fp32", classifier_dropout_prob=0.0, grad_accum=2, compile=True)
+    cap = tc.max_predictions or albert_max_predictions(tc.max_seq_length)
+    ids = torch.randint(5, mc.vocab_size, (tc.batch_size // tc.grad_accum, tc.max_seq_length))
+    labels = torch.full_like(ids, -100); labels[:, 3] = 7
 
     def grads(eager_embeddings):
         torch.manual_seed(0); model = P.AlbertForPreTraining(mc)
         torch._dynamo.reset(); counters.clear()
         run = model if eager_embeddings == "eager" else P.compile_step(model, "cpu", eager_embeddings=eager_embeddings)
         with P.deterministic_kernels():
-            out = run(ids, torch.ones_like(ids), torch.zeros_like(ids), labels=labels, logits=2)
+            out = run(ids, torch.ones_like(ids), torch.zeros_like(ids), labels=labels, logits=cap)
             out.mlm_loss.backward()
         breaks = sum(counters["graph_break"].values())
         return (out.mlm_loss.item(), {n: torch.zeros_like(p) if p.grad is None else p.grad
