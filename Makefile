@@ -40,7 +40,11 @@ reference: $(STAMP)
 # of two threads each on two cores: 10 min 13 s; at one thread each: 8 min 28 s, AVX2-only AMD EPYC, 2026-11-28).
 NB_THREADS = $(BIN)/python -c "from fastcore.parallel import num_cpus; n = num_cpus(); print(max(1, n // min(n, 8)))"
 
-test: $(STAMP) check-sync
+# The documentation's environment (.venv-docs, for the docs tests' `make docs`) installs beside the project's: pip keeps
+# one core busy, so the two installs together take the time of the longer one.
+test:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(DOCS_STAMP)
+	@$(MAKE) --no-print-directory check-sync
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$($(NB_THREADS))} $(BIN)/nbdev_test --do_print --timing; nb=$$?; \
 	$(BIN)/python -m pytest tests -n auto --dist loadfile --durations=25 --deselect tests/test_notebooks.py::test_notebook; py=$$?; \
 	if [ $$nb -ne 0 ]; then echo "nbdev_test: a notebook failed (above)"; fi; exit $$(( nb || py ))
