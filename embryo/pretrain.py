@@ -41,13 +41,13 @@ from .facts import read_facts, injections, prepare_facts
 # %% auto #0
 __all__ = ['FIXED_SETTINGS', 'CORPUS_LANGUAGES', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer',
            'lr_at', 'mask_prob_at', 'phase1_steps', 'seq_length_at', 'tokens_seen', 'rng_state', 'set_rng_state',
-           'save_resume', 'load_resume', 'Batches', 'run_config', 'run_corpus', 'prepare_run', 'examples_of',
-           'bert_shaped', 'model_card', 'write_model_card', 'write_model_cards', 'tensorboard_module', 'TensorBoardLog',
-           'tensorboard_log', 'TrainingDiverged', 'diverged', 'DiskFull', 'resolve_data_workers', 'check_compile',
-           'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'train', 'batch_source', 'loss_counts',
-           'batches_of_step', 'Saves', 'finish_run', 'brown_examples', 'heldout_examples', 'heldout_config',
-           'evaluate_heldout', 'corpus_slice', 'fixture_run', 'training_sample', 'heldout_curve', 'split_overrides',
-           'pretrain_from_args', 'main']
+           'save_resume', 'load_resume', 'prediction_cap', 'Batches', 'run_config', 'run_corpus', 'prepare_run',
+           'examples_of', 'bert_shaped', 'model_card', 'write_model_card', 'write_model_cards', 'tensorboard_module',
+           'TensorBoardLog', 'tensorboard_log', 'TrainingDiverged', 'diverged', 'DiskFull', 'resolve_data_workers',
+           'check_compile', 'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'train',
+           'batch_source', 'loss_counts', 'batches_of_step', 'Saves', 'finish_run', 'brown_examples',
+           'heldout_examples', 'heldout_config', 'evaluate_heldout', 'corpus_slice', 'fixture_run', 'training_sample',
+           'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -193,6 +193,11 @@ def load_resume(model, opt, run_dir) -> int:
     set_rng_state(st["rng"])
     return st["step"]
 
+# %% ../nbs/03_pretrain.ipynb #12e9a506
+def prediction_cap(tc: TrainConfig) -> int:
+    "Masked positions per sequence, at most: `tc.max_predictions`, else ALBERT's cap at `tc.max_seq_length`."
+    return tc.max_predictions or D.albert_max_predictions(tc.max_seq_length)
+
 # %% ../nbs/03_pretrain.ipynb #a81f0273
 class Batches:
     """The global batch of every step: example order from the seed, n-gram masks from (seed, epoch, example). `inject`
@@ -203,7 +208,7 @@ class Batches:
                                          "segments")
         self._perm = {}
         # masked positions per sequence, at most
-        self.cap = tc.max_predictions or D.albert_max_predictions(tc.max_seq_length)
+        self.cap = prediction_cap(tc)
 
     def example(self, k: int) -> tuple[int, int]:
         "(epoch, example index) of the k-th example drawn in the run."
@@ -443,7 +448,7 @@ def _recipe(mc: ModelConfig, tc: TrainConfig, history: list, step: int, rec: dic
     "(setting, how the run trained it) for the card's recipe table."
     T1, L = phase1_steps(tc), tc.max_seq_length
     length = f"{tc.phase1_seq_length} tokens for steps 1-{T1:,}, then {L}" if T1 else f"{L} tokens"
-    cap = tc.max_predictions or D.albert_max_predictions(L)
+    cap = prediction_cap(tc)
     second = (
         f"replaced-token detection by the discriminator on the generator's samples, weighted {tc.rtd_weight:g} "
         "beside the generator's MLM loss (ELECTRA section 2); no sentence-level task"

@@ -20,7 +20,6 @@ import torch
 from safetensors.torch import load_file
 
 from embryo import pretrain as P
-from embryo.data import albert_max_predictions
 from embryo.run import log_records
 from embryo.config import RUN_CONFIG, ConfigError, ModelConfig, get_config, get_train_config
 
@@ -203,16 +202,22 @@ def test_saves_fsync_the_file_before_the_rename_and_the_folder_after(tmp_path, m
     assert ("fsync", str(tmp_path / "ck")) in events[ren:], events  # the folder entry, after
 
 
+# Runs compared step by step: fp32 and no dropout anywhere, so that no random draw and no bf16 rounding differs. Their
+# one-process fixture accumulates two micro-batches a step, in the shapes each of torchrun's two processes holds, so
+# every compiled test below shares one cold compile.
+EXACT = dict(precision="fp32", classifier_dropout_prob=0.0)
+ONE_PROCESS = dict(EXACT, grad_accum=2)
+
+
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_torchrun_two_processes_equals_one(tmp_path, compiled):
     # dropout draws differ between 1 and 2 processes; the rest is the same math, checked in fp32 (bf16 rounds each
     # process's partial sums, and LAMB's normalised update magnifies that in the smallest gradients); compiled: the
-    # DistributedDataParallel model under torch.compile against one compiled process. The one process accumulates two
-    # micro-batches of 4 sequences, each of the two processes holds 4: the same shapes (and thread count, under `make
-    # test`), so the two find the one's compiled graphs in inductor's cache (cold, on 2 cores: 52 s for the two, 13 s
-    # from the cache). The compiled test below reads the same fixtures.
-    extra = dict(classifier_dropout_prob=0.0, precision="fp32", **({"compile": True} if compiled else {}))
-    one, two = P.fixture_run(**extra, grad_accum=2), tmp_path / "two"
+    # DistributedDataParallel model under torch.compile against one compiled process (`ONE_PROCESS`), whose compiled
+    # graphs the two find in inductor's cache at the thread count `make test` gives each (cold, on 2 cores: 52 s for
+    # the two, 13 s from the cache)
+    extra = dict(EXACT, **({"compile": True} if compiled else {}))
+    one, two = P.fixture_run(**{**ONE_PROCESS, **extra}), tmp_path / "two"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(29517 + compiled),
            "-m", "embryo.pretrain", *fixture_args(two, **extra)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -331,7 +336,7 @@ def test_compiled_training_matches_eager_and_resumes_bit_identically(tmp_path):
     """`compile=true` (torch.compile in fixed shapes, `logits=max_predictions`) trains the model eager fp32 trains: with no
     dropout anywhere (so no random numbers differ) the logged losses agree to 1e-4 at every step; and a compiled run
     stopped at step 15 and resumed has the same checkpoints and log, bit for bit, as one trained in one go."""
-    over = dict(precision="fp32", classifier_dropout_prob=0.0, grad_accum=2)  # the torchrun test's fixtures
+    over = ONE_PROCESS  # the torchrun test's fixtures
     eager, compiled = P.fixture_run(**over), P.fixture_run(**over, compile=True)
     le, lc = P.train_log(eager), P.train_log(compiled)
     assert [r["step"] for r in le] == [r["step"] for r in lc] and all(r.get("compiled") for r in lc)
@@ -365,8 +370,8 @@ def test_compile_step_leaves_the_embedding_lookups_eager_where_asked_and_trains_
     from torch._dynamo.utils import counters
     # the model, micro-batch and scored positions of the compiled fixture the tests above train, so the whole graph is
     # found in inductor's cache and the split one shares most of its kernels (tiny at vocab 500, cold: 37 s; this: 18 s)
-    mc, tc = _configs(precision="fp32", classifier_dropout_prob=0.0, grad_accum=2, compile=True)
-    cap = tc.max_predictions or albert_max_predictions(tc.max_seq_length)
+    mc, tc = _configs(**ONE_PROCESS, compile=True)
+    cap = P.prediction_cap(tc)
     ids = torch.randint(5, mc.vocab_size, (tc.batch_size // tc.grad_accum, tc.max_seq_length))
     labels = torch.full_like(ids, -100); labels[:, 3] = 7
 
