@@ -207,7 +207,7 @@ def test_notebook_runs_one_step_under_papermill(fixture_copy, tmp_path):
     nb = Path(__file__).parents[1] / "nbs" / "05_glue.ipynb"
     pm.execute_notebook(str(nb), str(tmp_path / "out.ipynb"), kernel_name="python3", progress_bar=False, cwd=str(nb.parent),
                         parameters=dict(run_dir=str(fixture_copy), step=8, figures_dir=str(tmp_path / "figs"),
-                                        max_train_examples=64, max_dev_examples=200))  # nbdev_test runs it at full size
+                                        max_train_examples=64, max_dev_examples=200))  # what it caps the fixture at itself
     assert set(read_results(fixture_copy, G.ANALYSIS, step=8).task) == {"polarity", "uncertainty", "word_order", "builtin"}
     assert (tmp_path / "figs" / "fig12_glue_tasks.png").stat().st_size > 0
     out = json.loads((tmp_path / "out.ipynb").read_text())
