@@ -104,6 +104,10 @@ def main():
                                                  "own), to score runs of other seeds on the same masks")
     a = p.parse_args()
     runs = [named_run(p, spec) for spec in a.runs]  # all checked before any is evaluated
+    for name, run in runs:
+        missing = sorted(set(a.steps or ()) - set(list_steps(run)))
+        if missing: p.exit(2, f"{p.prog}: {run} has no checkpoint at step {', '.join(map(str, missing))}; its steps: "
+                              f"{list_steps(run)}; pass steps it has, or train it further\n")
     rows = []
     for name, run in runs:
         rows += curve_rows(name, run, a.steps, a.device, a.mask_seed)

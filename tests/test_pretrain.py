@@ -484,6 +484,9 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     (twin / RUN_CONFIG).write_text(json.dumps(cfg))
     step, curves, pairs = P.list_steps(run)[-1], tmp_path / "c.csv", tmp_path / "p.csv"
     bench = lambda *a: subprocess.run([sys.executable, *a], capture_output=True, text=True, cwd=ROOT / "bench", timeout=600)
+    r = bench("recipe_curves.py", f"micro={run}", f"twin={twin}", "--steps", str(step), "12345", "--out", str(curves))
+    assert r.returncode == 2 and "no checkpoint at step 12345" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not curves.exists()  # refused before any checkpoint is scored
     r = bench("recipe_curves.py", f"micro={run}", f"twin={twin}", "--steps", str(step), "--out", str(curves), "--device", "cpu")
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(curves.open()))
