@@ -45,6 +45,14 @@ def named_run(p: argparse.ArgumentParser, spec: str) -> tuple[str, Path]:
     return name, check_run(p, run)
 
 
+def check_steps(p: argparse.ArgumentParser, run: Path, steps) -> None:
+    "One line and exit 2 where `run` has no checkpoint at one of `steps` (None: no step asked for)."
+    have = list_steps(run)
+    missing = sorted(set(steps or ()) - set(have))
+    if missing: p.exit(2, f"{p.prog}: {run} has no checkpoint at step {', '.join(map(str, missing))}; its steps: {have}; "
+                          "pass steps it has, or train it further\n")
+
+
 def checkpoint_args(doc: str) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     ("The parser and arguments of a script about one checkpoint of one run (RUN_DIR, --step, --out, --device); a folder "
      "that is not a run, or a step it has no checkpoint of, gets one line and exit 2.")
@@ -54,9 +62,7 @@ def checkpoint_args(doc: str) -> tuple[argparse.ArgumentParser, argparse.Namespa
     p.add_argument("--out", type=Path, help="write the result as JSON here")
     p.add_argument("--device", default="cpu", help="where the checkpoint is evaluated (e.g. cuda)")
     a = p.parse_args()
-    check_run(p, a.run)
-    if a.step is not None and a.step not in list_steps(a.run):
-        p.exit(2, f"{p.prog}: {a.run} has no checkpoint at step {a.step}; its steps: {list_steps(a.run)}\n")
+    check_steps(p, check_run(p, a.run), None if a.step is None else [a.step])
     return p, a
 
 
@@ -104,10 +110,7 @@ def main():
                                                  "own), to score runs of other seeds on the same masks")
     a = p.parse_args()
     runs = [named_run(p, spec) for spec in a.runs]  # all checked before any is evaluated
-    for name, run in runs:
-        missing = sorted(set(a.steps or ()) - set(list_steps(run)))
-        if missing: p.exit(2, f"{p.prog}: {run} has no checkpoint at step {', '.join(map(str, missing))}; its steps: "
-                              f"{list_steps(run)}; pass steps it has, or train it further\n")
+    for _, run in runs: check_steps(p, run, a.steps)
     rows = []
     for name, run in runs:
         rows += curve_rows(name, run, a.steps, a.device, a.mask_seed)

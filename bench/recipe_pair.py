@@ -22,7 +22,7 @@ import torch
 
 from embryo.pretrain import evaluate_heldout, heldout_examples
 from embryo.run import read_run_config
-from recipe_curves import checkpoint, named_run, write_rows  # bench/ is the script's folder
+from recipe_curves import check_steps, checkpoint, named_run, write_rows  # bench/ is the script's folder
 
 
 def model_hits(model, tc, tok, ds, device: str = "cpu", seq_length: int | None = None,
@@ -75,6 +75,7 @@ def main():
     p.add_argument("--mask-seed", type=int, help="the held-out examples and masks of this seed (default: A's)")
     a = p.parse_args()
     (na, ra), (nb, rb) = (named_run(p, s) for s in a.runs)
+    for r in (ra, rb): check_steps(p, r, None if a.step is None else [a.step])
     (_, ma, ta), (_, mb, tb) = (read_run_config(r) for r in (ra, rb))
     if a.seq_length is None and ta.max_seq_length != tb.max_seq_length:
         p.exit(2, f"{p.prog}: {ra} trained on {ta.max_seq_length}-token sequences and {rb} on {tb.max_seq_length}: "

@@ -492,6 +492,9 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     rows = list(csv.DictReader(curves.open()))
     assert [(x["recipe"], int(x["step"])) for x in rows] == [("micro", step), ("twin", step)]
     assert rows[0]["heldout_mlm_accuracy"] == rows[1]["heldout_mlm_accuracy"] and rows[0]["settings"] == rows[1]["settings"]
+    r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}", "--step", "12345", "--out", str(pairs))
+    assert r.returncode == 2 and "no checkpoint at step 12345" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not pairs.exists()
     r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}", "--out", str(pairs))
     assert r.returncode == 0, r.stderr
     (row,) = csv.DictReader(pairs.open())
