@@ -11,6 +11,8 @@ train_mlm_loss, and the run's settings that differ from the `tiny` preset), whic
 The held-out masks are drawn from each run's seed; `--mask-seed 0` scores a run of another seed on seed 0's masks.
 
 With `--append`, the rows of other recipes already in `--out` are kept (every curve measured stays in the file).
+With `--merge`, so are a recipe's own rows at steps not scored now: a run scored in parts (as it trains, or after a
+stop and resume) gives the rows one scoring of all its steps would, each loss window taken from the step before it.
 """
 import argparse
 import csv
@@ -74,17 +76,41 @@ def checkpoint(run: Path, step: int | None = None, device: str = "cpu") -> tuple
     return tc, tok, ds, step, load_checkpoint(run, step, device, mlm=True)
 
 
-def curve_rows(name: str, run: Path, steps=None, device: str = "cpu", mask_seed: int | None = None) -> list[dict]:
-    _, mc, tc = read_run_config(run)
+def loss_windows(run: Path, steps) -> list:
+    "Per step of `steps` (ascending): the mean logged training MLM loss after the step before it, up to it ('' if none)."
     log = log_records(run / "logs" / "train.jsonl", 1 << 62)
-    rows, prev = [], 0
-    for r in heldout_curve(run, steps, device, mask_seed):
-        window = [x["mlm_loss"] for x in log if prev < x["step"] <= r["step"]]
-        rows.append(dict(recipe=name, step=r["step"], tokens=r["tokens"], heldout_mlm_accuracy=round(r["mlm_accuracy"], 4),
-                         train_mlm_accuracy=round(r["train_mlm_accuracy"], 4),
-                         train_mlm_loss=round(sum(window) / len(window), 4) if window else "",
-                         settings=settings_text(mc, tc)))
-        prev = r["step"]
+    out, prev = [], 0
+    for s in steps:
+        w = [x["mlm_loss"] for x in log if prev < x["step"] <= s]
+        out.append(round(sum(w) / len(w), 4) if w else ""); prev = s
+    return out
+
+
+def curve_rows(name: str, run: Path, steps=None, device: str = "cpu", mask_seed: int | None = None) -> list[dict]:
+    "The rows of `run`'s checkpoints `steps` (default: all), scored on the held-out text, as recipe `name`."
+    _, mc, tc = read_run_config(run)
+    rows = [dict(recipe=name, step=r["step"], tokens=r["tokens"], heldout_mlm_accuracy=round(r["mlm_accuracy"], 4),
+                 train_mlm_accuracy=round(r["train_mlm_accuracy"], 4), train_mlm_loss="", settings=settings_text(mc, tc))
+            for r in heldout_curve(run, steps, device, mask_seed)]
+    for r, w in zip(rows, loss_windows(run, [r["step"] for r in rows])): r["train_mlm_loss"] = w
+    return rows
+
+
+def check_settings(p: argparse.ArgumentParser, out: Path, name: str, run: Path) -> None:
+    "One line and exit 2 where `out` holds rows of recipe `name` from a run of other settings than `run`'s."
+    with open(out, newline="") as f: had = {r["settings"] for r in csv.DictReader(f) if r["recipe"] == name}
+    _, mc, tc = read_run_config(run)
+    if had - {settings_text(mc, tc)}:
+        p.exit(2, f"{p.prog}: {out} holds {name!r} from a run of other settings ({', '.join(map(repr, had))}; {run}: "
+                  f"{settings_text(mc, tc)!r}); give this run another name, or leave out --merge\n")
+
+
+def merged_rows(out: Path, run: Path, rows: list[dict]) -> list[dict]:
+    "`rows` of one recipe with its rows already in `out` at other steps, by step, every loss window taken anew."
+    with open(out, newline="") as f: old = [r for r in csv.DictReader(f) if r["recipe"] == rows[0]["recipe"]]
+    new = {r["step"] for r in rows}
+    rows = sorted([r for r in old if int(r["step"]) not in new] + rows, key=lambda r: int(r["step"]))
+    for r, w in zip(rows, loss_windows(run, [int(r["step"]) for r in rows])): r["train_mlm_loss"] = w
     return rows
 
 
@@ -105,17 +131,22 @@ def main():
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps", type=int, nargs="+", help="only these checkpoints (default: every one)")
     p.add_argument("--append", action="store_true", help="keep the rows of the other recipes already in --out")
+    p.add_argument("--merge", action="store_true", help="as --append, and keep each recipe's rows at steps not scored "
+                                                        "now (a run scored in parts)")
     p.add_argument("--device", default="cpu", help="where the checkpoints are evaluated (e.g. cuda)")
     p.add_argument("--mask-seed", type=int, help="the held-out examples and masks of this seed (default: each run's "
                                                  "own), to score runs of other seeds on the same masks")
     a = p.parse_args()
     runs = [named_run(p, spec) for spec in a.runs]  # all checked before any is evaluated
-    for _, run in runs: check_steps(p, run, a.steps)
+    for name, run in runs:
+        check_steps(p, run, a.steps)
+        if a.merge and a.out.exists(): check_settings(p, a.out, name, run)
     rows = []
     for name, run in runs:
-        rows += curve_rows(name, run, a.steps, a.device, a.mask_seed)
-        print(f"{name}: " + ", ".join(f"{r['step']}: {r['heldout_mlm_accuracy']:.3f}" for r in rows if r["recipe"] == name))
-    write_rows(a.out, rows, key=lambda r: r["recipe"], keep=a.append)
+        mine = curve_rows(name, run, a.steps, a.device, a.mask_seed)
+        print(f"{name}: " + ", ".join(f"{r['step']}: {r['heldout_mlm_accuracy']:.3f}" for r in mine))
+        rows += merged_rows(a.out, run, mine) if a.merge and a.out.exists() else mine
+    write_rows(a.out, rows, key=lambda r: r["recipe"], keep=a.append or a.merge)
     print(f"wrote {a.out}")
 
 

@@ -492,6 +492,14 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     rows = list(csv.DictReader(curves.open()))
     assert [(x["recipe"], int(x["step"])) for x in rows] == [("micro", step), ("twin", step)]
     assert rows[0]["heldout_mlm_accuracy"] == rows[1]["heldout_mlm_accuracy"] and rows[0]["settings"] == rows[1]["settings"]
+    whole, early = tmp_path / "whole.csv", P.list_steps(run)[-3]  # micro scored in two parts gives the rows of one scoring
+    r = bench("recipe_curves.py", f"micro={run}", "--steps", str(early), str(step), "--out", str(whole))
+    assert r.returncode == 0, r.stderr
+    r = bench("recipe_curves.py", f"micro={run}", "--steps", str(early), "--merge", "--out", str(curves))
+    assert r.returncode == 0, r.stderr
+    merged = list(csv.DictReader(curves.open()))
+    assert merged[0] == rows[1] and merged[1:] == list(csv.DictReader(whole.open()))  # twin kept, micro's windows anew
+    assert "" != merged[2]["train_mlm_loss"] != rows[0]["train_mlm_loss"]  # its last window starts at `early` now
     r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}", "--step", "12345", "--out", str(pairs))
     assert r.returncode == 2 and "no checkpoint at step 12345" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not pairs.exists()
@@ -505,6 +513,9 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     assert r.returncode == 0, r.stderr
     (other,) = csv.DictReader(pairs.open())
     assert other["masked_tokens"] == row["masked_tokens"] and float(other["difference"]) == 0
+    r = bench("recipe_curves.py", f"micro={twin}", "--steps", str(step), "--merge", "--out", str(curves))
+    assert r.returncode == 2 and "other settings" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert list(csv.DictReader(curves.open())) == merged  # refused: micro's rows are of seed `seed`
     r = bench("recipe_curves.py", f"twin={twin}", "--steps", str(step), "--mask-seed", str(seed), "--out", str(curves))
     assert r.returncode == 0, r.stderr
     assert next(csv.DictReader(curves.open()))["heldout_mlm_accuracy"] == rows[0]["heldout_mlm_accuracy"]
