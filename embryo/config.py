@@ -221,6 +221,8 @@ class TrainConfig:
     decay_fraction: float = 0.2  # wsd: the share of total_steps in the final decay
     mask_prob_end: float | None = None  # masking falls linearly from mask_prob at step 1 to this at the last step
     facts: int = 0  # facts of each built-in relation shown at known steps (notebook 06a, `embryo.facts`); 0: none
+    # the share of total_steps over which the batch grows, in whole micro-batches, from one micro-batch to batch_size
+    batch_ramp: float = 0.0  # (a batch-size ramp, as Geiping and Goldstein's Cramming); 0: batch_size from step 1
 
     def __post_init__(self):
         if isinstance(self.checkpoint_every, int) and not isinstance(self.checkpoint_every, bool):
@@ -249,7 +251,7 @@ LR_SCHEDULES = ("linear", "wsd")
 _LATER_FIELDS = dict(sentence_task="sop", optimizer="lamb", rtd_weight=50.0, phase1_seq_length=None,
                      # field: the value every run had before the field existed
                      phase1_fraction=0.9, compile=False, lr_schedule="linear", decay_fraction=0.2, facts=0,
-                     mask_prob_end=None)
+                     mask_prob_end=None, batch_ramp=0.0)
 
 # %% ../nbs/00_config.ipynb #79b1d7f8
 def check_train(tc):
@@ -285,6 +287,10 @@ def check_train(tc):
                           "stays at mask_prob)")
     if not 0 < tc.decay_fraction <= 1: raise ConfigError(f"TrainConfig.decay_fraction={tc.decay_fraction} must lie in "
                                                          "(0, 1]")
+    if not 0 <= tc.batch_ramp <= 1: raise ConfigError(f"TrainConfig.batch_ramp={tc.batch_ramp} must lie in [0, 1]")
+    if tc.batch_ramp and (tc.grad_accum < 2 or tc.facts or tc.phase1_seq_length):
+        raise ConfigError(f"TrainConfig.batch_ramp={tc.batch_ramp} grows the batch in micro-batches, for one phase "
+                          "without injected facts: set grad_accum of 2 or more, facts=0 and phase1_seq_length=None")
     if not 0 < tc.phase1_fraction < 1: raise ConfigError(f"TrainConfig.phase1_fraction={tc.phase1_fraction} must lie "
                                                          "in (0, 1)")
     if tc.max_predictions is not None and tc.max_predictions < 1:

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import fields, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -40,14 +41,14 @@ from .facts import read_facts, injections, prepare_facts
 
 # %% auto #0
 __all__ = ['FIXED_SETTINGS', 'CORPUS_LANGUAGES', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer',
-           'lr_at', 'mask_prob_at', 'phase1_steps', 'seq_length_at', 'tokens_seen', 'rng_state', 'set_rng_state',
-           'save_resume', 'load_resume', 'prediction_cap', 'Batches', 'run_config', 'run_corpus', 'prepare_run',
-           'examples_of', 'bert_shaped', 'model_card', 'write_model_card', 'write_model_cards', 'tensorboard_module',
-           'TensorBoardLog', 'tensorboard_log', 'TrainingDiverged', 'diverged', 'DiskFull', 'resolve_data_workers',
-           'check_compile', 'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'train',
-           'batch_source', 'loss_counts', 'batches_of_step', 'Saves', 'finish_run', 'brown_examples',
-           'heldout_examples', 'heldout_config', 'evaluate_heldout', 'corpus_slice', 'fixture_run', 'training_sample',
-           'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
+           'lr_at', 'mask_prob_at', 'phase1_steps', 'seq_length_at', 'micro_batches_at', 'batch_at', 'sequences_before',
+           'tokens_seen', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'prediction_cap', 'Batches',
+           'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'bert_shaped', 'model_card', 'write_model_card',
+           'write_model_cards', 'tensorboard_module', 'TensorBoardLog', 'tensorboard_log', 'TrainingDiverged',
+           'diverged', 'DiskFull', 'resolve_data_workers', 'check_compile', 'compile_step', 'deterministic_kernels',
+           'prefetched', 'train_step', 'train', 'batch_source', 'loss_counts', 'batches_of_step', 'Saves', 'finish_run',
+           'brown_examples', 'heldout_examples', 'heldout_config', 'evaluate_heldout', 'corpus_slice', 'fixture_run',
+           'training_sample', 'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -128,12 +129,36 @@ def seq_length_at(step: int, tc: TrainConfig) -> int:
      "(B.2).")
     return tc.phase1_seq_length if step <= phase1_steps(tc) else tc.max_seq_length
 
+# %% ../nbs/03_pretrain.ipynb #78cd80a4
+def micro_batches_at(step: int, tc: TrainConfig) -> int:
+    "Micro-batches in optimizer step `step` (1-based): `grad_accum`, fewer during a `batch_ramp`."
+    R = round(tc.batch_ramp * tc.total_steps)
+    return tc.grad_accum if step > R else min(tc.grad_accum, 1 + tc.grad_accum * (step - 1) // R)
+
+def batch_at(step: int, tc: TrainConfig) -> int:
+    "Sequences in optimizer step `step` (1-based), over all processes and micro-batches."
+    return micro_batches_at(step, tc) * (tc.batch_size // tc.grad_accum)
+
+# %% ../nbs/03_pretrain.ipynb #8f11d8bf
+@lru_cache(maxsize=8)
+def _ramp_sums(grad_accum: int, R: int) -> np.ndarray:
+    "Micro-batches in the first n steps of a ramp over R steps, for n = 0..R."
+    return np.concatenate([[0], np.cumsum(np.minimum(grad_accum, 1 + grad_accum * np.arange(R) // R))])
+
+def sequences_before(step: int, tc: TrainConfig) -> int:
+    "Sequences of the run's example stream trained on before optimizer step `step` (1-based)."
+    R, done = round(tc.batch_ramp * tc.total_steps), step - 1
+    if not R: return done * tc.batch_size
+    n = min(done, R)
+    return tc.batch_size // tc.grad_accum * int(_ramp_sums(tc.grad_accum, R)[n]) + (done - n) * tc.batch_size
+
 # %% ../nbs/03_pretrain.ipynb #9a49580c
 def tokens_seen(step: int, tc: TrainConfig) -> int:
     ("Sequence positions trained on by the end of optimizer step `step`: the batch times each step's sequence length "
      "(shorter examples padded).")
     T1 = min(step, phase1_steps(tc))
-    return tc.batch_size * (T1 * (tc.phase1_seq_length or 0) + (step - T1) * tc.max_seq_length)
+    return tc.batch_size * T1 * (tc.phase1_seq_length or 0) + (sequences_before(step + 1, tc) - tc.batch_size * T1) * \
+        tc.max_seq_length
 
 # %% ../nbs/03_pretrain.ipynb #d97368ca
 def rng_state() -> dict:
@@ -219,8 +244,7 @@ class Batches:
 
     def indices(self, step: int) -> range:
         "Positions in the run's example stream that form the global batch of optimizer step `step` (1-based)."
-        B = self.tc.batch_size
-        return range((step - 1) * B, step * B)
+        return range(sequences_before(step, self.tc), sequences_before(step + 1, self.tc))
 
     def row(self, k: int) -> tuple[int, int, dict]:
         ("(epoch, mask index, example) at stream position k: the dataset's, or the fact injected there (mask index n + "
@@ -468,7 +492,9 @@ def _recipe(mc: ModelConfig, tc: TrainConfig, history: list, step: int, rec: dic
             ("tokenizer", f"SentencePiece, {tc.tokenizer_vocab_size:,} pieces trained on the corpus"),
             ("examples", f"sentence pairs of up to {length}, {tc.short_seq_prob:.0%} of them shorter"),
             ("batch",
-             f"{tc.batch_size} sequences a step" + (f" ({tc.grad_accum} micro-batches)" if tc.grad_accum > 1 else "")),
+             f"{tc.batch_size} sequences a step" + (f" ({tc.grad_accum} micro-batches)" if tc.grad_accum > 1 else "") +
+             (f", growing from {tc.batch_size // tc.grad_accum} over the first {round(tc.batch_ramp * tc.total_steps):,} "
+              "steps" if tc.batch_ramp else "")),
             ("masking", f"{tc.mask_prob:.0%} of the tokens" + (f", falling linearly to {tc.mask_prob_end:.0%} at the "
                                                                "last step" if tc.mask_prob_end is not None else "") +
                         f", in n-grams of up to {tc.max_ngram}, at most {cap} a sequence"),
@@ -583,7 +609,7 @@ def model_card(run_dir, step: int, folder=None, files_in=None) -> str:
     when = "at step 0, the initialisation" if step == 0 else f"after step {step:,} of {tc.total_steps:,}"
     intro = [f"# {run_dir.name} at step {step:,}", "",
              f"A checkpoint of the embryo run `{run_dir.name}` (preset `{preset}`): {family} pretrained from scratch, "
-             f"saved {when}, having seen {tokens_seen(step, tc):,} tokens ({tc.batch_size} sequences of up to "
+             f"saved {when}, having seen {tokens_seen(step, tc):,} tokens ({batch_at(max(step, 1), tc)} sequences of up to "
              f"{seq_length_at(max(step, 1), tc)} positions a step). embryo reproduces \"Pretrained Language Model "
              "Embryology: The Birth of ALBERT\" and ALBERT, and analyses every checkpoint of such a run. This card is "
              "written by embryo from the run's own settings and logs.", ""]
@@ -904,7 +930,7 @@ def batches_of_step(source, step: int, tc: TrainConfig, rank: int = 0, world: in
      "at the step's rate (`mask_prob_at`).")
     src, s = source(step)
     return [src.collate(ks, mask_prob_at(step, tc))
-            for ks in np.array_split(list(src.indices(s))[rank::world], tc.grad_accum)]
+            for ks in np.array_split(list(src.indices(s))[rank::world], micro_batches_at(step, tc))]
 
 
 # %% ../nbs/03_pretrain.ipynb #18234981

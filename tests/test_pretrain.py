@@ -350,6 +350,26 @@ def test_compiled_training_matches_eager_and_resumes_bit_identically(tmp_path):
     assert_same_run(tmp_path, compiled)
 
 
+def test_a_batch_ramp_draws_the_stream_in_order_and_resumes_bit_identically(tmp_path):
+    """`batch_ramp`: each step trains the next `batch_at(step)` sequences of the example stream in micro-batches of one
+    shape, the log counts those tokens, and a ramped run stopped mid-ramp and resumed equals one trained in one go."""
+    mc, tc = _configs(grad_accum=4, batch_ramp=0.5)  # micro-batches of 2: 2, 4, 6, 8 sequences over steps 1-15
+    test_run = tmp_path / "one"; P.train(test_run, "tiny", mc, tc, progress=False)
+    preset, _, _ = P.read_run_config(test_run)
+    tok, ds = P.prepare_run(test_run, preset, mc, tc)
+    source = P.batch_source(test_run, tok, ds, tc)
+    sizes = [[len(b["input_ids"]) for b in P.batches_of_step(source, s, tc)] for s in (1, 4, 5, 15, 16, 30)]
+    assert sizes == [[2], [2], [2, 2], [2, 2, 2, 2], [2, 2, 2, 2], [2, 2, 2, 2]], sizes
+    spans = [source(s)[0].indices(s) for s in range(1, 31)]
+    assert all(a.stop == b.start for a, b in zip(spans, spans[1:])) and spans[0].start == 0  # no example skipped
+    assert spans[-1].stop == P.sequences_before(31, tc) == sum(P.batch_at(s, tc) for s in range(1, 31))
+    assert P.sequences_before(31, tc) == 2 * (4 * 1 + 4 * 2 + 4 * 3 + 3 * 4) + 15 * 8  # 192, not 30 x 8
+    stopped = tmp_path / "stopped"
+    P.train(stopped, "tiny", mc, tc, progress=False, stop_after=7)  # mid-ramp
+    P.train(stopped, "tiny", mc, tc, progress=False)
+    assert_same_run(stopped, test_run)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_a_compiled_gpu_run_resumes_bit_identically(tmp_path):
     """On a GPU, as `train` runs there (bf16 autocast, dropout, cuDNN's attention, embedding lookups eager): a compiled
