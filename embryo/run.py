@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +32,7 @@ __all__ = ['MODEL_CARD', 'LOCK_FILE', 'SWEEP_LOCK', 'TENSORBOARD_DIR', 'CORPUS_F
            'clean_run', 'read_config', 'read_run_config', 'sentence_name', 'checkpoint_steps', 'saved_steps',
            'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions',
            'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log',
-           'series_tokenizer', 'single_model', 'as_run', 'hub_run', 'reference_folder', 'reference_run',
+           'series_tokenizer', 'single_model', 'relink', 'as_run', 'hub_run', 'reference_folder', 'reference_run',
            'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run',
            'run_model_type', 'run_sentence_task', 'series_lacks']
 
@@ -580,6 +581,14 @@ def single_model(src: Path) -> dict[int, Path]:
     return {step: src}
 
 
+# %% ../nbs/02a_run.ipynb #ba39064b
+def relink(target: Path, link: Path):
+    ("Point `link` at `target` in one step: a new link renamed over the old one, so a reader in another process never "
+     "finds the checkpoint missing, and a link left dangling (its folder moved or deleted) is mended.")
+    tmp = link.with_name(f".{link.name}.{temp_tag()}.{threading.get_ident()}.tmp")
+    os.symlink(target, tmp, target_is_directory=True)
+    os.replace(tmp, link)
+
 # %% ../nbs/02a_run.ipynb #70de3a06
 def as_run(src, dst=None) -> Path:
     """A run for `src`: a run as is, or its checkpoint folders named by step (a Trainer's output_dir), or one model
@@ -600,7 +609,7 @@ def as_run(src, dst=None) -> Path:
     (dst / "checkpoints").mkdir(parents=True, exist_ok=True)
     for step, p in ckpts.items():
         link = dst / "checkpoints" / f"step_{step:07d}"
-        if not link.exists(): os.symlink(p.resolve(), link, target_is_directory=True)
+        if not link.exists() or (link.is_symlink() and link.resolve() != p.resolve()): relink(p.resolve(), link)
     newest_first = [ckpts[s] for s in sorted(ckpts, reverse=True)] + [src]  # a Trainer's output_dir holds its last save
     series_tokenizer(newest_first, dst)
     write_series_log(newest_first, dst)
@@ -642,11 +651,17 @@ def reference_folder() -> Path:
 
 
 # %% ../nbs/02a_run.ipynb #1967b2c1
-def reference_run(dst=None) -> Path:
-    ("The trained reference as a run of one checkpoint (step 0), its package's folder linked into `dst` (default: the "
-     "data dir's runs/).")
+def reference_run(dst=None, folder=None) -> Path:
+    ("The trained reference (its package's model `folder`) as a run of one checkpoint (step 0), linked into `dst` "
+     "(default: the data dir's runs/); linked again where the link points elsewhere, as into the virtual environment of "
+     "a clone since deleted (the data dir outlives clones).")
     dst = Path(dst or D.data_dir() / "runs" / REFERENCE["name"])
-    return dst if (dst / "checkpoints").is_dir() else as_run(reference_folder(), dst)
+    try: folder = Path(folder or reference_folder()).resolve()
+    except SeriesError:
+        if list_steps(dst): return dst  # the package is gone from here, but the run still reaches a copy of it
+        raise
+    if list_steps(dst) == [0] and find_checkpoint(dst, 0).resolve() == folder: return dst
+    return as_run(folder, dst)
 
 # %% ../nbs/02a_run.ipynb #0008519c
 MLM_HEADS = ("ForMaskedLM", "ForPreTraining")  # transformers classes whose checkpoints hold masked-LM head weights
