@@ -59,7 +59,7 @@ def cmd_sweep(args):
     t = sweep(_run_arg(args), args.analyses, args.steps, args.workers, args.force, args.mode, args.device,
               _options(args.option), args.shard, examples=args.examples)
     print(t.to_string() if len(t) else "nothing to do")
-    return 1 if (t == "failed").any().any() else 0
+    return 1 if t.attrs.get("failed") or (t == "failed").any().any() else 0  # a job or a redraw failed
 
 # %% ../nbs/11_cli.ipynb #da9fc0ae
 def cmd_merge(args):

@@ -20,7 +20,8 @@ __all__ = ['SHARING', 'ACTIVATIONS', 'MODEL_TYPES', 'PRESETS', 'SENTENCE_TASKS',
            'LR_SCHEDULES', 'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG', 'PARAMETER_TYPES', 'ConfigError',
            'check_types', 'check_ranges', 'ModelConfig', 'get_config', 'TrainConfig', 'check_train', 'get_train_config',
            'run_config_file', 'migrate_run_config', 'fsync_dir', 'temp_tag', 'stale_temp', 'clean_stale_temps',
-           'atomic_write', 'split_names', 'ParameterError', 'check_value', 'check_parameters', 'add_pretrain_args']
+           'atomic_write', 'split_names', 'ParameterError', 'check_range', 'check_value', 'check_parameters',
+           'add_pretrain_args']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -258,6 +259,9 @@ def check_train(tc):
     "Raise a `ConfigError` naming the first setting of the `TrainConfig` `tc` that cannot train, and what to pass."
     check_types(tc, skip=("corpus",))  # a corpus may also be a `datasets.Dataset`
     check_ranges(tc, _TRAIN_RANGES)
+    if isinstance(tc.corpus, str) and not tc.corpus.strip():  # '' is the working folder: every .txt under it
+        raise ConfigError(f"TrainConfig.corpus={tc.corpus!r} names no text: pass a built-in corpus, a file, a folder or "
+                          "a hub dataset, e.g. --set corpus=embryo-mini")
     if not all(isinstance(r, list) and len(r) == 2 and _fits("int", r[0]) and r[0] >= 1 and _fits("int | None", r[1])
                for r in tc.checkpoint_every):
         raise ConfigError(f"TrainConfig.checkpoint_every={tc.checkpoint_every!r} is not a number of steps or a list of "
@@ -451,15 +455,27 @@ class ParameterError(ValueError):
 # %% ../nbs/00_config.ipynb #4635e66e
 PARAMETER_TYPES = {"step": int}  # parameters whose default (None) says nothing of their kind
 
+# %% ../nbs/00_config.ipynb #f1e4e351
+def check_range(name: str, value, default, where: str):
+    "Refuse a `value` of the right kind that asks for nothing: an empty list or name, a count or size not above 0."
+    if isinstance(value, (list, tuple, str)) and not split_names(value):
+        raise ParameterError(f"{where}: {name}={value!r} selects nothing; name at least one, or leave it out for "
+                             f"the default ({default!r})")
+    positive = isinstance(default, (int, float)) and not isinstance(default, bool) and default > 0
+    if positive and name != "seed" and isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+        raise ParameterError(f"{where}: {name}={value!r} must be above 0 (its default is {default!r})")
+
 # %% ../nbs/00_config.ipynb #b92cf63a
 def check_value(name: str, value, default, where: str):
     "Refuse `value` for parameter `name` where its kind (from `PARAMETER_TYPES` or the default's type) cannot take it."
     kind = PARAMETER_TYPES.get(name) or (type(default) if default is not None else None)
-    if value is None or kind is None or isinstance(value, kind) or kind is float and isinstance(value, int): return
-    if kind in (list, tuple) and isinstance(value, str): return  # "a,b": split by the analysis
+    if value is None or kind is None or isinstance(value, kind) or kind is float and isinstance(value, int):
+        return check_range(name, value, default, where)
+    if kind in (list, tuple) and isinstance(value, str): return check_range(name, value, default, where)  # "a,b"
     if kind in (int, float) and isinstance(value, str):
-        try: kind(value); return
-        except ValueError: pass
+        try: number = kind(value)
+        except ValueError: number = None
+        if number is not None: return check_range(name, number, default, where)
     word = {int: "an integer", float: "a number", bool: "True or False", str: "a string"}.get(kind, kind.__name__)
     raise ParameterError(f"{where}: {name}={value!r} must be {word}"
                          + (" (a checkpoint step, e.g. -p step 1000)" if name == "step" else " (its default is "

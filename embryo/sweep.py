@@ -25,16 +25,15 @@ import pandas as pd
 from .config import clean_stale_temps, temp_tag, check_value
 from .run import (list_steps, find_checkpoint, complete_run, as_run, run_transitions, check_device, sweep_lock,
                         training_holder, holder_text)
-from .results import (DB_NAME, UNRECORDED, db_path, log_job, read_log, computed_with, options_digest,
+from .results import (DB_NAME, UNRECORDED, db_path, connect, log_job, read_log, computed_with, options_digest,
                             set_computed_with)
-
 
 # %% auto #0
 __all__ = ['ANALYSES', 'SWEEP_TAG', 'WARM_ENGINE', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
            'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'evaluation_steps', 'applicable', 'Job',
            'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill',
            'run_inprocess', 'error_text', 'scoped_env', 'worker_threads', 'check_options', 'options_text', 'plan',
-           'say_recomputed', 'summary_table', 'run_job', 'sweep']
+           'say_recomputed', 'summary_table', 'rows_at', 'run_job', 'sweep']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -342,8 +341,8 @@ def check_options(analysis: str, options: dict | None, mode: str):
         where = f"nbs/{ANALYSES[analysis]}.ipynb's parameters"
     else:
         sig = inspect.signature(analysis_module(analysis).evaluate_step).parameters
-        if any(p.kind == p.VAR_KEYWORD for p in sig.values()): return
         known, where = set(sig), f"embryo.{analysis}.evaluate_step's arguments"
+        if any(p.kind == p.VAR_KEYWORD for p in sig.values()): known |= set(options)  # passed on: any name
     known -= {"run_dir", "step", "device", "figures_dir", "redraw_figures"}
     bad = sorted(set(options) - known)
     if bad: raise SweepError(f"{analysis} has no option {', '.join(bad)}; {where} are {', '.join(sorted(known))}")
@@ -414,6 +413,13 @@ def summary_table(todo, skipped, outcome: dict) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=["analysis", "step", "status"])
     return df.pivot(index="analysis", columns="step", values="status").fillna("")
 
+# %% ../nbs/10_sweep.ipynb #ac58116c
+def rows_at(run_dir, analysis: str, step: int) -> int:
+    "How many result rows `analysis` has at `step` in the run's database (its shard's, in a sharded sweep)."
+    if not db_path(run_dir).exists(): return 0
+    with connect(run_dir) as con:
+        return con.execute("SELECT COUNT(*) FROM results WHERE analysis=? AND step=?", (analysis, step)).fetchone()[0]
+
 # %% ../nbs/10_sweep.ipynb #01bb0577
 def run_job(run_dir, job: Job, mode: str, device: str, options: dict, kernels=None, examples: bool = False):
     "Run one (analysis, step) job of a sweep and log it; returns (job, 'done' or 'failed', the error's text or None)."
@@ -423,6 +429,9 @@ def run_job(run_dir, job: Job, mode: str, device: str, options: dict, kernels=No
         set_computed_with(run_dir, job.analysis, job.step, None)  # under way: matches no options until it ends
         if mode == "papermill": run_papermill(run_dir, job, device, options.get(job.analysis), kernels, examples)
         else: run_inprocess(run_dir, job, device, options.get(job.analysis))
+        if not rows_at(run_dir, job.analysis, job.step):  # finished, but measured nothing: never "done"
+            raise SweepError(f"{job.analysis} wrote no results for step {job.step}: its options selected nothing "
+                             "to measure on this run; check them (--option)")
         set_computed_with(run_dir, job.analysis, job.step, text)
         status, err = "done", None
     except Exception as e:  # one failing job is recorded; the others go on
@@ -500,6 +509,7 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
                 try: analysis_module(a).redraw(run_dir)
                 except Exception as e: failures.append((Job(a, -1), f"redraw: {error_text(e)}"))
     table = summary_table(todo, skipped, outcome)
+    table.attrs["failed"] = len(failures)  # jobs and redraws: the CLI's exit status
     if failures:
         print(f"{len(failures)} failed:")
         for job, err in sorted(failures, key=lambda f: (f[0].analysis, f[0].step)):
