@@ -26,16 +26,16 @@ from . import data as D
 # %% auto #0
 __all__ = ['MODEL_CARD', 'LOCK_FILE', 'SWEEP_LOCK', 'TENSORBOARD_DIR', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD',
            'STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE', 'SOURCE_FILE', 'HUB_FILES', 'REFERENCE', 'MLM_HEADS',
-           'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps',
-           'find_checkpoint', 'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step',
-           'masked_lm_at', 'RunLocked', 'holder_text', 'forget_inherited_locks', 'run_lock', 'training_holder',
-           'sweep_lock', 'clean_run', 'read_config', 'read_run_config', 'sentence_name', 'checkpoint_steps',
-           'saved_steps', 'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records', 'train_log',
-           'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log', 'write_series_log',
-           'series_tokenizer', 'single_model', 'relink', 'bind_source', 'refuse_remote_code', 'as_run', 'hub_run',
-           'reference_folder', 'reference_run', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model',
-           'check_filled', 'check_weights', 'check_vocabulary', 'encoder_states', 'max_length', 'Run', 'run_model_type',
-           'run_sentence_task', 'series_lacks']
+           'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS', 'SERIES_CHECK', 'CheckpointNotFound', 'checkpoint_dir',
+           'list_steps', 'find_checkpoint', 'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint',
+           'resolve_step', 'masked_lm_at', 'RunLocked', 'holder_text', 'forget_inherited_locks', 'run_lock',
+           'training_holder', 'sweep_lock', 'clean_run', 'read_config', 'read_run_config', 'sentence_name',
+           'checkpoint_steps', 'saved_steps', 'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records',
+           'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log',
+           'write_series_log', 'series_tokenizer', 'single_model', 'relink', 'bind_source', 'refuse_remote_code',
+           'as_run', 'hub_run', 'reference_folder', 'reference_run', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM',
+           'load_hf_model', 'check_filled', 'check_weights', 'check_vocabulary', 'encoder_states', 'max_length', 'Run',
+           'run_model_type', 'run_sentence_task', 'series_lacks', 'checkpoint_figures', 'series_flags', 'check_series']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -921,3 +921,76 @@ def series_lacks(run, need: str) -> str | None:
     archs = ", ".join(cfg.get("architectures") or ["no architecture named"])
     return (f"the checkpoints of {run.name} are {cfg.get('model_type')} {kind} models ({archs}); "
             f"this analysis needs {what}")
+
+# %% ../nbs/02a_run.ipynb #25a77e55
+SERIES_CHECK = "series_check.json"  # in the run's logs/: each checkpoint's digest, weight norm and cosine to the first
+
+def _weight_files(folder: Path) -> list[Path]:
+    "A checkpoint's weight files (an ELECTRA checkpoint's discriminator: the folder's own, not its generator's)."
+    return sorted(Path(folder).glob("*.safetensors"))
+
+def _files_key(folder: Path) -> list:
+    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in _weight_files(folder)]
+
+# %% ../nbs/02a_run.ipynb #5e33b812
+def checkpoint_figures(folder: Path, first: dict | None) -> tuple[dict, dict]:
+    "A checkpoint's digest, weight norm and cosine to the `first` checkpoint's weights (itself where None); its weights."
+    import hashlib
+    from safetensors.torch import load_file
+    h, sd = hashlib.sha256(), {}
+    for f in _weight_files(folder):
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""): h.update(block)
+        sd.update({k: v.double() for k, v in load_file(f).items() if v.is_floating_point()})
+    first = first if first is not None else sd
+    keys = sorted(set(sd) & set(first))
+    dot = sum(float((sd[k] * first[k]).sum()) for k in keys)
+    n, n0 = (sum(float((d[k] ** 2).sum()) for k in keys) ** 0.5 for d in (sd, first))
+    return dict(digest=h.hexdigest(), norm=n, cosine=dot / (n * n0) if n and n0 else float("nan")), sd
+
+# %% ../nbs/02a_run.ipynb #8476f08f
+def series_flags(rows: dict[int, dict]) -> list[str]:
+    "Lines naming the copies (one digest at two steps) and the jumps (a step off its two neighbours' range) in `rows`."
+    out, seen, copies = [], {}, set()
+    for s, r in sorted(rows.items()):
+        if r["digest"] in seen:
+            out.append(f"steps {seen[r['digest']]:,} and {s:,} hold the same weights (sha256 {r['digest'][:12]}): one "
+                       "is a copy of the other; leave it out (--steps)")
+            copies.add(s)
+        seen.setdefault(r["digest"], s)
+    steps = sorted(set(rows) - copies)  # a copy is out of place by construction: its neighbours are judged without it
+    for a, s, b in zip(steps, steps[1:], steps[2:]):
+        for m in ("norm", "cosine"):
+            x, lo, hi = rows[s][m], min(rows[a][m], rows[b][m]), max(rows[a][m], rows[b][m])
+            off = max(lo - x, x - hi, 0.0)
+            if off > max(hi - lo, 0.01 * abs(x)):
+                out.append(f"step {s:,}'s weights jump against both neighbours ({m} {x:.4g}; steps {a:,} and {b:,}: "
+                           f"{rows[a][m]:.4g} and {rows[b][m]:.4g}): a checkpoint of another run, or damaged; check it "
+                           "or leave it out (--steps)")
+                break
+    return out
+
+# %% ../nbs/02a_run.ipynb #bfb1625c
+def check_series(run) -> list[str]:
+    "Figure every checkpoint of `run` (cached in logs/series_check.json), and return `series_flags`' lines."
+    run = Run.of(run)
+    f = run / "logs" / SERIES_CHECK
+    try: cache = json.loads(f.read_text())
+    except (OSError, ValueError): cache = {}
+    folders = {s: find_checkpoint(run, s) for s in run.steps}
+    if not folders: return []
+    first_step = min(folders)
+    if cache.get("first") != [first_step, _files_key(folders[first_step])]: cache = {}  # all cosines change
+    rows, first = {}, None
+    for s, folder in sorted(folders.items()):
+        got = cache.get("steps", {}).get(str(s))
+        if got and got["files"] == _files_key(folder): rows[s] = got; continue
+        if first is None: first = checkpoint_figures(folders[first_step], None)[1]
+        rows[s] = dict(checkpoint_figures(folder, first)[0], files=_files_key(folder))
+    flags = series_flags(rows)
+    new = dict(first=[first_step, _files_key(folders[first_step])], steps={str(s): r for s, r in rows.items()},
+               flags=flags)
+    if new != cache:
+        try: atomic_write(f, json.dumps(new, indent=1) + "\n")
+        except OSError: pass  # a run folder we may not write to: the flags are still returned
+    return flags

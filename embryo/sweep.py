@@ -23,7 +23,7 @@ from typing import Sequence
 import pandas as pd
 
 from .config import clean_stale_temps, temp_tag, check_value
-from .run import (list_steps, find_checkpoint, complete_run, as_run, run_transitions, check_device, sweep_lock,
+from .run import (list_steps, find_checkpoint, complete_run, as_run, check_series, run_transitions, check_device, sweep_lock,
                         training_holder, holder_text)
 from .results import (DB_NAME, UNRECORDED, db_path, connect, log_job, read_log, computed_with, options_digest,
                             set_computed_with)
@@ -459,6 +459,7 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
     check_device(device)
     run_dir = as_run(run_dir)
     complete_run(run_dir)  # a run made by an older version: settings renamed, tokenizer files into every checkpoint
+    for line in check_series(run_dir): print(f"{run_dir}: {line}", flush=True)  # copies and jumps, said first
     shard = parse_shard(shard) if isinstance(shard, str) else shard
     options = options or {}
     analyses, not_applicable = applicable(run_dir, available_analyses() if analyses is None else analyses)

@@ -178,3 +178,16 @@ def test_a_folder_that_asks_to_run_its_own_code_is_refused(tmp_path):
     line = _one_line(_cli("sweep", "--run", str(out), "--analyses", "attention", cwd=tmp_path))
     assert "asks to run Python code of its own" in line, line
     assert not (tmp_path / "ran").exists() and not (tmp_path / "runs" / "out").exists()
+
+
+def test_a_copied_checkpoint_is_flagged_before_the_sweep_reads_it(tmp_path, monkeypatch, capsys):
+    "A series is checked before it is read: a step that is a copy of another (as users found in Pythia) is named."
+    from embryo.sweep import sweep
+    out = _series(tmp_path, "E")
+    shutil.copytree(out / "checkpoint-2", out / "checkpoint-6")
+    monkeypatch.chdir(tmp_path)
+    sweep(out, analyses=[], progress=False)
+    said = capsys.readouterr().out
+    assert "steps 2 and 6 hold the same weights" in said, said
+    flags = json.loads((tmp_path / "runs" / "out" / "logs" / "series_check.json").read_text())["flags"]
+    assert len(flags) == 1 and flags[0].startswith("steps 2 and 6"), flags
