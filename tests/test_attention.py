@@ -232,3 +232,9 @@ def test_a_causal_series_is_measured_against_an_even_spread_over_the_visible_pos
     assert f"against {floor:.3f} for an even spread over the visible positions" in v, v
     assert "next token" in v and "0 by construction" in v, v
     assert f"first token" in v and f"against {first:.2f}" in v, v
+    paths = A.redraw(run, tmp_path / "fig")  # the table, its verdict and the figures say the same
+    md = (tmp_path / "fig" / "table_fig4_diagonal_emergence.md").read_text()
+    assert "[CLS]" not in md and "[SEP]" not in md and "first-token mass" in md and v in md
+    assert "causal mask: token i sees positions 0..i" in (tmp_path / "fig" / "fig4_attention_maps.svg").read_text()
+    assert "over the positions it sees (causal mask)" in (tmp_path / "fig" / "fig4_diagonal.svg").read_text()
+    assert len(paths) == 7
