@@ -18,7 +18,7 @@ import torch
 from . import data as D
 from .config import atomic_write
 from .run import (
-    checkpoint_kind, find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, encoder_states)
+    Run, checkpoint_kind, find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, encoder_states)
 from .figures import (
     REFERENCE_STYLE, figure_dir, fill_steps, plot_steps, reference_label, save_figure, step_axis)
 from .reconstruction import tagged_sentences, sentence_text
@@ -29,9 +29,9 @@ __all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RI
            'REPORT', 'UnknownTask', 'check_task', 'parse_ints', 'choose_maps', 'input_ids', 'attention_maps',
            'uniform_diagonal', 'map_stats', 'even_spread', 'causal_mask', 'step_rows', 'map_samples', 'diagonal_scores',
            'evaluate_step', 'applies_to', 'head_metrics', 'stored_maps', 'grid_steps', 'emergence_step',
-           'special_tokens', 'emergence_table', 'paper_layers', 'order_reproduced', 'input_length', 'run_floors',
-           'neighbour_heads', 'layer_colours', 'plot_maps_grid', 'write_gif', 'reference_diagonal', 'plot_diagonal',
-           'neighbour_sentence', 'special_clause', 'verdict', 'redraw']
+           'special_tokens', 'emergence_table', 'paper_layers', 'order_reproduced', 'input_length', 'stale_causal',
+           'run_floors', 'neighbour_heads', 'layer_colours', 'plot_maps_grid', 'write_gif', 'reference_diagonal',
+           'plot_diagonal', 'neighbour_sentence', 'special_clause', 'verdict', 'redraw']
 
 # %% ../nbs/08_attention.ipynb #d8a8cb67
 ANALYSIS = "attention"  # the `analysis` name of this notebook's rows in the results database
@@ -141,7 +141,7 @@ def causal_mask(folder, maps: np.ndarray) -> bool:
 
 # %% ../nbs/08_attention.ipynb #e53ecbff
 def step_rows(maps: np.ndarray, entropy: np.ndarray, task: str, n: int, causal: bool = False) -> list[dict]:
-    "Result rows of one checkpoint: every metric for every (layer, head), the uniform baseline, and a causal mask's flag."
+    "Result rows of one checkpoint: every metric for every (layer, head), the uniform baseline, a causal mask's flag."
     st = {**map_stats(maps), "entropy": entropy}
     L, H = entropy.shape
     rows = [dict(task=task, layer=l + 1, head=h, metric=m, value=float(st[m][l, h]), n=n)
@@ -274,13 +274,23 @@ def input_length(u: float, causal: bool = False) -> float:
     d = (2 * np.cumsum(1 / T) - 1) / T
     return float(T[::-1][np.abs(d[::-1] - u).argmin()])  # the longest of equals: T = 1 and 2 both put 1 there
 
+# %% ../nbs/08_attention.ipynb #cc6fe586
+def stale_causal(run_dir, task: str = "brown") -> bool:
+    ("Whether the database holds a causal model's rows written without a `causal_mask` row: no head puts any attention "
+     "on the next token, and the run's checkpoints are a causal LM.")
+    nxt = read_results(run_dir, ANALYSIS, task=task, metric="next")
+    if nxt.empty or nxt.value.abs().max() > 0: return False
+    try: return Run.of(run_dir).kind == "causal-lm"
+    except (OSError, ValueError): return False
+
 # %% ../nbs/08_attention.ipynb #36853867
 def run_floors(run_dir, task: str = "brown") -> dict:
     ("An even spread's mass on each metric (`even_spread`) at the run's input length `T` under its mask (`causal`), "
      "from the database.")
     u = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
     causal = not read_results(run_dir, ANALYSIS, task=task, metric="causal_mask").empty
-    T = input_length(u, causal)
+    T = input_length(u, causal)  # a stale causal database stored the encoder's floor: its T by the encoder's formula
+    causal = causal or stale_causal(run_dir, task)
     return dict(even_spread(T, causal), T=T, causal=causal)
 
 # %% ../nbs/08_attention.ipynb #8cb14906
@@ -394,7 +404,8 @@ def plot_diagonal(run_dir, task: str = "brown"):
     d = h[h.metric == "diagonal"]
     em = emergence_table(run_dir, task)
     base = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value
-    causal = run_floors(run_dir, task)["causal"] if len(base) else False
+    f = run_floors(run_dir, task) if len(base) else dict(causal=False)
+    causal = f["causal"]
     colours = layer_colours(sorted(d.layer.unique()))
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True, layout="constrained")
     for layer, g in d.groupby("layer"):
@@ -413,8 +424,9 @@ def plot_diagonal(run_dir, task: str = "brown"):
     for ax, v, what in zip((a, b), ref or (None, None), ("its most diagonal layer", "its most diagonal head")):
         if v is not None: ax.axhline(v, **REFERENCE_STYLE, label=reference_label(what))
     for ax in (a, b):
-        if len(base): ax.axhline(base.mean(), color="0.5", ls="--", lw=1, label="a head attending evenly" + (
-            " over the positions it sees (causal mask)" if causal else ""))
+        if len(base): ax.axhline(f["diagonal"] if causal else base.mean(), color="0.5", ls="--", lw=1,
+                                 label="a head attending evenly" + (" over the positions it sees (causal mask)"
+                                                                    if causal else ""))
         if len(first): ax.axvline(first[0], **FIRST_HEAD_STYLE, gid="first-neighbour-head",
                                   label=f"step {first[0]}: first head with {NEIGHBOUR_RATIO}x an even spread on token "
                                         + ("i-1" if causal else "i-1 or i+1"))
@@ -465,7 +477,9 @@ def verdict(run_dir, task: str = "brown") -> str:
     "One sentence on the order in which this run's layers develop the diagonal pattern, computed from the database."
     t = emergence_table(run_dir, task)
     steps = sorted(head_metrics(run_dir, task).step.unique())
-    u = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
+    f = run_floors(run_dir, task)  # a causal run's floor: its stored one may predate the causal_mask rows
+    u = (f["diagonal"] if f["causal"] else
+         read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean())
     best = ", ".join(f"layer {l}: {v:.3f}" for l, v in t["diagonal, last step"].items())
     context = (f"diagonal mass of each layer's most diagonal head at step {steps[-1]}: {best}, against {u:.3f} for an "
                f"even spread{special_clause(run_dir, t, task)}")

@@ -238,3 +238,9 @@ def test_a_causal_series_is_measured_against_an_even_spread_over_the_visible_pos
     assert "causal mask: token i sees positions 0..i" in (tmp_path / "fig" / "fig4_attention_maps.svg").read_text()
     assert "over the positions it sees (causal mask)" in (tmp_path / "fig" / "fig4_diagonal.svg").read_text()
     assert len(paths) == 7
+    import sqlite3  # a database written before causal_mask rows: the encoder's floor stored, no flag; read the same
+    with sqlite3.connect(run / "results.sqlite") as con:
+        con.execute("UPDATE results SET value = ? WHERE metric = 'uniform_diagonal'", ((3 * T - 2) / T ** 2,))
+        con.execute("DELETE FROM results WHERE metric = 'causal_mask'")
+    assert read_results(run, A.ANALYSIS, metric="causal_mask").empty and A.stale_causal(run)
+    assert A.verdict(run) == v
