@@ -17,7 +17,8 @@ import torch
 
 from . import data as D
 from .config import atomic_write
-from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, encoder_states
+from .run import (
+    Run, checkpoint_kind, find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, encoder_states)
 from .figures import (
     REFERENCE_STYLE, figure_dir, fill_steps, plot_steps, reference_label, save_figure, step_axis)
 from .reconstruction import tagged_sentences, sentence_text
@@ -26,10 +27,11 @@ from .results import write_results, read_results, read_samples, reference_result
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'NEIGHBOUR_RATIO', 'FIRST_HEAD_STYLE',
            'REPORT', 'UnknownTask', 'check_task', 'parse_ints', 'choose_maps', 'input_ids', 'attention_maps',
-           'uniform_diagonal', 'map_stats', 'step_rows', 'map_samples', 'diagonal_scores', 'evaluate_step',
-           'applies_to', 'head_metrics', 'stored_maps', 'grid_steps', 'emergence_step', 'emergence_table',
-           'paper_layers', 'order_reproduced', 'input_length', 'neighbour_heads', 'layer_colours', 'plot_maps_grid',
-           'write_gif', 'reference_diagonal', 'plot_diagonal', 'neighbour_sentence', 'verdict', 'redraw']
+           'uniform_diagonal', 'map_stats', 'even_spread', 'causal_mask', 'step_rows', 'map_samples', 'diagonal_scores',
+           'evaluate_step', 'applies_to', 'head_metrics', 'stored_maps', 'grid_steps', 'emergence_step',
+           'special_tokens', 'emergence_table', 'paper_layers', 'order_reproduced', 'input_length', 'stale_causal',
+           'run_floors', 'neighbour_heads', 'layer_colours', 'plot_maps_grid', 'write_gif', 'reference_diagonal',
+           'plot_diagonal', 'neighbour_sentence', 'special_clause', 'verdict', 'redraw']
 
 # %% ../nbs/08_attention.ipynb #d8a8cb67
 ANALYSIS = "attention"  # the `analysis` name of this notebook's rows in the results database
@@ -120,14 +122,32 @@ def map_stats(m: np.ndarray) -> dict[str, np.ndarray]:
     out["diagonal"] = out["prev"] + out["self"] + out["next"]
     return out
 
+# %% ../nbs/08_attention.ipynb #11bd6b20
+def even_spread(T: float, causal: bool = False) -> dict[str, float]:
+    """The mass an even spread puts on each metric of `map_stats`: over all T positions, or under a causal mask over
+    the positions 0..i that token i sees (1/(i+1) each; `H` = 1 + 1/2 + ... + 1/T)."""
+    if not causal:
+        return dict(diagonal=uniform_diagonal(T), prev=(T - 1) / T ** 2, self=1 / T, next=(T - 1) / T ** 2, cls=1 / T,
+                    sep=1 / T)
+    T = int(round(T))
+    H = float(np.sum(1 / np.arange(1, T + 1)))
+    return dict(diagonal=(2 * H - 1) / T, prev=(H - 1) / T, self=H / T, next=0.0, cls=H / T, sep=1 / T ** 2)
+
+# %% ../nbs/08_attention.ipynb #c592761a
+def causal_mask(folder, maps: np.ndarray) -> bool:
+    """Whether `maps` (..., T, T) were computed under a causal mask: the checkpoint in `folder` is a causal LM
+    (`checkpoint_kind`) and no head puts any attention above the diagonal."""
+    return checkpoint_kind(folder) == "causal-lm" and not np.triu(maps, 1).any()
+
 # %% ../nbs/08_attention.ipynb #e53ecbff
-def step_rows(maps: np.ndarray, entropy: np.ndarray, task: str, n: int) -> list[dict]:
-    "Result rows of one checkpoint: every metric for every (layer, head), and the uniform baseline."
+def step_rows(maps: np.ndarray, entropy: np.ndarray, task: str, n: int, causal: bool = False) -> list[dict]:
+    "Result rows of one checkpoint: every metric for every (layer, head), the uniform baseline, a causal mask's flag."
     st = {**map_stats(maps), "entropy": entropy}
     L, H = entropy.shape
     rows = [dict(task=task, layer=l + 1, head=h, metric=m, value=float(st[m][l, h]), n=n)
             for m in METRICS for l in range(L) for h in range(H)]
-    return rows + [dict(task=task, metric="uniform_diagonal", value=uniform_diagonal(maps.shape[-1]), n=n)]
+    rows.append(dict(task=task, metric="uniform_diagonal", value=even_spread(maps.shape[-1], causal)["diagonal"], n=n))
+    return rows + ([dict(task=task, metric="causal_mask", value=1.0, n=n)] if causal else [])
 
 # %% ../nbs/08_attention.ipynb #4b106cef
 def map_samples(maps: np.ndarray, task: str, layers: Sequence[int], heads: Sequence[int], n: int) -> list[dict]:
@@ -158,7 +178,7 @@ def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", task: s
     layers, heads = choose_maps(model.config.num_hidden_layers, model.config.num_attention_heads, layers, heads)
     ids = input_ids(D.load_tokenizer(run_dir), task, n_sentences, seq_len, seed)
     maps, ent, diag = attention_maps(model, ids, device, by_input=True)
-    rows = step_rows(maps, ent, task, len(ids))
+    rows = step_rows(maps, ent, task, len(ids), causal_mask(find_checkpoint(run_dir, step), maps))
     write_results(run_dir, ANALYSIS, step, rows, map_samples(maps, task, layers, heads, len(ids)),
                   scores=diagonal_scores(diag, task))
     return pd.DataFrame(rows)
@@ -203,11 +223,20 @@ def emergence_step(curve: pd.Series, min_rise: float = MIN_RISE) -> float:
     if v.empty or v.max() - v.iloc[0] < min_rise: return np.nan
     return float(v.index[(v >= v.iloc[0] + (v.max() - v.iloc[0]) / 2).values][0])
 
+# %% ../nbs/08_attention.ipynb #c9fd36bd
+def special_tokens(run_dir) -> tuple[bool, bool]:
+    ("Whether the run's tokenizer puts a special token before each text (`[CLS]`) and after it (`[SEP]`); both where "
+     "the run holds no tokenizer (ours and BERT's).")
+    try: tok = D.load_tokenizer(run_dir)
+    except (OSError, ValueError): return True, True
+    return tok.prefix > 0, tok.n_added > tok.prefix
+
 # %% ../nbs/08_attention.ipynb #dc5b9197
 def emergence_table(run_dir, task: str = "brown") -> pd.DataFrame:
     ("Per layer: the most diagonal head at the last step, its diagonal mass at the first/last/peak step, its emergence "
-     "step.")
-    h = head_metrics(run_dir, task)
+     "step, and the mass on [CLS] and [SEP] (the first token under a causal mask or where the tokenizer adds none).")
+    h, causal = head_metrics(run_dir, task), run_floors(run_dir, task)["causal"]
+    cls, sep = special_tokens(run_dir)
     d = h[h.metric == "diagonal"].pivot_table(index="step", columns=["layer", "head"], values="value").sort_index()
     last, rows = d.index[-1], {}
     for layer in sorted({l for l, _ in d.columns}):
@@ -217,8 +246,9 @@ def emergence_table(run_dir, task: str = "brown") -> pd.DataFrame:
         rows[layer] = {"head": best, "diagonal, first step": c.iloc[0], "diagonal, last step": c.iloc[-1],
                        "diagonal, peak": c.max(), "emergence step": emergence_step(c),
                        "diagonal, mean over heads, last step": at_last("diagonal"),
-                       "[CLS] mass, mean over heads, last step": at_last("cls"),
-                       "[SEP] mass, mean over heads, last step": at_last("sep")}
+                       f"{'[CLS]' if cls and not causal else 'first-token'} mass, mean over heads, last step":
+                           at_last("cls")}
+        if sep and not causal: rows[layer]["[SEP] mass, mean over heads, last step"] = at_last("sep")
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("layer")
 
 # %% ../nbs/08_attention.ipynb #f6dc4968
@@ -236,23 +266,45 @@ def order_reproduced(em: dict[int, float], n_layers: int) -> bool | None:
     return all(a <= b for a, b in zip(e, e[1:])) and e[0] < e[-1]
 
 # %% ../nbs/08_attention.ipynb #0f2a24a8
-def input_length(u: float) -> float:
-    "The input length T whose even spread puts `u` = (3T - 2) / T^2 on the diagonal band (`uniform_diagonal` inverted)."
-    return (3 + np.sqrt(9 - 8 * u)) / (2 * u)
+def input_length(u: float, causal: bool = False) -> float:
+    ("The input length T whose even spread puts `u` on the diagonal band: (3T - 2) / T^2 inverted, or under a causal "
+     "mask the T whose (2 H_T - 1) / T is nearest.")
+    if not causal: return (3 + np.sqrt(9 - 8 * u)) / (2 * u)
+    T = np.arange(1, 2 ** 16 + 1)
+    d = (2 * np.cumsum(1 / T) - 1) / T
+    return float(T[::-1][np.abs(d[::-1] - u).argmin()])  # the longest of equals: T = 1 and 2 both put 1 there
+
+# %% ../nbs/08_attention.ipynb #cc6fe586
+def stale_causal(run_dir, task: str = "brown") -> bool:
+    ("Whether the database holds a causal model's rows written without a `causal_mask` row: no head puts any attention "
+     "on the next token, and the run's checkpoints are a causal LM.")
+    nxt = read_results(run_dir, ANALYSIS, task=task, metric="next")
+    if nxt.empty or nxt.value.abs().max() > 0: return False
+    try: return Run.of(run_dir).kind == "causal-lm"
+    except (OSError, ValueError): return False
+
+# %% ../nbs/08_attention.ipynb #36853867
+def run_floors(run_dir, task: str = "brown") -> dict:
+    ("An even spread's mass on each metric (`even_spread`) at the run's input length `T` under its mask (`causal`), "
+     "from the database.")
+    u = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
+    causal = not read_results(run_dir, ANALYSIS, task=task, metric="causal_mask").empty
+    T = input_length(u, causal)  # a stale causal database stored the encoder's floor: its T by the encoder's formula
+    causal = causal or stale_causal(run_dir, task)
+    return dict(even_spread(T, causal), T=T, causal=causal)
 
 # %% ../nbs/08_attention.ipynb #8cb14906
-# a head "attends to its neighbour" when its mass on token i-1 (or i+1) is this many times an even spread's
+# a head "attends to its neighbour" when its mass on token i-1 (or i+1) is this many times an even spread's (over the
+# positions it sees, under a causal mask)
 NEIGHBOUR_RATIO = 5
 
 # %% ../nbs/08_attention.ipynb #d73363bb
 def neighbour_heads(run_dir, task: str = "brown", ratio: float = NEIGHBOUR_RATIO) -> pd.DataFrame:
-    ("Per step: the head with the most attention on the previous or next token, that mass, and its ratio to an even "
-     "spread.")
-    h = head_metrics(run_dir, task)
-    h = h[h.metric.isin(["prev", "next"])]
-    u = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
-    T = input_length(u)
-    even = (T - 1) / T ** 2  # an even spread's mass on the token before (or after) each position
+    ("Per step: the head with the most attention on the previous or next token (previous only under a causal mask), "
+     "that mass, and its ratio to an even spread.")
+    h, f = head_metrics(run_dir, task), run_floors(run_dir, task)
+    h = h[h.metric.isin(["prev"] if f["causal"] else ["prev", "next"])]  # causal: nothing on the next token, by design
+    even = f["prev"]  # an even spread's mass on the token before (or after) each position
     best = h.loc[h.groupby("step").value.idxmax()].set_index("step")[["metric", "layer", "head", "value"]]
     return best.assign(even=even, ratio=best.value / even, at_least=best.value / even >= ratio)
 
@@ -285,8 +337,11 @@ def plot_maps_grid(run_dir, task: str = "brown", max_cols: int = 10):
             if c == 0: ax.set_ylabel(f"layer {key[0]}, head {key[1]}\nquery position", fontsize=8)
             if r == len(keys) - 1: ax.set_xlabel("key position", fontsize=8)
         if im is not None: fig.colorbar(im, ax=axes[r, -1], shrink=0.9, label="attention\n(probability)")
-    fig.suptitle(f"Fig. 4: attention maps averaged over input sentences, by pretraining step ({Path(run_dir).name}; "
-                 "[CLS] is position 0, [SEP] the last)", fontsize=10)
+    cls, sep = special_tokens(run_dir)
+    where = ("causal mask: token i sees positions 0..i" if run_floors(run_dir, task)["causal"] else
+             ", ".join([*(["[CLS] is position 0"] if cls else []), *(["[SEP] the last"] if sep else [])]))
+    fig.suptitle(f"Fig. 4: attention maps averaged over input sentences, by pretraining step ({Path(run_dir).name}"
+                 f"{'; ' + where if where else ''})", fontsize=10)
     return fig
 
 # %% ../nbs/08_attention.ipynb #e9649a69
@@ -349,6 +404,8 @@ def plot_diagonal(run_dir, task: str = "brown"):
     d = h[h.metric == "diagonal"]
     em = emergence_table(run_dir, task)
     base = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value
+    f = run_floors(run_dir, task) if len(base) else dict(causal=False)
+    causal = f["causal"]
     colours = layer_colours(sorted(d.layer.unique()))
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True, layout="constrained")
     for layer, g in d.groupby("layer"):
@@ -367,10 +424,12 @@ def plot_diagonal(run_dir, task: str = "brown"):
     for ax, v, what in zip((a, b), ref or (None, None), ("its most diagonal layer", "its most diagonal head")):
         if v is not None: ax.axhline(v, **REFERENCE_STYLE, label=reference_label(what))
     for ax in (a, b):
-        if len(base): ax.axhline(base.mean(), color="0.5", ls="--", lw=1, label="a head attending evenly")
+        if len(base): ax.axhline(f["diagonal"] if causal else base.mean(), color="0.5", ls="--", lw=1,
+                                 label="a head attending evenly" + (" over the positions it sees (causal mask)"
+                                                                    if causal else ""))
         if len(first): ax.axvline(first[0], **FIRST_HEAD_STYLE, gid="first-neighbour-head",
                                   label=f"step {first[0]}: first head with {NEIGHBOUR_RATIO}x an even spread on token "
-                                        "i-1 or i+1")
+                                        + ("i-1" if causal else "i-1 or i+1"))
         step_axis(ax, run_dir=run_dir); ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     a.set_ylabel("attention mass on positions i-1, i, i+1 (fraction)")
@@ -383,28 +442,47 @@ def plot_diagonal(run_dir, task: str = "brown"):
 def neighbour_sentence(run_dir, task: str = "brown") -> str:
     ("The clause of the verdict on the most neighbour-bound head: its mass at the last step and the first step it "
      "passes 5x.")
-    n = neighbour_heads(run_dir, task)
+    n, causal = neighbour_heads(run_dir, task), run_floors(run_dir, task)["causal"]
     r = n.iloc[-1]
     word = {"prev": "previous", "next": "next"}[r.metric]
     s = (f"; at step {n.index[-1]} layer {r.layer} head {r['head']} puts {r.value:.2f} of its attention on the {word} "
-         f"token, {r.ratio:.1f} times an even spread ({r.even:.3f})")
+         f"token, {r.ratio:.1f} times an even spread{' over the positions it sees' if causal else ''} ({r.even:.3f})")
     first = n.index[n.at_least.values]
-    return s + (f", and some head passes {NEIGHBOUR_RATIO}x first at step {first[0]}" if len(first)
-                else f"; no head reaches {NEIGHBOUR_RATIO}x at any step")
+    s += (f", and some head passes {NEIGHBOUR_RATIO}x first at step {first[0]}" if len(first)
+          else f"; no head reaches {NEIGHBOUR_RATIO}x at any step")
+    return s + ("; the next token's mass is 0 by construction (the causal mask hides it), so no ratio is given for it"
+                if causal else "")
+
+# %% ../nbs/08_attention.ipynb #c41a9e4d
+def special_clause(run_dir, table: pd.DataFrame, task: str = "brown") -> str:
+    ("The verdict's words on the mass at position 0 and the last (the `emergence_table` columns), against an even "
+     "spread under the run's mask; the causal mask's words before it.")
+    f = run_floors(run_dir, task)
+    col = lambda c: table[f"{c} mass, mean over heads, last step"]
+    say = lambda v: ", ".join(f"layer {l}: {x:.2f}" for l, x in v.items())
+    if f["causal"]:
+        return (f" over the visible positions (a causal mask: token i sees tokens 0..i); attention on the first token "
+                f"(an attention sink where it is large), mean over heads: {say(col('first-token'))}, against "
+                f"{f['cls']:.2f} for an even spread over the visible positions")
+    cls, sep = special_tokens(run_dir)
+    if cls and sep:
+        return (f"; attention on [CLS] and [SEP] together, mean over heads: {say(col('[CLS]') + col('[SEP]'))}, "
+                f"against {2 / f['T']:.2f}")
+    name = "[CLS]" if cls else "first-token"
+    return (f"; attention on {'[CLS]' if cls else 'the first token'}, mean over heads: {say(col(name))}, against "
+            f"{f['cls']:.2f}")
 
 # %% ../nbs/08_attention.ipynb #f9934d9b
 def verdict(run_dir, task: str = "brown") -> str:
     "One sentence on the order in which this run's layers develop the diagonal pattern, computed from the database."
     t = emergence_table(run_dir, task)
     steps = sorted(head_metrics(run_dir, task).step.unique())
-    u = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
+    f = run_floors(run_dir, task)  # a causal run's floor: its stored one may predate the causal_mask rows
+    u = (f["diagonal"] if f["causal"] else
+         read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean())
     best = ", ".join(f"layer {l}: {v:.3f}" for l, v in t["diagonal, last step"].items())
-    special = ", ".join(f"layer {l}: {v:.2f}" for l, v in
-                        (t["[CLS] mass, mean over heads, last step"]
-                         + t["[SEP] mass, mean over heads, last step"]).items())
-    T = input_length(u)
     context = (f"diagonal mass of each layer's most diagonal head at step {steps[-1]}: {best}, against {u:.3f} for an "
-               f"even spread; attention on [CLS] and [SEP] together, mean over heads: {special}, against {2 / T:.2f}")
+               f"even spread{special_clause(run_dir, t, task)}")
     if len(steps) < 2:
         return (f"Only step {steps[0]} is evaluated ({context}); evaluate more steps to see when the diagonal pattern "
                 "emerges.")

@@ -50,6 +50,7 @@ SLOW = {
     "test_ablations.py::test_downstream_scores_are_finetuned_cached_and_tabled",
     "test_ablations.py::test_notebook_writes_table6_with_paper_and_spread",
     "test_attention.py::test_papermill_one_step_then_rerun_is_idempotent",
+    "test_attention.py::test_a_causal_series_is_measured_against_an_even_spread_over_the_visible_positions",  # 3.8 s
     "test_bad_input.py::test_bad_input_gives_one_line_with_the_file_and_the_fix",
     "test_corpus.py::test_hub_name_is_read_as_a_hub_dataset",
     "test_data.py::test_fetch_rebuilds_a_damaged_corpus",

@@ -190,3 +190,57 @@ def test_layer_order_tied_on_the_grid_is_not_testable(tmp_path, root):
     run = shutil.copytree(root / "figures" / "run", tmp_path / "tiny", ignore=shutil.ignore_patterns("checkpoints"))
     v = attention.verdict(run)
     assert "not testable at this checkpoint spacing" in v and "not reproduced" not in v, v
+
+
+def _untrained_gpt2_series(folder: Path, steps=(0, 1000)) -> Path:
+    """A near-untrained GPT-2 series (random weights at each step, seed = its index) with a byte-level BPE of no special
+    tokens (test_series' GPT-NeoX tokenizer: nothing around a text), as a run beside `folder`."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from embryo.pretrain import corpus_slice
+    from embryo.run import as_run
+    from test_series import SERIES, _tokenizer  # the tokenizer test_series trains for its causal-LM series
+    lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]
+    tok = _tokenizer("gpt-neox", lines)
+    for i, s in enumerate(steps):
+        torch.manual_seed(i)
+        d = folder / f"step{s}"
+        GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                                   bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).save_pretrained(d)
+        tok.save_pretrained(d)
+    return as_run(folder, folder.with_name(folder.name + "-run"))
+
+
+def test_a_causal_series_is_measured_against_an_even_spread_over_the_visible_positions(tmp_path):
+    """Issue 73, item 5: a near-untrained GPT-2 attends about evenly over positions 0..i (its causal mask), which puts
+    (2 H_T - 1) / T on i-1, i, i+1 (H_T = 1 + 1/2 + ... + 1/T): 0.434 at T = 12, where an encoder's even spread puts
+    (3T - 2) / T^2 = 0.236. Against the encoder's floor it read as diagonal (prev 2.3x an even spread), and its
+    verdict spoke of [CLS] and [SEP], which its tokenizer has not."""
+    run = _untrained_gpt2_series(tmp_path / "gpt2-untrained")
+    T = SMALL["seq_len"]
+    for s in (0, 1000): A.evaluate_step(run, s, **SMALL)
+    H = sum(1 / k for k in range(1, T + 1))
+    floor, prev, first = (2 * H - 1) / T, (H - 1) / T, H / T
+    u = read_results(run, A.ANALYSIS, metric="uniform_diagonal")
+    assert len(u) == 2 and u.value.to_numpy() == pytest.approx([floor] * 2)
+    t = A.emergence_table(run)
+    assert (t["diagonal, last step"] / floor).between(0.9, 1.3).all(), t  # no more diagonal than an even spread
+    assert not [c for c in t.columns if "[CLS]" in c or "[SEP]" in c], list(t.columns)
+    n = A.neighbour_heads(run)
+    assert set(n.metric) == {"prev"} and n.even.to_numpy() == pytest.approx([prev] * 2) and (n.ratio < 2).all(), n
+    v = A.verdict(run)
+    assert "[CLS]" not in v and "[SEP]" not in v, v
+    assert f"against {floor:.3f} for an even spread over the visible positions" in v, v
+    assert "next token" in v and "0 by construction" in v, v
+    assert f"first token" in v and f"against {first:.2f}" in v, v
+    paths = A.redraw(run, tmp_path / "fig")  # the table, its verdict and the figures say the same
+    md = (tmp_path / "fig" / "table_fig4_diagonal_emergence.md").read_text()
+    assert "[CLS]" not in md and "[SEP]" not in md and "first-token mass" in md and v in md
+    assert "causal mask: token i sees positions 0..i" in (tmp_path / "fig" / "fig4_attention_maps.svg").read_text()
+    assert "over the positions it sees (causal mask)" in (tmp_path / "fig" / "fig4_diagonal.svg").read_text()
+    assert len(paths) == 7
+    import sqlite3  # a database written before causal_mask rows: the encoder's floor stored, no flag; read the same
+    with sqlite3.connect(run / "results.sqlite") as con:
+        con.execute("UPDATE results SET value = ? WHERE metric = 'uniform_diagonal'", ((3 * T - 2) / T ** 2,))
+        con.execute("DELETE FROM results WHERE metric = 'causal_mask'")
+    assert read_results(run, A.ANALYSIS, metric="causal_mask").empty and A.stale_causal(run)
+    assert A.verdict(run) == v
