@@ -12,7 +12,7 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 'cmd_report', 'cmd_compare', 'cmd_seeds',
-           'cmd_reproduce', 'cmd_reference', 'parser', 'main']
+           'cmd_reproduce', 'cmd_reference', 'OneLineParser', 'parser', 'main']
 
 # %% ../nbs/11_cli.ipynb #72b94369
 def cmd_params(args):
@@ -39,8 +39,9 @@ def _options(pairs: list[str]) -> dict:
     for p in pairs:
         k, sep, v = p.partition("=")
         a, dot, o = k.partition(".")
-        if not sep or not dot: raise SystemExit(f"--option {p!r}: expected analysis.option=value, e.g. "
-                                                "knowledge.max_facts=100")
+        if not sep or not dot:
+            from embryo.config import ParameterError
+            raise ParameterError(f"--option {p!r}: expected analysis.option=value, e.g. knowledge.max_facts=100")
         try: v = json.loads(v)
         except json.JSONDecodeError: pass
         out.setdefault(a, {})[o] = v
@@ -66,8 +67,9 @@ def cmd_merge(args):
     "Join the databases of a sharded sweep into the run's results.sqlite."
     from embryo.results import merge_results
     sources = args.sources or sorted(Path(args.run).glob("results.shard-*.sqlite"))
-    if not sources: raise SystemExit(f"no shard databases (results.shard-*.sqlite) in {args.run}; name them after "
-                                     "--run")
+    if not sources:
+        from embryo.results import ResultsMissing
+        raise ResultsMissing(f"no shard databases (results.shard-*.sqlite) in {args.run}; name them after --run")
     print(merge_results(args.run, sources))
 
 # %% ../nbs/11_cli.ipynb #b516d7bf
@@ -105,12 +107,16 @@ def cmd_reference(args):
 
 
 # %% ../nbs/11_cli.ipynb #d8ddf707
+class OneLineParser(argparse.ArgumentParser):
+    "argparse, its errors in one line (the usage block that argparse prints first is one `--help` away)."
+    def error(self, message): self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 def parser() -> argparse.ArgumentParser:
     "The `embryo` argument parser, one subparser per subcommand."
     from embryo.config import add_pretrain_args  # not embryo.pretrain: `embryo --help` must not import torch
     from embryo.data import CORPORA  # numpy only
     import embryo
-    p = argparse.ArgumentParser(prog="embryo", description="Pretrained language model embryology: ALBERT, every "
+    p = OneLineParser(prog="embryo", description="Pretrained language model embryology: ALBERT, every "
                                                            "checkpoint analysed.")
     p.add_argument("--version", action="version", version=f"embryo {embryo.__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -192,6 +198,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None):
     "Entry point of the `embryo` console script; the project's own errors print as one message (exit status 2)."
     args = parser().parse_args(argv)
+    where = getattr(args, "figures", None)
+    if where is not None and Path(where).exists() and not Path(where).is_dir():
+        print(f"embryo {args.command}: --figures {where} is a file: pass a folder for the figures", file=sys.stderr)
+        return 2
     try: return args.fn(args)
     except KeyboardInterrupt:  # Ctrl-C: what was saved stays, and the same command goes on from it
         print(f"embryo {args.command}: interrupted; rerun the same command to go on (training resumes from its last "

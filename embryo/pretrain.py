@@ -887,6 +887,12 @@ def check_settings(run_dir, mc: ModelConfig, tc: TrainConfig, override: bool = F
     if override and tc.total_steps < last:
         raise ConfigError(f"--set total_steps={tc.total_steps} is below step {last:,}, which {run_dir} has already "
                           f"trained to; pass total_steps={last} or more, or train a new --run-dir")
+    resumable = any((Path(run_dir) / n / "trainer_state.pt").exists() for n in ("resume", "resume.old"))
+    if last and not resumable and (Path(run_dir) / "results.sqlite").exists():
+        raise ConfigError(f"{run_dir} has checkpoints up to step {last:,} and results measured on them, but no resume "
+                          "point: training would start again from step 0 and replace those checkpoints, leaving "
+                          f"results of other weights; train a new --run-dir, or move {Path(run_dir) / 'results.sqlite'} "
+                          "away first")
 
 # %% ../nbs/03_pretrain.ipynb #ba9e4bd0
 def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,

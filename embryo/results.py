@@ -21,11 +21,11 @@ from .run import DB_NAME, REFERENCE  # one name for the file, where the run (not
 # %% auto #0
 __all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TABLES',
            'UNRECORDED', 'REFERENCE_DIR', 'TASK_NAMES', 'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path',
-           'unpack', 'migrate', 'use_wal', 'ResultsDamaged', 'connect', 'text_digest', 'encode_scores', 'decode_scores',
-           'binomial_se', 'score_rows', 'read_scores', 'read_examples', 'write_results', 'read_results',
-           'read_settings', 'read_samples', 'done_steps', 'reference_results', 'describe_results', 'write_transitions',
-           'log_job', 'read_log', 'options_digest', 'set_computed_with', 'computed_with', 'merge_results',
-           'markdown_table']
+           'unpack', 'migrate', 'use_wal', 'ResultsMissing', 'ResultsDamaged', 'connect', 'text_digest',
+           'encode_scores', 'decode_scores', 'binomial_se', 'score_rows', 'read_scores', 'read_examples',
+           'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps', 'reference_results',
+           'describe_results', 'write_transitions', 'log_job', 'read_log', 'options_digest', 'set_computed_with',
+           'computed_with', 'merge_results', 'markdown_table']
 
 # %% ../nbs/03a_results.ipynb #9a644065
 COLUMNS = ("analysis", "step", "task", "layer", "head", "seed", "metric", "value", "n", "created_at")
@@ -135,6 +135,9 @@ def use_wal(con, path, timeout: float):
         time.sleep(0.02)
 
 # %% ../nbs/03a_results.ipynb #68217c01
+class ResultsMissing(FileNotFoundError):
+    "A results database that is not there: a run never swept, or a path that names no database."
+
 class ResultsDamaged(RuntimeError):
     "A results database SQLite cannot read (truncated, or overwritten by something else)."
 
@@ -508,7 +511,8 @@ def merge_results(run_dir, sources: Iterable) -> dict:
     counts = dict(results=0, samples=0, settings=0, scores=0, sweep_log=0)
     for src in sources:
         src = db_path(src, DB_NAME)
-        if not src.is_file(): raise FileNotFoundError(f"no results database at {src}")
+        if not src.is_file(): raise ResultsMissing(f"no results database at {src}: pass a run folder or its "
+                                                   "results.shard-*.sqlite files")
         if src.resolve() == target.resolve(): continue
         with connect(src): pass  # brings an old-format shard to the current schema first
         with connect(target) as con:

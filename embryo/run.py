@@ -981,13 +981,17 @@ def check_series(run) -> list[str]:
     if not folders: return []
     first_step = min(folders)
     if cache.get("first") != [first_step, _files_key(folders[first_step])]: cache = {}  # all cosines change
-    rows, first = {}, None
+    rows, first, unread = {}, None, []
     for s, folder in sorted(folders.items()):
         got = cache.get("steps", {}).get(str(s))
         if got and got["files"] == _files_key(folder): rows[s] = got; continue
-        if first is None: first = checkpoint_figures(folders[first_step], None)[1]
-        rows[s] = dict(checkpoint_figures(folder, first)[0], files=_files_key(folder))
-    flags = series_flags(rows)
+        try:
+            if first is None: first = checkpoint_figures(folders[first_step], None)[1]
+            rows[s] = dict(checkpoint_figures(folder, first)[0], files=_files_key(folder))
+        except Exception as e:  # a damaged file: its own jobs say so in full; here it is named, and left out
+            unread.append(f"step {s:,}'s weights cannot be read ({type(e).__name__}); its jobs will fail")
+            if s == first_step: return unread  # nothing to compare the others with
+    flags = unread + series_flags(rows)
     new = dict(first=[first_step, _files_key(folders[first_step])], steps={str(s): r for s, r in rows.items()},
                flags=flags)
     if new != cache:

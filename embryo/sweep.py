@@ -29,11 +29,11 @@ from .results import (DB_NAME, UNRECORDED, db_path, connect, log_job, read_log, 
                             set_computed_with)
 
 # %% auto #0
-__all__ = ['ANALYSES', 'SWEEP_TAG', 'WARM_ENGINE', 'SweepError', 'nbs_dir', 'available_analyses', 'analysis_module',
-           'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'evaluation_steps', 'applicable', 'Job',
-           'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool', 'run_papermill',
-           'run_inprocess', 'error_text', 'scoped_env', 'worker_threads', 'check_options', 'options_text', 'plan',
-           'say_recomputed', 'summary_table', 'rows_at', 'run_job', 'sweep']
+__all__ = ['ANALYSES', 'SWEEP_TAG', 'WARM_ENGINE', 'PATH_OPTIONS', 'SweepError', 'nbs_dir', 'available_analyses',
+           'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'evaluation_steps',
+           'applicable', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool',
+           'run_papermill', 'run_inprocess', 'error_text', 'scoped_env', 'worker_threads', 'check_options',
+           'options_text', 'plan', 'say_recomputed', 'summary_table', 'rows_at', 'run_job', 'sweep']
 
 # %% ../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -331,6 +331,9 @@ def worker_threads(workers: int) -> int | None:
     return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
 
 # %% ../nbs/10_sweep.ipynb #34ba10f7
+# options whose value is the path of the user's data: refused up front where it names nothing
+PATH_OPTIONS = {"facts", "treebank", "pairs", "sentences", "glue_dir", "squad_dir", "ontonotes"}
+
 def check_options(analysis: str, options: dict | None, mode: str):
     "Refuse an option the analysis does not take, so that papermill (which would ignore it) and in-process agree."
     import inspect
@@ -346,6 +349,11 @@ def check_options(analysis: str, options: dict | None, mode: str):
     known -= {"run_dir", "step", "device", "figures_dir", "redraw_figures"}
     bad = sorted(set(options) - known)
     if bad: raise SweepError(f"{analysis} has no option {', '.join(bad)}; {where} are {', '.join(sorted(known))}")
+    for k in sorted(set(options) & PATH_OPTIONS):
+        v = options[k]
+        if isinstance(v, str) and not Path(v).expanduser().exists():
+            raise SweepError(f"--option {analysis}.{k}={v}: no such file or folder; pass the path of one (relative to "
+                             "the folder you run embryo in), or leave the option out for the built-in data")
     sig = inspect.signature(analysis_module(analysis).evaluate_step).parameters
     for k, v in options.items():
         if k in sig and sig[k].default is not inspect.Parameter.empty:
@@ -456,6 +464,7 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
     "Run analyses over checkpoints, skipping what is done; returns the closing table (analyses x steps)."
     from tqdm.auto import tqdm
     if mode not in ("papermill", "inprocess"): raise SweepError(f"mode {mode!r}: use 'papermill' or 'inprocess'")
+    if not isinstance(workers, int) or workers < 1: raise SweepError(f"--workers {workers}: pass 1 or more (jobs at once)")
     check_device(device)
     run_dir = as_run(run_dir)
     complete_run(run_dir)  # a run made by an older version: settings renamed, tokenizer files into every checkpoint

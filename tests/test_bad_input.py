@@ -318,6 +318,109 @@ CASES = [case_empty_corpus, case_non_utf8_corpus, case_one_line_corpus, case_mis
          case_compile_for_electra, case_tensorboard_without_its_package] + [_setting_case(*c) for c in SETTINGS] + ARGS + DATABASES + CORPORA
 
 
+# Every other command and option (issue "numbers a reader can trust": 150 cases or more, 0 tracebacks). Each is run in
+# this process: refused before any job runs (status 2, one line on stderr), or, where only the analysis can tell
+# (a layer the model lacks), a failed job whose line in the sweep's failure log names the value (status 1).
+def _sweep_case(label, extra, names, error, status=2, log=False, run=True):
+    def make(tmp):
+        r = _copy_fixture(tmp / "run") if run else tmp / "nope"
+        return dict(input=f"sweep {label}", args=["sweep", "--run", str(r), "--mode", "inprocess", *extra], names=names,
+                    error=error, run=r, status=status, log=log, inprocess=True)
+    make.__name__ = "case_sweep_" + "".join(c if c.isalnum() else "_" for c in label)
+    return make
+
+
+def _cmd_case(label, args, names, error, fresh=False):
+    "`args` with {tmp} and {run} (a copy of the fixture run) filled in."
+    def make(tmp):
+        r = _copy_fixture(tmp / "run") if "{run}" in " ".join(args) else tmp / "run"
+        return dict(input=label, args=[a.format(tmp=tmp, run=r) for a in args], names=names, error=error, run=r,
+                    inprocess=True, fresh=fresh)
+    make.__name__ = "case_" + "".join(c if c.isalnum() else "_" for c in label)
+    return make
+
+
+def case_pretrain_over_a_measured_run_without_resume_point(tmp):
+    run = _copy_fixture(tmp / "run"); shutil.rmtree(run / "resume")
+    (run / "results.sqlite").write_bytes(b"")
+    from embryo.results import write_results
+    write_results(run, "attention", 30, [dict(task="brown", metric="diagonal", value=0.5)])
+    return dict(input="pretrain on a measured run without its resume point (a shipped bundle)", args=_pretrain_args(run, total_steps=30, warmup_steps=5),
+                names="results measured on them, but no resume point", error="ConfigError", run=run, inprocess=True)
+
+
+_Q = ["--steps", "30"]
+MORE = [
+    _sweep_case("--workers 0", ["--analyses", "attention", "--workers", "0"], "--workers 0: pass 1 or more", "SweepError"),
+    _sweep_case("--workers -1", ["--analyses", "attention", "--workers", "-1"], "--workers -1: pass 1 or more", "SweepError"),
+    _sweep_case("--option attention.seq_len (no value)", ["--analyses", "attention", "--option", "attention.seq_len"],
+                "expected analysis.option=value", "ParameterError"),
+    _sweep_case("--option seq_len=3 (no analysis)", ["--analyses", "attention", "--option", "seq_len=3"],
+                "expected analysis.option=value", "ParameterError"),
+    _sweep_case("--option nope.x=1", ["--analyses", "attention", "--option", "nope.x=1"], "unknown analysis 'nope'", "SweepError"),
+    _sweep_case("--steps 99999", ["--analyses", "attention", "--steps", "99999"], "has no checkpoint for step 99999", "CheckpointNotFound"),
+    _sweep_case("--shard 3/2", ["--analyses", "attention", "--shard", "3/2"], "--shard '3/2': expected i/n", "SweepError"),
+    _sweep_case("--shard abc", ["--analyses", "attention", "--shard", "abc"], "--shard 'abc': expected i/n", "SweepError"),
+    _sweep_case("--analyses nope", ["--analyses", "nope"], "unknown analysis 'nope'", "SweepError"),
+    _sweep_case("--device gpu", ["--analyses", "attention", "--device", "gpu"], "--device 'gpu' is not a device", "ConfigError"),
+    _sweep_case("--mode papermill --option attention.nope=1", ["--analyses", "attention", "--mode", "papermill", "--option",
+                "attention.nope=1"], "attention has no option nope", "SweepError"),
+    _sweep_case("--run <missing>", ["--analyses", "attention"], "no run folder or checkpoint folder at", "SeriesError", run=False),
+    *[_sweep_case(f"--option {a}.{k}=/nonexistent", ["--analyses", a, *_Q, "--option", f"{a}.{k}=/nonexistent"],
+                  f"--option {a}.{k}=/nonexistent: no such file or folder", "SweepError")
+      for a, k in [("knowledge", "facts"), ("syntax", "treebank"), ("grammar", "pairs"), ("reconstruction", "sentences"),
+                   ("glue", "glue_dir"), ("squad", "squad_dir"), ("probing", "ontonotes")]],
+    *[_sweep_case(f"--option {o}", ["--analyses", o.split(".")[0], *_Q, "--option", o], o.split("=")[0].split(".")[1],
+                  "ParameterError")
+      for o in ["knowledge.max_facts=-5", "knowledge.max_facts=0", "knowledge.relations=[]", "probing.tasks=[]",
+                "attention.n_sentences=0", "llc.draws=0", "llc.lr=-1", "llc.chains=0", "grammar.n_pairs=0",
+                "reconstruction.max_words=0", "similarity.max_tokens=-1", "syntax.max_sentences=0",
+                "ngram.max_sentences=0", "aoa.max_occurrences=0", "glue.max_train_examples=0", "glue.seeds=0",
+                "glue.tasks=[]", "attention.seq_len=0", "squad.doc_stride=0", "probing.max_train=-3"]],
+    *[_sweep_case(f"--option {o} (found by the job)", ["--analyses", o.split(".")[0], *_Q, "--option", o], says, err,
+                  status=1, log=True)
+      for o, says, err in [("probing.layers=[99]", "layer(s) [99] out of range", "ValueError"),
+                           ("attention.heads=[99]", "head(s) 99 do not exist", "ValueError"),
+                           ("attention.layers=[99]", "layer(s) 99 do not exist", "ValueError"),
+                           ("attention.seq_len=10000", "choose a smaller seq_len", "ValueError"),
+                           ("glue.tasks=[\"nope\"]", "unknown task(s) nope", "UnknownTask"),
+                           ("probing.tasks=[\"nope\"]", "unknown probing task(s) nope", "UnknownTask"),
+                           ("grammar.precision=fp8", "precision='fp8' is not one of", "ConfigError"),
+                           ("ngram.corpus=/nonexistent", "/nonexistent does not exist", "CorpusError")]],
+    _cmd_case("merge with no shard databases", ["merge", "--run", "{run}"], "no shard databases", "ResultsMissing"),
+    _cmd_case("merge a file that is no database", ["merge", "--run", "{run}", "{run}/spiece.model"], "no results database at",
+              "ResultsMissing"),
+    _cmd_case("report --figures <a file>", ["report", "--run", "{run}", "--figures", "{run}/spiece.model"],
+              "is a file: pass a folder", "embryo report"),
+    _cmd_case("params --figures <a file>", ["params", "--figures", "{run}/spiece.model"], "is a file: pass a folder", "embryo params"),
+    _cmd_case("compare with one run", ["compare", "--run", "{run}", "--figures", "{tmp}/cmp"], "compare needs two runs or more",
+              "SweepError"),
+    _cmd_case("compare a run never swept", ["compare", "--run", "{run}", "--run", "{tmp}/nope", "--figures", "{tmp}/cmp"],
+              "has no results.sqlite: sweep it first", "SweepError"),
+    _cmd_case("seeds with one run", ["seeds", "--run", "{run}", "--figures", "{tmp}/s"], "seed bands need two seeds or more",
+              "SweepError"),
+    _cmd_case("seeds of a run never swept", ["seeds", "--run", "{run}", "--run", "{tmp}/nope", "--figures", "{tmp}/s"],
+              "has no results.sqlite: sweep it first", "SweepError"),
+    _cmd_case("pretrain --preset nope", ["pretrain", "--preset", "nope", "--run-dir", "{tmp}/run"], "invalid choice: 'nope'",
+              "error: argument --preset", fresh=True),
+    _cmd_case("reproduce --preset nope", ["reproduce", "--preset", "nope", "--run-dir", "{tmp}/run"], "invalid choice: 'nope'",
+              "error: argument --preset", fresh=True),
+    _cmd_case("fetch --corpus nope", ["fetch", "--corpus", "nope"], "invalid choice: 'nope'", "error: argument --corpus",
+              fresh=True),
+    _cmd_case("sweep with no --run", ["sweep", "--analyses", "attention"], "the following arguments are required: --run",
+              "error:", fresh=True),
+    _cmd_case("no command", [], "the following arguments are required: COMMAND", "error:", fresh=True),
+    _cmd_case("sweep --steps ten", ["sweep", "--run", "{tmp}/run", "--steps", "ten"], "invalid int value: 'ten'", "error:",
+              fresh=True),
+    _cmd_case("pretrain --override --set hidden_size=128", ["pretrain", "--run-dir", "{run}", "--no-progress", "--override",
+              "--set", "hidden_size=128"], "--override cannot change model.hidden_size", "ConfigError"),
+    _cmd_case("pretrain --override on a folder without settings", ["pretrain", "--run-dir", "{tmp}/run", "--override", "--set",
+              "learning_rate=0.001"], "has no pretrain_config.json to override", "ConfigError", fresh=True),
+    case_pretrain_over_a_measured_run_without_resume_point,
+]
+CASES += MORE
+
+
 def left_on_disk(run: Path) -> str:
     "What the failure left in the run folder, beside what was there before: the names, and any temporary or half file."
     if not run.exists(): return "no run folder"
@@ -332,7 +435,8 @@ def _in_process(args):
     from embryo.cli import main
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = main(list(args))
+        try: code = main(list(args))
+        except SystemExit as e: code = e.code  # argparse's refusals
     return types.SimpleNamespace(returncode=code or 0, stderr=err.getvalue())
 
 
