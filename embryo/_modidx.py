@@ -1042,4 +1042,11 @@ d = { 'settings': { 'branch': 'main',
                                'embryo.syntax.uas_scores': ('syntax.html#uas_scores', 'embryo/syntax.py'),
                                'embryo.syntax.verdict': ('syntax.html#verdict', 'embryo/syntax.py'),
                                'embryo.syntax.word_attention': ('syntax.html#word_attention', 'embryo/syntax.py'),
-                               'embryo.syntax.word_correct': ('syntax.html#word_correct', 'embryo/syntax.py')}}}
+                               'embryo.syntax.word_correct': ('syntax.html#word_correct', 'embryo/syntax.py')},
+            'embryo.verdicts': { 'embryo.verdicts.Rise': ('verdicts.html#rise', 'embryo/verdicts.py'),
+                                 'embryo.verdicts._floor': ('verdicts.html#_floor', 'embryo/verdicts.py'),
+                                 'embryo.verdicts.half_rise': ('verdicts.html#half_rise', 'embryo/verdicts.py'),
+                                 'embryo.verdicts.learned': ('verdicts.html#learned', 'embryo/verdicts.py'),
+                                 'embryo.verdicts.mean_rise': ('verdicts.html#mean_rise', 'embryo/verdicts.py'),
+                                 'embryo.verdicts.order': ('verdicts.html#order', 'embryo/verdicts.py'),
+                                 'embryo.verdicts.plateau': ('verdicts.html#plateau', 'embryo/verdicts.py')}}}
