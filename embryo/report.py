@@ -28,7 +28,7 @@ from .pretrain import model_card
 from .results import DB_NAME, connect, db_path, done_steps, write_transitions
 from .sweep import (ANALYSES, SweepError, applicable, available_analyses, analysis_module, error_text,
                           evaluation_steps, nbs_dir, sweep, scoped_env, worker_threads)
-from .compare import RUN_BUNDLE
+from .compare import RUN_BUNDLE, compare_runs
 from .seeds import seed_bands, seed_run_dirs
 
 # %% auto #0
@@ -37,9 +37,10 @@ __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS'
            'SHIPPED_FILES', 'REFERENCE_ANALYSES', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'OFFLINE_TEMPLATE',
            'pace_sentence', 'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds',
            'status_of', 'findings_markdown', 'sync_findings', 'findings_text', 'write_findings', 'publish_report',
-           'bundle_dirs', 'bundle_name', 'refresh_bundle', 'copy_database', 'bundle_run', 'shipped_steps',
-           'ship_checkpoints', 'build_reference', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'FactError',
-           'fact_value', 'sync_prose', 'readme_markdown', 'write_readme', 'page_exporter', 'notebook_pages']
+           'bundle_dirs', 'bundle_name', 'refresh_bundle', 'same_numbers', 'refresh_comparisons', 'copy_database',
+           'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference', 'results_markdown', 'sync_notebooks',
+           'checkout_figures', 'FactError', 'fact_value', 'sync_prose', 'readme_markdown', 'write_readme',
+           'page_exporter', 'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -382,6 +383,57 @@ def refresh_bundle(figures_dir, tables: bool = True) -> list[Path]:
     changed = [p for p in figures_dir.glob("*") if p.is_file() and before.get(p) != p.read_bytes()]
     if (root := checkout_figures(figures_dir)) is not None:
         changed += sync_notebooks(root) + sync_findings(root) + sync_prose(root) + write_readme(root.parent / "nbs")
+    return changed
+
+# %% ../nbs/10c_report.ipynb #459734ad
+class _cwd:
+    "Run inside `path` (the comparisons store the run paths they were given, relative to where they ran)."
+    def __init__(self, path): self.path = path
+    def __enter__(self): self.old = os.getcwd(); os.chdir(self.path)
+    def __exit__(self, *exc): os.chdir(self.old)
+
+def same_numbers(a, b, rel: float = 1e-9) -> bool:
+    ("Whether two JSON values are equal, their numbers to `rel` (a bootstrap's sums differ in the last bits from one "
+     "machine's BLAS to another's).")
+    if isinstance(a, dict): return isinstance(b, dict) and a.keys() == b.keys() and all(same_numbers(a[k], b[k], rel)
+                                                                                           for k in a)
+    if isinstance(a, list): return isinstance(b, list) and len(a) == len(b) and all(map(same_numbers, a, b,
+                                                                                          [rel] * len(a)))
+    if isinstance(a, float) or isinstance(b, float):
+        return (isinstance(b, (int, float)) and isinstance(a, (int, float))
+                and (a == b or (np.isnan(a) and np.isnan(b)) or abs(a - b) <= rel * max(abs(a), abs(b))))
+    return a == b
+
+def _copy_text(src: Path, dst: Path) -> list[Path]:
+    ("Copy the text files (Markdown, JSON, CSV) of `src` into `dst`; returns those that changed (a JSON file whose "
+     "numbers differ only in their last bits is left as it is).")
+    out = []
+    for p in sorted(src.iterdir()):
+        if p.suffix not in (".md", ".json", ".csv"): continue
+        old = dst / p.name
+        if old.exists() and (old.read_bytes() == p.read_bytes() or p.suffix == ".json" and same_numbers(
+                json.loads(old.read_text()), json.loads(p.read_text()))): continue
+        out.append(atomic_write(old, p.read_bytes()))
+    return out
+
+def refresh_comparisons(figures_root="figures") -> list[Path]:
+    ("Rewrite compare.md/json of every `figures_root/compare*/` and the seed bands' text in `figures_root/seeds/` from "
+     "the committed bundles with today's code; their images stay. Returns the files changed.")
+    root, changed = Path(figures_root).resolve(), []
+    for d in sorted(root.glob("compare*")):
+        if not (d / "compare.json").exists(): continue
+        with tempfile.TemporaryDirectory() as tmp, _cwd(root.parent):  # its runs are named from the checkout
+            compare_runs(json.loads((d / "compare.json").read_text())["runs"], tmp)
+            changed += _copy_text(Path(tmp), d)
+    seeds = root / SEEDS_DIR
+    if (seeds / "seeds.json").exists():
+        names = json.loads((seeds / "seeds.json").read_text())["runs"]
+        bundles = [root / RUN_BUNDLE] + [seeds / f"seed{k}" / RUN_BUNDLE for k in range(1, len(names))]
+        with tempfile.TemporaryDirectory() as tmp, _cwd(tmp):  # each bundle behind a link named as its run was
+            for name, b in zip(names, bundles):
+                Path(name).parent.mkdir(parents=True, exist_ok=True); Path(name).symlink_to(b, target_is_directory=True)
+            seed_bands(names, Path(tmp) / "out")
+            changed += _copy_text(Path(tmp) / "out", seeds)
     return changed
 
 # %% ../nbs/10c_report.ipynb #958d1f2e

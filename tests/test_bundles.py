@@ -2,6 +2,7 @@
 with their verdict) are what today's code says of the bundle's own committed database (`embryo.report.refresh_bundle`
 rewrites them)."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,33 @@ def test_the_check_sees_a_stale_verdict(tmp_path):
     (b / REPORT_JSON).write_text(json.dumps(rep))
     with pytest.raises(AssertionError, match="fig6_world_knowledge"):
         test_committed_verdicts_are_what_todays_code_says(b, tmp_path)
+
+
+def _verdicts(x) -> list[str]:
+    "Every verdict string in a JSON value, in order."
+    if isinstance(x, dict): return [v for k, y in x.items() for v in ([y] if k == "verdict" else _verdicts(y))]
+    if isinstance(x, list): return [v for y in x for v in _verdicts(y)]
+    return []
+
+
+def test_comparisons_and_seed_bands_are_what_todays_code_says(tmp_path, monkeypatch):
+    """figures/compare*/ and figures/seeds/ re-derived from the committed bundles: their Markdown the same, their
+    JSON's verdicts the same (`refresh_comparisons` on a copy of their text)."""
+    import shutil
+    from embryo import report as R
+    copies = {}
+    for d in [*sorted(FIG.glob("compare*")), FIG / "seeds"]:
+        if (d / "compare.json").exists() or (d / "seeds.json").exists():
+            copies[d] = tmp_path / d.name
+            shutil.copytree(d, copies[d], ignore=shutil.ignore_patterns("*.png", "*.svg", "seed[0-9]*"))
+    assert len(copies) >= 3, copies
+    # the same function, writing into the copies (the bundles read where they are)
+    real_copy = R._copy_text
+    monkeypatch.setattr(R, "_copy_text", lambda src, dst: real_copy(src, copies[Path(dst)]))
+    R.refresh_comparisons(FIG)
+    for d, c in copies.items():
+        for f in sorted(c.glob("*.md")):
+            assert f.read_text() == (d / f.name).read_text(), f"{d / f.name} is stale: run embryo.report.refresh_comparisons()"
+        for f in sorted(c.glob("*.json")):
+            assert _verdicts(json.loads(f.read_text())) == _verdicts(json.loads((d / f.name).read_text())), (
+                f"{d / f.name}: its verdicts are stale")
