@@ -37,10 +37,10 @@ __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS'
            'SHIPPED_FILES', 'REFERENCE_ANALYSES', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'OFFLINE_TEMPLATE',
            'pace_sentence', 'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds',
            'status_of', 'findings_markdown', 'sync_findings', 'findings_text', 'write_findings', 'publish_report',
-           'bundle_dirs', 'bundle_name', 'refresh_bundle', 'same_numbers', 'refresh_comparisons', 'copy_database',
-           'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference', 'results_markdown', 'sync_notebooks',
-           'checkout_figures', 'FactError', 'fact_value', 'sync_prose', 'readme_markdown', 'write_readme',
-           'page_exporter', 'notebook_pages']
+           'bundle_dirs', 'bundle_name', 'refresh_bundle', 'same_numbers', 'verdict_texts', 'refresh_comparisons',
+           'copy_database', 'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference', 'results_markdown',
+           'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value', 'sync_prose', 'readme_markdown',
+           'write_readme', 'page_exporter', 'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -393,26 +393,35 @@ class _cwd:
     def __exit__(self, *exc): os.chdir(self.old)
 
 def same_numbers(a, b, rel: float = 1e-9) -> bool:
-    ("Whether two JSON values are equal, their numbers to `rel` (a bootstrap's sums differ in the last bits from one "
-     "machine's BLAS to another's).")
+    ("Whether two JSON values are equal, their numbers to `rel` of their size (at least 1: shares and accuracies to "
+     "`rel` itself); a bootstrap's sums differ in the last bits from one machine's BLAS to another's.")
     if isinstance(a, dict): return isinstance(b, dict) and a.keys() == b.keys() and all(same_numbers(a[k], b[k], rel)
                                                                                            for k in a)
     if isinstance(a, list): return isinstance(b, list) and len(a) == len(b) and all(map(same_numbers, a, b,
                                                                                           [rel] * len(a)))
     if isinstance(a, float) or isinstance(b, float):
         return (isinstance(b, (int, float)) and isinstance(a, (int, float))
-                and (a == b or (np.isnan(a) and np.isnan(b)) or abs(a - b) <= rel * max(abs(a), abs(b))))
+                and (a == b or (np.isnan(a) and np.isnan(b)) or abs(a - b) <= rel * max(abs(a), abs(b), 1.0)))
     return a == b
 
+def verdict_texts(x) -> list[str]:
+    "Every `verdict` string in a JSON value, in order."
+    if isinstance(x, dict): return [v for k, y in x.items() for v in ([y] if k == "verdict" else verdict_texts(y))]
+    if isinstance(x, list): return [v for y in x for v in verdict_texts(y)]
+    return []
+
 def _copy_text(src: Path, dst: Path) -> list[Path]:
-    ("Copy the text files (Markdown, JSON, CSV) of `src` into `dst`; returns those that changed (a JSON file whose "
-     "numbers differ only in their last bits is left as it is).")
+    ("Copy the text files (Markdown, JSON, CSV) of `src` into `dst`; returns those that changed. A JSON file with the "
+     "same verdicts and its numbers within 1% (0.01 for those under 1) is left as it is: a bootstrap's sums differ in their last bits from one "
+     "machine to another, and a share of resamples near a threshold by a few in a thousand.")
     out = []
     for p in sorted(src.iterdir()):
         if p.suffix not in (".md", ".json", ".csv"): continue
         old = dst / p.name
-        if old.exists() and (old.read_bytes() == p.read_bytes() or p.suffix == ".json" and same_numbers(
-                json.loads(old.read_text()), json.loads(p.read_text()))): continue
+        if old.exists() and old.read_bytes() == p.read_bytes(): continue
+        if old.exists() and p.suffix == ".json":
+            a, b = json.loads(old.read_text()), json.loads(p.read_text())
+            if verdict_texts(a) == verdict_texts(b) and same_numbers(a, b, 1e-2): continue
         out.append(atomic_write(old, p.read_bytes()))
     return out
 

@@ -71,13 +71,6 @@ def test_the_check_sees_a_stale_verdict(tmp_path):
         test_committed_verdicts_are_what_todays_code_says(b, tmp_path)
 
 
-def _verdicts(x) -> list[str]:
-    "Every verdict string in a JSON value, in order."
-    if isinstance(x, dict): return [v for k, y in x.items() for v in ([y] if k == "verdict" else _verdicts(y))]
-    if isinstance(x, list): return [v for y in x for v in _verdicts(y)]
-    return []
-
-
 def test_comparisons_and_seed_bands_are_what_todays_code_says(tmp_path, monkeypatch):
     """figures/compare*/ and figures/seeds/ re-derived from the committed bundles: their Markdown the same, their
     JSON's verdicts the same (`refresh_comparisons` on a copy of their text)."""
@@ -97,5 +90,5 @@ def test_comparisons_and_seed_bands_are_what_todays_code_says(tmp_path, monkeypa
         for f in sorted(c.glob("*.md")):
             assert f.read_text() == (d / f.name).read_text(), f"{d / f.name} is stale: run embryo.report.refresh_comparisons()"
         for f in sorted(c.glob("*.json")):
-            assert _verdicts(json.loads(f.read_text())) == _verdicts(json.loads((d / f.name).read_text())), (
+            assert R.verdict_texts(json.loads(f.read_text())) == R.verdict_texts(json.loads((d / f.name).read_text())), (
                 f"{d / f.name}: its verdicts are stale")
