@@ -16,6 +16,7 @@ import pandas as pd
 from .config import atomic_write
 from .results import DB_NAME
 from .sweep import SweepError, available_analyses
+from .verdicts import learned  # rule 1 of notebook 03b: the end counts
 
 
 # %% auto #0
@@ -86,14 +87,14 @@ def gain_and_step90(curves, steps, min_gain: float = 0.0):
 # %% ../nbs/10a_compare.ipynb #4c1e70e0
 def trend(series: pd.Series, total_steps: int, floor: float = float("nan")) -> dict:
     ("Gain from the first step to the best, and the step (and share of training) by which 90% of that gain is reached; "
-     "a run whose best stays within `RISE` of its `floor` does not rise.")
+     "a run rises only where its last value ends more than `RISE` above its first and its `floor` (rule 1).")
     s = series.sort_index()
     (gain,), (at,) = gain_and_step90(s.to_numpy(dtype=float), s.index)
     gain, at = float(gain), None if np.isnan(at) else int(at)
     return dict(first=float(s.iloc[0]), best=float(s.max()), last=float(s.iloc[-1]), gain=gain, step90=at,
                 share90=None if at is None else at / max(total_steps,
                                                          1), floor=None if np.isnan(floor) else float(floor),
-                rises=bool(gain >= RISE and (np.isnan(floor) or float(s.max()) - floor >= RISE)),
+                rises=learned(float(s.iloc[-1]), 0.0, max(float(s.iloc[0]), -np.inf if np.isnan(floor) else floor) + RISE),
                 early=at is not None and at / max(total_steps, 1) <= EARLY)
 
 # %% ../nbs/10a_compare.ipynb #2b8d53ab
@@ -108,8 +109,9 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
              for name, t in trends.items()]
     flat = [n for n, t in trends.items() if not t["rises"]]
     late = [n for n, t in trends.items() if t["rises"] and not t["early"]]
-    if flat: head = (f"The trend does not generalise on these runs: {', '.join(flat)} gain less than {RISE} in {what}, "
-                     f"or stay within {RISE} of its floor.")
+    if flat: head = (f"The trend does not generalise on these runs: {', '.join(flat)} "
+                     f"{'ends' if len(flat) == 1 else 'end'} no more than {RISE} above {'its' if len(flat) == 1 else 'their'} "
+                     f"first step or floor in {what}.")
     elif late: head = (f"Every run rises in {what}, but {', '.join(late)} "
                        f"{'reaches 90% of its' if len(late) == 1 else 'reach 90% of their'} "
                        f"gain only after {EARLY:.0%} of training.")
@@ -196,7 +198,8 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     count = {2: "Two", 3: "Three", 4: "Four"}.get(len(runs), str(len(runs)))
     md = [f"# {count} runs side by side: does the trend generalise?", "",
           "Each analysis summarised by one number per step, one curve per run (`compare_runs`, notebook 10). A run "
-          f"*rises* when it gains at least {RISE} from its first step to its best; *early* when 90% of that gain comes "
+          f"*rises* when its last step ends more than {RISE} above its first step and its floor (the end counts, not "
+          f"the best); *early* when 90% of its gain from the first step to the best comes "
           f"within the first {EARLY:.0%} of its training.", ""]
     for a, (fig_no, what, summarise) in SIDE_BY_SIDE.items():
         series = {}

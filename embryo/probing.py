@@ -31,15 +31,17 @@ from .figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps,
                             step_axis)
 from .reconstruction import align, brown_base_tag
 from .results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
+from .verdicts import Z, half_rise, learned, plateau  # the rules every verdict follows (notebook 03b)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', 'SPLITS', 'SPACY_MODEL', 'SPLIT_SHARES', 'REPORT',
-           'UnknownTask', 'select_tasks', 'brown_sentences', 'sentence_splits', 'silver_annotation', 'phrase_label',
-           'dependency_constituents', 'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks', 'token_spans',
-           'span_means', 'weights_id', 'cache_file', 'task_features', 'control_labels', 'torch_threads', 'train_probes',
-           'micro_f1', 'word_identity_f1', 'probe_task', 'evaluate_step', 'applies_to', 'probing_results', 'task_sizes',
-           'layer_curves', 'layer_colour', 'floors', 'reference_f1', 'plot_fig2b', 'plot_fig3', 'plot_fig10',
-           'plot_fig11', 'verdict', 'best_layer_gain', 'layer_verdict', 'verdicts', 'selectivity_table', 'redraw']
+           'PLATEAU_STEPS', 'UnknownTask', 'select_tasks', 'brown_sentences', 'sentence_splits', 'silver_annotation',
+           'phrase_label', 'dependency_constituents', 'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks',
+           'token_spans', 'span_means', 'weights_id', 'cache_file', 'task_features', 'control_labels', 'torch_threads',
+           'train_probes', 'micro_f1', 'word_identity_f1', 'probe_task', 'evaluate_step', 'applies_to',
+           'probing_results', 'task_sizes', 'layer_curves', 'layer_colour', 'floors', 'reference_f1', 'plot_fig2b',
+           'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain', 'layer_verdict', 'verdicts',
+           'selectivity_table', 'redraw']
 
 # %% ../nbs/07_probing.ipynb #d53027ac
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -729,53 +731,78 @@ def plot_fig11(run_dir, out_dir=None) -> list[Path]:
                  "fig11_probing_all_tasks", run_dir, out_dir, control=True)
 
 # %% ../nbs/07_probing.ipynb #7d791693
+PLATEAU_STEPS = 3  # a plateau: the last 3 evaluated steps within 2 combined standard errors (rule 3 of notebook 03b)
+
+def _curve_ses(df: pd.DataFrame, task: str, layer: int, y: pd.Series) -> np.ndarray:
+    "The binomial standard error of each value of `y` (F1 of `task` at `layer` per step) on its step's test targets."
+    d = df[(df.task == task) & (df.metric == "f1") & (df.layer == layer)]
+    n = d.groupby("step").n.max().reindex(y.index) if "n" in d else pd.Series(np.nan, index=y.index)
+    return np.array([binomial_se(p, k) if np.isfinite(k) and k > 0 else np.nan for p, k in zip(y.values, n.values)])
+
+def _plateau_text(y: pd.Series, ses: np.ndarray) -> tuple[bool | None, str]:
+    "Rule 3 on a curve: whether it plateaus, and the words that say so with its last steps."
+    if np.isnan(ses).any(): return None, "no sample sizes stored, so its plateau is not tested"
+    flat = plateau(y.values, ses, PLATEAU_STEPS)
+    if flat is None: return None, f"fewer than {PLATEAU_STEPS} evaluated steps, so its plateau is not testable"
+    at = ", ".join(f"{v:.2f}" for v in y.values[-PLATEAU_STEPS:])
+    steps = ", ".join(str(int(s)) for s in y.index[-PLATEAU_STEPS:])
+    return flat, (f"its last {PLATEAU_STEPS} evaluated steps ({steps}: {at}) "
+                  + ("lie within 2 standard errors of each other, a plateau" if flat else
+                     "differ by more than 2 standard errors, no plateau"))
+
 def verdict(run_dir) -> str:
-    "One sentence on this run's probes, computed from the database, testing the paper's 'fast rise, then plateau'."
+    ("One sentence on this run's probes, computed from the database, testing the paper's 'fast rise, then plateau' "
+     "by the rules of notebook 03b.")
     df = probing_results(run_dir)
     L = _n_layers(df); last = int(df.step.max())
-    parts, early, low, fl = [], [], [], floors(df)
+    parts, early, low, flats, fl = [], [], [], {}, floors(df)
     for t in _task_order(df.task.unique()):
         c = layer_curves(df, t)
         s = layer_curves(df, t, "selectivity")
         if L not in c or last not in c.index: continue
         floor = f", floor {fl[t]:.2f}" if t in fl else ""
         parts.append(f"{t} {c.loc[last, L]:.2f} (selectivity {s.loc[last, L]:+.2f}{floor})")
-        y = c[L].dropna()
-        n = df[(df.task == t) & (df.metric == "f1") & (df.step == last) & (df.layer == L)].n
-        p, k = float(y.max()), int(n.iloc[0]) if len(n) and n.iloc[0] else 0
-        if t in fl and not p - fl[t] > 2 * binomial_se(p, k): low.append(t); continue
-        # the step where the gain over the first step passes half its maximum
-        if len(y) >= 3 and y.max() - y.iloc[0] > 0.02:
-            half = y.index[(y - y.iloc[0] >= (y.max() - y.iloc[0]) / 2).values][0]
-            early.append((t, int(half)))
+        y = c[L].dropna(); ses = _curve_ses(df, t, L, y)
+        # rule 1: learned only where the last step clears the floor; rule 2: the rise measured above the floor
+        r = half_rise(y.index, y.values, fl.get(t), ses[-1])
+        if not learned(y.iloc[-1], ses[-1], fl.get(t)) or not np.isfinite(r.step): low.append(t); continue
+        if len(y) >= 3: early.append((t, int(r.step))); flats[t] = _plateau_text(y, ses)[0]
     s = f"At step {last}, layer {L} probes reach test micro-F1 " + "; ".join(parts)
     if early:
         frac = np.mean([h / last for _, h in early])
-        s += (f"; the tasks gain half of their F1 rise by step {', '.join(f'{h} ({t})' for t, h in early)}, on average "
-              f"{frac:.0%} of the way through the run: the paper's 'fast rise in early steps, then a plateau' (section "
-              "4) is "
-              + ("reproduced" if frac <= 0.25 else "not reproduced") + " on this run")
-    elif low: s += ("; no task's probe clears its word-identity floor, so the paper's 'fast rise, then plateau' is not "
-                    "testable on this run")
+        still = [t for t, f in flats.items() if f is False]
+        fast = frac <= 0.25
+        said = ("not reproduced" if not fast else "not testable" if any(f is None for f in flats.values())
+                else "partly reproduced (a fast rise, but no plateau)" if still else "reproduced")
+        s += (f"; the tasks learned gain half of their rise above the floor by step "
+              f"{', '.join(f'{h} ({t})' for t, h in early)}, on average {frac:.0%} of the way through the run, and "
+              + (f"{len(still)} of {len(flats)} ({', '.join(still)}) still move{'s' * (len(still) == 1)} beyond 2 "
+                 "standard errors over their "
+                 f"last {PLATEAU_STEPS} evaluated steps" if still else
+                 f"all {len(flats)} stay within 2 standard errors over their last {PLATEAU_STEPS} evaluated steps")
+              + f": the paper's 'fast rise in early steps, then a plateau' (section 4) is {said} on this run")
+    elif low: s += ("; no task's probe ends above its word-identity floor by 2 standard errors with a rise to read, so "
+                    "the paper's 'fast rise, then plateau' is not testable on this run")
     else: s += " (evaluate at least three steps to test the paper's 'fast rise, then plateau')"
-    if low and early: s += f" (left out, never above the word-identity floor by 2 standard errors: {', '.join(low)})"
+    if low and early: s += (f" (left out, not above the word-identity floor by 2 standard errors at the last step: "
+                            f"{', '.join(low)})")
     return s + ". " + best_layer_gain(df, _task_order(df.task.unique())[0])
 
 # %% ../nbs/07_probing.ipynb #93b39172
 def best_layer_gain(df: pd.DataFrame, task: str) -> str:
-    ("One sentence: the layer whose F1 gains most from the first to the last step on `task`, and the step its gain "
-     "levels off.")
+    ("One sentence: the layer whose F1 gains most from the first to the last step on `task`, the step it has 90% of "
+     "that gain, and whether it plateaus (rule 3).")
     c = layer_curves(df, task)
     if len(c) < 2: return f"Only step {c.index[0]} is probed on {task}: no gain to measure."
     gain = c.iloc[-1] - c.iloc[0]
     layer = int(gain.idxmax()); y = c[layer].dropna()
     g = y - y.iloc[0]
-    plateau = int(g.index[(g >= 0.9 * g.iloc[-1]).values][0]) if g.iloc[-1] > 0 else None
+    at90 = int(g.index[(g >= 0.9 * g.iloc[-1]).values][0]) if g.iloc[-1] > 0 else None
     s = (f"On {task} the best layer is {layer}: F1 {y.iloc[0]:.2f} at step {y.index[0]} and {y.iloc[-1]:.2f} at step "
          f"{y.index[-1]} ({g.iloc[-1]:+.2f})")
-    if plateau is None: return s + ", no gain."
-    return s + (f"; it has 90% of that gain by step {plateau} ({plateau / y.index[-1]:.0%} of the run) and plateaus "
-                "after it.")
+    if at90 is None: return s + ", no gain."
+    return s + (f"; it has 90% of that gain by step {at90} ({at90 / y.index[-1]:.0%} of the run), and "
+                + _plateau_text(y, _curve_ses(df, task, layer, y))[1] + ".")
 
 # %% ../nbs/07_probing.ipynb #6e50e1d8
 def layer_verdict(run_dir) -> str:

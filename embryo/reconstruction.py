@@ -23,6 +23,7 @@ from .run import (Run, find_checkpoint, list_steps, load_checkpoint, corpus_file
                         max_length)
 from .figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows, binomial_se
+from .verdicts import Rise, half_rise, learned, mean_rise, order  # the rules every verdict follows (03b)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS', 'PENN_CLASS', 'PENN_FORM', 'BROWN_CLASS',
@@ -30,7 +31,8 @@ __all__ = ['ANALYSIS', 'POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS
            'Sentence', 'read_conll2012_pos', 'tagged_sentences', 'sentence_text', 'align', 'token_counts',
            'token_ranks', 'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'word_scores', 'score_words',
            'evaluate_words', 'evaluate_model', 'floor_rows', 'evaluate_step', 'applies_to', 'curves', 'floors',
-           'learned_groups', 'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order', 'verdicts']
+           'learned_groups', 'half_rises', 'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order',
+           'verdicts']
 
 # %% ../nbs/04_reconstruction.ipynb #ca174f21
 ANALYSIS = "reconstruction"  # the `analysis` name of this notebook's rows in the results database
@@ -354,48 +356,59 @@ def floors(run_dir, kind: str) -> pd.Series:
 # %% ../nbs/04_reconstruction.ipynb #a280b5cf
 def learned_groups(run_dir, task: str, kind: str, t: pd.DataFrame) -> list[str]:
     ("The groups (columns of `t`) whose last accuracy reaches `LEARNED` and clears their floor by more than 2 binomial "
-     "standard errors.")
+     "standard errors (rule 1, `embryo.verdicts.learned`).")
     fl, out, rows = floors(run_dir, kind), [], read_results(run_dir, ANALYSIS, task=task)  # one read for every group
     for g in t:
         v = t[g].dropna()
         if v.empty: continue
         last = rows[(rows.step == v.index[-1]) & (rows.metric == f"{kind}/{g}")]
         p, n = float(v.iloc[-1]), int(last.n.iloc[0]) if len(last) and last.n.iloc[0] else 0
-        if p >= LEARNED and p - fl.get(g, 0.0) > 2 * binomial_se(p, n): out.append(g)
+        if p >= LEARNED and learned(p, binomial_se(p, n), fl.get(g)): out.append(g)
     return out
 
 # %% ../nbs/04_reconstruction.ipynb #515c52ad
-def half_steps(t: pd.DataFrame) -> pd.Series:
-    "Per column: the first step whose value reaches half of the last step's value (NaN when the last value is 0)."
-    out = {}
-    for c in t.columns:
-        v = t[c].dropna(); final = v.iloc[-1] if len(v) else 0
-        out[c] = v.index[(v >= final / 2).values][0] if final > 0 else np.nan
-    return pd.Series(out, dtype=float)
+def half_rises(t: pd.DataFrame, fl: pd.Series | dict | None = None) -> dict[str, Rise]:
+    ("Per column: the first step at half of its rise above its floor in `fl` (0 where none), and the evaluated step "
+     "before it (rule 2, `embryo.verdicts.half_rise`).")
+    fl = {} if fl is None else fl
+    return {c: half_rise(t[c].dropna().index, t[c].dropna().values, fl.get(c)) for c in t.columns}
+
+def half_steps(t: pd.DataFrame, fl: pd.Series | dict | None = None) -> pd.Series:
+    "Per column: the first step at half of its rise above its floor in `fl` (NaN where it has no rise to read)."
+    return pd.Series({c: r.step for c, r in half_rises(t, fl).items()}, index=list(t.columns), dtype=float)
 
 # %% ../nbs/04_reconstruction.ipynb #52290254
+def _order_text(fw: Rise, cw: Rise) -> str:
+    said = {-1: "the paper's order is reproduced on this run for the classes learned",
+            1: "the paper's order is not reproduced on this run (content words first, their intervals apart) for the "
+               "classes learned",
+            0: "the two intervals overlap, so the paper's order is not testable at this checkpoint spacing on this run"}
+    return said[order(fw, cw)]
+
 def learning_order(run_dir) -> tuple[pd.DataFrame, str]:
-    "The half-of-final step of every POS class for both tasks, and the verdict on 'function words are learned first'."
+    ("The half-rise step (above the floor) of every POS class for both tasks, and the verdict on 'function words are "
+     "learned first'.")
     table, verdicts = {}, []
+    fl = floors(run_dir, "pos")
     for task in ("reconstruction", "mask_prediction"):
         t = curves(run_dir, task, "pos")
         if t.empty: continue
         learned = learned_groups(run_dir, task, "pos", t)
-        h = half_steps(t[learned]).reindex(list(POS_CLASSES))
-        table[f"{task} half-final step"] = h
+        rises = half_rises(t[learned], fl)
+        table[f"{task} half-rise step"] = pd.Series({c: r.step for c, r in rises.items()},
+                                                    dtype=float).reindex(list(POS_CLASSES))
         table[f"{task} final accuracy"] = t.iloc[-1].reindex(list(POS_CLASSES))
-        fl = floors(run_dir, "pos")
         if len(fl): table["most-frequent-token floor"] = fl.reindex(list(POS_CLASSES))
-        fw, cw = h[list(FUNCTION_WORDS)].dropna(), h.drop(list(FUNCTION_WORDS)).dropna()
+        fw = mean_rise([r for c, r in rises.items() if c in FUNCTION_WORDS])
+        cw = mean_rise([r for c, r in rises.items() if c not in FUNCTION_WORDS])
         off = [c.replace("_", " ") for c in POS_CLASSES if c in t and c not in learned]
         off = f" (not learned above the most-frequent-token floor: {', '.join(off)})" if off else ""
-        if len(fw) and len(cw):
-            yes = fw.mean() < cw.mean()
-            verdicts.append(f"{task}: function words reach half their final accuracy at step {fw.mean():.0f} on "
-                            f"average, content words at step {cw.mean():.0f}{off}: the paper's order is "
-                            f"{'reproduced' if yes else 'not reproduced'} on this run for the classes learned")
-        else: verdicts.append(f"{task}: no {'function' if not len(fw) else 'content'}-word class is learned above its "
-                              f"floor, so the order is not testable on this run{off}")
+        if np.isfinite(fw.step) and np.isfinite(cw.step):
+            verdicts.append(f"{task}: function words reach half their rise above the most-frequent-token floor at step "
+                            f"{fw.step:.0f} on average (interval {fw.lo:.0f} to {fw.step:.0f}), content words at step "
+                            f"{cw.step:.0f} (interval {cw.lo:.0f} to {cw.step:.0f}){off}: {_order_text(fw, cw)}")
+        else: verdicts.append(f"{task}: no {'function' if not np.isfinite(fw.step) else 'content'}-word class is "
+                              f"learned above its floor, so the order is not testable on this run{off}")
     return pd.DataFrame(table), "\n".join(verdicts)
 
 # %% ../nbs/04_reconstruction.ipynb #1efbc510
@@ -440,7 +453,7 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
     table, verdict = learning_order(run_dir)
     paths.append(atomic_write(out_dir / "table_fig1_learning_order.csv", table.to_csv()))
     paths.append(atomic_write(out_dir / "table_fig1_learning_order.md",
-                              "# Fig. 1: first step at half of the final accuracy, per part of speech\n\n"
+                              "# Fig. 1: first step at half of the rise above the most-frequent-token floor, per part of speech\n\n"
                               + markdown_table(table) + "\n" + verdict + "\n"))
     return paths
 
@@ -451,7 +464,7 @@ REPORT = [
          finding="Function words (determiners, prepositions, conjunctions) are learned first, content words (verbs, "
                  "adjectives, nouns, proper nouns) later; mask prediction follows the same order, later and lower."),
     dict(file="table_fig1_learning_order", paper="Embryology Fig. 1 (table)",
-         caption="Per part of speech, the first step whose accuracy reaches half of its last-step value.",
+         caption="Per part of speech learned, the first step at half of its rise above its most-frequent-token floor.",
          finding="Function words reach half of their final accuracy before content words."),
     dict(file="fig7_verb_forms", paper="Embryology Fig. 7",
          caption="Reconstruction and mask prediction per verb form over steps.",
@@ -468,7 +481,7 @@ def verdict(run_dir) -> str:
 
 # %% ../nbs/04_reconstruction.ipynb #68ec2901
 def group_order(run_dir, fig_id: str) -> dict[str, tuple[pd.Series, list]]:
-    "Per task: each learned group's half-of-final step (in Fig. 7's or 8's group order), and the groups not learned."
+    "Per task: each learned group's half-rise step above its floor (in Fig. 7's or 8's group order), and the groups not learned."
     kind, groups, _ = GROUP_SETS[fig_id]
     out = {}
     for task in ("reconstruction", "mask_prediction"):
@@ -476,7 +489,7 @@ def group_order(run_dir, fig_id: str) -> dict[str, tuple[pd.Series, list]]:
         if t.empty: continue
         t = t.reindex(columns=[g for g in groups if g in t])
         learned = learned_groups(run_dir, task, kind, t)
-        out[task] = (half_steps(t[learned]), [g for g in t if g not in learned])
+        out[task] = (half_steps(t[learned], floors(run_dir, kind)), [g for g in t if g not in learned])
     return out
 
 # %% ../nbs/04_reconstruction.ipynb #40fc5154
@@ -500,7 +513,7 @@ def verdicts(run_dir) -> dict[str, str]:
             else:  # bins from frequent to rare: reproduced when the steps rise with rarity, contradicted when they fall
                 said = ("reproduced" if h.is_monotonic_increasing and h.iloc[0] < h.iloc[-1] else
                         "not shown (tied)" if h.nunique() == 1 else "not reproduced")
-            parts.append(f"{task}: half of the final accuracy reached by step {_steps_text(h)}: the paper's claim that "
+            parts.append(f"{task}: half of the rise above the floor reached by step {_steps_text(h)}: the paper's claim that "
                          f"{claim} is {said} at the evaluated steps{off}")
         out[file] = "\n".join(parts) or "not run on this run yet"
     return out

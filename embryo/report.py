@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,17 +28,19 @@ from .pretrain import model_card
 from .results import DB_NAME, connect, db_path, done_steps, write_transitions
 from .sweep import (ANALYSES, SweepError, applicable, available_analyses, analysis_module, error_text,
                           evaluation_steps, nbs_dir, sweep, scoped_env, worker_threads)
-from .compare import RUN_BUNDLE
+from .compare import RUN_BUNDLE, compare_runs
 from .seeds import seed_bands, seed_run_dirs
 
 # %% auto #0
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
-           'REPRODUCE_WORKERS', 'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'BUNDLED', 'SHIP_BUDGET', 'SHIPPED_FILES',
-           'REFERENCE_ANALYSES', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'OFFLINE_TEMPLATE', 'pace_sentence',
-           'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds', 'status_of',
-           'findings_markdown', 'sync_findings', 'publish_report', 'copy_database', 'bundle_run', 'shipped_steps',
-           'ship_checkpoints', 'build_reference', 'results_markdown', 'sync_notebooks', 'checkout_figures', 'FactError',
-           'fact_value', 'sync_prose', 'readme_markdown', 'write_readme', 'page_exporter', 'notebook_pages']
+           'REPRODUCE_WORKERS', 'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'FINDINGS_FILE', 'BUNDLED', 'SHIP_BUDGET',
+           'SHIPPED_FILES', 'REFERENCE_ANALYSES', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'OFFLINE_TEMPLATE',
+           'pace_sentence', 'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds',
+           'status_of', 'findings_markdown', 'sync_findings', 'findings_text', 'write_findings', 'publish_report',
+           'bundle_dirs', 'bundle_name', 'refresh_bundle', 'same_numbers', 'verdict_texts', 'refresh_comparisons',
+           'copy_database', 'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference', 'results_markdown',
+           'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value', 'sync_prose', 'readme_markdown',
+           'write_readme', 'page_exporter', 'notebook_pages']
 
 # %% ../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -134,16 +137,16 @@ PAGES_DIR = "notebooks"  # under the figures folder: the analysis notebooks exec
 SEEDS_DIR = "seeds"  # under the figures folder: the seed bands, and each further seed's own figures in seed<k>/
 
 # %% ../nbs/10c_report.ipynb #c4509f80
-def write_report(run_dir, figures_dir="figures") -> Path:
+def write_report(run_dir, figures_dir="figures", name=None) -> Path:
     ("Write `figures_dir/index.html` (every figure and table present, its paper reference, finding and verdict) and "
-     "`report.json`.")
-    figures_dir = Path(figures_dir)
+     "`report.json`; `name`: the run as the report names it (default `run_dir`).")
+    figures_dir, name = Path(figures_dir), str(name or run_dir)
     e = html.escape
     parts = ["<!doctype html><meta charset='utf-8'><title>embryo report</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}img{max-width:100%}"
              "section{border-top:1px solid #ccc;padding:1em 0}.verdict{background:#f3f6fa;padding:.5em}"
              "table{border-collapse:collapse;font-size:90%}td,th{padding:2px 8px;border-bottom:1px solid #eee}</style>",
-             f"<h1>embryo: the birth of ALBERT, reproduced on run <code>{e(str(run_dir))}</code></h1>",
+             f"<h1>embryo: the birth of ALBERT, reproduced on run <code>{e(name)}</code></h1>",
              "<p>Each section: the paper's figure or table, what the paper found, and what this run shows. "
              "Regenerate with <code>make reproduce</code>.</p>"]
     missing, shown = [], []
@@ -177,7 +180,7 @@ def write_report(run_dir, figures_dir="figures") -> Path:
              if (figures_dir / d / f"{d}.md").exists()]
     if more: parts.append("<section id='more'><h2>More results beside these</h2><ul>" + "".join(
         f"<li><a href='{e(href)}'>{e(what)}</a></li>" for href, what in more) + "</ul></section>")
-    atomic_write(figures_dir / REPORT_JSON, json.dumps(dict(run=str(run_dir), sections=shown), indent=1) + "\n")
+    atomic_write(figures_dir / REPORT_JSON, json.dumps(dict(run=name, sections=shown), indent=1) + "\n")
     return atomic_write(figures_dir / "index.html", "\n".join(parts) + "\n")
 
 # %% ../nbs/10c_report.ipynb #5ae391e4
@@ -331,17 +334,116 @@ def sync_findings(figures_root="figures", nbs=None) -> list[Path]:
     return [_write_notebook(path, nb)]
 
 # %% ../nbs/10c_report.ipynb #0ad12807
+FINDINGS_FILE = "findings.md"  # beside report.json: the findings table of the run, its first line naming the run
+
+def findings_text(figures_dir, name) -> str:
+    "findings.md of the report in `figures_dir`, on the run `name` (a path: its last part names the run)."
+    return f"# The paper's findings on run {Path(name).name}\n\n" + findings_markdown(figures_dir)
+
+def write_findings(figures_dir, name) -> Path: return atomic_write(Path(figures_dir) / FINDINGS_FILE,
+                                                                   findings_text(figures_dir, name))
+
 def publish_report(run_dir, figures_dir="figures") -> list[Path]:
     ("Write the report (index.html, report.json), the run's results beside it (`bundle_run`) and, when `figures_dir` "
      "is the checkout's figures, the notebooks' results cells.")
     paths = [write_report(run_dir, figures_dir), *bundle_run(run_dir, figures_dir)]
-    paths.append(atomic_write(Path(figures_dir) / "findings.md", "# The paper's findings on run "
-                                                                 f"{Path(run_dir).name}\n\n"
-                              + findings_markdown(figures_dir)))
+    paths.append(write_findings(figures_dir, run_dir))
     if (root := checkout_figures(figures_dir)) is not None:
         paths += sync_notebooks(root) + sync_findings(root) + sync_prose(root) + write_readme(root.parent / "nbs")
     for p in paths: print(f"wrote {p}")
     return paths
+
+# %% ../nbs/10c_report.ipynb #a06e6700
+def bundle_dirs(figures_root="figures") -> list[Path]:
+    "Every committed bundle under `figures_root` (itself included): a folder with a report.json and a run/ database."
+    root = Path(figures_root)
+    return sorted({f.parent for f in [root / REPORT_JSON, *root.glob(f"**/{REPORT_JSON}")]
+                   if f.exists() and db_path(f.parent / RUN_BUNDLE, DB_NAME).exists()})
+
+def bundle_name(figures_dir) -> str:
+    "The run a bundle's report names (the folder it was made from), read from its report.json."
+    f = Path(figures_dir) / REPORT_JSON
+    return json.loads(f.read_text())["run"] if f.exists() else str(Path(figures_dir) / RUN_BUNDLE)
+
+def refresh_bundle(figures_dir, tables: bool = True) -> list[Path]:
+    ("Rewrite the text of the bundle `figures_dir` (its analyses' tables, report.json, index.html, findings.md) from "
+     "its own database with today's code; its images stay. Returns the files changed.")
+    figures_dir = Path(figures_dir); run, name = figures_dir / RUN_BUNDLE, bundle_name(figures_dir)
+    before = {p: p.read_bytes() for p in figures_dir.glob("*") if p.is_file()}
+    if tables:
+        with tempfile.TemporaryDirectory() as tmp:
+            # the database read through a link named as the run, so that the tables name it as they did
+            link, out = Path(tmp) / "runs" / Path(name).name, Path(tmp) / "out"
+            link.parent.mkdir(); out.mkdir(); link.symlink_to(run.resolve(), target_is_directory=True)
+            for a in available_analyses():
+                if done_steps(run, a): analysis_module(a).redraw(link, out)
+            for p in sorted(out.iterdir()):  # the tables only: the images drawn here are thrown away
+                if p.suffix in (".md", ".csv"): atomic_write(figures_dir / p.name, p.read_bytes())
+    write_report(run, figures_dir, name); write_findings(figures_dir, name)
+    changed = [p for p in figures_dir.glob("*") if p.is_file() and before.get(p) != p.read_bytes()]
+    if (root := checkout_figures(figures_dir)) is not None:
+        changed += sync_notebooks(root) + sync_findings(root) + sync_prose(root) + write_readme(root.parent / "nbs")
+    return changed
+
+# %% ../nbs/10c_report.ipynb #459734ad
+class _cwd:
+    "Run inside `path` (the comparisons store the run paths they were given, relative to where they ran)."
+    def __init__(self, path): self.path = path
+    def __enter__(self): self.old = os.getcwd(); os.chdir(self.path)
+    def __exit__(self, *exc): os.chdir(self.old)
+
+def same_numbers(a, b, rel: float = 1e-9) -> bool:
+    ("Whether two JSON values are equal, their numbers to `rel` of their size (at least 1: shares and accuracies to "
+     "`rel` itself); a bootstrap's sums differ in the last bits from one machine's BLAS to another's.")
+    if isinstance(a, dict): return isinstance(b, dict) and a.keys() == b.keys() and all(same_numbers(a[k], b[k], rel)
+                                                                                           for k in a)
+    if isinstance(a, list): return isinstance(b, list) and len(a) == len(b) and all(map(same_numbers, a, b,
+                                                                                          [rel] * len(a)))
+    if isinstance(a, float) or isinstance(b, float):
+        return (isinstance(b, (int, float)) and isinstance(a, (int, float))
+                and (a == b or (np.isnan(a) and np.isnan(b)) or abs(a - b) <= rel * max(abs(a), abs(b), 1.0)))
+    return a == b
+
+def verdict_texts(x) -> list[str]:
+    "Every `verdict` string in a JSON value, in order."
+    if isinstance(x, dict): return [v for k, y in x.items() for v in ([y] if k == "verdict" else verdict_texts(y))]
+    if isinstance(x, list): return [v for y in x for v in verdict_texts(y)]
+    return []
+
+def _copy_text(src: Path, dst: Path) -> list[Path]:
+    ("Copy the text files (Markdown, JSON, CSV) of `src` into `dst`; returns those that changed. A JSON file with the "
+     "same verdicts and its numbers within 1% (0.01 for those under 1) is left as it is: a bootstrap's sums differ in their last bits from one "
+     "machine to another, and a share of resamples near a threshold by a few in a thousand.")
+    out = []
+    for p in sorted(src.iterdir()):
+        if p.suffix not in (".md", ".json", ".csv"): continue
+        old = dst / p.name
+        if old.exists() and old.read_bytes() == p.read_bytes(): continue
+        if old.exists() and p.suffix == ".json":
+            a, b = json.loads(old.read_text()), json.loads(p.read_text())
+            if verdict_texts(a) == verdict_texts(b) and same_numbers(a, b, 1e-2): continue
+        out.append(atomic_write(old, p.read_bytes()))
+    return out
+
+def refresh_comparisons(figures_root="figures") -> list[Path]:
+    ("Rewrite compare.md/json of every `figures_root/compare*/` and the seed bands' text in `figures_root/seeds/` from "
+     "the committed bundles with today's code; their images stay. Returns the files changed.")
+    root, changed = Path(figures_root).resolve(), []
+    for d in sorted(root.glob("compare*")):
+        if not (d / "compare.json").exists(): continue
+        with tempfile.TemporaryDirectory() as tmp, _cwd(root.parent):  # its runs are named from the checkout
+            compare_runs(json.loads((d / "compare.json").read_text())["runs"], tmp)
+            changed += _copy_text(Path(tmp), d)
+    seeds = root / SEEDS_DIR
+    if (seeds / "seeds.json").exists():
+        names = json.loads((seeds / "seeds.json").read_text())["runs"]
+        bundles = [root / RUN_BUNDLE] + [seeds / f"seed{k}" / RUN_BUNDLE for k in range(1, len(names))]
+        with tempfile.TemporaryDirectory() as tmp, _cwd(tmp):  # each bundle behind a link named as its run was
+            for name, b in zip(names, bundles):
+                Path(name).parent.mkdir(parents=True, exist_ok=True); Path(name).symlink_to(b, target_is_directory=True)
+            seed_bands(names, Path(tmp) / "out")
+            changed += _copy_text(Path(tmp) / "out", seeds)
+    return changed
 
 # %% ../nbs/10c_report.ipynb #958d1f2e
 def copy_database(run_dir, out: Path) -> Path:

@@ -15,12 +15,13 @@ import pandas as pd
 from .config import atomic_write
 from .sweep import SweepError, available_analyses
 from .compare import EARLY, RISE, SIDE_BY_SIDE, gain_and_step90, swept_run
+from .verdicts import Z, plateau  # rule 3 of notebook 03b: a plateau is a test
 
 
 # %% auto #0
-__all__ = ['SEED_RESAMPLES', 'ROUNDING', 'SEED_PANELS', 'BEST_LAYER', 'SEED_MEAN', 'EXAMPLE_PARTS', 'seed_run_dirs',
-           'seed_bootstrap', 'stratum_weights', 'multibootstrap', 'band_stats', 'band_verdict', 'plot_band',
-           'seed_bands', 'side_parts', 'stored_scores', 'example_matrix', 'curve_band', 'seed_panels']
+__all__ = ['SEED_RESAMPLES', 'ROUNDING', 'PLATEAU_STEPS', 'SEED_PANELS', 'BEST_LAYER', 'SEED_MEAN', 'EXAMPLE_PARTS',
+           'seed_run_dirs', 'seed_bootstrap', 'stratum_weights', 'multibootstrap', 'band_stats', 'band_verdict',
+           'plot_band', 'seed_bands', 'side_parts', 'stored_scores', 'example_matrix', 'curve_band', 'seed_panels']
 
 # %% ../nbs/10b_seeds.ipynb #6f471e8b
 SEED_RESAMPLES = 2000  # bootstrap resamples of the seeds
@@ -88,15 +89,25 @@ def band_stats(curves, steps, total: int, resamples: int = SEED_RESAMPLES, level
                 share_early=float(((bgain >= RISE) & (bat / max(total, 1) <= EARLY)).mean()))
 
 # %% ../nbs/10b_seeds.ipynb #2afb078f
+PLATEAU_STEPS = 3  # the last steps a plateau is tested on (rule 3 of notebook 03b)
+
 def band_verdict(b: dict, steps, curves, level: float) -> str:
-    "The verdict on one curve over seeds (`curve_band`'s `b`): the mean's gain, 90% of it, how often it rises (early)."
+    ("The verdict on one curve over seeds (`curve_band`'s `b`): the mean's gain, 90% of it, how often it rises (early), "
+     "and whether it plateaus (rule 3, its standard errors read from the band).")
+    from statistics import NormalDist
     mean, (glo, ghi), at, (alo, ahi) = b["mean"], b["gain_interval"], b["step90"], b["step90_interval"]
+    ses = (np.asarray(b["hi"]) - np.asarray(b["lo"])) / (2 * NormalDist().inv_cdf(1 - (1 - level) / 2))
+    flat, k = plateau(mean, ses, PLATEAU_STEPS), PLATEAU_STEPS
     return (f"Mean of {len(curves)} seeds: {mean[0]:.3f} at step {steps[0]:,} -> best {mean.max():.3f}, a gain of "
             f"{b['gain']:+.3f} ({level:.0%} interval over {b['resampled']} {glo:+.3f} to {ghi:+.3f})"
             + (f"; 90% of it by step {int(at):,} (interval {int(alo):,} to {int(ahi):,})" if np.isfinite(at) else "")
             + f". It rises (gains at least {RISE}) in {b['share_rising']:.0%} of the resamples, and within the first "
             f"{EARLY:.0%} of training in {b['share_early']:.0%}. Seed to seed at the last step: "
-            f"{curves[:, -1].min():.3f} to {curves[:, -1].max():.3f}.")
+            f"{curves[:, -1].min():.3f} to {curves[:, -1].max():.3f}."
+            + ("" if flat is None else
+               f" Over its last {k} steps ({', '.join(f'{int(s):,}' for s in steps[-k:])}) the mean "
+               + (f"stays within {Z:g} standard errors (from its band): a plateau." if flat else
+                  f"moves by more than {Z:g} standard errors (from its band): no plateau.")))
 
 # %% ../nbs/10b_seeds.ipynb #5f5ca711
 def plot_band(steps, curves, b: dict, seeds, run_dir, what: str, title: str, level: float):
