@@ -262,12 +262,16 @@ def training_holder(run_dir) -> dict | None:
 # %% ../nbs/02a_run.ipynb #7ec0a4db
 @contextmanager
 def sweep_lock(run_dir, shard: str | None = None):
-    "Hold the lock of one sweep of `run_dir` (of its `shard`'s results); a second gets `RunLocked` naming the first."
+    ("Hold the lock of one sweep of `run_dir` (of its `shard`'s results); a second gets `RunLocked` naming the first. "
+     "The lock is on what the sweep reads or writes, not on a file of its own that deleting would bypass: the run's "
+     "checkpoints/ folder, or the shard's database; `.sweep.lock` only names the holder.")
     f = Path(run_dir) / (SWEEP_LOCK if shard is None else f".sweep.{shard}.lock")
+    target = Path(run_dir) / ("checkpoints" if shard is None else shard)
+    if shard is None and not target.is_dir(): target = f  # no checkpoints/ to lock: the file is all there is
     busy = lambda h: RunLocked(f"{run_dir} is being swept by {holder_text(h)} ({f}): wait for it to finish and rerun, "
                                f"which skips what it did, or stop it (kill {h.get('pid', '<pid>')}) and rerun: "
                                "finished jobs are kept")
-    with _flocked(f, f, busy) as (before, _): yield before
+    with _flocked(target, f, busy) as (before, _): yield before
 
 # %% ../nbs/02a_run.ipynb #ab5a8818
 TENSORBOARD_DIR = "tensorboard"  # the run's TensorBoard event files (`embryo pretrain --tensorboard`, notebook 03)
