@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 'cmd_report', 'cmd_compare', 'cmd_seeds',
-           'cmd_reproduce', 'cmd_reference', 'OneLineParser', 'parser', 'main']
+__all__ = ['DISK_ERRORS', 'cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 'cmd_report', 'cmd_compare',
+           'cmd_seeds', 'cmd_reproduce', 'cmd_reference', 'OneLineParser', 'parser', 'main']
 
 # %% ../nbs/11_cli.ipynb #72b94369
 def cmd_params(args):
@@ -195,6 +195,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 # %% ../nbs/11_cli.ipynb #db796146
+import errno
+DISK_ERRORS = {  # what the disk said, and what to do
+    errno.EEXIST: "a file stands where a folder is needed; move it away or choose another path",
+    errno.ENOTDIR: "a file stands where a folder is needed (this path or a parent); move it away or choose another path",
+    errno.EISDIR: "a folder stands where a file is needed; move it away or choose another path",
+    errno.EACCES: "permission denied; choose a folder you can write, or change its permissions",
+    errno.EPERM: "not permitted; choose a folder you can write, or change its permissions",
+    errno.EROFS: "the disk is read-only; copy the run to a writable folder, or write elsewhere (--figures, --run-dir)",
+    errno.ENOSPC: "the disk is full; free some space and rerun (what was saved is kept, and a rerun goes on from it)",
+}
+
 def main(argv=None):
     "Entry point of the `embryo` console script; the project's own errors print as one message (exit status 2)."
     args = parser().parse_args(argv)
@@ -207,6 +218,10 @@ def main(argv=None):
         print(f"embryo {args.command}: interrupted; rerun the same command to go on (training resumes from its last "
               "resume point, a sweep skips the jobs it finished)", file=sys.stderr)
         return 130
+    except OSError as e:  # the disk's refusals, named with the path and what to do
+        if (why := DISK_ERRORS.get(e.errno)) is None: raise
+        print(f"embryo {args.command}: {e.filename or e}: {why}", file=sys.stderr)
+        return 2
     except Exception as e:  # embryo's error classes carry messages that name the problem and the fix: no traceback
         if not type(e).__module__.startswith("embryo."): raise
         print(f"embryo {args.command}: {type(e).__name__}: {e}", file=sys.stderr)

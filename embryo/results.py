@@ -21,8 +21,8 @@ from .run import DB_NAME, REFERENCE  # one name for the file, where the run (not
 # %% auto #0
 __all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TABLES',
            'UNRECORDED', 'REFERENCE_DIR', 'TASK_NAMES', 'TRANSITION_METRICS', 'DEFAULTS', 'RUNNING', 'db_path',
-           'unpack', 'migrate', 'use_wal', 'ResultsMissing', 'ResultsDamaged', 'connect', 'text_digest',
-           'encode_scores', 'decode_scores', 'binomial_se', 'score_rows', 'read_scores', 'read_examples',
+           'unpack', 'migrate', 'use_wal', 'ResultsMissing', 'ResultsDamaged', 'ResultsLocked', 'connect',
+           'text_digest', 'encode_scores', 'decode_scores', 'binomial_se', 'score_rows', 'read_scores', 'read_examples',
            'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps', 'reference_results',
            'describe_results', 'write_transitions', 'log_job', 'read_log', 'options_digest', 'set_computed_with',
            'computed_with', 'merge_results', 'markdown_table']
@@ -141,6 +141,14 @@ class ResultsMissing(FileNotFoundError):
 class ResultsDamaged(RuntimeError):
     "A results database SQLite cannot read (truncated, or overwritten by something else)."
 
+class ResultsLocked(RuntimeError):
+    "A results database another process kept locked for longer than the wait."
+
+def _foreign_tables(con) -> list[str]:
+    "The tables of a database that holds tables but none of embryo's (an SQLite file of another program), else []."
+    names = sorted(r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+    return names if names and "results" not in names else []
+
 @contextmanager
 def connect(run_dir, timeout: float = 60.0):
     "A connection to the run's database (created on first use) in WAL mode; commits on success, rolls back on error."
@@ -149,11 +157,17 @@ def connect(run_dir, timeout: float = 60.0):
     con = sqlite3.connect(path, timeout=timeout, isolation_level=None)  # explicit BEGIN/COMMIT below
     try:
         con.execute("PRAGMA busy_timeout = %d" % int(timeout * 1000))
+        if other := _foreign_tables(con):  # before anything is written into it
+            raise ResultsDamaged(f"{path} is an SQLite database of something else (tables: {', '.join(other[:5])}), "
+                                 "not embryo's results: move it away, or name another run folder")
         use_wal(con, path, timeout)
         migrate(con)
         con.executescript(SCHEMA)
         yield con
     except sqlite3.DatabaseError as e:
+        if "locked" in str(e) or "busy" in str(e):
+            raise ResultsLocked(f"{path} stayed locked by another process for over {timeout:.0f} s (a sweep, a "
+                                "notebook or a merge writing it): wait for it to finish, or stop it, and rerun") from None
         if "not a database" not in str(e) and "malformed" not in str(e): raise
         raise ResultsDamaged(f"{path} is damaged, SQLite cannot read it ({e}): move it aside (mv {path} "
                              f"{path}.damaged) and "

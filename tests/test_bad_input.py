@@ -417,7 +417,41 @@ MORE = [
     _cmd_case("pretrain --override on a folder without settings", ["pretrain", "--run-dir", "{tmp}/run", "--override", "--set",
               "learning_rate=0.001"], "has no pretrain_config.json to override", "ConfigError", fresh=True),
     case_pretrain_over_a_measured_run_without_resume_point,
+    _cmd_case("pretrain --run-dir under a file", ["pretrain", "--run-dir", "{run}/spiece.model/run", "--no-progress"],
+              "a file stands where a folder is needed (this path or a parent)", "embryo pretrain"),
+    _cmd_case("report --figures under a file", ["report", "--run", "{run}", "--figures", "{run}/spiece.model/figs"],
+              "a file stands where a folder is needed (this path or a parent)", "embryo report"),
 ]
+
+
+def _foreign_db(tmp):
+    import sqlite3
+    run = _copy_fixture(tmp / "run")
+    with sqlite3.connect(run / "results.sqlite") as con: con.execute("CREATE TABLE people (name TEXT)")
+    return run
+
+
+def case_foreign_results_database_sweep(tmp):
+    run = _foreign_db(tmp)
+    return dict(input="results.sqlite of another program (sweep)", args=["sweep", "--run", str(run), "--analyses", "attention",
+                "--steps", "30", "--mode", "inprocess"], names="an SQLite database of something else (tables: people)",
+                error="ResultsDamaged", run=run, inprocess=True)
+
+
+def case_foreign_results_database_report(tmp):
+    run = _foreign_db(tmp)
+    return dict(input="results.sqlite of another program (report)", args=["report", "--run", str(run), "--figures",
+                str(tmp / "figures")], names="an SQLite database of something else (tables: people)", error="ResultsDamaged",
+                run=run, inprocess=True)
+
+
+def case_logs_is_a_file(tmp):
+    run = _copy_fixture(tmp / "run"); shutil.rmtree(run / "logs"); (run / "logs").write_text("not a folder")
+    return dict(input="a file named logs in the run (pretrain)", args=_pretrain_args(run, total_steps=30, warmup_steps=5),
+                names=f"{run / 'logs'}: a file stands where a folder is needed", error="embryo pretrain", run=run, inprocess=True)
+
+
+MORE += [case_foreign_results_database_sweep, case_foreign_results_database_report, case_logs_is_a_file]
 CASES += MORE
 
 
