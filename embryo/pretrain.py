@@ -40,16 +40,16 @@ from .figures import plot_pretraining
 from .facts import read_facts, injections, prepare_facts
 
 # %% auto #0
-__all__ = ['FIXED_SETTINGS', 'CORPUS_LANGUAGES', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups', 'make_optimizer',
-           'lr_at', 'mask_prob_at', 'phase1_steps', 'seq_length_at', 'micro_batches_at', 'batch_at', 'sequences_before',
-           'tokens_seen', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume', 'prediction_cap', 'Batches',
-           'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'bert_shaped', 'model_card', 'write_model_card',
-           'write_model_cards', 'tensorboard_module', 'TensorBoardLog', 'tensorboard_log', 'TrainingDiverged',
-           'diverged', 'DiskFull', 'resolve_data_workers', 'check_compile', 'compile_step', 'deterministic_kernels',
-           'prefetched', 'train_step', 'check_settings', 'train', 'batch_source', 'loss_counts', 'batches_of_step',
-           'Saves', 'finish_run', 'brown_examples', 'heldout_examples', 'heldout_config', 'evaluate_heldout',
-           'corpus_slice', 'fixture_run', 'training_sample', 'heldout_curve', 'split_overrides', 'pretrain_from_args',
-           'main']
+__all__ = ['FIXED_SETTINGS', 'CORPUS_LANGUAGES', 'SANE_MARGIN', 'HELDOUT_MASK_PROB', 'FIXTURE', 'Lamb', 'param_groups',
+           'make_optimizer', 'lr_at', 'mask_prob_at', 'phase1_steps', 'seq_length_at', 'micro_batches_at', 'batch_at',
+           'sequences_before', 'tokens_seen', 'rng_state', 'set_rng_state', 'save_resume', 'load_resume',
+           'prediction_cap', 'Batches', 'run_config', 'run_corpus', 'prepare_run', 'examples_of', 'bert_shaped',
+           'model_card', 'write_model_card', 'write_model_cards', 'tensorboard_module', 'TensorBoardLog',
+           'tensorboard_log', 'sane_loss', 'TrainingDiverged', 'diverged', 'DiskFull', 'resolve_data_workers',
+           'check_compile', 'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'check_settings',
+           'train', 'batch_source', 'loss_counts', 'batches_of_step', 'Saves', 'finish_run', 'brown_examples',
+           'heldout_examples', 'heldout_config', 'evaluate_heldout', 'corpus_slice', 'fixture_run', 'training_sample',
+           'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -316,7 +316,7 @@ def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override:
         fixed = [d for d in diff if not d.startswith("train.") or d.split(":")[0][6:] in FIXED_SETTINGS]
         if fixed: raise ConfigError(f"--override cannot change {'; '.join(fixed)}: they define the run's model and "
                                     "data. Pass a new --run folder instead")
-        history = history + [dict(from_step=_resume_step(run_dir), changed=diff,
+        history = history + [dict(from_step=_resume_step(run_dir) or 0, changed=diff,
                                   at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))]
         print(f"{run_dir}: overriding {'; '.join(diff)} from step {history[-1]['from_step']} (recorded in {f})",
               flush=True)
@@ -715,6 +715,13 @@ def tensorboard_log(run_dir) -> list[dict]:
                 rows.setdefault(ev.step, {"step": ev.step})[v.tag.removeprefix("train/")] = v.simple_value
     return [rows[s] for s in sorted(rows)]
 
+# %% ../nbs/03_pretrain.ipynb #414f60ae
+SANE_MARGIN = 2.0  # nats above a uniform guess: no sane language model is that much worse than guessing
+
+def sane_loss(vocab_size: int) -> float:
+    "The highest MLM loss (nats) a run may log and still be saved: a uniform guess over the vocabulary, plus a margin."
+    return math.log(vocab_size) + SANE_MARGIN
+
 # %% ../nbs/03_pretrain.ipynb #3fef3168
 class TrainingDiverged(RuntimeError):
     "The loss (or the weights) became NaN or infinite."
@@ -1039,6 +1046,9 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
             mlm_loss, sop_loss = (stats[0] / counts[0]).item(), (stats[1] / counts[1]).item()
             if not math.isfinite(mlm_loss + sop_loss):
                 raise diverged(run_dir, f"the loss became {mlm_loss + sop_loss}", step, saver.saved, tc)
+            if mlm_loss > (limit := sane_loss(mc.vocab_size)):  # finite but exploded: its weights are saved nowhere
+                raise diverged(run_dir, f"the MLM loss became {mlm_loss:.4g} nats, above {limit:.3g} (a uniform guess "
+                               f"over {mc.vocab_size:,} pieces plus {SANE_MARGIN:g})", step, saver.saved, tc)
             if rank == 0: saver.write()  # the previous step's save, now that its weights gave a finite loss
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
             lr = lr_at(step - 1, tc)

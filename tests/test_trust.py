@@ -191,3 +191,16 @@ def test_a_copied_checkpoint_is_flagged_before_the_sweep_reads_it(tmp_path, monk
     assert "steps 2 and 6 hold the same weights" in said, said
     flags = json.loads((tmp_path / "runs" / "out" / "logs" / "series_check.json").read_text())["flags"]
     assert len(flags) == 1 and flags[0].startswith("steps 2 and 6"), flags
+
+
+def test_a_run_that_explodes_without_a_nan_stops_before_saving_exploded_weights(tmp_path):
+    """Item 4: at rate 5 the loss climbs to 18, 114, ... 7e6 nats, all finite; checkpoints 2-8 and the resume point held
+    exploded weights, and the advised --override resumed from them to rc 0 at held-out 0.000."""
+    run = tmp_path / "run"
+    line = _one_line(_pretrain(run, "total_steps=40", "learning_rate=5.0", "log_every=1"))
+    assert "TrainingDiverged" in line and "MLM loss became" in line and "a uniform guess" in line, line
+    assert list_steps(run) == [0] and not (run / "resume").exists()  # nothing exploded was saved
+    res = _pretrain(run, "learning_rate=0.002", override=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    acc = float(res.stdout.split("held-out MLM accuracy ")[1].split()[0])
+    assert acc > 0.01, res.stdout  # a language model again, not the exploded one (0.000)
