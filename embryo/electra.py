@@ -233,7 +233,8 @@ def load_electra(folder, half: str = "discriminator", device="cpu") -> ElectraHa
     if not (sub / "model.safetensors").exists():
         raise CheckpointError(f"{sub / 'model.safetensors'} is missing: an ELECTRA checkpoint holds the "
                               f"discriminator's weights and the generator's in {GENERATOR}/")
-    with quiet_transformers(): model = cls.from_pretrained(sub, attn_implementation="eager")  # eager: attention maps
+    with quiet_transformers():  # eager: attention maps; fp32 also for a checkpoint stored in 16 bits (a bundle's)
+        model = cls.from_pretrained(sub, attn_implementation="eager", dtype=torch.float32)
     return ElectraHalf(model, half).to(device).eval()
 
 # %% ../nbs/01a_electra.ipynb #c96f7077

@@ -48,8 +48,8 @@ __all__ = ['FIXED_SETTINGS', 'CORPUS_LANGUAGES', 'SANE_MARGIN', 'HELDOUT_MASK_PR
            'tensorboard_log', 'sane_loss', 'TrainingDiverged', 'diverged', 'DiskFull', 'resolve_data_workers',
            'check_compile', 'compile_step', 'deterministic_kernels', 'prefetched', 'train_step', 'check_settings',
            'train', 'batch_source', 'loss_counts', 'batches_of_step', 'Saves', 'finish_run', 'brown_examples',
-           'heldout_examples', 'heldout_config', 'evaluate_heldout', 'corpus_slice', 'fixture_run', 'training_sample',
-           'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
+           'heldout_examples', 'heldout_config', 'evaluate_heldout', 'corpus_slice', 'fixture_run', 'token_mlm',
+           'training_sample', 'heldout_curve', 'split_overrides', 'pretrain_from_args', 'main']
 
 # %% ../nbs/03_pretrain.ipynb #92e7e63f
 class Lamb(torch.optim.Optimizer):
@@ -1195,6 +1195,33 @@ def fixture_run(root=None, **overrides) -> Path:
         # a fixture cached by an older version: what checkpoints carry now
         else: complete_run(run); write_model_cards(run)
     return run
+
+# %% ../nbs/03_pretrain.ipynb #d2a8ecc8
+@torch.no_grad()
+def token_mlm(model, tok, examples, seed: int = 0, batch_size: int = 32, device="cpu") -> dict:
+    ("Held-out masked-LM loss (nats), perplexity and accuracy under BERT's token-level masking (15% of the tokens; "
+     "80% [MASK], 10% random, 10% kept) on `examples` (their `input_ids` and `token_type_ids`), masks seeded by `seed`.")
+    g, special = torch.Generator().manual_seed(seed), torch.tensor(tok.special_ids)
+    loss = hits = n = 0
+    model.eval()
+    for s in range(0, len(examples), batch_size):
+        chunk = examples[s:s + batch_size]
+        ids, types, att = (torch.zeros(len(chunk), max(len(e["input_ids"]) for e in chunk), dtype=torch.long)
+                           for _ in range(3))
+        for i, e in enumerate(chunk):
+            k = len(e["input_ids"])
+            ids[i, :k], types[i, :k], att[i, :k] = torch.tensor(e["input_ids"]), torch.tensor(e["token_type_ids"]), 1
+        ids[att == 0] = tok.pad_id
+        pick = (torch.rand(ids.shape, generator=g) < 0.15) & (att == 1) & ~torch.isin(ids, special)
+        r, other = torch.rand(ids.shape, generator=g), torch.randint(tok.vocab_size, ids.shape, generator=g)
+        inp = torch.where(pick & (r < 0.8), tok.mask_id, torch.where(pick & (r < 0.9), other, ids))
+        logits = model(inp.to(device), att.to(device), types.to(device)).prediction_logits[pick.to(device)].float()
+        y = ids[pick].to(device)
+        loss += float(F.cross_entropy(logits, y, reduction="sum")); hits += int((logits.argmax(-1) == y).sum())
+        n += int(pick.sum())
+    return dict(token_mlm_loss=loss / n, token_mlm_perplexity=math.exp(loss / n), token_mlm_accuracy=hits / n,
+                masked_tokens=n, sequences=len(examples), seed=seed,
+                protocol="15% of non-special tokens; of those 80% [MASK], 10% random, 10% kept (BERT, HF run_mlm)")
 
 # %% ../nbs/03_pretrain.ipynb #59993b5c
 def training_sample(ds, tc: TrainConfig) -> list[dict]:
