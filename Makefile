@@ -63,9 +63,16 @@ check-sync: $(STAMP)
 	  diff <(echo "$$before") <(echo "$$after"); exit 1; fi; \
 	echo "notebooks clean, package in sync with nbs/"
 
-# The notebooks in JupyterLab, in the environment the two commands install.
+# The notebooks in JupyterLab, in the environment the two commands install. The server's root is the repository (a
+# results cell's `../figures/...` links lie outside nbs/: with nbs/ as the root each image was a 404), and the page it
+# opens is nbs/index.ipynb. As root (containers, cloud notebooks) Jupyter refuses to start without --allow-root, so it is
+# added then and only then. `make lab NO_BROWSER=1` starts it without opening a browser; LAB_ARGS passes anything else
+# (`make lab LAB_ARGS=--port=8890`). tests/test_lab.py starts what `make -n lab` prints and fetches a figure through it.
+NO_BROWSER ?=
+LAB_ARGS ?=
 lab: $(STAMP)
-	$(BIN)/jupyter lab nbs/
+	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/nbs/index.ipynb \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) $(if $(NO_BROWSER),--no-browser) $(LAB_ARGS)
 
 readme: $(STAMP)
 	$(BIN)/python -c "from embryo.report import write_readme; print(*write_readme() or ['README.md unchanged'])"

@@ -17,15 +17,15 @@ import torch
 from . import data as D
 from .config import atomic_write
 from .run import Run, corpus_file, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step
-from .run import series_lacks
+from .run import CannotDraw, series_lacks
 from .figures import figure_dir, plot_steps, save_figure, step_axis
 from .model import autocast
 from .reconstruction import FUNCTION_WORDS, align, tagged_sentences
 from .results import markdown_table, read_examples, read_results, read_scores, score_rows, write_results
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'TASK', 'MIN_OCCURRENCES', 'MAX_OCCURRENCES', 'MIN_DROP', 'FITS_FORMAT', 'CLASS_ORDER', 'REPORT',
-           'Occurrence', 'word_occurrences', 'masked_inputs', 'surprisals', 'evaluate_step', 'applies_to',
+__all__ = ['ANALYSIS', 'TASK', 'MIN_OCCURRENCES', 'MAX_OCCURRENCES', 'MIN_DROP', 'MIN_STEPS', 'FITS_FORMAT', 'CLASS_ORDER',
+           'REPORT', 'Occurrence', 'word_occurrences', 'masked_inputs', 'surprisals', 'evaluate_step', 'applies_to',
            'word_curves', 'sigmoid', 'fit_word', 'word_frequencies', 'curves_key', 'run_fits_file', 'word_fits',
            'bundle_fits', 'ages', 'regression', 'function_first', 'plot_aoa', 'verdict', 'redraw']
 
@@ -128,6 +128,7 @@ def word_curves(run_dir) -> pd.DataFrame:
 
 # %% ../nbs/08d_aoa.ipynb #fb0b2c21
 MIN_DROP = 0.5  # nats: a smaller fitted fall in surprisal is not counted as the word being acquired
+MIN_STEPS = 5  # evaluated steps a word's sigmoid needs: it has 4 unknowns
 
 def sigmoid(x, lo, hi, k, m): return lo + (hi - lo) / (1 + np.exp(np.clip(k * (x - m), -50, 50)))
 
@@ -136,7 +137,7 @@ def fit_word(steps: np.ndarray, y: np.ndarray) -> dict:
      "if not acquired), R^2.")
     from scipy.optimize import curve_fit
     x, top = np.log10(np.asarray(steps, float) + 1), 2 * max(float(y.max()), 1.0)
-    if len(x) < 5: return dict(lo=np.nan, hi=np.nan, k=np.nan, m=np.nan, drop=np.nan, aoa=np.nan, r2=np.nan)  # 4 unknowns
+    if len(x) < MIN_STEPS: return dict(lo=np.nan, hi=np.nan, k=np.nan, m=np.nan, drop=np.nan, aoa=np.nan, r2=np.nan)  # 4 unknowns
     try:
         (lo, hi, k, m), _ = curve_fit(sigmoid, x, y, p0=[y.min(), y[0], 3.0, np.median(x)], maxfev=5000,
                                       bounds=([0, 0, 0.1, x.min()], [top, top, 50, x.max()]))
@@ -211,6 +212,9 @@ def ages(run_dir) -> pd.DataFrame:
     ("Per word: its fitted sigmoid and age of acquisition (step), class, function word or not, length, training "
      "frequency.")
     wc = word_curves(run_dir)
+    if len(wc) < MIN_STEPS:  # no word's sigmoid can be fitted: every age would be NaN
+        raise CannotDraw(f"needs {MIN_STEPS} steps (a sigmoid of 4 unknowns over each word's surprisal); "
+                         f"{Path(run_dir).name} has {len(wc)} ({', '.join(f'{s:,}' for s in wc.index)})")
     _, word_class = word_occurrences()
     freq = word_frequencies(run_dir)
     df = word_fits(wc, run_dir)
@@ -256,6 +260,9 @@ def plot_aoa(run_dir, ag: pd.DataFrame | None = None):
     "Fig. age of acquisition: example curves with fits, age against frequency, ages per class."
     import matplotlib.pyplot as plt
     wc = word_curves(run_dir); ag = ages(run_dir) if ag is None else ag
+    if not ag.aoa.notna().any():  # before a figure is opened
+        raise CannotDraw(f"no held-out word is acquired on {Path(run_dir).name} (its fitted surprisal falling by "
+                         f"{MIN_DROP} nats or more, the midpoint before the last step): no age to draw")
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), layout="constrained")
     got = ag[ag.aoa.notna()].sort_values("frequency", ascending=False)
     show = list(got[got.function].index[:3]) + list(got[got.cls.isin(["noun", "adjective"])].index[:3])
@@ -270,9 +277,10 @@ def plot_aoa(run_dir, ag: pd.DataFrame | None = None):
     for fn, c, lab in ((True, "C3", "function words"), (False, "C0", "content and other words")):
         g = got[got.function == fn]
         axes[1].scatter(g.frequency + 1, g.aoa, s=8, alpha=0.6, color=c, label=f"{lab} ({len(g)})")
-    lf = np.log10(got.frequency + 1); b = np.polyfit(lf, np.log10(got.aoa + 1), 1)
-    fx = np.linspace(lf.min(), lf.max(), 50)
-    axes[1].plot(10 ** fx, 10 ** np.polyval(b, fx) - 1, "k--", lw=1, label="age on frequency alone")
+    if len(got) > 1:  # a line needs two words
+        lf = np.log10(got.frequency + 1); b = np.polyfit(lf, np.log10(got.aoa + 1), 1)
+        fx = np.linspace(lf.min(), lf.max(), 50)
+        axes[1].plot(10 ** fx, 10 ** np.polyval(b, fx) - 1, "k--", lw=1, label="age on frequency alone")
     axes[1].set(xscale="log", yscale="symlog", xlabel="frequency in the training corpus (words, log)",
                 ylabel="age of acquisition, step (symlog)")
     axes[1].set_title("(b) age against frequency", fontsize=10)
@@ -296,7 +304,8 @@ def plot_aoa(run_dir, ag: pd.DataFrame | None = None):
 # %% ../nbs/08d_aoa.ipynb #3e159875
 def verdict(run_dir, ag: pd.DataFrame | None = None) -> str:
     "The per-word test of the paper's 'function words first', and what frequency explains (`ag`: `ages`, if computed)."
-    ag = ages(run_dir) if ag is None else ag
+    try: ag = ages(run_dir) if ag is None else ag
+    except CannotDraw as e: return f"Not testable on this run: the age of acquisition {e}."
     ff = function_first(ag)
     if min(ff["function"], ff["content"]) < 5:
         return (f"Not testable on this run: {ff['function']} function and {ff['content']} content words are acquired "

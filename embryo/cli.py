@@ -74,10 +74,15 @@ def cmd_merge(args):
 
 # %% ../nbs/11_cli.ipynb #b516d7bf
 def cmd_report(args):
-    "Redraw every figure of the run from its database and write figures/index.html."
+    ("Redraw every figure of the run from its database and write figures/index.html; a section that cannot be drawn "
+     "is said in one line and the rest written. Exit status 1 if a section failed (not for one the series cannot give).")
     from embryo.report import redraw_all, publish_report
-    for p in redraw_all(args.run, args.figures): print(f"wrote {p}")
-    publish_report(args.run, args.figures)
+    drawn = redraw_all(args.run, args.figures)
+    for p in drawn: print(f"wrote {p}")
+    for s, why in drawn.not_drawn.items(): print(f"{s}: not drawn: {why}")
+    publish_report(args.run, args.figures, drawn)
+    for s, err in drawn.failed.items(): print(f"{s}: failed: {err}", file=sys.stderr)
+    return 1 if drawn.failed else 0
 
 # %% ../nbs/11_cli.ipynb #cf0c880c
 def cmd_compare(args):

@@ -21,7 +21,7 @@ import pandas as pd
 from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
 from .data import HF_TOKENIZER_FILES
 from .model import load_safetensors, write_safetensors
-from .run import (SeriesError, checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions,
+from .run import (CannotDraw, SeriesError, checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions,
                         train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config,
                         MODEL_CARD)
 from .pretrain import model_card
@@ -35,7 +35,7 @@ from .seeds import seed_bands, seed_run_dirs
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS',
            'REPRODUCE_WORKERS', 'USER_DATA', 'FINDINGS', 'FINDINGS_MARKS', 'FINDINGS_FILE', 'BUNDLED', 'SHIP_BUDGET',
            'SHIPPED_FILES', 'REFERENCE_ANALYSES', 'NOTEBOOKS', 'RESULTS_MARK', 'TWINS', 'FACT_SPAN', 'OFFLINE_TEMPLATE',
-           'pace_sentence', 'report_sections', 'write_report', 'redraw_all', 'reproduce', 'reproduce_seeds',
+           'pace_sentence', 'report_sections', 'write_report', 'Drawn', 'redraw_all', 'reproduce', 'reproduce_seeds',
            'status_of', 'findings_markdown', 'sync_findings', 'findings_text', 'write_findings', 'publish_report',
            'bundle_dirs', 'bundle_name', 'refresh_bundle', 'same_numbers', 'verdict_texts', 'refresh_comparisons',
            'copy_database', 'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference', 'results_markdown',
@@ -137,9 +137,10 @@ PAGES_DIR = "notebooks"  # under the figures folder: the analysis notebooks exec
 SEEDS_DIR = "seeds"  # under the figures folder: the seed bands, and each further seed's own figures in seed<k>/
 
 # %% ../nbs/10c_report.ipynb #c4509f80
-def write_report(run_dir, figures_dir="figures", name=None) -> Path:
+def write_report(run_dir, figures_dir="figures", name=None, notes: list[str] | None = None) -> Path:
     ("Write `figures_dir/index.html` (every figure and table present, its paper reference, finding and verdict) and "
-     "`report.json`; `name`: the run as the report names it (default `run_dir`).")
+     "`report.json`; `name`: the run as the report names it (default `run_dir`); `notes`: a line per section not drawn "
+     "and why (`Drawn.lines`).")
     figures_dir, name = Path(figures_dir), str(name or run_dir)
     e = html.escape
     parts = ["<!doctype html><meta charset='utf-8'><title>embryo report</title>",
@@ -161,6 +162,8 @@ def write_report(run_dir, figures_dir="figures", name=None) -> Path:
         elif csv.exists(): parts.append(_table_html(csv))
         parts.append("</section>")
     if missing: parts.append(f"<p>Not drawn yet: {e(', '.join(missing))}.</p>")
+    if notes: parts.append("<section id='not-drawn'><h2>Not drawn on this run, and why</h2><ul>"
+                           + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul></section>")
     pages = sorted((figures_dir / PAGES_DIR).glob("*.html"))
     if pages: parts.append("<section id='notebooks'><h2>The analysis notebooks, executed on this run</h2><ul>"
                            + "".join(
@@ -184,24 +187,48 @@ def write_report(run_dir, figures_dir="figures", name=None) -> Path:
     return atomic_write(figures_dir / "index.html", "\n".join(parts) + "\n")
 
 # %% ../nbs/10c_report.ipynb #5ae391e4
-def redraw_all(run_dir, figures_dir="figures") -> list[Path]:
-    "Redraw the pretraining figure and every analysis's figures of `run_dir` into `figures_dir`."
-    from embryo.figures import plot_pretraining, plot_recipe_curves
+class Drawn(list):
+    ("The files `redraw_all` wrote; `not_drawn`: {section: why} for each section this series cannot give (`CannotDraw`), "
+     "`failed`: {section: its error} for each that raised anything else.")
+    def __init__(self):
+        super().__init__(); self.not_drawn, self.failed = {}, {}
+
+    def draw(self, section: str, fn):
+        "Add what `fn()` wrote, or note in one line why `section` was not drawn."
+        try: self.extend(fn())
+        except CannotDraw as e: self.not_drawn[section] = str(e)
+        except Exception as e: self.failed[section] = error_text(e)
+
+    def lines(self) -> list[str]:
+        "One line per section not drawn or failed, naming why."
+        return ([f"{s}: not drawn: {why}" for s, why in self.not_drawn.items()]
+                + [f"{s}: failed: {err}" for s, err in self.failed.items()])
+
+def _pretraining(run_dir, figures_dir) -> list[Path]:
+    from embryo.figures import plot_pretraining
+    if not train_log(run_dir):  # a series trained elsewhere (MultiBERTs' folders, say) may record none
+        raise CannotDraw(f"no training log in {run_dir} (logs/train.jsonl): Fig. 2a needs the losses it records")
+    write_transitions(run_dir)  # stored with the run's other results
+    return plot_pretraining(run_dir, figures_dir)
+
+def redraw_all(run_dir, figures_dir="figures") -> Drawn:
+    ("Redraw the pretraining figure and every analysis's figures of `run_dir` into `figures_dir`; a section that "
+     "cannot be drawn or fails is noted (`Drawn.lines`) and the rest drawn.")
+    from embryo.figures import plot_recipe_curves
     if not (Path(run_dir) / DB_NAME).exists() and not (Path(run_dir) / "logs").is_dir():
         where = f"{run_dir} holds no {DB_NAME} and no logs/" if Path(run_dir).is_dir() else ("no run folder at "
                                                                                              f"{run_dir}")
         raise SeriesError(f"{where}: nothing to report; pass a run that was trained or swept (embryo sweep --run "
                           "<run>), or a bundle like figures/run")
-    # stored with the run's other results
-    if (Path(run_dir) / "logs" / "train.jsonl").exists(): write_transitions(run_dir)
-    paths = plot_pretraining(run_dir, figures_dir) if (Path(run_dir) / "logs").is_dir() else []
+    drawn = Drawn()
+    drawn.draw("pretraining", lambda: _pretraining(run_dir, figures_dir))
     recipes = Path(figures_dir) / "recipe_curves.csv"  # committed with the figures: the recipe search behind `tiny`
     mature = run_config_file(run_dir).exists() and read_run_config(run_dir)[0].endswith("-mature")
     goal = dict(goal=0.30, goal_label="the mature run's goal") if mature else {}  # issue "findings"
-    if recipes.exists(): paths += plot_recipe_curves(recipes, figures_dir, **goal)
+    if recipes.exists(): drawn.draw("recipes", lambda: plot_recipe_curves(recipes, figures_dir, **goal))
     for a in available_analyses():
-        if done_steps(run_dir, a): paths += analysis_module(a).redraw(run_dir, figures_dir)
-    return paths
+        if done_steps(run_dir, a): drawn.draw(a, lambda: analysis_module(a).redraw(run_dir, figures_dir))
+    return drawn
 
 # %% ../nbs/10c_report.ipynb #713b2e88
 # the presets `reproduce` runs at CPU size (ALBERT and its BERT and ELECTRA twins)
@@ -248,12 +275,14 @@ def reproduce(args):
         opts = {a: REPRODUCE_OPTIONS[a]} if cpu and a in REPRODUCE_OPTIONS else None
         print(sweep(run, [a], evaluation_steps(run, *grid) if grid else None, mode=getattr(args, "mode", "inprocess"),
                     options=opts, redraw=False, workers=REPRODUCE_WORKERS.get(a, 1) if cpu else 1).to_string())
-    for p in redraw_all(run, figures): print(f"wrote {p}")
+    drawn = redraw_all(run, figures)
+    for p in drawn: print(f"wrote {p}")
+    for line in drawn.lines(): print(line)
     if getattr(args, "pages", True):
         try: notebook_pages(run, figures / PAGES_DIR, applicable(run, chosen)[0],
                             options=REPRODUCE_OPTIONS if cpu else None, workers=REPRODUCE_WORKERS["pages"] if cpu else 1)
         except Exception as e: print(f"notebook pages not written ({error_text(e)}); the figures and the report are")
-    publish_report(run, figures)
+    publish_report(run, figures, drawn)
 
 # %% ../nbs/10c_report.ipynb #c12a49a9
 def reproduce_seeds(args, seeds: int) -> list[Path]:
@@ -343,10 +372,10 @@ def findings_text(figures_dir, name) -> str:
 def write_findings(figures_dir, name) -> Path: return atomic_write(Path(figures_dir) / FINDINGS_FILE,
                                                                    findings_text(figures_dir, name))
 
-def publish_report(run_dir, figures_dir="figures") -> list[Path]:
+def publish_report(run_dir, figures_dir="figures", drawn: Drawn | None = None) -> list[Path]:
     ("Write the report (index.html, report.json), the run's results beside it (`bundle_run`) and, when `figures_dir` "
-     "is the checkout's figures, the notebooks' results cells.")
-    paths = [write_report(run_dir, figures_dir), *bundle_run(run_dir, figures_dir)]
+     "is the checkout's figures, the notebooks' results cells; `drawn`: what `redraw_all` drew, its notes in the report.")
+    paths = [write_report(run_dir, figures_dir, notes=drawn.lines() if drawn else None), *bundle_run(run_dir, figures_dir)]
     paths.append(write_findings(figures_dir, run_dir))
     if (root := checkout_figures(figures_dir)) is not None:
         paths += sync_notebooks(root) + sync_findings(root) + sync_prose(root) + write_readme(root.parent / "nbs")

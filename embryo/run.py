@@ -31,11 +31,12 @@ __all__ = ['MODEL_CARD', 'LOCK_FILE', 'SWEEP_LOCK', 'TENSORBOARD_DIR', 'CORPUS_F
            'resolve_step', 'masked_lm_at', 'RunLocked', 'holder_text', 'forget_inherited_locks', 'run_lock',
            'training_holder', 'sweep_lock', 'clean_run', 'read_config', 'read_run_config', 'sentence_name',
            'checkpoint_steps', 'saved_steps', 'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records',
-           'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'step_of', 'trainer_log',
-           'write_series_log', 'series_tokenizer', 'single_model', 'relink', 'bind_source', 'refuse_remote_code',
-           'as_run', 'hub_run', 'reference_folder', 'reference_run', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM',
-           'load_hf_model', 'check_filled', 'check_weights', 'check_vocabulary', 'encoder_states', 'max_length', 'Run',
-           'run_model_type', 'run_sentence_task', 'series_lacks', 'checkpoint_figures', 'series_flags', 'check_series']
+           'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'CannotDraw', 'step_of',
+           'trainer_log', 'write_series_log', 'series_tokenizer', 'single_model', 'relink', 'bind_source',
+           'refuse_remote_code', 'as_run', 'hub_run', 'reference_folder', 'reference_run', 'checkpoint_kind',
+           'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'check_filled', 'check_weights', 'check_vocabulary',
+           'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task', 'series_lacks',
+           'checkpoint_figures', 'series_flags', 'check_series']
 
 # %% ../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -509,6 +510,10 @@ def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
 # %% ../nbs/02a_run.ipynb #e412286d
 class SeriesError(ValueError):
     "A folder that is no checkpoint series: no step folders, two folders for one step, no weights, no tokenizer."
+
+class CannotDraw(ValueError):
+    ("A figure or table this series cannot give (too few steps for a fit, no training log): the sweep and the report "
+     "say why in one line and draw the rest; not a failure.")
 
 # %% ../nbs/02a_run.ipynb #e0df8b83
 STEP_DIR = re.compile(r"(?:(?:.*[_-])?(?:step|ckpt)[_-]?|checkpoint[_-])?([0-9]+)([kKmM]?)")  # ASCII digits only

@@ -24,7 +24,7 @@ import pandas as pd
 
 from .config import clean_stale_temps, temp_tag, check_value
 from .run import (list_steps, find_checkpoint, complete_run, as_run, check_series, run_transitions, check_device, sweep_lock,
-                        training_holder, holder_text)
+                        training_holder, holder_text, CannotDraw)
 from .results import (DB_NAME, UNRECORDED, db_path, connect, log_job, read_log, computed_with, options_digest,
                             set_computed_with)
 
@@ -517,6 +517,7 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
         if redraw:
             for a in sorted({j.analysis for j in todo if outcome.get(j) == "done"}):
                 try: analysis_module(a).redraw(run_dir)
+                except CannotDraw as e: print(f"{a}: figures not drawn: {e}")  # the series is too short, say: no failure
                 except Exception as e: failures.append((Job(a, -1), f"redraw: {error_text(e)}"))
     table = summary_table(todo, skipped, outcome)
     table.attrs["failed"] = len(failures)  # jobs and redraws: the CLI's exit status

@@ -71,6 +71,7 @@ SLOW = {
     "test_glue.py::test_step_axes_show_step_0_and_every_marker_whole",  # draws what the slow tests above stored
     "test_glue.py::test_seeds_store_each_score_their_mean_and_spread_and_the_verdict_weighs_them",
     "test_hf_artifact.py::test_bert_twin_checkpoints_load_as_hf_artifacts",
+    "test_lab.py::test_make_lab_serves_the_figures_a_results_cell_links",  # starts JupyterLab: 1.9 to 3.2 s here
     "test_llc.py::test_the_estimator_agrees_with_devinterp",  # trains a small GPT-2, runs both samplers
     "test_llc.py::test_a_checkpoint_reaches_the_database_with_its_chains_settings_and_calibration",
     "test_notebooks.py::test_analysis_notebook_on_other_run",

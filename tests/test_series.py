@@ -300,3 +300,50 @@ def test_compare_sets_a_trainer_series_beside_our_run(tmp_path, monkeypatch):
     assert sorted(report["analyses"]["reconstruction"]["runs"]) == sorted([ours, f"BERT ({out.name})"]), report
     assert report["analyses"]["reconstruction"]["runs"][f"BERT ({out.name})"]["first"] >= 0
     assert (tmp_path / "cmp" / "fig_compare_reconstruction.png").stat().st_size > 10_000
+
+
+def test_report_on_a_two_checkpoint_multiberts_series(tmp_path, monkeypatch, capsys):
+    """Issue 76: `embryo report` on a short series (two MultiBERTs-style checkpoints of a micro BERT, step_20k and
+    step_40k) writes index.html and findings.md, says in one line each section it cannot draw and why, and exits
+    non-zero only when something failed (here: a redraw made to raise)."""
+    from transformers import AutoTokenizer, BertForMaskedLM
+    from embryo.cli import main
+    from embryo.sweep import sweep
+    out = trainer_series("bert")
+    for s, k in ((4, 20), (8, 40)):
+        dst = tmp_path / "multiberts" / f"step_{k}k"
+        BertForMaskedLM.from_pretrained(out / f"checkpoint-{s}").save_pretrained(dst)
+        AutoTokenizer.from_pretrained(out / f"checkpoint-{s}").save_pretrained(dst)
+    monkeypatch.chdir(tmp_path)
+    analyses = ["aoa", "attention", "similarity", "reconstruction"]
+    opts = dict(QUICK, aoa=dict(max_occurrences=2), reconstruction=dict(max_words=50))
+    t = sweep(tmp_path / "multiberts", analyses, mode="inprocess", options=opts, progress=False)
+    said = capsys.readouterr().out
+    assert sorted(t.index) == sorted(analyses) and list(t.columns) == [20000, 40000] and (t == "done").all().all(), t
+    assert t.attrs["failed"] == 0 and "failed" not in said, said  # too few steps is not a failure: it is said
+    assert [l for l in said.splitlines() if l.startswith("aoa")] == [
+        "aoa: figures not drawn: needs 5 steps (a sigmoid of 4 unknowns over each word's surprisal); "
+        "multiberts has 2 (20,000, 40,000)"], said
+    run, figs = tmp_path / "runs" / "multiberts", tmp_path / "report"
+    rc = main(["report", "--run", str(run), "--figures", str(figs)])
+    o = capsys.readouterr(); lines = (o.out + o.err).splitlines()
+    assert rc == 0, o
+    assert (figs / "index.html").is_file() and (figs / "findings.md").is_file() and (figs / "report.json").is_file()
+    assert not any("Traceback" in l or "Error:" in l for l in lines), o
+    not_drawn = [l for l in lines if "not drawn:" in l]
+    assert sorted(l.split(":")[0] for l in not_drawn) == ["aoa", "pretraining"], not_drawn
+    assert any(l.startswith("aoa") and "needs 5 steps" in l for l in not_drawn), not_drawn
+    assert any(l.startswith("pretraining") and "no training log" in l for l in not_drawn), not_drawn
+    page = (figs / "index.html").read_text()
+    assert "fig3_attention_patterns" in page or "fig_attention" in page or "attention" in page
+    assert "needs 5 steps" in page  # the report says why the section is missing
+    assert any(p.suffix == ".png" for p in figs.iterdir())
+    # a redraw that raises is a failure: said in one line, the rest written, exit 1
+    import embryo.attention
+    monkeypatch.setattr(embryo.attention, "redraw", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    (figs / "index.html").unlink(); (figs / "findings.md").unlink()
+    rc = main(["report", "--run", str(run), "--figures", str(figs)])
+    o = capsys.readouterr(); lines = (o.out + o.err).splitlines()
+    assert rc == 1, o
+    assert [l for l in lines if "failed:" in l] == ["attention: failed: RuntimeError: boom"], lines
+    assert (figs / "index.html").is_file() and (figs / "findings.md").is_file()
