@@ -21,7 +21,7 @@ import pandas as pd
 from .config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
 from .data import HF_TOKENIZER_FILES
 from .model import load_safetensors, write_safetensors
-from .run import (CannotDraw, SeriesError, checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions,
+from .run import (CannotDraw, SeriesError, check_series, checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions,
                         train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config,
                         MODEL_CARD)
 from .pretrain import model_card
@@ -137,10 +137,12 @@ PAGES_DIR = "notebooks"  # under the figures folder: the analysis notebooks exec
 SEEDS_DIR = "seeds"  # under the figures folder: the seed bands, and each further seed's own figures in seed<k>/
 
 # %% ../nbs/10c_report.ipynb #c4509f80
-def write_report(run_dir, figures_dir="figures", name=None, notes: list[str] | None = None) -> Path:
+def write_report(run_dir, figures_dir="figures", name=None, notes: list[str] | None = None,
+                 series: list[str] | None = None) -> Path:
     ("Write `figures_dir/index.html` (every figure and table present, its paper reference, finding and verdict) and "
      "`report.json`; `name`: the run as the report names it (default `run_dir`); `notes`: a line per section not drawn "
-     "and why (`Drawn.lines`).")
+     "and why (`Drawn.lines`); `series`: the series check's flags (copied or jumping checkpoints, `check_series`), "
+     "shown first.")
     figures_dir, name = Path(figures_dir), str(name or run_dir)
     e = html.escape
     parts = ["<!doctype html><meta charset='utf-8'><title>embryo report</title>",
@@ -150,6 +152,8 @@ def write_report(run_dir, figures_dir="figures", name=None, notes: list[str] | N
              f"<h1>embryo: the birth of ALBERT, reproduced on run <code>{e(name)}</code></h1>",
              "<p>Each section: the paper's figure or table, what the paper found, and what this run shows. "
              "Regenerate with <code>make reproduce</code>.</p>"]
+    if series: parts.append("<section id='series-check'><h2>Series check: checkpoints to read with care</h2><ul>"
+                            + "".join(f"<li>{e(n)}</li>" for n in series) + "</ul></section>")
     missing, shown = [], []
     for r in report_sections(run_dir, figures_dir):
         png, csv = figures_dir / f"{r['file']}.png", figures_dir / f"{r['file']}.csv"
@@ -375,7 +379,10 @@ def write_findings(figures_dir, name) -> Path: return atomic_write(Path(figures_
 def publish_report(run_dir, figures_dir="figures", drawn: Drawn | None = None) -> list[Path]:
     ("Write the report (index.html, report.json), the run's results beside it (`bundle_run`) and, when `figures_dir` "
      "is the checkout's figures, the notebooks' results cells; `drawn`: what `redraw_all` drew, its notes in the report.")
-    paths = [write_report(run_dir, figures_dir, notes=drawn.lines() if drawn else None), *bundle_run(run_dir, figures_dir)]
+    flags = check_series(run_dir)  # copies and jumps among the checkpoints, said first in the report and here
+    for f in flags: print(f"series check: {f}", flush=True)
+    paths = [write_report(run_dir, figures_dir, notes=drawn.lines() if drawn else None, series=flags),
+             *bundle_run(run_dir, figures_dir)]
     paths.append(write_findings(figures_dir, run_dir))
     if (root := checkout_figures(figures_dir)) is not None:
         paths += sync_notebooks(root) + sync_findings(root) + sync_prose(root) + write_readme(root.parent / "nbs")

@@ -78,6 +78,7 @@ SLOW = {
     "test_notebooks.py::test_notebook",
     "test_pretrain.py::test_a_run_without_a_checkpoint_may_be_reconfigured",
     "test_trust.py::test_a_run_that_explodes_without_a_nan_stops_before_saving_exploded_weights",
+    "test_trust.py::test_the_report_names_a_copied_checkpoint",
     "test_pretrain.py::test_a_second_writer_is_refused_and_the_first_run_is_untouched",
     "test_pretrain.py::test_compiled_training_matches_eager_and_resumes_bit_identically",
     "test_pretrain.py::test_ctrl_c_is_one_line_and_the_same_command_goes_on",

@@ -204,3 +204,19 @@ def test_a_run_that_explodes_without_a_nan_stops_before_saving_exploded_weights(
     assert res.returncode == 0, res.stderr[-2000:]
     acc = float(res.stdout.split("held-out MLM accuracy ")[1].split()[0])
     assert acc > 0.01, res.stdout  # a language model again, not the exploded one (0.000)
+
+
+def test_the_report_names_a_copied_checkpoint(tmp_path, monkeypatch, capsys):
+    "A series is checked before it is read, and the report says what the check found, first."
+    from embryo.cli import main
+    from embryo.sweep import sweep
+    out = _series(tmp_path, "F")
+    shutil.copytree(out / "checkpoint-2", out / "checkpoint-6")
+    monkeypatch.chdir(tmp_path)
+    sweep(out, analyses=["attention"], mode="inprocess", options={"attention": dict(n_sentences=8, seq_len=10)},
+          progress=False)
+    main(["report", "--run", "runs/out", "--figures", str(tmp_path / "figs")])
+    said = capsys.readouterr().out
+    assert "series check: steps 2 and 6 hold the same weights" in said, said
+    page = (tmp_path / "figs" / "index.html").read_text()
+    assert "Series check" in page and "steps 2 and 6 hold the same weights" in page
