@@ -223,14 +223,14 @@ def main(argv=None):
         print(f"embryo {args.command}: interrupted; rerun the same command to go on (training resumes from its last "
               "resume point, a sweep skips the jobs it finished)", file=sys.stderr)
         return 130
-    except OSError as e:  # the disk's refusals, named with the path and what to do
-        if (why := DISK_ERRORS.get(e.errno)) is None: raise
-        print(f"embryo {args.command}: {e.filename or e}: {why}", file=sys.stderr)
-        return 2
     except Exception as e:  # embryo's error classes carry messages that name the problem and the fix: no traceback
-        if not type(e).__module__.startswith("embryo."): raise
-        print(f"embryo {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+        if type(e).__module__.startswith("embryo."):  # DiskFull and the like first: they name more than the disk
+            print(f"embryo {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, OSError) and (why := DISK_ERRORS.get(e.errno)) is not None:  # the disk's refusals
+            print(f"embryo {args.command}: {e.filename or e}: {why}", file=sys.stderr)
+            return 2
+        raise
 
 # %% ../nbs/11_cli.ipynb #90120689
 #| eval: false
