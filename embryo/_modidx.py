@@ -1094,4 +1094,5 @@ d = { 'settings': { 'branch': 'main',
                                  'embryo.verdicts.learned': ('verdicts.html#learned', 'embryo/verdicts.py'),
                                  'embryo.verdicts.mean_rise': ('verdicts.html#mean_rise', 'embryo/verdicts.py'),
                                  'embryo.verdicts.order': ('verdicts.html#order', 'embryo/verdicts.py'),
-                                 'embryo.verdicts.plateau': ('verdicts.html#plateau', 'embryo/verdicts.py')}}}
+                                 'embryo.verdicts.plateau': ('verdicts.html#plateau', 'embryo/verdicts.py'),
+                                 'embryo.verdicts.readable': ('verdicts.html#readable', 'embryo/verdicts.py')}}}
