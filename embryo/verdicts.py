@@ -60,10 +60,12 @@ def mean_rise(rises: Sequence[Rise]) -> Rise:
     return Rise(float(np.mean([x.step for x in r])), float(np.mean([x.lo for x in r]))) if r else Rise(math.nan,
                                                                                                         math.nan)
 
-def order(a: Rise, b: Rise) -> int | None:
-    "-1 where `a` comes before `b` beyond their intervals, 1 where after, 0 a tie at this spacing, None where one is NaN."
+def order(a: Rise, b: Rise, gap: bool = False) -> int | None:
+    ("-1 where `a` comes before `b` beyond their intervals, 1 where after, 0 a tie at this spacing, None where one is "
+     "NaN; with `gap`, the intervals must also be apart by more than one grid step (not adjacent).")
     if not (np.isfinite(a.step) and np.isfinite(b.step)): return None
-    return -1 if a.step <= b.lo else 1 if b.step <= a.lo else 0
+    before = (lambda x, y: x.step < y.lo) if gap else (lambda x, y: x.step <= y.lo)
+    return -1 if before(a, b) else 1 if before(b, a) else 0
 
 # %% ../nbs/03b_verdicts.ipynb #e2a3b709
 def readable(value: float, se: float, paper: float, floor=None, z: float = Z, share: float = 0.5,
