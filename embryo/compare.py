@@ -70,10 +70,30 @@ SIDE_BY_SIDE = {  # analysis -> (paper figure, what is drawn, per-step summary o
 }
 # a run rises when it gains this much; early when 90% of the gain comes within this share of training
 RISE, EARLY = 0.02, 0.5
-# each analysis's floor in its summary's units, where a run stores one: always the most frequent word (mask prediction),
-# the bag-of-words regression (downstream); NaN where the run has none (runs evaluated before floors were stored)
-FLOORS = {"reconstruction": lambda df: df[(df.task == "most_frequent_token") & (df.metric == "all")].value.mean(),
-          "glue": lambda df: df[(df.metric == "bow") & (df.task == _downstream(df))].value.mean()}
+def _knowledge_floor(run, df) -> float:
+    "The mean over the relations of the summary of each one's constant answer (its most frequent answer) P@1."
+    from embryo.knowledge import constant_floor
+    fl = constant_floor(run).floor
+    rels = df[df.metric == "p@1"].task.unique()
+    return float(fl[fl.index.isin(rels)].mean()) if fl.index.isin(rels).any() else float("nan")
+
+def _probing_floor(run, df) -> float:
+    "The mean over the summary's tasks of each task's word-identity F1 (the probe that sees only the word)."
+    fl = df[df.metric == "word_identity_f1"].groupby("task").value.mean()
+    tasks = df[df.metric == "f1"].task.unique()
+    return float(fl[fl.index.isin(tasks)].mean()) if fl.index.isin(tasks).any() else float("nan")
+
+# each analysis's floor in its summary's units (its name, and how a run's database gives it): what a model scores
+# without learning the thing measured; NaN where the run has none (runs evaluated before floors were stored)
+FLOORS = {
+    "reconstruction": ("always the most frequent word", lambda run, df: df[(df.task == "most_frequent_token")
+                                                                           & (df.metric == "all")].value.mean()),
+    "probing": ("word-identity probe", _probing_floor),
+    "attention": ("an even spread of attention", lambda run, df: df[df.metric == "uniform_diagonal"].value.mean()),
+    "glue": ("bag-of-words regression", lambda run, df: df[(df.metric == "bow")
+                                                            & (df.task == _downstream(df))].value.mean()),
+    "knowledge": ("each relation's most frequent answer", _knowledge_floor),
+}
 
 # %% ../nbs/10a_compare.ipynb #b79278cb
 def gain_and_step90(curves, steps, min_gain: float = 0.0):
@@ -99,11 +119,13 @@ def trend(series: pd.Series, total_steps: int, floor: float = float("nan")) -> d
 
 # %% ../nbs/10a_compare.ipynb #2b8d53ab
 def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
-    "One sentence: does every run show the paper's trend (a rise, mostly early) for `analysis`?"
-    what = SIDE_BY_SIDE[analysis][1]
-    parts = [f"{name}: {t['first']:.3f} -> best {t['best']:.3f} (+{t['gain']:.3f}"
-             + (f"; floor {t['floor']:.3f}" + (f", measured on {t['floor_from']}" if t.get("floor_from") else "") + ")"
-                if t.get("floor") is not None else ")")
+    ("One sentence: does every run show the paper's trend (a rise, mostly early) for `analysis`? Each run names the "
+     "floor it is judged against (`FLOORS`), or that it has none.")
+    what, floor_name = SIDE_BY_SIDE[analysis][1], FLOORS[analysis][0] if analysis in FLOORS else None
+    parts = [f"{name}: {t['first']:.3f} -> best {t['best']:.3f}, last {t['last']:.3f} (+{t['gain']:.3f}"
+             + (f"; floor {t['floor']:.3f}, {floor_name}" + (f", measured on {t['floor_from']}"
+                                                              if t.get("floor_from") else "") + ")"
+                if t.get("floor") is not None else "; no floor stored, judged against its first step)")
              + (f", 90% of it by step {t['step90']:,} ({t['share90']:.0%} of training)" if t["step90"] is not None
                 else "")
              for name, t in trends.items()]
@@ -207,8 +229,8 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
             s = summarise(read_results(r, a)) if a in available_analyses() else pd.Series(dtype=float)
             if len(s): series[r] = s
         if len(series) < 2: continue  # fewer than two runs have this analysis: nothing to set side by side
-        floor = shared_floors({r: FLOORS[a](read_results(r, a)) if a in FLOORS else float("nan") for r in series},
-                              names)
+        floor = shared_floors({r: FLOORS[a][1](r, read_results(r, a)) if a in FLOORS else float("nan")
+                               for r in series}, names)
         trends = {names[r]: dict(trend(s, total[r], floor[r][0]), floor_from=floor[r][1]) for r, s in series.items()}
         verdict = side_by_side_verdict(a, trends)
         fig, ax = plt.subplots(figsize=(6.4, 3.8))

@@ -39,14 +39,15 @@ DEFAULT_MAX_TRAIN = 500  # training examples per task by default: both built-in 
 # %% auto #0
 __all__ = ['DEFAULT_MAX_TRAIN', 'ANALYSIS', 'TASKS', 'GLUE_TASKS', 'SCORE_TASKS', 'BUILTIN_TASKS', 'COLUMNS', 'SKIP_BROKEN',
            'FILE_FORMATS', 'BUILTIN_NAME', 'BUILTIN_FORMAT', 'BUILTIN_SOURCES', 'BUILTIN_CSV', 'DEV_FRACTION',
-           'SPLIT_SEED', 'WORD_ORDER_WORDS', 'SETTINGS', 'AGGREGATES', 'REPORT', 'Task', 'UnknownTask', 'select_tasks',
-           'schedule', 'Example', 'GlueDataError', 'read_tsv', 'read_table', 'load_task', 'read_pattern_csv',
-           'split_builtin', 'builtin_is_complete', 'swap_adjacent', 'word_order_split', 'build_builtin',
-           'fetch_builtin', 'builtin_files', 'encode', 'collate', 'max_seq_length', 'AlbertForSequenceClassification',
-           'lr_factor', 'finetune', 'predict', 'predicted_labels', 'metrics', 'chance_score', 'bow_score', 'subsample',
-           'example_scores', 'run_task', 'evaluate_step', 'applies_to', 'seed_rows', 'scores_table', 'seed_scores',
-           'honest_range', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'clears_floor', 'verdict',
-           'word_order_check']
+           'SPLIT_SEED', 'WORD_ORDER_WORDS', 'NGRAM_K', 'NGRAM_TASKS', 'SETTINGS', 'AGGREGATES', 'REPORT', 'Task',
+           'UnknownTask', 'select_tasks', 'schedule', 'Example', 'GlueDataError', 'read_tsv', 'read_table', 'load_task',
+           'read_pattern_csv', 'split_builtin', 'builtin_is_complete', 'swap_adjacent', 'word_order_split',
+           'build_builtin', 'fetch_builtin', 'builtin_files', 'encode', 'collate', 'max_seq_length',
+           'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict', 'predicted_labels', 'metrics',
+           'chance_score', 'bow_score', 'corpus_bigrams', 'ngram_features', 'ngram_score', 'subsample',
+           'example_scores', 'run_task', 'pretraining_text', 'evaluate_step', 'applies_to', 'seed_rows', 'scores_table',
+           'seed_scores', 'honest_range', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'clears_floor', 'verdict',
+           'word_order_check', 'word_order_floors']
 
 # %% ../nbs/05_glue.ipynb #4f6774d3
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
@@ -575,6 +576,50 @@ def bow_score(task: Task, train: Sequence[Example], dev: Sequence[Example]) -> f
     out = np.zeros((len(dev), task.num_labels)); out[:, m.classes_] = m.predict_proba(Xd)
     return metrics(task, out, gold)[task.metric]
 
+# %% ../nbs/05_glue.ipynb #6fb646cb
+NGRAM_K = 0.01  # add-k smoothing of the bigram model
+NGRAM_TASKS = ("word_order",)  # the tasks given an n-gram floor
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+def _ngram_tokens(text: str) -> list[str]: return ["<s>", *_TOKEN.findall(text.lower()), "</s>"]
+
+_BIGRAMS: dict = {}
+
+def corpus_bigrams(corpus) -> tuple:
+    "(unigram counts, bigram counts) of the words of `corpus` (a path `D.read_corpus` reads), kept per file."
+    from collections import Counter
+    key = (str(corpus), D._fingerprint(corpus)) if isinstance(corpus, (str, os.PathLike)) else None
+    if key in _BIGRAMS: return _BIGRAMS[key]
+    uni, bi = Counter(), Counter()
+    for doc in D.read_corpus(corpus):
+        for s in doc:
+            w = _ngram_tokens(s); uni.update(w); bi.update(zip(w, w[1:]))
+    if key is not None: _BIGRAMS[key] = (uni, bi)
+    return uni, bi
+
+def ngram_features(texts: Sequence[str], counts: tuple, k: float = NGRAM_K) -> np.ndarray:
+    "Per text: its bigram log-probability, its unigram log-probability and its length in tokens under `counts`."
+    uni, bi = counts
+    V, N = len(uni) + 1, sum(uni.values())
+    out = []
+    for t in texts:
+        w = _ngram_tokens(t)
+        out.append([sum(math.log((bi[(a, b)] + k) / (uni[a] + k * V)) for a, b in zip(w, w[1:])),
+                    sum(math.log((uni[x] + 1) / (N + V)) for x in w[1:]), len(w)])
+    return np.asarray(out, dtype=float)
+
+def ngram_score(task: Task, train: Sequence[Example], dev: Sequence[Example], corpus, k: float = NGRAM_K) -> float:
+    ("The dev score of a logistic regression on each example's bigram and unigram log-probability and length under a "
+     "word bigram model of `corpus` (the run's pretraining text), trained on `train`.")
+    from sklearn.linear_model import LogisticRegression
+    y, gold = [e.label for e in train], [e.label for e in dev]
+    if len(set(y)) < 2: return chance_score(task, y, gold)
+    counts = corpus_bigrams(corpus)
+    m = LogisticRegression(max_iter=5000).fit(ngram_features([e.text_a for e in train], counts, k), y)
+    out = np.zeros((len(dev), task.num_labels))
+    out[:, m.classes_] = m.predict_proba(ngram_features([e.text_a for e in dev], counts, k))
+    return metrics(task, out, gold)[task.metric]
+
 # %% ../nbs/05_glue.ipynb #ceabfaa8
 # the settings table's names
 SETTINGS = ("seed", "learning_rate", "batch_size", "train_steps", "warmup_steps", "train_examples", "max_seq_length")
@@ -601,10 +646,10 @@ def example_scores(task: Task, outputs: dict, data: dict) -> tuple[np.ndarray, l
 
 # %% ../nbs/05_glue.ipynb #e77438d1
 def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, max_train_examples=None,
-             learning_rate=None, device="cpu", progress=True, max_dev_examples=None) -> tuple[dict, dict, nn.Module,
-                                                                                              tuple | None]:
+             learning_rate=None, device="cpu", progress=True, max_dev_examples=None,
+             corpus=None) -> tuple[dict, dict, nn.Module, tuple | None]:
     ("Finetune a copy of `albert` on `task` and score its dev set(s): (metrics, settings, the finetuned model, "
-     "`example_scores`).")
+     "`example_scores`); with the pretraining text `corpus`, the tasks of `NGRAM_TASKS` also get their n-gram floor.")
     train = subsample(data["train"], max_train_examples, seed)
     data = {s: subsample(data[s], max_dev_examples, SPLIT_SEED) for s in task.dev}
     steps, warmup = schedule(task, len(train))
@@ -623,6 +668,8 @@ def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, m
     m["chance"] = float(np.mean([chance_score(task, [e.label for e in train], [e.label for e in data[s]])
                                  for s in task.dev]))
     m["bow"] = float(np.mean([bow_score(task, train, data[s]) for s in task.dev]))
+    if corpus is not None and task.name in NGRAM_TASKS:
+        m["ngram"] = float(np.mean([ngram_score(task, train, data[s], corpus) for s in task.dev]))
     settings = dict(seed=seed, learning_rate=lr, batch_size=task.batch_size, train_steps=steps, warmup_steps=warmup,
                     train_examples=len(train), max_seq_length=max_len, train_loss=loss,
                     classifier_dropout=task.classifier_dropout, albert_dropout=task.albert_dropout,
@@ -637,6 +684,13 @@ def _data_name(glue_dir) -> str:
     return f"a {type(glue_dir).__name__} given in Python"
 
 # %% ../nbs/05_glue.ipynb #48635f78
+def pretraining_text(run_dir):
+    "The run's pretraining text (the corpus its settings name), or None where it records none or it is not on disk."
+    from embryo.run import corpus_file, read_run_config
+    try: c = corpus_file(read_run_config(run_dir)[2])
+    except Exception: return None
+    return c if c is not None and Path(c).exists() else None
+
 def evaluate_step(run_dir, step: int | None = None, device="cpu",
                   tasks=None, # task names (list or "a,b"); None: built-in tasks, or GLUE's 8 when glue_dir is given
                   # a GLUE folder, a DatasetDict (or a dict of them by task), "datasets", or None (built-in tasks only)
@@ -660,6 +714,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
     data = {t: load_task(t, glue_dir) for t in names}  # every file is checked before the first task trains
     pre = load_checkpoint(run_dir, step, device)
     tok = D.load_tokenizer(run_dir)
+    corpus = pretraining_text(run_dir) if set(names) & set(NGRAM_TASKS) else None
     runs = {name: [] for name in names}  # per task: (metrics, settings, started from MNLI) of each seed
     for s in range(seed, seed + seeds):
         start_from = {}
@@ -668,7 +723,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
             init = start_from.get("mnli") if task.from_mnli and from_mnli else None
             m, settings, model, scored = run_task(task, init if init is not None else pre.albert, tok, data[name],
                                           max_seq_length(run_dir, pre, task), s, max_train_examples, learning_rate,
-                                          device, progress, max_dev_examples)
+                                          device, progress, max_dev_examples, corpus)
             if name == "mnli": start_from["mnli"] = model.albert
             runs[name].append((m, settings, init is not None, scored))
     rows, samples, sets, scores = [], [], [], []
@@ -801,6 +856,7 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     run_dir = Path(run_dir); t, chance, bow = scores_table(run_dir), _floor(run_dir), _floor(run_dir, "bow")
+    ngram = _floor(run_dir, "ngram")  # the word-order task's n-gram floor, where it is stored
     names = [c for c in t.columns if c in TASKS]
     ncol = min(4, len(names)); nrow = math.ceil(len(names) / ncol)
     # each panel's legend under it
@@ -813,8 +869,10 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
         if name in chance: ax.axhline(chance[name], color="grey", ls="--", lw=1, label="chance")
         if name in bow: ax.axhline(bow[name], color="tab:orange", ls=":", lw=1.5, label="bag-of-words: "
                                                                                         f"{bow[name]:.1f}")
+        if name in ngram: ax.axhline(ngram[name], color="tab:green", ls=":", lw=1.5, label="bigram model of the "
+                                                                                          f"pretraining text: {ngram[name]:.1f}")
         if 0 in s.index: ax.axhline(s.loc[0], color="grey", ls="-.", lw=0.8, label="step 0")
-        ax.set_ylim(*honest_range([s, chance.reindex([name]), bow.reindex([name])]))
+        ax.set_ylim(*honest_range([s, chance.reindex([name]), bow.reindex([name]), ngram.reindex([name])]))
         # two lines: no overlap
         ax.set_title(f"{task.title}\n({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)
         step_axis(ax, t.index, fontsize=8, run_dir=run_dir)
@@ -904,6 +962,12 @@ def verdict(run_dir) -> str:
     return out + "."
 
 # %% ../nbs/05_glue.ipynb #907520e9
+def _judged(step: dict) -> dict:
+    ("A word-order check's step with its `floor` (the higher of the bag-of-words and n-gram floors it has) and "
+     "whether its mean `clears` it by more than 3 finetuning-seed standard deviations.")
+    floor = max(step["bow"], step.get("ngram", -math.inf))
+    return dict(step, floor=floor, clears=bool(step["mean"] - floor > 3 * step["sd"]))
+
 def word_order_check(run_dir, out_dir, seeds: int = 5, learning_rate: float = CPU_FINETUNE["learning_rate"],
                      steps=None, device="cpu", max_train_examples: int | None = None) -> Path:
     ("Finetune `steps` (default: 0 and the last) on the full word-order split `seeds` times; add them to "
@@ -922,8 +986,23 @@ def word_order_check(run_dir, out_dir, seeds: int = 5, learning_rate: float = CP
                            seeds=seeds, progress=False, write=False)
         per = df[(df.task == "word_order") & (df.metric == "score") & (df.seed >= 0)].value.mul(100).tolist()
         bow = 100 * df[(df.task == "word_order") & (df.metric == "bow")].value.item()
+        ng = df[(df.task == "word_order") & (df.metric == "ngram")].value
         sd = float(np.std(per, ddof=1)) if len(per) > 1 else float("nan")
-        out["steps"][str(s)] = dict(scores=per, mean=float(np.mean(per)), sd=sd, bow=bow,
-                                    clears=bool(np.mean(per) - bow > 3 * sd))
+        out["steps"][str(s)] = _judged(dict(scores=per, mean=float(np.mean(per)), sd=sd, bow=bow,
+                                            **({"ngram": 100 * ng.item()} if len(ng) else {})))
         atomic_write(f, json.dumps(out, indent=1) + "\n")  # after each step: a long check keeps what it has
+    return f
+
+# %% ../nbs/05_glue.ipynb #75b654b6
+def word_order_floors(run_dir, out_dir) -> Path:
+    ("Add the n-gram floor (`ngram_score` on the run's pretraining text, the full word-order split) to each step of "
+     "`out_dir`'s word_order_check.json, and judge each step against the higher floor; no finetuning.")
+    f = Path(out_dir) / "word_order_check.json"
+    out, corpus = json.loads(f.read_text()), pretraining_text(run_dir)
+    if corpus is None: raise FileNotFoundError(f"{run_dir} records no pretraining text on this machine")
+    data = load_task("word_order")
+    train = subsample(data["train"], None if out["train_examples"] == "all" else int(out["train_examples"]), 0)
+    ng = 100 * float(np.mean([ngram_score(TASKS["word_order"], train, data[s], corpus) for s in TASKS["word_order"].dev]))
+    out["steps"] = {s: _judged(dict(v, ngram=ng)) for s, v in out["steps"].items()}
+    atomic_write(f, json.dumps(out, indent=1) + "\n")
     return f

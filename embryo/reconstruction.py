@@ -501,6 +501,8 @@ def verdicts(run_dir) -> dict[str, str]:
     for fig_id, file, claim in (("fig7", "fig7_verb_forms", "verb forms are learned at different times"),
                                 ("fig8", "fig8_frequency", "frequent tokens are learned before rare ones")):
         parts = []
+        kind, groups, _ = GROUP_SETS[fig_id]; fl_ = floors(run_dir, kind)
+        t_ = {task: curves(run_dir, task, kind) for task in ("reconstruction", "mask_prediction")}
         for task, (h, unlearned) in group_order(run_dir, fig_id).items():
             off = (f"; below {LEARNED:.0%} or not above the most-frequent-token floor at the last step: "
                    f"{', '.join(unlearned)}"
@@ -508,8 +510,13 @@ def verdicts(run_dir) -> dict[str, str]:
             if len(h) < 2:
                 parts.append(f"{task}: fewer than two groups learned, not testable on this run{off}")
                 continue
-            if fig_id == "fig7": said = "reproduced" if h.nunique() > 1 else ("not shown (all between the same two "
-                                                                              "steps)")
+            if fig_id == "fig7":  # rule 4 with gap: some two forms' intervals apart by more than one grid step
+                r = half_rises(t_[task][list(h.index)], fl_)
+                apart = [(a, b) for a in h.index for b in h.index if order(r[a], r[b], gap=True) == -1]
+                said = ("reproduced (" + ", ".join(f"{a.replace('_', ' ')} before {b.replace('_', ' ')}"
+                                                   for a, b in apart) + ", their intervals more than one evaluated "
+                        "step apart)" if apart else "not testable at this checkpoint spacing (no two forms' half-rise "
+                        "intervals lie more than one evaluated step apart)")
             else:  # bins from frequent to rare: reproduced when the steps rise with rarity, contradicted when they fall
                 said = ("reproduced" if h.is_monotonic_increasing and h.iloc[0] < h.iloc[-1] else
                         "not shown (tied)" if h.nunique() == 1 else "not reproduced")

@@ -11,7 +11,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 # %% auto #0
-__all__ = ['Z', 'learned', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'order']
+__all__ = ['Z', 'learned', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'order', 'readable']
 
 # %% ../nbs/03b_verdicts.ipynb #0142343c
 Z = 2.0  # standard errors that separate a value from its floor, or two values from each other
@@ -60,7 +60,26 @@ def mean_rise(rises: Sequence[Rise]) -> Rise:
     return Rise(float(np.mean([x.step for x in r])), float(np.mean([x.lo for x in r]))) if r else Rise(math.nan,
                                                                                                         math.nan)
 
-def order(a: Rise, b: Rise) -> int | None:
-    "-1 where `a` comes before `b` beyond their intervals, 1 where after, 0 a tie at this spacing, None where one is NaN."
+def order(a: Rise, b: Rise, gap: bool = False) -> int | None:
+    ("-1 where `a` comes before `b` beyond their intervals, 1 where after, 0 a tie at this spacing, None where one is "
+     "NaN; with `gap`, the intervals must also be apart by more than one grid step (not adjacent).")
     if not (np.isfinite(a.step) and np.isfinite(b.step)): return None
-    return -1 if a.step <= b.lo else 1 if b.step <= a.lo else 0
+    before = (lambda x, y: x.step < y.lo) if gap else (lambda x, y: x.step <= y.lo)
+    return -1 if before(a, b) else 1 if before(b, a) else 0
+
+# %% ../nbs/03b_verdicts.ipynb #e2a3b709
+def readable(value: float, se: float, paper: float, floor=None, z: float = Z, share: float = 0.5,
+             inside: bool = True, weak: bool = True) -> str | None:
+    ("Why our `value` (standard error `se`) cannot be set beside the paper's `paper` (None: it can): (`inside`) the "
+     "paper's value inside value +- z se, or (`weak`) not learned above `floor` (rule 1) or to under `share` of the "
+     "paper's rise above it.")
+    se = float(se) if se is not None and np.isfinite(se) else 0.0
+    if not np.isfinite(value): return "no value"
+    if inside and abs(value - paper) <= z * se:
+        return f"the paper's {paper:.1f} lies inside our {value:.1f} +- {z * se:.1f}"
+    f = _floor(floor)
+    if weak and not learned(value, se, f, z): return f"our {value:.1f} is not above the floor {f:.1f} by {z:g} standard errors"
+    if weak and paper > f and (value - f) < share * (paper - f):
+        return (f"our {value:.1f} has {(value - f) / (paper - f):.0%} of the paper's rise above the floor {f:.1f} "
+                f"(paper {paper:.1f}): learned too weakly to read")
+    return None

@@ -166,7 +166,7 @@ def test_tables_4_to_6_get_verdicts_that_respect_chance(root):
     # Table 6 is trained past the transition (the quick scale): its two claims are read, each with its reason
     assert v["table6_sentence_loss"].startswith("ALBERT Table 6 after 8000 steps (2 seeds"), v
     assert "NSP does not teach sentence order: " in v["table6_sentence_loss"] and "SOP also solves NSP: " in v["table6_sentence_loss"]
-    assert status_of(v["table6_sentence_loss"]) in ("reproduced", "partly", "not reproduced"), v
+    assert status_of(v["table6_sentence_loss"]) == "not testable" and "at this scale" in v["table6_sentence_loss"], v
     assert v["table5_sharing"].startswith("ALBERT Table 5 is not testable after 250 steps"), v
     assert "not testable" in v["table4_embedding_size"] and "all-E32-sop mlm: -1.2" in v["table4_embedding_size"]
     sections = {s["file"]: s["verdict"] for s in report_sections(root / "figures" / "run", root / "figures")}

@@ -398,7 +398,7 @@ def test_downstream_floor_is_the_floor_of_the_aggregate_drawn():
     from embryo.compare import FLOORS, SIDE_BY_SIDE
     df = pd.DataFrame(dict(task=["glue", "builtin", "glue", "builtin"], metric=["bow", "bow", "score", "score"], seed=-1, step=0,
                            value=[0.7, 0.6, 0.8, 0.55]))
-    assert FLOORS["glue"](df) == 0.7 and SIDE_BY_SIDE["glue"][2](df).tolist() == [0.8]
+    assert FLOORS["glue"][1](None, df) == 0.7 and SIDE_BY_SIDE["glue"][2](df).tolist() == [0.8]
 
 
 def _holding(lock: str, run: Path) -> subprocess.Popen:
