@@ -165,6 +165,9 @@ def connect(run_dir, timeout: float = 60.0):
         con.executescript(SCHEMA)
         yield con
     except sqlite3.DatabaseError as e:
+        if "unable to open" in str(e) or "readonly" in str(e):  # WAL needs its -shm file beside the database
+            raise ResultsLocked(f"{path} cannot be opened for writing (a read-only disk or folder: SQLite writes "
+                                "its journal beside it): copy the run to a writable folder and run there") from None
         if "locked" in str(e) or "busy" in str(e):
             raise ResultsLocked(f"{path} stayed locked by another process for over {timeout:.0f} s (a sweep, a "
                                 "notebook or a merge writing it): wait for it to finish, or stop it, and rerun") from None

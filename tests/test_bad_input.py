@@ -451,7 +451,39 @@ def case_logs_is_a_file(tmp):
                 names=f"{run / 'logs'}: a file stands where a folder is needed", error="embryo pretrain", run=run, inprocess=True)
 
 
-MORE += [case_foreign_results_database_sweep, case_foreign_results_database_report, case_logs_is_a_file]
+def _read_only_run(tmp, with_results):
+    "A copy of the fixture run (with a results database, or without) on a tmpfs remounted read-only."
+    mnt = tmp / "ro"; mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64M", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root) to make a read-only disk")
+    run = _copy_fixture(mnt / "run")
+    if with_results:
+        from embryo.results import write_results
+        write_results(run, "attention", 30, [dict(task="brown", metric="diagonal", value=0.5)])
+    subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+    return run, mnt
+
+
+def case_read_only_disk_report(tmp):
+    run, mnt = _read_only_run(tmp, True)
+    return dict(input="report of a run on a read-only disk", args=["report", "--run", str(run), "--figures", str(tmp / "figures")],
+                names="cannot be opened for writing (a read-only disk or folder", error="ResultsLocked", run=run, unmount=mnt)
+
+
+def case_read_only_disk_sweep(tmp):
+    run, mnt = _read_only_run(tmp, False)
+    return dict(input="sweep of a run on a read-only disk", args=["sweep", "--run", str(run), "--analyses", "attention", "--steps", "30",
+                "--mode", "inprocess"], names="the disk is read-only", error="embryo sweep", run=run, unmount=mnt)
+
+
+def case_read_only_disk_pretrain(tmp):
+    run, mnt = _read_only_run(tmp, False)
+    return dict(input="pretrain a run on a read-only disk", args=_pretrain_args(run, total_steps=40, warmup_steps=5),
+                names="the disk is read-only", error="embryo pretrain", run=run, unmount=mnt)
+
+
+MORE += [case_foreign_results_database_sweep, case_foreign_results_database_report, case_logs_is_a_file,
+         case_read_only_disk_report, case_read_only_disk_sweep, case_read_only_disk_pretrain]
 CASES += MORE
 
 
