@@ -23,7 +23,7 @@ from .run import (Run, find_checkpoint, list_steps, load_checkpoint, corpus_file
                         max_length)
 from .figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from .results import write_results, read_results, markdown_table, score_rows, binomial_se
-from .verdicts import Rise, half_rise, learned, mean_rise, order  # the rules every verdict follows (03b)
+from .verdicts import Rise, apart, half_rise, learned, mean_rise, order  # the rules every verdict follows (03b)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS', 'PENN_CLASS', 'PENN_FORM', 'BROWN_CLASS',
@@ -378,12 +378,19 @@ def half_steps(t: pd.DataFrame, fl: pd.Series | dict | None = None) -> pd.Series
     return pd.Series({c: r.step for c, r in half_rises(t, fl).items()}, index=list(t.columns), dtype=float)
 
 # %% ../nbs/04_reconstruction.ipynb #52290254
-def _order_text(fw: Rise, cw: Rise) -> str:
-    said = {-1: "the paper's order is reproduced on this run for the classes learned",
-            1: "the paper's order is not reproduced on this run (content words first, their intervals apart) for the "
-               "classes learned",
-            0: "the two intervals overlap, so the paper's order is not testable at this checkpoint spacing on this run"}
-    return said[order(fw, cw)]
+def _order_text(fw: Rise, cw: Rise, steps) -> str:
+    ("Rule 4 (`embryo.verdicts.order` on the evaluated `steps`): the order is read only where the two half-rise "
+     "intervals lie at least one whole evaluated step apart.")
+    first, then = (fw, cw) if fw.step <= cw.step else (cw, fw)
+    g = apart(first, then, steps)
+    said = {-1: f"their intervals lie {g:.1f} evaluated steps apart, so the paper's order is reproduced on this run "
+                "for the classes learned",
+            1: f"the paper's order is not reproduced on this run (content words first, their intervals {g:.1f} "
+               "evaluated steps apart) for the classes learned",
+            0: ("the two intervals overlap" if g < 0 else f"the two intervals lie only {g:.1f} of an evaluated step "
+                "apart (rule 4 needs at least one)") + ", so the paper's order is not testable at this checkpoint "
+               "spacing on this run"}
+    return said[order(fw, cw, gap=True, steps=steps)]
 
 def learning_order(run_dir) -> tuple[pd.DataFrame, str]:
     ("The half-rise step (above the floor) of every POS class for both tasks, and the verdict on 'function words are "
@@ -406,7 +413,7 @@ def learning_order(run_dir) -> tuple[pd.DataFrame, str]:
         if np.isfinite(fw.step) and np.isfinite(cw.step):
             verdicts.append(f"{task}: function words reach half their rise above the most-frequent-token floor at step "
                             f"{fw.step:.0f} on average (interval {fw.lo:.0f} to {fw.step:.0f}), content words at step "
-                            f"{cw.step:.0f} (interval {cw.lo:.0f} to {cw.step:.0f}){off}: {_order_text(fw, cw)}")
+                            f"{cw.step:.0f} (interval {cw.lo:.0f} to {cw.step:.0f}){off}: {_order_text(fw, cw, t.index)}")
         else: verdicts.append(f"{task}: no {'function' if not np.isfinite(fw.step) else 'content'}-word class is "
                               f"learned above its floor, so the order is not testable on this run{off}")
     return pd.DataFrame(table), "\n".join(verdicts)

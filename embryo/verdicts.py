@@ -11,7 +11,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 # %% auto #0
-__all__ = ['Z', 'learned', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'order', 'readable']
+__all__ = ['Z', 'learned', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'apart', 'order', 'readable']
 
 # %% ../nbs/03b_verdicts.ipynb #0142343c
 Z = 2.0  # standard errors that separate a value from its floor, or two values from each other
@@ -60,11 +60,20 @@ def mean_rise(rises: Sequence[Rise]) -> Rise:
     return Rise(float(np.mean([x.step for x in r])), float(np.mean([x.lo for x in r]))) if r else Rise(math.nan,
                                                                                                         math.nan)
 
-def order(a: Rise, b: Rise, gap: bool = False) -> int | None:
+def apart(a: Rise, b: Rise, steps: Sequence) -> float:
+    ("How many evaluated steps of the grid `steps` lie from the end of `a`'s interval to the start of `b`'s: "
+     "fractional where a mean of steps falls between two evaluated ones, negative where the intervals overlap.")
+    s = np.unique(np.asarray(steps, dtype=float))
+    pos = lambda x: float(np.interp(x, s, np.arange(len(s))))
+    return pos(b.lo) - pos(a.step)
+
+def order(a: Rise, b: Rise, gap: bool = False, steps: Sequence | None = None) -> int | None:
     ("-1 where `a` comes before `b` beyond their intervals, 1 where after, 0 a tie at this spacing, None where one is "
-     "NaN; with `gap`, the intervals must also be apart by more than one grid step (not adjacent).")
+     "NaN; with `gap`, the intervals must also be apart by more than one grid step (not adjacent); with the grid "
+     "`steps` (for means of steps, which fall between evaluated steps), by at least one whole evaluated interval.")
     if not (np.isfinite(a.step) and np.isfinite(b.step)): return None
-    before = (lambda x, y: x.step < y.lo) if gap else (lambda x, y: x.step <= y.lo)
+    if steps is not None: before = lambda x, y: apart(x, y, steps) >= 1
+    else: before = (lambda x, y: x.step < y.lo) if gap else (lambda x, y: x.step <= y.lo)
     return -1 if before(a, b) else 1 if before(b, a) else 0
 
 # %% ../nbs/03b_verdicts.ipynb #e2a3b709

@@ -127,3 +127,22 @@ def test_compare_names_each_runs_floor_and_rises_only_above_it():
                 assert not t["rises"] or t["last"] > t["floor"] + C.RISE, (d, a, n, t)
     k = json.loads((FIG / "compare-mature" / "compare.json").read_text())["analyses"]["knowledge"]
     assert not k["runs"]["ALBERT (tiny-mature)"]["rises"] and "generalise" in k["verdict"], k["verdict"]
+
+
+def test_h1_order_needs_the_intervals_a_whole_evaluated_step_apart():
+    """Issue 73: Fig. 1's 'function words are learned before content words' said reproduced on the default and the
+    ELECTRA run's reconstruction, where the function words' mean half-rise interval ends (252, 376) and the content
+    words' begins (277, 426) inside the same evaluated interval (128, 500]: not one evaluated step apart. Rule 4 as for
+    Fig. 7: the order is read only where the intervals lie at least one whole evaluated step apart; the default run's
+    mask prediction ((4000, 4500] against (5000, 5500]) still is."""
+    from embryo.report import status_of
+    for run in ("run", "electra-tiny/run"):
+        rec = next(l for l in RC.verdict(FIG / run).splitlines() if l.startswith("reconstruction"))
+        assert "not testable at this checkpoint spacing" in rec and "is reproduced" not in rec, rec
+        assert status_of(rec) == "not testable", rec
+    mp = next(l for l in RC.verdict(FIG / "run").splitlines() if l.startswith("mask_prediction"))
+    assert "1.0 evaluated steps apart" in mp and "is reproduced" in mp, mp
+    from embryo.verdicts import Rise, apart, order
+    grid = [64, 128, 500, 1000]
+    assert order(Rise(252, 85), Rise(700, 277)) == -1  # rule 4 alone: the intervals do not overlap
+    assert apart(Rise(252, 85), Rise(700, 277), grid) < 1 and order(Rise(252, 85), Rise(700, 277), steps=grid) == 0
