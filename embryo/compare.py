@@ -16,7 +16,7 @@ import pandas as pd
 from .config import atomic_write
 from .results import DB_NAME
 from .sweep import SweepError, available_analyses
-from .verdicts import learned  # rule 1 of notebook 03b: the end counts
+from .verdicts import half_rise, learned  # rules 1 and 2 of notebook 03b: the end counts
 
 
 # %% auto #0
@@ -98,7 +98,8 @@ FLOORS = {
 # %% ../nbs/10a_compare.ipynb #b79278cb
 def gain_and_step90(curves, steps, min_gain: float = 0.0):
     ("Per curve (rows of `curves`, over `steps`): gain from the first step to the best, and the first step holding 90% "
-     "of it (NaN for a gain of `min_gain` or less).")
+     "of it (NaN for a gain of `min_gain` or less); the seed bands' measure (notebook 10b), where `trend` reads 90% "
+     "of the rise to the last step (rule 2).")
     curves, steps = np.atleast_2d(np.asarray(curves, dtype=float)), np.asarray(steps, dtype=float)
     gain = curves.max(1) - curves[:, 0]
     reached = (curves - curves[:, :1]) >= 0.9 * gain[:, None]
@@ -106,11 +107,14 @@ def gain_and_step90(curves, steps, min_gain: float = 0.0):
 
 # %% ../nbs/10a_compare.ipynb #4c1e70e0
 def trend(series: pd.Series, total_steps: int, floor: float = float("nan")) -> dict:
-    ("Gain from the first step to the best, and the step (and share of training) by which 90% of that gain is reached; "
-     "a run rises only where its last value ends more than `RISE` above its first and its `floor` (rule 1).")
-    s = series.sort_index()
-    (gain,), (at,) = gain_and_step90(s.to_numpy(dtype=float), s.index)
-    gain, at = float(gain), None if np.isnan(at) else int(at)
+    ("Gain from the first step to the last, and the first step (and share of training) by which 90% of the rise to the "
+     "last value above the first value and the `floor` is reached (rule 2, `half_rise` with `share` 0.9; None where "
+     "the end does not clear them: no gain); a run rises only where its last value ends more than `RISE` above its "
+     "first and its `floor` (rule 1).")
+    s = series.sort_index().dropna()
+    gain = float(s.iloc[-1] - s.iloc[0])
+    at = half_rise(s.index, s.to_numpy(dtype=float), None if np.isnan(floor) else floor, share=0.9).step
+    at = None if np.isnan(at) else int(at)
     return dict(first=float(s.iloc[0]), best=float(s.max()), last=float(s.iloc[-1]), gain=gain, step90=at,
                 share90=None if at is None else at / max(total_steps,
                                                          1), floor=None if np.isnan(floor) else float(floor),
@@ -122,12 +126,12 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
     ("One sentence: does every run show the paper's trend (a rise, mostly early) for `analysis`? Each run names the "
      "floor it is judged against (`FLOORS`), or that it has none.")
     what, floor_name = SIDE_BY_SIDE[analysis][1], FLOORS[analysis][0] if analysis in FLOORS else None
-    parts = [f"{name}: {t['first']:.3f} -> best {t['best']:.3f}, last {t['last']:.3f} (+{t['gain']:.3f}"
+    parts = [f"{name}: {t['first']:.3f} -> best {t['best']:.3f}, last {t['last']:.3f} ({t['gain']:+.3f} to the end"
              + (f"; floor {t['floor']:.3f}, {floor_name}" + (f", measured on {t['floor_from']}"
                                                               if t.get("floor_from") else "") + ")"
                 if t.get("floor") is not None else "; no floor stored, judged against its first step)")
-             + (f", 90% of it by step {t['step90']:,} ({t['share90']:.0%} of training)" if t["step90"] is not None
-                else "")
+             + (f", 90% of its rise to the end by step {t['step90']:,} ({t['share90']:.0%} of training)"
+                if t["step90"] is not None else ", no gain: its end does not clear its first step or floor")
              for name, t in trends.items()]
     flat = [n for n, t in trends.items() if not t["rises"]]
     late = [n for n, t in trends.items() if t["rises"] and not t["early"]]
@@ -136,8 +140,8 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
                      f"first step or floor in {what}.")
     elif late: head = (f"Every run rises in {what}, but {', '.join(late)} "
                        f"{'reaches 90% of its' if len(late) == 1 else 'reach 90% of their'} "
-                       f"gain only after {EARLY:.0%} of training.")
-    else: head = (f"The trend generalises: every run rises in {what} and reaches 90% of its gain within the first "
+                       f"rise to the end only after {EARLY:.0%} of training.")
+    else: head = (f"The trend generalises: every run rises in {what} and reaches 90% of its rise to the end within the first "
                   f"{EARLY:.0%} of training.")
     return head + " " + "; ".join(parts) + "."
 
@@ -221,8 +225,9 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     md = [f"# {count} runs side by side: does the trend generalise?", "",
           "Each analysis summarised by one number per step, one curve per run (`compare_runs`, notebook 10). A run "
           f"*rises* when its last step ends more than {RISE} above its first step and its floor (the end counts, not "
-          f"the best); *early* when 90% of its gain from the first step to the best comes "
-          f"within the first {EARLY:.0%} of its training.", ""]
+          f"the best); *early* when 90% of its rise to the last step, above its first step and its floor (rule 2), "
+          f"comes within the first {EARLY:.0%} of its training; *gain* is the last step less the first (a peak the "
+          f"run falls back from is not its gain).", ""]
     for a, (fig_no, what, summarise) in SIDE_BY_SIDE.items():
         series = {}
         for r in runs:
@@ -246,12 +251,12 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
             "",
             f"![{a}](fig_compare_{a}.png)",
             "",
-            "| run | first | best | gain | 90% of the gain by step | share of training |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| run | first | best | last | gain (last - first) | 90% of the rise to the end by step | share of training |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         fmt = lambda v, spec: "" if v is None else format(v, spec)
-        md += [f"| {n} | {t['first']:.3f} | {t['best']:.3f} | {t['gain']:+.3f} | {fmt(t['step90'], ',')} | "
-               f"{fmt(t['share90'], '.0%')} |"
+        md += [f"| {n} | {t['first']:.3f} | {t['best']:.3f} | {t['last']:.3f} | {t['gain']:+.3f} | "
+               f"{fmt(t['step90'], ',') or 'no gain'} | {fmt(t['share90'], '.0%')} |"
                for n, t in trends.items()]
         md += ["", f"**Verdict.** {verdict}", ""]
     if not report: raise SweepError(f"no analysis has results in two or more of {', '.join(map(str, runs))}: sweep "

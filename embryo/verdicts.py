@@ -32,16 +32,17 @@ class Rise(NamedTuple):
     step: float  # the first evaluated step at or past half of the rise above the floor (NaN: no rise to read)
     lo: float  # the evaluated step before it: the half-rise lies in (lo, step] (lo == step at the first step)
 
-def half_rise(steps: Sequence, values: Sequence, floor=None, end_se: float = 0.0, z: float = Z) -> Rise:
-    ("The first step where `values` have made half of their rise above max(`floor`, first value) to their last value, "
-     "and the step before it.")
+def half_rise(steps: Sequence, values: Sequence, floor=None, end_se: float = 0.0, z: float = Z,
+              share: float = 0.5) -> Rise:
+    ("The first step where `values` have made half (`share`) of their rise above max(`floor`, first value) to their "
+     "last value, and the step before it.")
     s, v = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
     keep = np.isfinite(v); s, v = s[keep], v[keep]
     if not len(v): return Rise(math.nan, math.nan)
     base = max(_floor(floor), v[0])
     se = float(end_se) if end_se is not None and np.isfinite(end_se) else 0.0
     if not v[-1] - base > max(z * se, 0.0): return Rise(math.nan, math.nan)
-    i = int(np.argmax(v - base >= (v[-1] - base) / 2))
+    i = int(np.argmax(v - base >= (v[-1] - base) * share))
     return Rise(float(s[i]), float(s[i - 1] if i else s[i]))
 
 # %% ../nbs/03b_verdicts.ipynb #16ab2685

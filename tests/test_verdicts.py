@@ -146,3 +146,37 @@ def test_h1_order_needs_the_intervals_a_whole_evaluated_step_apart():
     grid = [64, 128, 500, 1000]
     assert order(Rise(252, 85), Rise(700, 277)) == -1  # rule 4 alone: the intervals do not overlap
     assert apart(Rise(252, 85), Rise(700, 277), grid) < 1 and order(Rise(252, 85), Rise(700, 277), steps=grid) == 0
+
+
+def test_compare_step90_is_90_percent_of_the_rise_to_the_end():
+    """Issue 73: compare's '90% of the gain' step was measured toward the best value over the steps, so a peak the run
+    falls back from set it (a maximum read as learned). It is the first step at 90% of the rise from the first value
+    (or the floor, where higher, as rule 2) to the last one; no gain where the end does not clear them."""
+    import json
+    import math
+    from embryo import compare as C
+    from pathlib import Path
+    from embryo.results import read_results
+    from embryo.run import read_run_config
+    t = C.trend(pd.Series([0.10, 0.30, 0.38, 0.60, 0.40], index=[0, 10, 50, 800, 1000]), 1000)
+    assert t["step90"] == 50 and abs(t["gain"] - 0.30) < 1e-9 and t["best"] == 0.60, t  # to the best: step 800
+    t = C.trend(pd.Series([0.10, 0.50, 0.25], index=[0, 10, 1000]), 1000, floor=0.3)
+    assert t["step90"] is None and t["share90"] is None and not t["rises"], t
+    checked = 0
+    for d in ("compare", "compare-mature"):
+        rep = json.loads((FIG / d / "compare.json").read_text())
+        names = {f"{C.model_family(ROOT / r)} ({read_run_config(ROOT / r)[0] if Path(r).name == C.RUN_BUNDLE else Path(r).name})": r
+                 for r in rep["runs"]}
+        for a, r in rep["analyses"].items():
+            for n, t in r["runs"].items():
+                s = C.SIDE_BY_SIDE[a][2](read_results(ROOT / names[n], a)).sort_index().dropna()
+                base = max(s.iloc[0], t["floor"] if t["floor"] is not None else -math.inf)
+                rise = s.iloc[-1] - base
+                assert abs(t["gain"] - (s.iloc[-1] - s.iloc[0])) < 1e-9, (d, a, n, t)
+                if rise <= 0:
+                    assert t["step90"] is None and "no gain" in r["verdict"], (d, a, n, t)
+                else:
+                    first = next(k for k, v in s.items() if v - base >= 0.9 * rise)
+                    assert t["step90"] == first, (d, a, n, t["step90"], first)
+                checked += 1
+    assert checked >= 20, checked
