@@ -379,7 +379,7 @@ def write_findings(figures_dir, name) -> Path: return atomic_write(Path(figures_
 def publish_report(run_dir, figures_dir="figures", drawn: Drawn | None = None) -> list[Path]:
     ("Write the report (index.html, report.json), the run's results beside it (`bundle_run`) and, when `figures_dir` "
      "is the checkout's figures, the notebooks' results cells; `drawn`: what `redraw_all` drew, its notes in the report.")
-    flags = check_series(run_dir)  # copies and jumps among the checkpoints, said first in the report and here
+    flags = check_series(run_dir, write=False)  # copies and jumps, said first in the report and here
     for f in flags: print(f"series check: {f}", flush=True)
     paths = [write_report(run_dir, figures_dir, notes=drawn.lines() if drawn else None, series=flags),
              *bundle_run(run_dir, figures_dir)]

@@ -980,8 +980,9 @@ def series_flags(rows: dict[int, dict]) -> list[str]:
     return out
 
 # %% ../nbs/02a_run.ipynb #bfb1625c
-def check_series(run) -> list[str]:
-    "Figure every checkpoint of `run` (cached in logs/series_check.json), and return `series_flags`' lines."
+def check_series(run, write: bool = True) -> list[str]:
+    ("Figure every checkpoint of `run` (cached in logs/series_check.json, unless not `write`: a report leaves the run "
+     "it reads as it was), and return `series_flags`' lines.")
     run = Run.of(run)
     f = run / "logs" / SERIES_CHECK
     try: cache = json.loads(f.read_text())
@@ -1003,7 +1004,7 @@ def check_series(run) -> list[str]:
     flags = unread + series_flags(rows)
     new = dict(first=[first_step, _files_key(folders[first_step])], steps={str(s): r for s, r in rows.items()},
                flags=flags)
-    if new != cache:
+    if write and new != cache:
         try: atomic_write(f, json.dumps(new, indent=1) + "\n")
         except OSError: pass  # a run folder we may not write to: the flags are still returned
     return flags
