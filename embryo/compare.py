@@ -97,11 +97,11 @@ FLOORS = {
 
 # %% ../nbs/10a_compare.ipynb #b79278cb
 def gain_and_step90(curves, steps, min_gain: float = 0.0):
-    ("Per curve (rows of `curves`, over `steps`): gain from the first step to the best, and the first step holding 90% "
-     "of it (NaN for a gain of `min_gain` or less); the seed bands' measure (notebook 10b), where `trend` reads 90% "
-     "of the rise to the last step (rule 2).")
+    ("Per curve (rows of `curves`, over `steps`): gain from the first step to the last, and the first step holding 90% "
+     "of it (NaN for a gain of `min_gain` or less); the seed bands' measure (notebook 10b), as `trend` reads 90% of "
+     "the rise to the last step (rule 2: a peak the curve falls back from is not a gain).")
     curves, steps = np.atleast_2d(np.asarray(curves, dtype=float)), np.asarray(steps, dtype=float)
-    gain = curves.max(1) - curves[:, 0]
+    gain = curves[:, -1] - curves[:, 0]
     reached = (curves - curves[:, :1]) >= 0.9 * gain[:, None]
     return gain, np.where(gain > min_gain, steps[reached.argmax(1)], np.nan)
 

@@ -74,7 +74,7 @@ def band_stats(curves, steps, total: int, resamples: int = SEED_RESAMPLES, level
                hits=None, strata=None) -> dict:
     """The mean over seeds (rows of `curves`) and its band, resampling the seeds, or seeds and examples where the
     examples' scores `hits` (seeds, steps, examples) are given (with their `strata`); the gain from the first step to
-    the best (a drop, for `sign` -1) and the step holding 90% of it, each with its interval over the resamples; how
+    the last (a drop, for `sign` -1) and the step holding 90% of it, each with its interval over the resamples; how
     often a resample rises (gains at least `RISE`) and rises early (within `EARLY` of the `total` steps)."""
     mean, boot, lo, hi = (seed_bootstrap(curves, resamples, level) if hits is None
                           else multibootstrap(hits, resamples, level, strata=strata))
@@ -98,7 +98,8 @@ def band_verdict(b: dict, steps, curves, level: float) -> str:
     mean, (glo, ghi), at, (alo, ahi) = b["mean"], b["gain_interval"], b["step90"], b["step90_interval"]
     ses = (np.asarray(b["hi"]) - np.asarray(b["lo"])) / (2 * NormalDist().inv_cdf(1 - (1 - level) / 2))
     flat, k = plateau(mean, ses, PLATEAU_STEPS), PLATEAU_STEPS
-    return (f"Mean of {len(curves)} seeds: {mean[0]:.3f} at step {steps[0]:,} -> best {mean.max():.3f}, a gain of "
+    return (f"Mean of {len(curves)} seeds: {mean[0]:.3f} at step {steps[0]:,} -> {mean[-1]:.3f} at step "
+            f"{steps[-1]:,} (best {mean.max():.3f}), a gain to the end of "
             f"{b['gain']:+.3f} ({level:.0%} interval over {b['resampled']} {glo:+.3f} to {ghi:+.3f})"
             + (f"; 90% of it by step {int(at):,} (interval {int(alo):,} to {int(ahi):,})" if np.isfinite(at) else "")
             + f". It rises (gains at least {RISE}) in {b['share_rising']:.0%} of the resamples, and within the first "
