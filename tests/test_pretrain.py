@@ -218,7 +218,9 @@ def test_torchrun_two_processes_equals_one(tmp_path, compiled):
     # the two, 13 s from the cache)
     extra = dict(EXACT, **({"compile": True} if compiled else {}))
     one, two = P.fixture_run(**{**ONE_PROCESS, **extra}), tmp_path / "two"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(29517 + compiled),
+    import socket
+    with socket.socket() as free: free.bind(("127.0.0.1", 0)); port = free.getsockname()[1]  # a fixed port was taken
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
            "-m", "embryo.pretrain", *fixture_args(two, **extra)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
