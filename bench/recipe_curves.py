@@ -55,15 +55,16 @@ def check_steps(p: argparse.ArgumentParser, run: Path, steps) -> None:
                           "pass steps it has, or train it further\n")
 
 
-def checkpoint_args(doc: str) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
-    ("The parser and arguments of a script about one checkpoint of one run (RUN_DIR, --step, --out, --device); a folder "
-     "that is not a run, or a step it has no checkpoint of, gets one line and exit 2.")
+def checkpoint_args(doc: str, extra=None, argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    ("The parser and arguments of a script about one checkpoint of one run (RUN_DIR, --step, --out, --device, and what "
+     "`extra(parser)` adds); a folder that is not a run, or a step it has no checkpoint of, gets one line and exit 2.")
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("run", type=Path, metavar="RUN_DIR")
     p.add_argument("--step", type=int, help="this checkpoint (default: the run's last)")
     p.add_argument("--out", type=Path, help="write the result as JSON here")
     p.add_argument("--device", default="cpu", help="where the checkpoint is evaluated (e.g. cuda)")
-    a = p.parse_args()
+    if extra: extra(p)
+    a = p.parse_args(argv)
     check_steps(p, check_run(p, a.run), None if a.step is None else [a.step])
     return p, a
 

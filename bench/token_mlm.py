@@ -2,16 +2,12 @@
 (`embryo.pretrain.token_mlm`: 15% of the tokens, 80% [MASK], 10% random, 10% kept, as Hugging Face's run_mlm scores
 it), on all held-out Brown sequences, beside the whole-word n-gram-masked accuracy the run logs.
 
-    python bench/token_mlm.py RUN_DIR [--step N] [--out figures/mature/token_mlm.json] [--seeds 3]
+    python bench/token_mlm.py RUN_DIR [--step N] [--out figures/mature/token_mlm.json] [--seeds 3] [--device cuda]
 
 An ELECTRA run is scored by its generator (the half with a masked-LM head). Each seed draws other masks; the JSON holds
 each seed's figures and their mean, with the step, the sequences and the protocol (temp file, then rename).
 """
-import argparse
 import json
-import math
-import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -19,26 +15,20 @@ from embryo import data as D
 from embryo.config import atomic_write
 from embryo.pretrain import heldout_examples, token_mlm
 from embryo.run import list_steps, load_checkpoint, read_run_config
+from recipe_curves import checkpoint_args  # bench/ is the script's folder
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("--step", type=int, help="default: the last checkpoint")
-    p.add_argument("--seeds", type=int, default=3, help="mask draws (default 3)")
-    p.add_argument("--out", type=Path)
-    a = p.parse_args(argv)
-    steps = list_steps(a.run_dir)
-    if not steps: sys.exit(f"token_mlm: {a.run_dir} has no checkpoints")
-    step = a.step if a.step is not None else steps[-1]
-    if step not in steps: sys.exit(f"token_mlm: {a.run_dir} has no checkpoint for step {step}; it has {steps}")
-    _, mc, tc = read_run_config(a.run_dir)
-    tok = D.load_tokenizer(a.run_dir)
+    _, a = checkpoint_args(__doc__, lambda p: p.add_argument("--seeds", type=int, default=3,
+                                                             help="mask draws (default 3)"), argv)
+    step = a.step if a.step is not None else list_steps(a.run)[-1]
+    _, mc, tc = read_run_config(a.run)
+    tok = D.load_tokenizer(a.run)
     examples = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
-    model = load_checkpoint(a.run_dir, step, mlm=True)
-    runs = [token_mlm(model, tok, examples, seed=s) for s in range(a.seeds)]
+    model = load_checkpoint(a.run, step, a.device, mlm=True)
+    runs = [token_mlm(model, tok, examples, seed=s, device=a.device) for s in range(a.seeds)]
     keys = ("token_mlm_loss", "token_mlm_perplexity", "token_mlm_accuracy")
-    out = dict(run=str(a.run_dir), step=step, model_type=mc.model_type, sequences=len(examples),
+    out = dict(run=str(a.run), step=step, model_type=mc.model_type, sequences=len(examples),
                protocol=runs[0]["protocol"], seeds=runs,
                **{k: float(np.mean([r[k] for r in runs])) for k in keys},
                **{f"{k}_sd": float(np.std([r[k] for r in runs], ddof=1)) if len(runs) > 1 else 0.0 for k in keys})
