@@ -30,6 +30,7 @@ from .electra import ElectraEncoder
 from .run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks
 from .figures import plot_steps, save_figure, step_axis
 from .results import markdown_table, read_results, write_results
+from .verdicts import half_rise
 
 DEFAULT_MAX_TRAIN = 1000  # training questions of a run by default (the cost on a CPU: see "One checkpoint" below)
 FILES = {"train": "train-v2.0.json", "dev": "dev-v2.0.json"}  # the official file names
@@ -482,21 +483,21 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
 
 # %% ../nbs/05a_squad.ipynb #0024794d
 def verdict(run_dir) -> str:
-    "One sentence on this run from the database: the score's course over steps, against the all-null baseline."
+    ("One sentence on this run from the database: the score's course over steps, against the all-null baseline, "
+     "judged where it ends (rules 1 and 2 of `03b_verdicts`).")
     t = scores_table(run_dir); s, chance = t["score"].dropna(), float(t["chance"].iloc[-1])
     where = lambda st: f"{s[st]:.1f} at step {st}"
     out = (f"The SQuAD 2.0 score (mean of EM and F1) is {where(s.index[0])}" + (
            f" and {where(s.index[-1])}, best {where(s.idxmax())}" if len(s) > 1 else "") + f", against {chance:.1f} "
                                                                                            "for answering no question")
-    if s.max() - chance < 2:
-        what = ("the finetuned model learns to abstain but not to find answers" if s.max() > chance - 2 else
+    if s.iloc[-1] - chance < 2:  # rule 1: where the curve ends, not its best step
+        what = ("the finetuned model learns to abstain but not to find answers" if s.iloc[-1] > chance - 2 else
                 "the finetuned model neither finds answers nor abstains as often as it should")
-        return out + (f"; no step beats that all-null baseline by 2 points: {what}, so this run shows none of the "
-                      "paper's early rise (appendix E.4).")
-    gain = s - s.iloc[0]
-    if len(s) < 3 or gain.max() < 2: return out + "."
-    early = int(gain.index[gain >= 0.9 * gain.max()][0])
+        return out + (f"; the last step does not beat that all-null baseline by 2 points: {what}, so this run shows "
+                      "none of the paper's early rise (appendix E.4).")
+    if len(s) < 3 or s.iloc[-1] - s.iloc[0] < 2: return out + "."
+    early = int(half_rise(s.index, s.values, chance, share=0.9).step)  # rule 2, on the rise above the baseline
     half = early <= 0.5 * s.index[-1]
-    return out + (f"; 90% of the gain over step {s.index[0]} is there by step {early}, "
+    return out + (f"; 90% of the rise to the last step is there by step {early}, "
                   + ("in the first half of the run, as the paper finds (appendix E.4)." if half
                      else "later than the first half of the run, unlike the paper's early rise (appendix E.4)."))

@@ -180,3 +180,23 @@ def test_compare_step90_is_90_percent_of_the_rise_to_the_end():
                     assert t["step90"] == first, (d, a, n, t["step90"], first)
                 checked += 1
     assert checked >= 20, checked
+
+
+def test_h3_judges_where_the_curve_ends_not_its_best_step(monkeypatch):
+    """Issue 73, H3: the downstream verdict took the best step for its floor check and its gain, so a curve that peaks
+    above the bag-of-words floor and falls back under it read as 'most downstream ability early'. By rule 1 it is
+    judged at its last step; by rule 2 its 90% step is read on the rise to the last step above the floor."""
+    from embryo import glue as G
+    from embryo.report import status_of
+    steps = [0, 1000, 2000, 4000, 8000]
+    def fake(curve, floor=59.3):
+        monkeypatch.setattr(G, "scores_table", lambda run_dir: pd.DataFrame({"builtin": curve}, index=steps))
+        monkeypatch.setattr(G, "seed_scores", lambda run_dir, agg: pd.DataFrame())
+        monkeypatch.setattr(G, "_floor", lambda run_dir, kind="chance": {"builtin": floor if kind == "bow" else 50.0})
+        return G.verdict("any")
+    peak = fake([55.0, 70.0, 69.0, 64.0, 58.0])
+    assert status_of(peak) == "not testable" and "the last step does not clear" in peak, peak
+    late = fake([55.0, 56.0, 60.0, 62.0, 70.0])  # 90% of 70 - 59.3 above the floor: only at the last step
+    assert "reached by step 8000" in late and status_of(late) == "not reproduced", late
+    early = fake([55.0, 69.5, 70.0, 70.0, 70.5])
+    assert "reached by step 1000" in early and status_of(early) == "reproduced", early
