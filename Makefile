@@ -75,7 +75,7 @@ lab: $(STAMP)
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(if $(NO_BROWSER),--no-browser) $(LAB_ARGS)
 
 readme: $(STAMP)
-	$(BIN)/python -c "from embryo.report import write_readme; print(*write_readme() or ['README.md unchanged'])"
+	$(BIN)/python -c "from embryo.publish.report import write_readme; print(*write_readme() or ['README.md unchanged'])"
 
 # The documentation site, offline: a page per notebook in reading order, the front page from nbs/index.ipynb, each
 # analysis page with its committed figures and verdicts (its results cell), the figures copied in; open _site/index.html.

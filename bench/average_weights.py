@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from embryo.run import list_steps, load_checkpoint
+from embryo.runs.run import list_steps, load_checkpoint
 from recipe_curves import checkpoint, named_run  # bench/ is the script's folder
 from recipe_pair import compare, model_hits
 

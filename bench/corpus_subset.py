@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from embryo.data import CORPORA, CorpusError, fetch, read_corpus, write_corpus
+from embryo.text.data import CORPORA, CorpusError, fetch, read_corpus, write_corpus
 
 
 def subset(docs: list, every: int, offset: int = 0) -> list:

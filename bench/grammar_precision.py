@@ -16,8 +16,8 @@ import time
 import numpy as np
 import torch
 
-from embryo import grammar as G
-from embryo.model import native_bf16
+from embryo.analyses import grammar as G
+from embryo.model.model import native_bf16
 
 
 def main():

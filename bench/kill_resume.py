@@ -27,8 +27,8 @@ import torch
 from safetensors.torch import load_file
 
 from embryo.config import atomic_write
-from embryo.pretrain import _resume_step
-from embryo.run import checkpoint_dir, list_steps, log_records
+from embryo.train.pretrain import _resume_step
+from embryo.runs.run import checkpoint_dir, list_steps, log_records
 
 
 def start(run: Path, args: list[str], log: Path) -> subprocess.Popen:

@@ -15,8 +15,8 @@ import time
 import numpy as np
 import torch
 
-from embryo import llc as L
-from embryo.model import native_bf16
+from embryo.analyses import llc as L
+from embryo.model.model import native_bf16
 
 
 def main():

@@ -15,8 +15,8 @@ import torch
 import transformers
 
 from embryo.config import get_config
-from embryo.model import AlbertForPreTraining
-from embryo.ablations import make_batch, tokens_per_s  # shared with ALBERT Table 3's throughput (notebook 09)
+from embryo.model.model import AlbertForPreTraining
+from embryo.experiments.ablations import make_batch, tokens_per_s  # shared with ALBERT Table 3's throughput (notebook 09)
 
 
 def step_fn(model, opt, batch, logits, dtype):

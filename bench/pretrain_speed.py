@@ -1,6 +1,6 @@
 """Throughput of the whole pretraining step: the fast path against fp32 eager, and embryo's model against transformers'.
 
-One optimizer step as `embryo.pretrain.train` takes it: pick and mask the examples of the step (`Batches.collate`,
+One optimizer step as `embryo.train.pretrain.train` takes it: pick and mask the examples of the step (`Batches.collate`,
 n-gram masking included), forward and backward (`train_step`), gradient clipping, a LAMB step.
 
 1. fp32 eager vs the fast path, on the `tiny` preset's own batch (its sequence length, masking and batch size):
@@ -37,10 +37,10 @@ import torch._dynamo
 import torch._inductor.config
 import transformers
 
-from embryo import data as D
+from embryo.text import data as D
 from embryo.config import get_config, get_train_config
-from embryo.model import AlbertForPreTraining, native_bf16, resolve_precision
-from embryo.pretrain import (Batches, Lamb, compile_step, corpus_slice, deterministic_kernels, param_groups, prefetched,
+from embryo.model.model import AlbertForPreTraining, native_bf16, resolve_precision
+from embryo.train.pretrain import (Batches, Lamb, compile_step, corpus_slice, deterministic_kernels, param_groups, prefetched,
                              resolve_data_workers, train_step)
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, no sparsity

@@ -1,4 +1,4 @@
-"""Edge probing of one checkpoint, all tasks x all layers: the shared design of `embryo.probing` against the naive one.
+"""Edge probing of one checkpoint, all tasks x all layers: the shared design of `embryo.analyses.probing` against the naive one.
 
 - shared (what `evaluate_step` does): one forward pass over the union of every task's texts, each span's vectors
   computed once for every layer (`task_features` over all tasks), then per task one batched model that trains the
@@ -23,9 +23,9 @@ import time
 import numpy as np
 import torch
 
-from embryo import data as D
-from embryo import probing as PR
-from embryo.run import list_steps, load_checkpoint
+from embryo.text import data as D
+from embryo.analyses import probing as PR
+from embryo.runs.run import list_steps, load_checkpoint
 
 
 def n_tokens(tok, tasks) -> int:

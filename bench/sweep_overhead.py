@@ -15,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from embryo.run import list_steps
-from embryo.pretrain import fixture_run
-from embryo.sweep import available_analyses, sweep
+from embryo.runs.run import list_steps
+from embryo.train.pretrain import fixture_run
+from embryo.analyses.sweep import available_analyses, sweep
 
 QUICK = {"reconstruction": dict(max_words=50), "knowledge": dict(max_facts=200), "glue": dict(max_train_examples=64),
          "attention": dict(n_sentences=32)}

@@ -12,7 +12,7 @@ copyright = "2026 onwards, embryo developers"
 extensions = ["myst_nb", "sphinx-mathjax-offline"]
 myst_enable_extensions = ["dollarmath"]
 # the pages are the notebooks as committed: never executed here (the analyses take hours; their results cells carry
-# the committed figures and verdicts, written by embryo.report.sync_notebooks)
+# the committed figures and verdicts, written by embryo.publish.report.sync_notebooks)
 nb_execution_mode = "off"
 root_doc = "index"  # nbs/index.ipynb, staged at the site's root as nbdev's docs put it
 # the committed tables, findings and side-by-side summaries (Markdown in figures/) are pages too, reached by the

@@ -17,19 +17,19 @@ __all__ = ['DISK_ERRORS', 'cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep'
 # %% ../nbs/11_cli.ipynb #72b94369
 def cmd_params(args):
     "Write the parameter table of ALBERT Tables 2, 4 and 5."
-    from embryo.model import write_param_tables
+    from embryo.model.model import write_param_tables
     for p in write_param_tables(args.figures): print(f"wrote {p}")
 
 # %% ../nbs/11_cli.ipynb #c19e41d3
 def cmd_fetch(args):
     "Download and check the built-in corpus."
-    from embryo.data import fetch
+    from embryo.text.data import fetch
     print(fetch(args.corpus))
 
 # %% ../nbs/11_cli.ipynb #ea3298fd
 def cmd_pretrain(args):
     "Pretrain (or resume) a run."
-    from embryo.pretrain import pretrain_from_args
+    from embryo.train.pretrain import pretrain_from_args
     pretrain_from_args(args)
 
 # %% ../nbs/11_cli.ipynb #a584bd73
@@ -49,14 +49,14 @@ def _options(pairs: list[str]) -> dict:
 
 # %% ../nbs/11_cli.ipynb #4c3a43b3
 def _run_arg(args) -> Path:
-    from embryo.run import as_run, hub_run
+    from embryo.runs.run import as_run, hub_run
     if args.revisions: return hub_run(str(args.run), args.revisions)
     return as_run(args.run)
 
 # %% ../nbs/11_cli.ipynb #c924528d
 def cmd_sweep(args):
     "Run analyses over checkpoints."
-    from embryo.sweep import sweep
+    from embryo.analyses.sweep import sweep
     t = sweep(_run_arg(args), args.analyses, args.steps, args.workers, args.force, args.mode, args.device,
               _options(args.option), args.shard, examples=args.examples)
     print(t.to_string() if len(t) else "nothing to do")
@@ -65,10 +65,10 @@ def cmd_sweep(args):
 # %% ../nbs/11_cli.ipynb #da9fc0ae
 def cmd_merge(args):
     "Join the databases of a sharded sweep into the run's results.sqlite."
-    from embryo.results import merge_results
+    from embryo.runs.results import merge_results
     sources = args.sources or sorted(Path(args.run).glob("results.shard-*.sqlite"))
     if not sources:
-        from embryo.results import ResultsMissing
+        from embryo.runs.results import ResultsMissing
         raise ResultsMissing(f"no shard databases (results.shard-*.sqlite) in {args.run}; name them after --run")
     print(merge_results(args.run, sources))
 
@@ -76,7 +76,7 @@ def cmd_merge(args):
 def cmd_report(args):
     ("Redraw every figure of the run from its database and write figures/index.html; a section that cannot be drawn "
      "is said in one line and the rest written. Exit status 1 if a section failed (not for one the series cannot give).")
-    from embryo.report import redraw_all, publish_report
+    from embryo.publish.report import redraw_all, publish_report
     drawn = redraw_all(args.run, args.figures)
     for p in drawn: print(f"wrote {p}")
     for s, why in drawn.not_drawn.items(): print(f"{s}: not drawn: {why}")
@@ -87,27 +87,27 @@ def cmd_report(args):
 # %% ../nbs/11_cli.ipynb #cf0c880c
 def cmd_compare(args):
     "Draw the runs side by side, one figure per analysis, with verdicts (Figs. 9, 11, 13c, 14)."
-    from embryo.compare import compare_runs
+    from embryo.experiments.compare import compare_runs
     for p in compare_runs(args.run, args.figures): print(f"wrote {p}")
 
 # %% ../nbs/11_cli.ipynb #2b552729
 def cmd_seeds(args):
     ("Draw the seeds of one recipe together: each seed's curve, the mean and a bootstrap band per analysis, with "
      "verdicts.")
-    from embryo.seeds import seed_bands
+    from embryo.experiments.seeds import seed_bands
     for p in seed_bands(args.run, args.figures): print(f"wrote {p}")
 
 # %% ../nbs/11_cli.ipynb #f24fbcbf
 def cmd_reproduce(args):
     "Fetch, pretrain, sweep every analysis, redraw every figure and table into figures/, write figures/index.html."
-    from embryo.report import reproduce
+    from embryo.publish.report import reproduce
     reproduce(args)
 
 # %% ../nbs/11_cli.ipynb #21e22451
 def cmd_reference(args):
     ("Measure the trained reference (all-MiniLM-L6-v2) with the encoder analyses; its database goes to "
      "figures/reference/.")
-    from embryo.report import build_reference
+    from embryo.publish.report import build_reference
     print(f"wrote {build_reference(args.runs)}")
 
 
@@ -118,8 +118,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     "The `embryo` argument parser, one subparser per subcommand."
-    from embryo.config import add_pretrain_args  # not embryo.pretrain: `embryo --help` must not import torch
-    from embryo.data import CORPORA  # numpy only
+    from embryo.config import add_pretrain_args  # not embryo.train.pretrain: `embryo --help` must not import torch
+    from embryo.text.data import CORPORA  # numpy only
     import embryo
     p = OneLineParser(prog="embryo", description="Pretrained language model embryology: ALBERT, every "
                                                            "checkpoint analysed.")

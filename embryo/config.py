@@ -221,7 +221,7 @@ class TrainConfig:
     lr_schedule: str = "linear"  # linear: warmup then linear decay to zero | wsd: warmup, stable, then linear decay
     decay_fraction: float = 0.2  # wsd: the share of total_steps in the final decay
     mask_prob_end: float | None = None  # masking falls linearly from mask_prob at step 1 to this at the last step
-    facts: int = 0  # facts of each built-in relation shown at known steps (notebook 06a, `embryo.facts`); 0: none
+    facts: int = 0  # facts of each built-in relation shown at known steps (notebook 06a, `embryo.text.facts`); 0: none
     # the share of total_steps over which the batch grows, in whole micro-batches, from one micro-batch to batch_size
     batch_ramp: float = 0.0  # (a batch-size ramp, as Geiping and Goldstein's Cramming); 0: batch_size from step 1
 
@@ -246,7 +246,7 @@ _TRAIN_RANGES = dict(learning_rate="(0, inf)", weight_decay="[0, inf)", adam_bet
 # examples per task, and 1e-4 instead of Table 7's 1e-5: at 1e-5 the ~100 finetuning steps of so few examples leave
 # the classifier at chance for every checkpoint (measured), which tests nothing.
 CPU_FINETUNE = dict(max_train_examples=300, learning_rate=1e-4)
-PRECISIONS = ("auto", "fp32", "bf16")  # `embryo.model.resolve_precision` turns auto into fp32 or bf16 per device
+PRECISIONS = ("auto", "fp32", "bf16")  # `embryo.model.model.resolve_precision` turns auto into fp32 or bf16 per device
 OPTIMIZERS = ("lamb", "adamw")
 LR_SCHEDULES = ("linear", "wsd")
 _LATER_FIELDS = dict(sentence_task="sop", optimizer="lamb", rtd_weight=50.0, phase1_seq_length=None,

@@ -8,9 +8,9 @@ import pandas as pd
 import papermill as pm
 import pytest
 
-from embryo import ablations as A
-from embryo import data as D
-from embryo import pretrain as P
+from embryo.experiments import ablations as A
+from embryo.text import data as D
+from embryo.train import pretrain as P
 from embryo.config import get_config, get_train_config, ConfigError, run_config_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def test_runs_written_before_sentence_task_still_resume(fixture_copy):
 
 def test_micro_bert_run_through_pipeline_and_analyses(tmp_path):
     "A micro BERT (no sharing, E = H, NSP) from `embryo pretrain --preset bert-tiny`, then the analyses unchanged."
-    from embryo import reconstruction, knowledge
+    from embryo.analyses import reconstruction, knowledge
     run = tmp_path / "bert-micro"
     run.mkdir()
     shutil.copy(P.fixture_run() / "spiece.model", run / "spiece.model")
@@ -135,7 +135,7 @@ def test_micro_bert_run_through_pipeline_and_analyses(tmp_path):
 
 def test_downstream_scores_are_finetuned_cached_and_tabled(ablation_root, tmp_path):
     "`downstream=True` finetunes a run's last checkpoint on the built-in tasks once, caches the scores with their settings, and Table 6 shows them."
-    from embryo.results import read_results, read_settings
+    from embryo.runs.results import read_results, read_settings
     for t in ("none", "sop"):  # copies: the module's ablation folder stays as the other tests expect it
         shutil.copytree(ablation_root / f"all-E32-{t}-seed0", tmp_path / f"all-E32-{t}-seed0")
     run, micro = tmp_path / "all-E32-sop-seed0", A.get_scale(None)
@@ -160,7 +160,7 @@ def test_downstream_scores_are_finetuned_cached_and_tabled(ablation_root, tmp_pa
 
 def test_tables_4_to_6_get_verdicts_that_respect_chance(root):
     "Issue 'findings': the committed Tables 4-6 stopped at 250 steps with SOP and NSP at chance in every row, and said nothing."
-    from embryo.report import report_sections, status_of
+    from embryo.publish.report import report_sections, status_of
     v = A.table_verdicts(root / "figures")
     assert set(v) == {"table6_sentence_loss", "table5_sharing", "table4_embedding_size"}
     # Table 6 is trained past the transition (the quick scale): its two claims are read, each with its reason

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from embryo.aoa import ages, fit_word, function_first, regression, sigmoid, verdict
+from embryo.analyses.aoa import ages, fit_word, function_first, regression, sigmoid, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = np.array([0, 1, 2, 4, 8, 16, 32, 64, 128, 500, 1000, 1500, 2000, 3000, 4000, 6000, 8000])

@@ -9,10 +9,10 @@ import papermill as pm
 import pytest
 import torch
 
-from embryo import attention as A
-from embryo import data as D
-from embryo.run import CheckpointNotFound, find_checkpoint, list_steps, load_checkpoint
-from embryo.results import read_results, read_samples, write_results
+from embryo.analyses import attention as A
+from embryo.text import data as D
+from embryo.runs.run import CheckpointNotFound, find_checkpoint, list_steps, load_checkpoint
+from embryo.runs.results import read_results, read_samples, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "attention"
@@ -87,7 +87,7 @@ class KnownAttention(torch.nn.Module):
         return types.SimpleNamespace(attentions=(att,) * self.config.num_hidden_layers)
 
     def albert(self, ids, attention_mask, token_type_ids, attentions=False):
-        "The encoder as `embryo.run.encoder_states` reads it: hidden states (L + 1), attention maps (L), and a pooled output."
+        "The encoder as `embryo.runs.run.encoder_states` reads it: hidden states (L + 1), attention maps (L), and a pooled output."
         hs = (torch.zeros(*ids.shape, 4),) * (self.config.num_hidden_layers + 1)
         return hs, self(ids, attention_mask, token_type_ids, output_attentions=attentions).attentions, None
 
@@ -186,7 +186,7 @@ def test_neighbour_heads_measure_prev_and_next_against_an_even_spread(tmp_path):
 def test_layer_order_tied_on_the_grid_is_not_testable(tmp_path, root):
     "The committed quick run: layers 4, 2 and 1 all emerge at step 3,500 on a 500-step grid, and the verdict said 'not reproduced'."
     import shutil
-    from embryo import attention
+    from embryo.analyses import attention
     run = shutil.copytree(root / "figures" / "run", tmp_path / "tiny", ignore=shutil.ignore_patterns("checkpoints"))
     v = attention.verdict(run)
     assert "not testable at this checkpoint spacing" in v and "not reproduced" not in v, v
@@ -196,8 +196,8 @@ def _untrained_gpt2_series(folder: Path, steps=(0, 1000)) -> Path:
     """A near-untrained GPT-2 series (random weights at each step, seed = its index) with a byte-level BPE of no special
     tokens (test_series' GPT-NeoX tokenizer: nothing around a text), as a run beside `folder`."""
     from transformers import GPT2Config, GPT2LMHeadModel
-    from embryo.pretrain import corpus_slice
-    from embryo.run import as_run
+    from embryo.train.pretrain import corpus_slice
+    from embryo.runs.run import as_run
     from test_series import SERIES, _tokenizer  # the tokenizer test_series trains for its causal-LM series
     lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]
     tok = _tokenizer("gpt-neox", lines)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from embryo import pretrain as P
+from embryo.train import pretrain as P
 from embryo.config import RUN_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +164,7 @@ def case_tensorboard_without_its_package(tmp):
 
 def _damaged_db(run, how):
     "The run's results.sqlite, truncated after real rows were written, or overwritten with text (issue 32, finding 4)."
-    from embryo.results import write_results
+    from embryo.runs.results import write_results
     f = run / "results.sqlite"
     if how == "truncated":
         for step in range(40):
@@ -343,7 +343,7 @@ def _cmd_case(label, args, names, error, fresh=False):
 def case_pretrain_over_a_measured_run_without_resume_point(tmp):
     run = _copy_fixture(tmp / "run"); shutil.rmtree(run / "resume")
     (run / "results.sqlite").write_bytes(b"")
-    from embryo.results import write_results
+    from embryo.runs.results import write_results
     write_results(run, "attention", 30, [dict(task="brown", metric="diagonal", value=0.5)])
     return dict(input="pretrain on a measured run without its resume point (a shipped bundle)", args=_pretrain_args(run, total_steps=30, warmup_steps=5),
                 names="results measured on them, but no resume point", error="ConfigError", run=run, inprocess=True)
@@ -458,7 +458,7 @@ def _read_only_run(tmp, with_results):
         pytest.skip("cannot mount a tmpfs here (needs root) to make a read-only disk")
     run = _copy_fixture(mnt / "run")
     if with_results:
-        from embryo.results import write_results
+        from embryo.runs.results import write_results
         write_results(run, "attention", 30, [dict(task="brown", metric="diagonal", value=0.5)])
     subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
     return run, mnt
@@ -511,7 +511,7 @@ def run_case(make, tmp):
     try:
         res = _in_process(c["args"]) if c.get("inprocess") else _cli(*c["args"], hide=c.get("hide"))
         if c.get("log"):  # a failing sweep job: the line is in its failure log
-            from embryo.results import read_log
+            from embryo.runs.results import read_log
             line = read_log(c["run"]).error.iloc[-1]
         else:
             line = res.stderr.strip()

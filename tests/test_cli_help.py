@@ -48,7 +48,7 @@ def test_help_texts_match_the_defaults():
 
 def test_sweep_help_names_every_analysis():
     import subprocess, sys
-    from embryo.sweep import ANALYSES
+    from embryo.analyses.sweep import ANALYSES
     out = subprocess.run([sys.executable, "-m", "embryo.cli", "sweep", "--help"], capture_output=True, text=True, check=True).stdout
     assert all(a in " ".join(out.split()) for a in ANALYSES), out
 

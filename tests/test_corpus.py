@@ -8,10 +8,10 @@ import datasets
 import numpy as np
 import pytest
 
-from embryo import data as D
-from embryo import pretrain as P
+from embryo.text import data as D
+from embryo.train import pretrain as P
 from embryo.config import ConfigError, get_config, get_train_config
-from embryo.reconstruction import token_counts
+from embryo.analyses.reconstruction import token_counts
 
 DATA = Path(__file__).parent / "data" / "corpus"  # 16 documents of embryo-mini, one file per format
 

@@ -1,4 +1,4 @@
-"""embryo.data: bad input, tokenizer ids against transformers, masking statistics, caches, determinism.
+"""embryo.text.data: bad input, tokenizer ids against transformers, masking statistics, caches, determinism.
 
 Uses the real `embryo-mini` corpus (fetched once into the data dir; later runs reuse the cache)."""
 import json
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import embryo.data as data
-from embryo.data import (CorpusError, FetchError, MASK_ID, SPECIALS, build_dataset, collate, create_examples,
+import embryo.text.data as data
+from embryo.text.data import (CorpusError, FetchError, MASK_ID, SPECIALS, build_dataset, collate, create_examples,
                          fetch, load_tokenizer, mask_tokens, read_corpus, train_tokenizer, word_spans, choose_ngrams)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -46,7 +46,7 @@ def test_front_page_is_index_and_every_notebook_has_a_page(site):
 
 def test_each_analysis_page_shows_its_committed_figures_and_verdicts(site):
     "Every figure of a notebook's results cell is on its page (the same bytes as in figures/), every verdict is in its text, every link resolves."
-    from embryo.report import NOTEBOOKS, USER_DATA, _results_cell
+    from embryo.publish.report import NOTEBOOKS, USER_DATA, _results_cell
     for a, name in NOTEBOOKS.items():
         path, page_file = ROOT / "nbs" / f"{name}.ipynb", site / "nbs" / f"{name}.html"
         cell = "".join(_results_cell(json.loads(path.read_text()), a, path)["source"])

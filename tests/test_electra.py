@@ -6,9 +6,9 @@ import os
 import pytest
 import torch
 
-from embryo import pretrain as P
+from embryo.train import pretrain as P
 from embryo.config import get_config, get_train_config
-from embryo.electra import GENERATOR, ElectraPair, load_electra_weights
+from embryo.model.electra import GENERATOR, ElectraPair, load_electra_weights
 
 ELECTRA = dict(model_type="electra", sharing="none", sentence_task="none")  # the fixture's sizes, as an ELECTRA pair
 TWO_PHASE = dict(phase1_seq_length=32)  # the fixture (64 tokens, 30 steps): 32 tokens up to step 27, then 64
@@ -23,7 +23,7 @@ def configs(**over):
 
 def test_electra_checkpoints_load_in_transformers_with_identical_outputs():
     from transformers import AutoTokenizer, ElectraForMaskedLM, ElectraForPreTraining, pipeline
-    from embryo.data import load_tokenizer
+    from embryo.text.data import load_tokenizer
     run = P.fixture_run(**ELECTRA)
     step = P.list_steps(run)[-1]
     ck = P.checkpoint_dir(run, step)

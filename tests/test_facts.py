@@ -5,8 +5,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from embryo import pretrain as P
-from embryo import facts as F
+from embryo.train import pretrain as P
+from embryo.text import facts as F
 from embryo.config import get_config, get_train_config, ConfigError
 
 FACTS = dict(facts=1, total_steps=80)
@@ -51,7 +51,7 @@ def test_bad_fact_settings_are_refused():
 
 def test_a_fact_takes_the_last_places_of_its_steps_batch_and_nothing_else_changes():
     "The trainer's batch of a step that shows facts: the run's own examples, except the last places, which hold the facts."
-    from embryo import data as D
+    from embryo.text import data as D
     tok = D.load_tokenizer(P.fixture_run())
     mc, tc = configs(total_steps=80)
     toy = [dict(input_ids=[tok.cls_id, 20 + i % 50, 30, tok.sep_id, 40, tok.sep_id], token_type_ids=[0, 0, 0, 0, 1, 1],

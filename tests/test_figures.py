@@ -13,13 +13,13 @@ import pytest
 
 matplotlib.use("Agg")
 
-from embryo import attention as A
-from embryo.figures import TRANSITION_GID, TRANSITION_LABEL
-from embryo.compare import compare_runs
-from embryo.report import redraw_all
-from embryo.run import saved_steps
-from embryo.seeds import seed_bands
-from embryo.sweep import analysis_module, available_analyses
+from embryo.analyses import attention as A
+from embryo.runs.figures import TRANSITION_GID, TRANSITION_LABEL
+from embryo.experiments.compare import compare_runs
+from embryo.publish.report import redraw_all
+from embryo.runs.run import saved_steps
+from embryo.experiments.seeds import seed_bands
+from embryo.analyses.sweep import analysis_module, available_analyses
 
 ROOT = Path(__file__).resolve().parents[1]
 # the run's name (as the figures' titles say it) -> its bundle under figures/: the default run, the mature run (a

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import ROOT
 
-from embryo import glue as G
-from embryo import pretrain as P
-from embryo.results import read_results, read_samples, read_settings
+from embryo.analyses import glue as G
+from embryo.train import pretrain as P
+from embryo.runs.results import read_results, read_samples, read_settings
 
 GLUE = Path(__file__).parent / "data" / "glue"  # small files of our own sentences, in GLUE's exact layouts
 FAST = dict(max_train_examples=16, max_dev_examples=64, progress=False)  # a few finetuning steps: the tests check plumbing, not accuracy
@@ -326,7 +326,7 @@ def test_word_order_check_writes_both_steps_and_leaves_the_database_alone(fixtur
     before = len(read_results(fixture_copy, G.ANALYSIS))
     f = G.word_order_check(fixture_copy, tmp_path, seeds=2, max_train_examples=32)
     got = json.loads(f.read_text())
-    from embryo.run import list_steps
+    from embryo.runs.run import list_steps
     steps = list_steps(fixture_copy)
     assert list(got["steps"]) == [str(steps[0]), str(steps[-1])] and got["seeds"] == 2
     for s in got["steps"].values():

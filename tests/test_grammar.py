@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from embryo import data as D
+from embryo.text import data as D
 from embryo.config import ConfigError
-from embryo.grammar import (ANALYSIS, PARADIGMS, acquisition, brown_lexicon, generate_pairs, pair_rows, pass_rate, pll,
+from embryo.analyses.grammar import (ANALYSIS, PARADIGMS, acquisition, brown_lexicon, generate_pairs, pair_rows, pass_rate, pll,
                             read_pairs, verdict)
-from embryo.results import write_results
+from embryo.runs.results import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def test_pll_is_minicons(pairs):
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
     from minicons import scorer
-    from embryo.run import find_checkpoint, load_checkpoint
+    from embryo.runs.run import find_checkpoint, load_checkpoint
     run = ROOT / "figures" / "run"
     tok = AutoTokenizer.from_pretrained(run)
     if not hasattr(type(tok), "batch_encode_plus"):  # minicons 0.3.39 calls it; transformers 5 removed it
@@ -108,9 +108,9 @@ def test_committed_grammar_results_are_what_the_bundle_gives(bundle):
 def test_the_forward_precision_is_recorded_with_each_step(fixture_copy):
     "The sweep's default runs the forward in bf16 where the CPU has it (`bench/grammar_precision.py`); each step says which."
     import torch
-    from embryo.grammar import evaluate_step
-    from embryo.model import resolve_precision
-    from embryo.results import read_settings
+    from embryo.analyses.grammar import evaluate_step
+    from embryo.model.model import resolve_precision
+    from embryo.runs.results import read_settings
     run, bf16 = fixture_copy, float(resolve_precision("auto", torch.device("cpu")) == "bf16")
     for step, precision, want in ((4, "fp32", 0.0), (8, "auto", bf16)):
         evaluate_step(run, step, n_pairs=20, precision=precision)

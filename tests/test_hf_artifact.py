@@ -7,10 +7,10 @@ import pytest
 import torch
 import transformers
 
-from embryo import data as D
-from embryo import glue as G
-from embryo import pretrain as P
-from embryo.run import log_records, run_sentence_task
+from embryo.text import data as D
+from embryo.analyses import glue as G
+from embryo.train import pretrain as P
+from embryo.runs.run import log_records, run_sentence_task
 from embryo.config import get_config, get_train_config
 
 

@@ -8,7 +8,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from embryo.config import ConfigError, get_config
-from embryo.model import AlbertForPreTraining, CheckpointError, load_pretrained
+from embryo.model.model import AlbertForPreTraining, CheckpointError, load_pretrained
 
 CONFIGS = {  # at least two different configurations, including the two sharing modes transformers knows natively
     "tiny-all": dict(preset="tiny", vocab_size=120, num_hidden_layers=3),
@@ -198,7 +198,7 @@ def test_checkpoint_config_has_albert_keys_only():
     "config.json holds transformers' AlbertConfig fields and embryo_sharing, nothing of embryo's own (model_type is ALBERT's)."
     import json as _json
     from transformers import AlbertConfig
-    from embryo.model import to_hf_config
+    from embryo.model.model import to_hf_config
     got = _json.loads(to_hf_config(get_config("tiny")).to_json_string())
     assert set(got) - set(AlbertConfig().to_dict()) == {"embryo_sharing"}, set(got) - set(AlbertConfig().to_dict())
     assert got["model_type"] == "albert"

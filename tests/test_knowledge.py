@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from embryo import data as D
-from embryo import knowledge as K
-from embryo import facts as F
-from embryo import pretrain as P
-from embryo.results import read_results, read_samples
+from embryo.text import data as D
+from embryo.analyses import knowledge as K
+from embryo.text import facts as F
+from embryo.train import pretrain as P
+from embryo.runs.results import read_results, read_samples
 
 
 def write_lama_by_hand(folder: Path, relations: list[str], facts: dict[str, list[str]]):
@@ -227,6 +227,6 @@ def test_verdict_names_the_constant_answer_floor_and_claims_nothing_below_it(tmp
 
 def test_a_database_without_answers_gives_no_nan_floor():
     "A bundle swept before each query's answer was stored (figures/bert-tiny) read 'against nan%' as its floor."
-    from embryo.knowledge import verdict
+    from embryo.analyses.knowledge import verdict
     v = verdict(Path(__file__).resolve().parents[1] / "figures" / "bert-tiny" / "run")
     assert "nan" not in v and "floor" in v and "not testable here" in v, v

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
-from embryo import llc as L
-from embryo.model import resolve_precision
-from embryo.results import read_scores, read_settings, write_results
+from embryo.analyses import llc as L
+from embryo.model.model import resolve_precision
+from embryo.runs.results import read_scores, read_settings, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from embryo.ngram import (ORDERS, Masked, closest_steps, context_keys, estimates, ngram_counts, phase_order,
+from embryo.analyses.ngram import (ORDERS, Masked, closest_steps, context_keys, estimates, ngram_counts, phase_order,
                           step_measures, verdict)
 
 ROOT = Path(__file__).resolve().parents[1]

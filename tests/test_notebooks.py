@@ -60,9 +60,9 @@ def root_kernel():
 def other_run(request, tmp_path_factory):
     "A copy of a differently configured micro run (built once under the data dir), with a results database of its own."
     import shutil
-    from embryo.pretrain import fixture_run
+    from embryo.train.pretrain import fixture_run
     dst = tmp_path_factory.mktemp("run") / request.param
-    from embryo.pretrain import corpus_slice
+    from embryo.train.pretrain import corpus_slice
     shutil.copytree(fixture_run(**OTHER_RUNS[request.param], corpus=str(corpus_slice(**OTHER_CORPUS))), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume"))
     return dst
 
@@ -70,8 +70,8 @@ def other_run(request, tmp_path_factory):
 def test_other_runs_read_a_corpus_of_their_own(other_run):
     "The other runs' text and SentencePiece vocabulary are not the fixture's, so a cell that assumes the fixture's pieces fails."
     import sentencepiece as spm
-    from embryo.pretrain import fixture_run
-    from embryo.run import read_run_config
+    from embryo.train.pretrain import fixture_run
+    from embryo.runs.run import read_run_config
     mine, theirs = (read_run_config(r)[2].corpus for r in (fixture_run(), other_run))
     assert mine != theirs and Path(theirs).read_text()[:2000] != Path(mine).read_text()[:2000], (mine, theirs)
     pieces = [set(spm.SentencePieceProcessor(model_file=str(r / "spiece.model")).id_to_piece(i) for i in range(600))
@@ -92,8 +92,8 @@ def other_kernel(other_run):
 @pytest.mark.parametrize("nb", ANALYSIS_NBS, ids=[p.stem for p in ANALYSIS_NBS])
 def test_analysis_notebook_on_other_run(nb, other_run, other_kernel, tmp_path):
     import papermill as pm
-    from embryo.run import list_steps
-    from embryo.sweep import ANALYSES, analysis_module
+    from embryo.runs.run import list_steps
+    from embryo.analyses.sweep import ANALYSES, analysis_module
     name = next(a for a, n in ANALYSES.items() if n == nb.stem)
     if why := analysis_module(name).applies_to(other_run):  # the sweep leaves it out of such a run, saying why
         assert name == "exposure" and "without injected facts" in why, why  # only the injected facts' analysis may

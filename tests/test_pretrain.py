@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from embryo import pretrain as P
-from embryo.run import log_records
+from embryo.train import pretrain as P
+from embryo.runs.run import log_records
 from embryo.config import RUN_CONFIG, ConfigError, ModelConfig, get_config, get_train_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ def assert_same_run(run, reference):
 
 def run_until(args, stop, timeout=240):
     "Start a pretraining process; SIGKILL it as soon as `stop()` is true. Returns True if it was killed."
-    proc = subprocess.Popen([sys.executable, "-m", "embryo.pretrain", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "embryo.train.pretrain", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     t0 = time.time()
     while proc.poll() is None and time.time() - t0 < timeout:
         if stop():
@@ -147,8 +147,8 @@ def test_a_killed_writers_data_workers_do_not_hold_its_lock(tmp_path):
     "Data worker processes are forked from the writer: once it is killed its lock is free at once, not when they notice."
     script = f"""
 import time
-from embryo.run import run_lock
-from embryo.pretrain import prefetched
+from embryo.runs.run import run_lock
+from embryo.train.pretrain import prefetched
 with run_lock({str(tmp_path)!r}):
     for s, _ in prefetched(lambda s: (time.sleep(0.05), s), range(1, 100), workers=2):
         if s == 3: print("ready", flush=True); time.sleep(60)
@@ -221,7 +221,7 @@ def test_torchrun_two_processes_equals_one(tmp_path, compiled):
     import socket
     with socket.socket() as free: free.bind(("127.0.0.1", 0)); port = free.getsockname()[1]  # a fixed port was taken
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           "-m", "embryo.pretrain", *fixture_args(two, **extra)]
+           "-m", "embryo.train.pretrain", *fixture_args(two, **extra)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     a, b = weights(one, 30), weights(two, 30)
@@ -596,7 +596,7 @@ def test_bench_heldout_gap_makes_training_brown_as_the_held_out_brown(monkeypatc
     "`bench/heldout_gap.py`: one training twin per held-out Brown file, of its genre, and examples made as the held-out ones."
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from heldout_gap import training_twins
-    from embryo import data as D
+    from embryo.text import data as D
     files, cats = D.read_brown(D.download(D.SOURCES["brown"], verbose=False))
     held = D.heldout_brown_files(cats); twins = training_twins(cats, held)
     assert len(twins) == len(set(twins)) == len(held) and not set(twins) & set(held)
@@ -636,7 +636,7 @@ def test_bench_corpus_subset_keeps_every_kth_document_in_order(monkeypatch, tmp_
     "`bench/corpus_subset.py` (the held-out accuracy against the amount of text): every k-th document, in corpus order."
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from corpus_subset import main
-    from embryo.data import read_corpus
+    from embryo.text.data import read_corpus
     src = tmp_path / "c.txt"
     src.write_text("\n\n".join(f"document {i} sentence one .\ndocument {i} sentence two ." for i in range(7)) + "\n")
     main(["--corpus", str(src), "--every", "3", "--offset", "1", "--out", str(tmp_path / "s.txt")])

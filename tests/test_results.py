@@ -3,7 +3,7 @@ their own places is migrated in place, once, and reads plainly afterwards."""
 import sqlite3
 import threading
 
-from embryo.results import COLUMNS, DB_NAME, merge_results, read_results, read_settings, write_results
+from embryo.runs.results import COLUMNS, DB_NAME, merge_results, read_results, read_settings, write_results
 
 # The schema and rows as the project wrote them before `head` and `settings` (commit 9127cb4 and earlier).
 OLD_SCHEMA = """
@@ -156,8 +156,8 @@ def test_shard_with_heads_but_no_seeds_merges_into_a_new_database(tmp_path):
 
 def test_every_analysis_says_what_its_task_names():
     "`task` keeps one role (what an analysis ran on); each analysis documents its values, so describe_results reads plainly."
-    from embryo.results import TASK_NAMES, describe_results
-    from embryo.sweep import available_analyses
+    from embryo.runs.results import TASK_NAMES, describe_results
+    from embryo.analyses.sweep import available_analyses
     missing = [a for a in available_analyses() if a not in TASK_NAMES]
     assert not missing, f"analyses without an entry in results.TASK_NAMES: {missing}"
     write_results(tmp := __import__("tempfile").mkdtemp(), "probing", 4, [dict(task="pos_brown", layer=1, metric="f1", value=0.5)])
@@ -167,7 +167,7 @@ def test_every_analysis_says_what_its_task_names():
 
 
 def _log_at_once(run, step, barrier, errors):
-    from embryo.results import log_job
+    from embryo.runs.results import log_job
     barrier.wait()  # every process opens the database at the same moment
     try: log_job(run, "knowledge", step, "done")
     except Exception as e: errors.put(repr(e))
@@ -178,7 +178,7 @@ def test_processes_creating_one_database_together_all_get_in(tmp_path):
     new file to WAL needs it alone and SQLite's busy wait does not cover that switch; without the retry most rounds had a
     process fail with 'database is locked' (CI's papermill sweep test did)."""
     import multiprocessing as mp
-    from embryo.results import read_log
+    from embryo.runs.results import read_log
     ctx = mp.get_context("fork")
     for trial in range(20):
         run, barrier, errors = tmp_path / f"r{trial}", ctx.Barrier(8), ctx.Queue()

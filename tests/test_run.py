@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from embryo.run import Run, CheckpointNotFound, resolve_step
+from embryo.runs.run import Run, CheckpointNotFound, resolve_step
 
 
 def test_run_reads_the_fixture(fixture_copy):
@@ -17,16 +17,16 @@ def test_run_reads_the_fixture(fixture_copy):
 
 def test_an_analysis_takes_a_run_and_a_left_out_step(fixture_copy):
     "evaluate_step takes a Run as it takes a folder, and step=None is the run's last step, as in the notebooks."
-    from embryo import attention
-    from embryo.results import read_results
+    from embryo.analyses import attention
+    from embryo.runs.results import read_results
     attention.evaluate_step(Run(fixture_copy), None, n_sentences=8, seq_len=12)
     assert sorted(read_results(fixture_copy, "attention").step.unique()) == [30]
 
 
 def test_the_quick_run_is_measured_to_stop_while_its_loss_still_falls(root):
     "Issue 'findings': the committed quick run ends mid-transition; its pretraining verdict measures the loss's pace."
-    from embryo.report import _pretraining_verdict
-    from embryo.run import loss_pace, train_log
+    from embryo.publish.report import _pretraining_verdict
+    from embryo.runs.run import loss_pace, train_log
     rows = train_log(root / "figures" / "run")
     end = loss_pace(rows, rows[-1]["step"])
     assert 0.5 < end < 1.5, end  # nats per decade of steps, at the last logged step
@@ -37,7 +37,7 @@ def test_the_quick_run_is_measured_to_stop_while_its_loss_still_falls(root):
 def test_step_folders_are_ascii_digits_only(fixture_copy):
     "Issue 32, finding 8: `step_²` made every sweep fail with a traceback and `step_٣` was read as step 3."
     import shutil
-    from embryo.sweep import sweep
+    from embryo.analyses.sweep import sweep
     src = fixture_copy / "checkpoints" / "step_0000002"
     for name in ("step_\u00b2", "step_\u0663"):
         shutil.copytree(src, fixture_copy / "checkpoints" / name)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from embryo import data as D
-from embryo.results import read_results, read_log
-from embryo.run import Run, SeriesError, as_run, list_steps, run_lock, train_log
+from embryo.text import data as D
+from embryo.runs.results import read_results, read_log
+from embryo.runs.run import Run, SeriesError, as_run, list_steps, run_lock, train_log
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES = dict(sentences=600, vocab_size=600, hidden_size=32, layers=2, heads=2, max_length=64, batch_size=16,
@@ -67,7 +67,7 @@ def trainer_series(kind: str) -> Path:
     out = D.data_dir() / "series" / f"{kind}-{key}"
     with run_lock(out.parent / ".locks" / out.name, wait=True):  # test workers build it once, one after the other
         if (out / f"checkpoint-{SERIES['max_steps']}" / "trainer_state.json").exists(): return out
-        from embryo.pretrain import corpus_slice
+        from embryo.train.pretrain import corpus_slice
         from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments, set_seed
         set_seed(SERIES["seed"])
         lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]
@@ -99,7 +99,7 @@ def _files(folder: Path) -> list[tuple[str, int]]:
 
 def test_a_trainer_output_dir_is_a_run(series, tmp_path):
     "Its checkpoint-N folders are the steps, its trainer_state.json the training log, its tokenizer the run's; nothing is written into it."
-    from embryo.figures import plot_pretraining
+    from embryo.runs.figures import plot_pretraining
     kind, out = series
     before = _files(out)
     run = Run(as_run(out, tmp_path / "runs" / kind))
@@ -123,7 +123,7 @@ def test_a_trainer_output_dir_is_a_run(series, tmp_path):
 
 def test_words_align_to_their_pieces(series, tmp_path):
     "A word split into pieces owns exactly its pieces, under WordPiece (##) and byte-level BPE (Ġ) alike."
-    from embryo.reconstruction import align
+    from embryo.analyses.reconstruction import align
     kind, out = series
     tok = D.load_tokenizer(as_run(out, tmp_path / "runs" / kind))
     words = ["The", "unbelievably", "reconsidered", "words", "(", "yet", ")", "."]
@@ -148,7 +148,7 @@ def test_words_align_to_their_pieces(series, tmp_path):
 
 def test_the_encoder_analyses_sweep_a_trainer_series(series, tmp_path, monkeypatch, capsys):
     "sweep(<output_dir>) runs probing, similarity, attention and syntax at every step and leaves GLUE out, saying why."
-    from embryo.sweep import sweep
+    from embryo.analyses.sweep import sweep
     kind, out = series
     monkeypatch.chdir(tmp_path)  # the run folder is made as runs/<name>, beside the caller
     t = sweep(out, ENCODER + ["glue"], mode="inprocess", options=QUICK, progress=False)
@@ -178,8 +178,8 @@ def test_the_encoder_analyses_sweep_a_trainer_series(series, tmp_path, monkeypat
 def test_a_bare_encoder_series_leaves_out_what_needs_a_head(tmp_path, monkeypatch, capsys):
     "MultiBERTs-style folders of a BertModel (no masked-LM head) with only a vocab.txt: encoder analyses run, the rest is left out."
     from transformers import AutoTokenizer, BertModel
-    from embryo.run import load_hf_model
-    from embryo.sweep import sweep
+    from embryo.runs.run import load_hf_model
+    from embryo.analyses.sweep import sweep
     out = trainer_series("bert")
     vocab = AutoTokenizer.from_pretrained(out / "checkpoint-4").get_vocab()
     for s in STEPS:  # step_4k ... as MultiBERTs names them: 4,000 ... 12,000
@@ -203,7 +203,7 @@ def test_a_causal_lm_trainer_series_gets_the_encoder_analyses(tmp_path, monkeypa
     """A GPT-NeoX (Pythia's architecture) trained by Trainer, byte-level BPE with no [CLS]/[SEP]: probing, similarity,
     attention and syntax read its decoder's hidden states and causal attention maps; reconstruction and knowledge say
     in one line that it has no masked-LM head."""
-    from embryo.sweep import sweep
+    from embryo.analyses.sweep import sweep
     out = trainer_series("gpt-neox")
     monkeypatch.chdir(tmp_path)
     t = sweep(out, ENCODER + ["reconstruction", "knowledge"], mode="inprocess", options=QUICK, progress=False)
@@ -229,7 +229,7 @@ def test_a_causal_lm_trainer_series_gets_the_encoder_analyses(tmp_path, monkeypa
 def test_a_gpt2_series_named_like_hub_revisions(tmp_path, monkeypatch, capsys):
     "GPT-2 checkpoints saved as step1000/, step2000/ (Pythia's revision names): attention runs, reconstruction says why."
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-    from embryo.sweep import sweep
+    from embryo.analyses.sweep import sweep
     tok = AutoTokenizer.from_pretrained(trainer_series("roberta") / "checkpoint-4")
     for s in (1000, 2000):
         d = tmp_path / "pythia-like" / f"step{s}"
@@ -244,21 +244,21 @@ def test_a_gpt2_series_named_like_hub_revisions(tmp_path, monkeypatch, capsys):
 
 
 def test_knowledge_says_why_it_skips_byte_level_bpe(tmp_path):
-    from embryo import knowledge, reconstruction, glue
+    from embryo.analyses import knowledge, reconstruction, glue
     bert, roberta = (as_run(trainer_series(k), tmp_path / k) for k in ("bert", "roberta"))
     assert knowledge.applies_to(bert) is None and reconstruction.applies_to(roberta) is None
     assert "byte-level BPE" in knowledge.applies_to(roberta) and "ALBERT or ELECTRA" in glue.applies_to(bert)
-    from embryo import ngram  # its estimates are counted on the training text, which a Trainer series does not name
+    from embryo.analyses import ngram  # its estimates are counted on the training text, which a Trainer series does not name
     assert ngram.applies_to(bert) == "no training corpus is recorded for this series (its n-gram estimates need one)"
-    from embryo import aoa, grammar  # masked-LM scores only: any masked LM, any tokenizer
+    from embryo.analyses import aoa, grammar  # masked-LM scores only: any masked LM, any tokenizer
     assert grammar.applies_to(bert) is None and aoa.applies_to(roberta) is None
-    from embryo import llc  # the masked-LM loss: any masked LM
+    from embryo.analyses import llc  # the masked-LM loss: any masked LM
     assert llc.applies_to(bert) is None and llc.applies_to(roberta) is None
 
 
 def test_step_folder_names(tmp_path):
     "Digits only (no Unicode digits), MultiBERTs' k and M; two folders for one step are refused by name."
-    from embryo.run import step_of
+    from embryo.runs.run import step_of
     assert [step_of(n) for n in ("checkpoint-500", "step_20k", "step_2M", "step1000", "seed_3-step_0k", "0001000")] == \
         [500, 20_000, 2_000_000, 1000, 0, 1000]
     assert [step_of(n) for n in ("step_²", "step_٣", "٣٣", "seed_3", "checkpoint-5.old", "step_5x")] == [None] * 6
@@ -287,8 +287,8 @@ def test_the_cli_sweeps_a_trainer_output_dir(tmp_path):
 def test_compare_sets_a_trainer_series_beside_our_run(tmp_path, monkeypatch):
     "`embryo compare --run figures/run --run <swept Trainer series>`: one curve each, the series named by its model type."
     from embryo.cli import main
-    from embryo.compare import model_family, run_length
-    from embryo.sweep import sweep
+    from embryo.experiments.compare import model_family, run_length
+    from embryo.analyses.sweep import sweep
     out = trainer_series("bert")
     monkeypatch.chdir(tmp_path)
     sweep(out, ["reconstruction"], mode="inprocess", options={"reconstruction": dict(max_words=60)}, progress=False)
@@ -308,7 +308,7 @@ def test_report_on_a_two_checkpoint_multiberts_series(tmp_path, monkeypatch, cap
     non-zero only when something failed (here: a redraw made to raise)."""
     from transformers import AutoTokenizer, BertForMaskedLM
     from embryo.cli import main
-    from embryo.sweep import sweep
+    from embryo.analyses.sweep import sweep
     out = trainer_series("bert")
     for s, k in ((4, 20), (8, 40)):
         dst = tmp_path / "multiberts" / f"step_{k}k"
@@ -339,8 +339,8 @@ def test_report_on_a_two_checkpoint_multiberts_series(tmp_path, monkeypatch, cap
     assert "needs 5 steps" in page  # the report says why the section is missing
     assert any(p.suffix == ".png" for p in figs.iterdir())
     # a redraw that raises is a failure: said in one line, the rest written, exit 1
-    import embryo.attention
-    monkeypatch.setattr(embryo.attention, "redraw", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    import embryo.analyses.attention
+    monkeypatch.setattr(embryo.analyses.attention, "redraw", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     (figs / "index.html").unlink(); (figs / "findings.md").unlink()
     rc = main(["report", "--run", str(run), "--figures", str(figs)])
     o = capsys.readouterr(); lines = (o.out + o.err).splitlines()

@@ -4,7 +4,7 @@ import shutil
 import numpy as np
 import pytest
 
-from embryo.similarity import cache_file, cca, centred, evaluate_step, linear_cka, pwcca, representations, svcca
+from embryo.analyses.similarity import cache_file, cca, centred, evaluate_step, linear_cka, pwcca, representations, svcca
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,8 @@ def test_constant_and_duplicated_columns_do_not_count(mats):
 
 
 def test_a_damaged_cache_is_rebuilt(tmp_path):
-    from embryo.run import list_steps
-    from embryo.pretrain import fixture_run
+    from embryo.runs.run import list_steps
+    from embryo.train.pretrain import fixture_run
     run = tmp_path / "run"
     shutil.copytree(fixture_run(), run, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume", "cache", "logs"))
     step = list_steps(run)[-1]
@@ -53,8 +53,8 @@ def test_committed_runs_place_the_trained_reference(bundle):
     "The committed similarity results hold the trained BERT's CKA to each final layer, and the settle table and verdict read it."
     from pathlib import Path
     import pandas as pd
-    from embryo.run import REFERENCE
-    from embryo.similarity import similarity_results, verdict
+    from embryo.runs.run import REFERENCE
+    from embryo.analyses.similarity import similarity_results, verdict
     root = Path(__file__).resolve().parents[1] / bundle
     df = similarity_results(root / "run")
     tr = df[df.metric == "cka_trained"]

@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from embryo.results import read_log, read_results, write_results
-from embryo.report import write_report
-from embryo.run import SeriesError, as_run, hub_run
-from embryo.sweep import SweepError, sweep
+from embryo.runs.results import read_log, read_results, write_results
+from embryo.publish.report import write_report
+from embryo.runs.run import SeriesError, as_run, hub_run
+from embryo.analyses.sweep import SweepError, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = {"reconstruction": dict(max_words=15), "knowledge": dict(max_facts=15)}
@@ -63,7 +63,7 @@ def test_failure_is_logged_and_the_rest_goes_on(fixture_copy, tmp_path):
 
 
 def test_bad_requests_name_the_problem(fixture_copy):
-    from embryo.run import CheckpointNotFound
+    from embryo.runs.run import CheckpointNotFound
     with pytest.raises(SweepError, match="unknown analysis 'glu'; the analyses are"):
         sweep(fixture_copy, ["glu"], progress=False)
     with pytest.raises(CheckpointNotFound, match="has no checkpoint for step 7; it has 0, 1, 2, 4, 8"):
@@ -169,7 +169,7 @@ def test_hub_checkpoints_offline_give_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_report_shows_figures_with_paper_numbers_and_verdicts(tmp_path):
-    from embryo.pretrain import fixture_run
+    from embryo.train.pretrain import fixture_run
     run = copy_run(fixture_run(), tmp_path / "r")  # with its logs, for Fig. 2a
     sweep(run, ["knowledge", "reconstruction"], steps=[0, 30], mode="inprocess", options=QUICK, progress=False)
     r = _cli("report", "--run", str(run), "--figures", str(tmp_path / "fig"))
@@ -180,14 +180,14 @@ def test_report_shows_figures_with_paper_numbers_and_verdicts(tmp_path):
         assert needle in page, needle
     for img in ("fig1_reconstruction_by_pos.png", "fig6_world_knowledge.png", "fig2a_pretraining_loss.png"):
         assert (tmp_path / "fig" / img).exists()
-    from embryo.report import report_sections
+    from embryo.publish.report import report_sections
     papers = [r["paper"] for r in report_sections(run)]
     assert len(papers) > 10 and all(p.startswith(("Embryology ", "ALBERT ")) for p in papers), papers  # one way to cite
 
 
 def test_sweep_notebooks_keep_the_analysis_and_drop_the_examples():
     import nbformat
-    from embryo.sweep import ANALYSES, nbs_dir, sweep_notebook
+    from embryo.analyses.sweep import ANALYSES, nbs_dir, sweep_notebook
     for analysis, name in ANALYSES.items():
         path = nbs_dir() / f"{name}.ipynb"
         full, trimmed = nbformat.read(str(path), 4), sweep_notebook(path)
@@ -200,7 +200,7 @@ def test_sweep_notebooks_keep_the_analysis_and_drop_the_examples():
 
 
 def test_kernel_pool_starts_one_kernel_per_job_and_stops_what_is_not_taken():
-    from embryo.sweep import KernelPool, stop_kernel
+    from embryo.analyses.sweep import KernelPool, stop_kernel
     with KernelPool(3, size=2, preload=("json",)) as pool:
         km = pool.take()  # the first job's kernel; the second is started, the third waits for a take
         assert km.has_kernel and pool.left == 0
@@ -234,7 +234,7 @@ def test_papermill_sweep_leaves_no_kernel_and_the_working_directory_alone(fixtur
 
 def test_results_remember_their_options_and_other_options_recompute(fixture_copy, tmp_path, capsys):
     "After a default sweep, the user's LAMA folder is computed (and said so), not 'skipped'; a malformed folder shows its error."
-    from embryo.facts import load_facts, write_lama
+    from embryo.text.facts import load_facts, write_lama
     run = copy_run(fixture_copy, tmp_path / "r")
     lama = tmp_path / "lama"
     rels = load_facts()
@@ -290,7 +290,7 @@ def test_a_killed_papermill_sweeps_temporary_notebook_is_removed_by_the_rerun(fi
 ])
 def test_papermill_parameters_are_checked_by_name(fixture_copy, tmp_path, params, message):
     import papermill as pm
-    from embryo.sweep import nbs_dir, sweep_notebook
+    from embryo.analyses.sweep import nbs_dir, sweep_notebook
     nb = sweep_notebook(nbs_dir() / "06_knowledge.ipynb")
     with pytest.raises(Exception) as e:
         pm.execute_notebook(nb, str(tmp_path / "out.ipynb"), parameters=dict(run_dir=str(fixture_copy), **params),
@@ -300,12 +300,12 @@ def test_papermill_parameters_are_checked_by_name(fixture_copy, tmp_path, params
 
 def test_notebooks_show_the_committed_results(root):
     "Each analysis notebook's results cell is what the committed figures/ give: rewriting figures/ without it fails here."
-    from embryo.report import NOTEBOOKS, USER_DATA, results_markdown, _results_cell
+    from embryo.publish.report import NOTEBOOKS, USER_DATA, results_markdown, _results_cell
     for a, name in NOTEBOOKS.items():
         path = root / "nbs" / f"{name}.ipynb"
         cell = "".join(_results_cell(json.loads(path.read_text()), a, path)["source"])
         assert cell == results_markdown(a, root / "figures", root / "nbs"), (
-            f"{path.name}: its results cell is stale against figures/; run `embryo report` (or embryo.report.sync_notebooks())")
+            f"{path.name}: its results cell is stale against figures/; run `embryo report` (or embryo.publish.report.sync_notebooks())")
         if a in USER_DATA and "../figures/" not in cell:  # reproduce cannot fetch its data: the cell says how to add it
             assert "`make reproduce` skips this analysis" in cell and "--option" in cell, cell
         else: assert "../figures/" in cell, f"{path.name}: its results cell shows no committed figure"
@@ -313,7 +313,7 @@ def test_notebooks_show_the_committed_results(root):
 
 def test_prose_cites_the_committed_numbers(root):
     "Every number a notebook's prose cites from a run (a fact span) is the one the committed figures/ hold."
-    from embryo.report import FACT_SPAN, fact_value
+    from embryo.publish.report import FACT_SPAN, fact_value
     spans = [(p.name, m) for p in sorted((root / "nbs").glob("*.ipynb")) for c in json.loads(p.read_text())["cells"]
              if c["cell_type"] == "markdown" for m in FACT_SPAN.finditer("".join(c["source"]))]
     assert len(spans) >= 10, f"only {len(spans)} fact spans in the notebooks' prose"
@@ -326,7 +326,7 @@ def test_committed_report_json_matches_index(root):
     "figures/report.json (what the notebooks show) and index.html were written together: the same sections and verdicts."
     import html
     import re
-    from embryo.report import REPORT_JSON
+    from embryo.publish.report import REPORT_JSON
     for d in [root / "figures", *[p for p in (root / "figures").iterdir() if (p / "index.html").exists()]]:
         rep, page = json.loads((d / REPORT_JSON).read_text()), (d / "index.html").read_text()
         assert [s["file"] for s in rep["sections"]] == re.findall(r"<section id='(?!notebooks'|more')([^']+)'>", page), d
@@ -336,7 +336,8 @@ def test_committed_report_json_matches_index(root):
 
 def test_reproduce_seeds_trains_sibling_runs_and_draws_their_bands(monkeypatch, tmp_path):
     "`embryo reproduce --seeds 3`: seed 0 is the usual run and figures; seeds 1, 2 go beside it, with --set seed=k; then the bands."
-    from embryo import cli, report as R
+    from embryo import cli
+    from embryo.publish import report as R
     calls, drawn = [], []
     monkeypatch.setattr(R, "reproduce", lambda a: calls.append(a) if getattr(a, "seeds", 1) == 1 else R.reproduce_seeds(a, a.seeds))
     monkeypatch.setattr(R, "seed_bands", lambda runs, out: drawn.append((runs, out)) or [])
@@ -363,7 +364,7 @@ def test_report_links_the_results_beside_it(fixture_copy, tmp_path):
 def test_report_sections_give_every_committed_figure_a_verdict(tmp_path, root):
     "A module without per-figure verdicts keeps its own (the report once gave 'no verdict (TypeError ...)' to knowledge)."
     import shutil
-    from embryo.report import report_sections
+    from embryo.publish.report import report_sections
     run = shutil.copytree(root / "figures" / "run", tmp_path / "tiny", ignore=shutil.ignore_patterns("checkpoints"))
     bad = [(s["file"], s["verdict"][:80]) for s in report_sections(run) if s["verdict"].startswith("no verdict")]
     assert not bad, bad
@@ -372,7 +373,7 @@ def test_report_sections_give_every_committed_figure_a_verdict(tmp_path, root):
 def test_a_run_at_its_floor_does_not_rise_side_by_side():
     "Issue 'findings': BERT and ELECTRA 'rose early' in mask prediction at exactly the always-'the' score (0.038)."
     import pandas as pd
-    from embryo.compare import side_by_side_verdict, trend
+    from embryo.experiments.compare import side_by_side_verdict, trend
     at_floor = pd.Series([0.0, 0.038, 0.038], index=[0, 500, 8000])
     t = trend(at_floor, 8000, floor=0.038)
     assert not t["rises"] and trend(at_floor, 8000)["rises"]  # without the floor it 'rises early'
@@ -382,7 +383,7 @@ def test_a_run_at_its_floor_does_not_rise_side_by_side():
 
 def test_evaluation_steps_keep_the_plateau_exit_dense_when_a_final_decay_drops_too(tmp_path, monkeypatch):
     "The mature run's log has two drops, the plateau exit (2,700-7,450) and the final decay (21,150-32,000, open)."
-    import embryo.sweep as S
+    import embryo.analyses.sweep as S
     steps = [0, 1, 2, 4, 8, 16, 32, 64, 128, *range(200, 10001, 100), *range(10500, 32001, 500)]
     for s in steps: (tmp_path / "checkpoints" / f"step_{s:07d}").mkdir(parents=True); (tmp_path / "checkpoints" / f"step_{s:07d}" / "model.safetensors").touch()
     monkeypatch.setattr(S, "run_transitions", lambda run: [dict(start_step=2700, end_step=7450), dict(start_step=21150, end_step=32000)])
@@ -395,7 +396,7 @@ def test_evaluation_steps_keep_the_plateau_exit_dense_when_a_final_decay_drops_t
 def test_downstream_floor_is_the_floor_of_the_aggregate_drawn():
     "With GLUE and the built-in tasks both stored, the panel draws GLUE: its floor is GLUE's bag-of-words (not 'builtin', first alphabetically)."
     import pandas as pd
-    from embryo.compare import FLOORS, SIDE_BY_SIDE
+    from embryo.experiments.compare import FLOORS, SIDE_BY_SIDE
     df = pd.DataFrame(dict(task=["glue", "builtin", "glue", "builtin"], metric=["bow", "bow", "score", "score"], seed=-1, step=0,
                            value=[0.7, 0.6, 0.8, 0.55]))
     assert FLOORS["glue"][1](None, df) == 0.7 and SIDE_BY_SIDE["glue"][2](df).tolist() == [0.8]
@@ -403,7 +404,7 @@ def test_downstream_floor_is_the_floor_of_the_aggregate_drawn():
 
 def _holding(lock: str, run: Path) -> subprocess.Popen:
     "Another process holding `lock` ('sweep_lock' or 'run_lock') of `run` until killed; returns once it holds it."
-    p = subprocess.Popen([sys.executable, "-c", f"import time\nfrom embryo.run import {lock}\nwith {lock}({str(run)!r}):\n"
+    p = subprocess.Popen([sys.executable, "-c", f"import time\nfrom embryo.runs.run import {lock}\nwith {lock}({str(run)!r}):\n"
                           "    print('held', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "held"
     return p
@@ -440,7 +441,7 @@ def test_report_leaves_the_bundle_it_reads_as_it_was(root, tmp_path):
 
 def test_committed_comparisons_are_what_compare_draws_from_the_bundles(tmp_path, root):
     "figures/compare said BERT and ELECTRA rise in mask prediction at exactly the always-'the' score (their databases hold no floor)."
-    from embryo.compare import compare_runs
+    from embryo.experiments.compare import compare_runs
     for folder, bundles in (("compare", ("", "bert-tiny", "electra-tiny")), ("compare-mature", ("mature", "bert-tiny-mature", "electra-tiny-mature"))):
         out = tmp_path / folder
         compare_runs([root / "figures" / b / "run" for b in bundles], out)
@@ -452,7 +453,7 @@ def test_committed_comparisons_are_what_compare_draws_from_the_bundles(tmp_path,
 
 def test_pages_run_two_at_a_time_and_come_back_in_the_order_asked(fixture_copy, tmp_path):
     "notebook_pages with two workers (as `reproduce` runs them on 2 cores) writes each executed page, in the order asked."
-    from embryo.report import notebook_pages
+    from embryo.publish.report import notebook_pages
     omp = os.environ.get("OMP_NUM_THREADS")
     got = notebook_pages(fixture_copy, tmp_path / "pages", ["syntax", "attention"], workers=2)
     assert [p.name for p in got] == ["08a_syntax.html", "08_attention.html"]
@@ -466,7 +467,7 @@ def test_a_one_worker_sweep_runs_its_jobs_in_the_calling_thread(fixture_copy, mo
     "In-process, one job at a time runs in this thread, not a pool's: after training in the same process (as `reproduce` does),"
     " torch ops in a new thread ran 1.5x slower (the LLC, 41 s a step against 27 s; numbers in the sweep's comment)."
     import threading
-    import embryo.sweep as S
+    import embryo.analyses.sweep as S
     seen, real = [], S.run_job
     monkeypatch.setattr(S, "run_job", lambda *a, **k: (seen.append(threading.get_ident()), real(*a, **k))[1])
     t = sweep(fixture_copy, ["attention"], steps=[2, 4], mode="inprocess", force=True, redraw=False, progress=False)

@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from embryo import attention as A
-from embryo.run import list_steps, train_log, transitions
-from embryo.figures import TRANSITION_LABEL
-from embryo.pretrain import fixture_run
-from embryo.results import read_results, write_transitions
+from embryo.analyses import attention as A
+from embryo.runs.run import list_steps, train_log, transitions
+from embryo.runs.figures import TRANSITION_LABEL
+from embryo.train.pretrain import fixture_run
+from embryo.runs.results import read_results, write_transitions
 
 STEPS = np.unique(np.r_[np.arange(1, 100), np.arange(100, 100_001, 50)])
 

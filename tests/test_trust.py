@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from embryo import data as D
-from embryo.pretrain import FIXTURE, corpus_slice, fixture_run
-from embryo.results import read_results, write_results
-from embryo.run import SeriesError, as_run, find_checkpoint, list_steps, load_checkpoint
-from embryo.model import CheckpointError
+from embryo.text import data as D
+from embryo.train.pretrain import FIXTURE, corpus_slice, fixture_run
+from embryo.runs.results import read_results, write_results
+from embryo.runs.run import SeriesError, as_run, find_checkpoint, list_steps, load_checkpoint
+from embryo.model.model import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,7 +116,7 @@ def test_options_that_select_nothing_are_refused_and_erase_nothing(run_copy, opt
 
 def test_a_job_that_writes_no_row_fails_and_so_does_the_sweep(run_copy, monkeypatch, capsys):
     "Item 3: a job that ends without error but measures nothing is failed, and a failed sweep exits non-zero."
-    from embryo import attention
+    from embryo.analyses import attention
     from embryo.cli import main
     monkeypatch.setattr(attention, "evaluate_step", lambda run_dir, step, device="cpu", **kw: None)
     step = list_steps(run_copy)[-1]
@@ -129,7 +129,7 @@ def test_a_job_that_writes_no_row_fails_and_so_does_the_sweep(run_copy, monkeypa
 
 def test_a_failed_redraw_fails_the_sweep(run_copy, monkeypatch, capsys):
     "Item 3: a sweep that printed '1 failed' (its redraw) exited 0."
-    from embryo import similarity
+    from embryo.analyses import similarity
     from embryo.cli import main
     def broken(*a, **k): raise ValueError("cannot draw")
     monkeypatch.setattr(similarity, "redraw", broken)
@@ -182,7 +182,7 @@ def test_a_folder_that_asks_to_run_its_own_code_is_refused(tmp_path):
 
 def test_a_copied_checkpoint_is_flagged_before_the_sweep_reads_it(tmp_path, monkeypatch, capsys):
     "A series is checked before it is read: a step that is a copy of another (as users found in Pythia) is named."
-    from embryo.sweep import sweep
+    from embryo.analyses.sweep import sweep
     out = _series(tmp_path, "E")
     shutil.copytree(out / "checkpoint-2", out / "checkpoint-6")
     monkeypatch.chdir(tmp_path)
@@ -209,7 +209,7 @@ def test_a_run_that_explodes_without_a_nan_stops_before_saving_exploded_weights(
 def test_the_report_names_a_copied_checkpoint(tmp_path, monkeypatch, capsys):
     "A series is checked before it is read, and the report says what the check found, first."
     from embryo.cli import main
-    from embryo.sweep import sweep
+    from embryo.analyses.sweep import sweep
     out = _series(tmp_path, "F")
     shutil.copytree(out / "checkpoint-2", out / "checkpoint-6")
     monkeypatch.chdir(tmp_path)

@@ -1,11 +1,11 @@
-"""Issue 73, items 7 and 8: the H1 and H2 verdicts follow the rules of notebook 03b (embryo.verdicts), read on the
+"""Issue 73, items 7 and 8: the H1 and H2 verdicts follow the rules of notebook 03b (embryo.runs.verdicts), read on the
 committed databases where the old verdicts said more than their numbers."""
 import numpy as np
 import pandas as pd
 
-from embryo import probing as PR
-from embryo import reconstruction as RC
-from embryo.results import binomial_se, done_steps
+from embryo.analyses import probing as PR
+from embryo.analyses import reconstruction as RC
+from embryo.runs.results import binomial_se, done_steps
 
 from conftest import ROOT
 
@@ -75,8 +75,8 @@ def test_table6_is_not_testable_where_the_paper_lies_inside_our_interval():
     NSP (paper 90.5) and the SOP-trained 61.1 on SOP (paper 86.5), and the paper's 52.0 (the NSP model's SOP) lies
     inside our 55.3 +- 4.4. Rule 5 of 03b: such a claim is not testable."""
     import json
-    from embryo import verdicts as V
-    from embryo.report import status_of
+    from embryo.runs import verdicts as V
+    from embryo.publish.report import status_of
     # rule 5 on the committed numbers (percent; 2 seeds x 256 pairs)
     se = lambda p: 100 * binomial_se(p / 100, 512)
     assert V.readable(55.3, se(55.3), paper=52.0, floor=50) is not None  # the paper's value inside our interval
@@ -92,7 +92,7 @@ def test_fig7_needs_half_steps_apart_beyond_the_grid_spacing():
     """Issue 73, item 9: Fig. 7 said 'reproduced' whenever two half-steps differed, e.g. mask prediction on the default
     run: base and past at step 5,000, 3rd singular at 5,500 (adjacent evaluated steps 500 apart). An order claim needs
     two forms' half-rise intervals apart by more than one grid step (rule 4 with `gap`)."""
-    from embryo.verdicts import Rise, order
+    from embryo.runs.verdicts import Rise, order
     assert order(Rise(5000, 4500), Rise(5500, 5000)) == -1  # adjacent intervals: in order by rule 4 alone
     assert order(Rise(5000, 4500), Rise(5500, 5000), gap=True) == 0  # but one grid step apart: a tie
     assert order(Rise(128, 64), Rise(1000, 500), gap=True) == -1 and order(Rise(1000, 500), Rise(128, 64), gap=True) == 1
@@ -112,8 +112,8 @@ def test_compare_names_each_runs_floor_and_rises_only_above_it():
     scores 0.220. Every run of every verdict names the floor it is judged against, and rises only where its end clears
     that floor."""
     import json
-    from embryo import compare as C
-    from embryo import knowledge as K
+    from embryo.experiments import compare as C
+    from embryo.analyses import knowledge as K
     runs = json.loads((FIG / "compare-mature" / "compare.json").read_text())["runs"]
     assert abs(K.constant_floor(ROOT / runs[0]).floor.mean() - 0.220) < 0.001
     names = C.FLOORS
@@ -135,14 +135,14 @@ def test_h1_order_needs_the_intervals_a_whole_evaluated_step_apart():
     words' begins (277, 426) inside the same evaluated interval (128, 500]: not one evaluated step apart. Rule 4 as for
     Fig. 7: the order is read only where the intervals lie at least one whole evaluated step apart; the default run's
     mask prediction ((4000, 4500] against (5000, 5500]) still is."""
-    from embryo.report import status_of
+    from embryo.publish.report import status_of
     for run in ("run", "electra-tiny/run"):
         rec = next(l for l in RC.verdict(FIG / run).splitlines() if l.startswith("reconstruction"))
         assert "not testable at this checkpoint spacing" in rec and "is reproduced" not in rec, rec
         assert status_of(rec) == "not testable", rec
     mp = next(l for l in RC.verdict(FIG / "run").splitlines() if l.startswith("mask_prediction"))
     assert "1.0 evaluated steps apart" in mp and "is reproduced" in mp, mp
-    from embryo.verdicts import Rise, apart, order
+    from embryo.runs.verdicts import Rise, apart, order
     grid = [64, 128, 500, 1000]
     assert order(Rise(252, 85), Rise(700, 277)) == -1  # rule 4 alone: the intervals do not overlap
     assert apart(Rise(252, 85), Rise(700, 277), grid) < 1 and order(Rise(252, 85), Rise(700, 277), steps=grid) == 0
@@ -154,10 +154,10 @@ def test_compare_step90_is_90_percent_of_the_rise_to_the_end():
     (or the floor, where higher, as rule 2) to the last one; no gain where the end does not clear them."""
     import json
     import math
-    from embryo import compare as C
+    from embryo.experiments import compare as C
     from pathlib import Path
-    from embryo.results import read_results
-    from embryo.run import read_run_config
+    from embryo.runs.results import read_results
+    from embryo.runs.run import read_run_config
     t = C.trend(pd.Series([0.10, 0.30, 0.38, 0.60, 0.40], index=[0, 10, 50, 800, 1000]), 1000)
     assert t["step90"] == 50 and abs(t["gain"] - 0.30) < 1e-9 and t["best"] == 0.60, t  # to the best: step 800
     t = C.trend(pd.Series([0.10, 0.50, 0.25], index=[0, 10, 1000]), 1000, floor=0.3)
@@ -186,8 +186,8 @@ def test_h3_judges_where_the_curve_ends_not_its_best_step(monkeypatch):
     """Issue 73, H3: the downstream verdict took the best step for its floor check and its gain, so a curve that peaks
     above the bag-of-words floor and falls back under it read as 'most downstream ability early'. By rule 1 it is
     judged at its last step; by rule 2 its 90% step is read on the rise to the last step above the floor."""
-    from embryo import glue as G
-    from embryo.report import status_of
+    from embryo.analyses import glue as G
+    from embryo.publish.report import status_of
     steps = [0, 1000, 2000, 4000, 8000]
     def fake(curve, floor=59.3):
         monkeypatch.setattr(G, "scores_table", lambda run_dir: pd.DataFrame({"builtin": curve}, index=steps))
