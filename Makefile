@@ -77,8 +77,9 @@ lab: $(STAMP)
 readme: $(STAMP)
 	$(BIN)/python -c "from embryo.publish.report import write_readme; print(*write_readme() or ['README.md unchanged'])"
 
-# The documentation site, offline: a page per notebook in reading order, the front page from nbs/index.ipynb, each
-# analysis page with its committed figures and verdicts (its results cell), the figures copied in; open _site/index.html.
+# The documentation site, offline: a page per notebook in reading order, the front page from nbs/index.ipynb, the pages
+# of docs/ (docs/**/*.md: the explanations, the longer runs' findings, the lab journal), each analysis page with its
+# committed figures and verdicts (its results cell), the figures copied in; open _site/index.html.
 # Sphinx with myst-nb, not mkdocs-jupyter: myst-nb parses each notebook's Markdown into Sphinx's document tree, so every
 # image and link of a results cell is checked (a missing figure fails the build) and its figure copied into the site,
 # where mkdocs-jupyter passes notebooks through nbconvert as finished HTML that mkdocs neither checks nor copies from.

@@ -1,4 +1,4 @@
-"""Build the documentation site: a page per notebook, the front page from nbs/index.ipynb, the committed figures copied in.
+"""Build the documentation site: a page per notebook, the front page from nbs/index.ipynb, the pages of docs/, the committed figures copied in.
 
 Run by `make docs` with the docs environment's Python (.venv-docs), never the project's: python docs/build.py [--out _site].
 """
@@ -15,12 +15,16 @@ SKIP = shutil.ignore_patterns("checkpoints", "*.sqlite-wal", "*.sqlite-shm", ".*
 
 
 def stage(src: Path) -> Path:
-    "A Sphinx source folder laid out as the site: index.ipynb at its root, the other notebooks in nbs/, figures/ beside."
+    """A Sphinx source folder laid out as the site: index.ipynb at its root, the other notebooks in nbs/, the pages of
+    docs/ (its Markdown files: the explanations, the findings, the lab journal) in docs/, figures/ beside."""
     (src / "nbs").mkdir(parents=True)
     for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
         if nb.name != "index.ipynb": shutil.copyfile(nb, src / "nbs" / nb.name)
-    front = (ROOT / "nbs" / "index.ipynb").read_text(encoding="utf-8")  # at the site's root its ../figures/ links lose ../
-    (src / "index.ipynb").write_text(front.replace("](../figures/", "](figures/"), encoding="utf-8")
+    for page in sorted((ROOT / "docs").rglob("*.md")):  # where they sit in the checkout, so their ../figures/ links hold
+        (src / page.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(page, src / page.relative_to(ROOT))
+    front = (ROOT / "nbs" / "index.ipynb").read_text(encoding="utf-8")  # at the site's root its ../ links lose ../
+    (src / "index.ipynb").write_text(front.replace("](../", "]("), encoding="utf-8")
     (src / "figures").symlink_to(ROOT / "figures", target_is_directory=True)
     return src
 

@@ -17,7 +17,9 @@ nb_execution_mode = "off"
 root_doc = "index"  # nbs/index.ipynb, staged at the site's root as nbdev's docs put it
 # the committed tables, findings and side-by-side summaries (Markdown in figures/) are pages too, reached by the
 # notebooks' links; the folder's other files are copied into the site as they are (build.py)
-include_patterns = ["index.ipynb", "nbs/*.ipynb", "figures/**.md"]
+# the documentation's own pages (docs/**/*.md: the explanations, the findings of the longer runs, the lab journal),
+# Markdown with fact spans that embryo.publish.report.sync_prose keeps equal to the committed files
+include_patterns = ["index.ipynb", "nbs/*.ipynb", "docs/**.md", "figures/**.md"]
 exclude_patterns = ["figures/**/checkpoints/**"]
 myst_heading_anchors = 3
 smartquotes = False  # the verdicts' quotes as written (the test finds each verdict on its page)
@@ -54,22 +56,39 @@ def toctree(caption: str, pages) -> str:
 
 
 SUMMARIES = ("findings", "compare/compare", "seeds/seeds")  # under figures/ (and a run's folder in it): the results pages
+PAGES = "docs"  # the documentation's Markdown pages, staged where they sit in the checkout (build.py)
+# the sidebar's sections of those pages, in this order: (caption, folder under docs/ or a page); the journal last
+PAGE_SECTIONS = (("How to", "explanations"), ("Findings", "findings"), ("The lab journal", "journal.md"))
+ORDER = {"explanations": ("setup", "notebooks", "pretraining", "analysing", "your-data", "using-the-model", "benchmarks",
+                          "data-sources"),
+         "findings": ("default-run", "mature", "twins", "facts", "seeds", "ablations", "reference")}
+
+
+def doc_pages(src: Path, entry: str) -> list:
+    "The pages of docs/`entry` (a folder: those `ORDER` names first, in its order, then the others by name; or a page)."
+    if entry.endswith(".md"): return [f"{PAGES}/{entry[:-3]}"] if (src / PAGES / entry).exists() else []
+    names = [p.stem for p in sorted((src / PAGES / entry).glob("*.md"))]
+    first = [n for n in ORDER.get(entry, ()) if n in names]
+    return [f"{PAGES}/{entry}/{n}" for n in first + [n for n in names if n not in first]]
 
 
 def navigation(src: Path) -> dict:
-    "The front page's hidden markdown cell: every notebook in reading order, then the committed results' summary pages."
+    """The front page's hidden markdown cell: every notebook in reading order, the documentation's pages (docs/), then
+    the committed results' summary pages."""
     name = lambda p: p.relative_to(src).with_suffix("").as_posix()
     pages = sorted(name(p) for p in src.glob("nbs/*.ipynb"))
     results = [name(p) for d in (src / FIGURES, *sorted((src / FIGURES).glob("*/"))) for s in SUMMARIES
                if (p := d / f"{s}.md").exists()]
+    docs = [toctree(caption, found) for caption, entry in PAGE_SECTIONS if (found := doc_pages(src, entry))]
     return dict(cell_type="markdown", id="embryo-pages", metadata={},
-                source=toctree("The notebooks", pages) + "\n" + toctree("The committed results", results))
+                source="\n".join([toctree("The notebooks", pages), *docs, toctree("The committed results", results)]))
 
 
 def on_source_read(app, docname, source):
     "Read each notebook as nbdev's docs show it, the front page with the site's navigation; a table of figures/ is a page of its own."
     if docname.startswith(f"{FIGURES}/"):
         source[0] = "---\norphan: true\n---\n" + source[0]; return
+    if docname.startswith(f"{PAGES}/"): return  # a page of docs/: Markdown, in the front page's navigation
     nb = nbdev_cells(json.loads(source[0]))
     if docname == root_doc: nb["cells"].append(navigation(Path(app.srcdir)))
     source[0] = json.dumps(nb)

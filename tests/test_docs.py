@@ -44,6 +44,25 @@ def test_front_page_is_index_and_every_notebook_has_a_page(site):
         assert (site / img).is_file(), img
 
 
+def test_every_page_of_docs_is_on_the_site_and_in_its_navigation(site):
+    """Issue 74: the pages the README's journal, explanations and longer runs' findings moved to (docs/**/*.md) are
+    pages of the site, in the front page's navigation, their numbers and their links into figures/ intact."""
+    from embryo.publish.report import FACT_SPAN
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    assert pages
+    front = (site / "index.html").read_text()
+    for md in pages:
+        rel = md.relative_to(ROOT).with_suffix(".html").as_posix()
+        page_file = site / rel
+        assert page_file.is_file(), f"no page for {md.relative_to(ROOT)}"
+        assert f'href="{rel}"' in front, f"the front page's navigation misses {md.relative_to(ROOT)}"
+        page, text = page_file.read_text(), _text(page_file.read_text())
+        for m in FACT_SPAN.finditer(md.read_text()):
+            if m["value"]: assert " ".join(m["value"].split()) in text, f"{rel}: {m['value']} is not on the page"
+        for href in re.findall(r'href="(\.\./(?:\.\./)?figures/[^"#]+)"', page):
+            assert (page_file.parent / href).exists(), f"{rel}: the link {href} leads nowhere in the site"
+
+
 def test_each_analysis_page_shows_its_committed_figures_and_verdicts(site):
     "Every figure of a notebook's results cell is on its page (the same bytes as in figures/), every verdict is in its text, every link resolves."
     from embryo.publish.report import NOTEBOOKS, USER_DATA, _results_cell

@@ -1,10 +1,44 @@
-"""README.md is nbs/index.ipynb rendered to Markdown, and its commands exist."""
+"""README.md is nbs/index.ipynb rendered to Markdown, short, and its commands exist; so do those of the documentation's
+pages (docs/**/*.md), where the rest of the old README went."""
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted((ROOT / "docs").rglob("*.md"))  # the explanations, the findings of the longer runs, the lab journal
+README_WORDS = 2000  # issue 74: what a reader needs first, the rest in the pages
+
+
+def readme_words(text: str) -> int:
+    """The words a reader of the rendered README sees: HTML comments dropped (a fact span counts as the value it shows),
+    a link as its text (not its target), and a word is a run of non-space characters with a letter or digit in it (not
+    a table's `|` or `---`). The findings table counts."""
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    text = re.sub(r"\]\([^)\s]*\)", "]", text)
+    return sum(1 for w in text.split() if re.search(r"[A-Za-z0-9]", w))
+
+
+def test_readme_word_count_counts_what_a_reader_sees():
+    span = "accuracy <!-- fact run/logs/eval.json |  | mlm_accuracy | .1% -->22.7%<!-- /fact --> held out"
+    assert readme_words(span) == 4
+    assert readme_words("| a | [the mature run](docs/findings/mature.md) |\n|---|---|") == 4
+
+
+def test_readme_is_short_and_opens_with_a_table_of_contents():
+    """Issue 74: README.md at most 2,000 words, a table of contents at its top linking every section; the lab journal,
+    the long explanations and the longer runs' findings are pages of docs/, linked from it."""
+    text = (ROOT / "README.md").read_text()
+    n = readme_words(text)
+    assert n <= README_WORDS, f"README.md has {n} words (at most {README_WORDS}): move prose into a page of docs/"
+    sections = re.findall(r"^## (.+)$", text, re.M)
+    assert sections[:7] == ["What it is", "The two commands", "Trying it without training", "The findings", "The figures",
+                            "The notebooks", "Further reading"], sections
+    contents = text[:text.index("\n## ")]
+    for s in sections:
+        assert f"](#{s.lower().replace(' ', '-')})" in contents, f"the table of contents misses {s!r}"
+    for page in PAGES:  # every page of docs/ is reachable from the README
+        assert f"]({page.relative_to(ROOT).as_posix()})" in text, f"README.md does not link {page.relative_to(ROOT)}"
 
 
 def test_readme_in_sync_with_index():
@@ -22,6 +56,16 @@ def test_the_front_notebooks_links_work_from_nbs_and_the_readmes_from_the_top():
         assert len(local) > 20, (name, local)
         missing = [l for l in local if not (base / l).exists()]
         assert not missing, f"{name}: links that do not resolve from {base}: {missing}"
+
+
+def test_the_docs_pages_links_work_from_where_they_sit():
+    "Each page of docs/ links into figures/, nbs/ and the other pages relative to its own folder, as GitHub and the site read it."
+    assert len(PAGES) >= 10, PAGES
+    for page in PAGES:
+        links = re.findall(r"\]\(([^)#\s]+)(?:#[^)\s]*)?\)", page.read_text())
+        local = [l for l in links if not l.startswith(("http", "mailto"))]
+        missing = [l for l in local if not (page.parent / l).exists()]
+        assert not missing, f"{page.relative_to(ROOT)}: links that do not resolve: {missing}"
 
 
 def test_readme_names_the_two_commands_and_make_has_them():
@@ -48,16 +92,18 @@ def _parameters(nb: Path) -> set:
 
 
 def test_every_readme_command_is_a_valid_command():
-    """Each command in the README parses with the real parser it names (its behaviour is tested in the other test
-    files); a command this test does not know fails it, so the README cannot drift from the code."""
+    """Each command in the README and in the documentation's pages (where its long sections went) parses with the real
+    parser it names (its behaviour is tested in the other test files); a command this test does not know fails it, so
+    neither can drift from the code."""
     import shlex
     from embryo.cli import parser
     from embryo.train.pretrain import add_pretrain_args
     import argparse
-    readme = (ROOT / "README.md").read_text()
     make = (ROOT / "Makefile").read_text()
     seen = set()
-    for line in _bash_lines(readme):
+    lines = [line for f in [ROOT / "README.md", *PAGES] for line in _bash_lines(f.read_text())]
+    assert {"make reproduce", "make test"} <= set(_bash_lines((ROOT / "README.md").read_text()))
+    for line in lines:
         argv = shlex.split(line)
         if argv[0] == "make":
             assert re.search(rf"^{argv[1]}:", make, re.M), line
@@ -83,18 +129,19 @@ def test_every_readme_command_is_a_valid_command():
 
 
 def test_nothing_points_outside_the_repository():
-    "A clone has no ../shared/: the README and the notebooks document the data themselves."
-    for f in [ROOT / "README.md", *sorted((ROOT / "nbs").glob("*.ipynb"))]:
+    "A clone has no ../shared/: the README, the documentation's pages and the notebooks document the data themselves."
+    for f in [ROOT / "README.md", *PAGES, *sorted((ROOT / "nbs").glob("*.ipynb"))]:
         assert "../shared" not in f.read_text(), f"{f.name} points to ../shared/, which a clone does not have"
 
 
 def test_data_sources_section_names_every_pinned_package():
-    "The README's Data sources table names each package the code fetches, at the pinned version."
+    """The Data sources table (docs/explanations/data-sources.md, linked from the README's first section; it was the
+    README's last section) names each package the code fetches, at the pinned version."""
     from embryo.text import data, facts
     from embryo.analyses import glue, probing
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Data sources"):]
-    section = section[:section.find("\n## ", 3) % (len(section) + 1)]  # up to the next section, if any
+    assert "](docs/explanations/data-sources.md)" in (ROOT / "README.md").read_text().split("\n## ")[1]
+    section = (ROOT / "docs" / "explanations" / "data-sources.md").read_text()
+    assert section.startswith("# Data sources\n")
     pinned = [*data.SOURCES.values(), *facts.KNOWLEDGE_SOURCES.values(), *glue.BUILTIN_SOURCES.values(),
               data.ONTONOTES_SAMPLE]
     for s in pinned:

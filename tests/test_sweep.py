@@ -312,11 +312,14 @@ def test_notebooks_show_the_committed_results(root):
 
 
 def test_prose_cites_the_committed_numbers(root):
-    "Every number a notebook's prose cites from a run (a fact span) is the one the committed figures/ hold."
-    from embryo.publish.report import FACT_SPAN, fact_value
-    spans = [(p.name, m) for p in sorted((root / "nbs").glob("*.ipynb")) for c in json.loads(p.read_text())["cells"]
-             if c["cell_type"] == "markdown" for m in FACT_SPAN.finditer("".join(c["source"]))]
+    """Every number a notebook's prose, or a page of the documentation (docs/**/*.md: the findings, the lab journal),
+    cites from a run (a fact span) is the one the committed figures/ hold."""
+    from embryo.publish.report import cited_facts, fact_value
+    spans = [(p.relative_to(root).as_posix(), m) for p, m in cited_facts(root / "nbs")]
     assert len(spans) >= 10, f"only {len(spans)} fact spans in the notebooks' prose"
+    pages = {name for name, _ in spans if name.startswith("docs/")}
+    assert {"docs/journal.md", "docs/findings/mature.md", "docs/findings/twins.md", "docs/findings/seeds.md",
+            "docs/findings/facts.md"} <= pages, pages
     stale = [(name, m["value"], fact_value(m["spec"], root / "figures"), m["spec"]) for name, m in spans
              if m["value"] != fact_value(m["spec"], root / "figures")]
     assert not stale, f"prose cites numbers the committed figures/ do not hold (run `embryo report`): {stale}"

@@ -39,8 +39,8 @@ __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'CPU_PRESETS'
            'status_of', 'findings_markdown', 'sync_findings', 'findings_text', 'write_findings', 'publish_report',
            'bundle_dirs', 'bundle_name', 'refresh_bundle', 'same_numbers', 'verdict_texts', 'refresh_comparisons',
            'copy_database', 'bundle_run', 'shipped_steps', 'ship_checkpoints', 'build_reference', 'results_markdown',
-           'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value', 'sync_prose', 'readme_markdown',
-           'write_readme', 'page_exporter', 'notebook_pages']
+           'sync_notebooks', 'checkout_figures', 'FactError', 'fact_value', 'prose_pages', 'cited_facts', 'sync_prose',
+           'readme_markdown', 'write_readme', 'page_exporter', 'notebook_pages']
 
 # %% ../../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -700,27 +700,45 @@ def fact_value(spec: str, figures_root="figures") -> str:
     return value if fmt == "s" else format(float(value), fmt)  # `s`: the table's own text, e.g. "7.1 ± 0.2"
 
 # %% ../../nbs/10c_report.ipynb #6e3b612a
-def sync_prose(figures_root="figures", nbs=None) -> list[Path]:
-    ("Rewrite every fact span in the notebooks' markdown from the committed files under `figures_root`; returns the "
-     "notebooks changed.")
+def prose_pages(nbs=None, docs=None) -> list[Path]:
+    "The documentation's Markdown pages (`docs/**/*.md`, beside `nbs` unless `docs` is given), whose prose cites facts too."
+    docs = Path(docs) if docs is not None else Path(nbs or nbs_dir()).parent / "docs"
+    return sorted(docs.rglob("*.md")) if docs.is_dir() else []
+
+def cited_facts(nbs=None, docs=None) -> list[tuple[Path, re.Match]]:
+    "Every fact span of the notebooks' markdown cells and of the documentation's pages, with the file it is in."
+    spans = [(p, m) for p in sorted(Path(nbs or nbs_dir()).glob("*.ipynb"))
+             for c in json.loads(p.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "markdown"
+             for m in FACT_SPAN.finditer("".join(c["source"]))]
+    return spans + [(p, m) for p in prose_pages(nbs, docs) for m in FACT_SPAN.finditer(p.read_text(encoding="utf-8"))]
+
+def _synced(text: str, figures_root) -> str:
+    "`text` with each fact span's value read again from the committed files."
+    return FACT_SPAN.sub(lambda m: f"<!-- fact {m['spec']} -->{fact_value(m['spec'], figures_root)}<!-- /fact -->", text)
+
+def sync_prose(figures_root="figures", nbs=None, docs=None) -> list[Path]:
+    ("Rewrite every fact span in the notebooks' markdown and in the documentation's pages (`prose_pages`) from the "
+     "committed files under `figures_root`; returns the notebooks and pages changed.")
     changed = []
     for path in sorted(Path(nbs or nbs_dir()).glob("*.ipynb")):
         nb, hit = json.loads(path.read_text(encoding="utf-8")), False
         for c in (c for c in nb["cells"] if c["cell_type"] == "markdown"):
             src = "".join(c["source"])
-            new = FACT_SPAN.sub(
-                lambda m: f"<!-- fact {m['spec']} -->{fact_value(m['spec'], figures_root)}<!-- /fact -->", src
-            )
+            new = _synced(src, figures_root)
             if new != src: c["source"], hit = new.splitlines(keepends=True), True
         if hit: changed.append(_write_notebook(path, nb))
+    for path in prose_pages(nbs, docs):
+        src = path.read_text(encoding="utf-8")
+        if (new := _synced(src, figures_root)) != src: changed.append(atomic_write(path, new))
     return changed
 
 # %% ../../nbs/10c_report.ipynb #7c144d76
 def readme_markdown(nbs=None) -> str:
-    "README.md's text: nbs/index.ipynb as Markdown, its `../figures/` links made relative to the repository's top."
+    ("README.md's text: nbs/index.ipynb as Markdown, its `../` links (into `figures/`, `docs/`, `nbs/`) made relative "
+     "to the repository's top.")
     from nbconvert import MarkdownExporter
     body, _ = MarkdownExporter().from_filename(str(Path(nbs or nbs_dir()) / "index.ipynb"))
-    return re.sub(r"(\]\(|src=\")\.\./figures/", r"\1figures/", body)
+    return re.sub(r"(\]\(|src=\")\.\./", r"\1", body)
 
 def write_readme(nbs=None) -> list[Path]:
     "Write README.md beside `nbs` from the front notebook when it differs; returns it if written."
