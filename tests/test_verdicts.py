@@ -200,3 +200,43 @@ def test_h3_judges_where_the_curve_ends_not_its_best_step(monkeypatch):
     assert "reached by step 8000" in late and status_of(late) == "not reproduced", late
     early = fake([55.0, 69.5, 70.0, 70.0, 70.5])
     assert "reached by step 1000" in early and status_of(early) == "reproduced", early
+
+
+def test_fig4_emergence_is_half_the_rise_above_an_even_spread_to_the_end():
+    """Issue 73, rule 2 on Fig. 4: emergence_step took half of the rise from the first value to the curve's PEAK. On the
+    mature run layer 4's most diagonal head peaks at 0.650 and ends at 0.402: half of its rise above an even spread to
+    the end is reached at step 1,150 (it read 1,250), where layer 2 also is, so the paper's order is a tie at this
+    spacing ('not testable'), not 'not reproduced'. On the ELECTRA twin layer 3's head peaks at 0.172 but ends at 0.120,
+    under an even spread's 0.122: by rule 1 no pattern emerges (it read step 650)."""
+    from embryo import attention as A
+    from embryo.report import status_of
+    run = FIG / "mature" / "run"
+    t, u = A.emergence_table(run), A.run_floors(run)["diagonal"]
+    h = A.head_metrics(run)
+    d = h[h.metric == "diagonal"].pivot_table(index="step", columns=["layer", "head"], values="value").sort_index()
+    for layer, r in t.iterrows():  # each emergence step: the first at half of the rise above the base to the end
+        c = d[(layer, int(r["head"]))]
+        base = max(u, c.iloc[0]); half = base + (c.iloc[-1] - base) / 2
+        assert c.loc[r["emergence step"]] >= half and (c.loc[:r["emergence step"]].iloc[:-1] < half).all(), layer
+    assert t.loc[4, "emergence step"] == t.loc[2, "emergence step"] == 1150, t["emergence step"]
+    v = A.verdict(run)
+    assert status_of(v) == "not testable" and "layers 4 and 2 reach half their rise without a whole evaluated step" in v, v
+    e = A.emergence_table(FIG / "electra-tiny-mature" / "run")
+    assert e.loc[3, "diagonal, peak"] > 0.17 and e.loc[3, "diagonal, last step"] < A.run_floors(run)["diagonal"]
+    assert np.isnan(e.loc[3, "emergence step"]), e["emergence step"]
+
+
+def test_similarity_orders_layers_only_a_whole_evaluated_step_apart():
+    """Issue 73, rule 4 on the settle order: on the mature run layers 0 and 1 settle (CKA to the final checkpoint >= 0.9
+    from then on) at step 5,250 and layers 2-4 only at the last step, 8,000, the next evaluated step: no evaluated step
+    lies between, so 'Lower layers settle first, the bottom-up convergence...' said more than the grid allows."""
+    from embryo import similarity as S
+    from embryo.report import status_of
+    run = FIG / "mature" / "run"
+    ck = S.curves(S.similarity_results(run), "cka_final")
+    steps = list(ck.index)
+    assert S.settle_steps(ck) == {0: 5250.0, 1: 5250.0, 2: 8000.0, 3: 8000.0, 4: 8000.0}
+    assert steps.index(8000) - steps.index(5250) == 1  # adjacent on the grid
+    v = S.verdict(run)
+    assert not v.startswith("Lower layers settle first") and status_of(v) == "not testable", v
+    assert S.settle_order({0: 4750.0, 1: 6250.0, 2: 7250.0}, range(0, 8001, 250)) == "lower"  # steps apart: an order
