@@ -255,3 +255,23 @@ def test_syntax_clears_the_adjacent_baseline_only_by_two_standard_errors():
     v = SY.verdict(run)
     assert "first clears the adjacent-word baseline (0.475) by 2 standard errors at step 4250" in v, v
     assert "at step 8000 it beats that baseline by 2 standard errors (0.503" in v, v
+
+
+def test_knowledge_forgotten_needs_the_drop_beyond_the_difference_of_two_errors(monkeypatch):
+    """Issue 73 on 'learned then forgotten' (06): the verdict compared a relation's MAXIMUM over steps with its last
+    value, by two standard errors of the peak alone. A peak of 0.40 falling to 0.30 on 100 queries is 0.10, two of the
+    peak's errors (0.049) but not two of the difference's (0.067): the old verdict read it as the paper's forgetting.
+    A peak under its floor by rule 1 is no learned knowledge to forget either."""
+    from embryo import knowledge as K
+    steps = [0, 1000, 2000, 4000]
+    def fake(curves, floors):
+        rows = [dict(step=s, task=r, metric=m, value=v[i], n=100) for r, v in curves.items() for i, s in enumerate(steps)
+                for m in K.METRICS]
+        monkeypatch.setattr(K, "knowledge_results", lambda run_dir: pd.DataFrame(rows))
+        monkeypatch.setattr(K, "constant_floor", lambda run_dir: pd.DataFrame({"floor": floors}))
+        return K.verdict("any")
+    v = fake({"P19": [0.0, 0.40, 0.33, 0.30]}, {"P19": 0.10})
+    assert "1 of 1 relations (P19) clear their floor at some step" in v and "0 of them (none)" in v, v
+    assert "knowledge is forgotten" not in v, v
+    v = fake({"P19": [0.0, 0.40, 0.30, 0.20]}, {"P19": 0.10})  # 0.20 down: beyond 2 x 0.063
+    assert "1 of them (P19)" in v and "knowledge is forgotten" in v, v
