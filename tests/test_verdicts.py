@@ -275,3 +275,25 @@ def test_knowledge_forgotten_needs_the_drop_beyond_the_difference_of_two_errors(
     assert "knowledge is forgotten" not in v, v
     v = fake({"P19": [0.0, 0.40, 0.30, 0.20]}, {"P19": 0.10})  # 0.20 down: beyond 2 x 0.063
     assert "1 of them (P19)" in v and "knowledge is forgotten" in v, v
+
+
+def test_exposure_group_is_learned_only_where_it_clears_the_control_at_the_end(monkeypatch):
+    """Issue 73, rule 1 on H4 (06a): an exposure group counted as learned where it cleared the never-shown control at
+    any two evaluated steps in a row, so a group above it at steps 1,000 and 2,000 that fell back to the control by the
+    end read as 'learned'. It is learned only where it clears the control at the last two evaluated steps."""
+    from embryo import exposure as E
+    from embryo.report import status_of
+    steps = [0, 1000, 2000, 4000, 8000]
+    def fake(shown):
+        p = pd.DataFrame({0: [0.02] * 5, 64: shown}, index=steps)
+        n = pd.DataFrame({0: [400] * 5, 64: [400] * 5}, index=steps)
+        monkeypatch.setattr(E, "read_facts", lambda run_dir: [None] * 800)
+        monkeypatch.setattr(E, "fact_table", lambda run_dir: pd.DataFrame({"step": steps, "constant": [0.1] * 5}))
+        monkeypatch.setattr(E, "group_curves", lambda ft, constant=True: (p, n))
+        monkeypatch.setattr(E, "categories", lambda ft: pd.DataFrame(
+            {"exposures": [0] * 10 + [64] * 10, "category": ["oscillating"] * 10 + ["learned and kept"] * 10}))
+        return E.verdict("any")
+    early = fake([0.02, 0.20, 0.25, 0.03, 0.02])
+    assert "No exposure group clears" in early and status_of(early) == "not testable", early
+    kept = fake([0.02, 0.20, 0.25, 0.30, 0.30])
+    assert "Facts shown 64x are learned" in kept and status_of(kept) != "not testable", kept
