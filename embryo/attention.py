@@ -524,8 +524,8 @@ def verdict(run_dir, task: str = "brown") -> str:
     em = t["emergence step"].to_dict()
     when = ", ".join(f"layer {l} at step {v:.0f}" if not np.isnan(v) else f"layer {l} never" for l, v in em.items())
     ok = order_reproduced(em, len(t), steps)
-    s = (f"Between steps {steps[0]} and {steps[-1]} the most diagonal head of each layer reaches half of its rise above "
-         f"an even spread to its last value in attention on positions i-1, i, i+1 as follows: {when} ({context})")
+    s = (f"Between steps {steps[0]} and {steps[-1]} the most diagonal head of each layer reaches half of its rise "
+         f"above an even spread to its last value in attention on positions i-1, i, i+1 as follows: {when} ({context})")
     s += neighbour_sentence(run_dir, task)
     ls = paper_layers(len(t))
     if len(ls) < 2 or all(np.isnan(em[l]) for l in ls):

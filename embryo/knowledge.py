@@ -420,8 +420,8 @@ REPORT = [
 FORGET_DROP = 0.05  # the least fall from a relation's peak to its last step that counts as forgetting (5 points)
 
 def forgotten(p: pd.Series, n: pd.Series, floor: float, z: float = Z, drop: float = FORGET_DROP) -> bool:
-    ("Whether a P@1 curve `p` over steps (with `n` queries a step) is learned at its best step before the last (rule 1) "
-     "and ends below it by `drop` and by `z` standard errors of the difference.")
+    ("Whether a P@1 curve `p` over steps (with `n` queries a step) is learned at its best step before the last "
+     "(rule 1) and ends below it by `drop` and by `z` standard errors of the difference.")
     p, n = p.dropna().sort_index(), n.reindex(p.dropna().sort_index().index)
     if len(p) < 2 or p.idxmax() == p.index[-1]: return False
     top, end = p.idxmax(), p.index[-1]

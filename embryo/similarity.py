@@ -326,7 +326,8 @@ def settle_steps(cka_final: pd.DataFrame, threshold: float = SETTLED_CKA) -> dic
 # %% ../nbs/07a_similarity.ipynb #bd015348
 def settle_order(settle: dict[int, float], steps) -> str:
     ("'lower', 'upper', 'together' or 'mixed': how the settle steps run from the lowest layer to the highest, each "
-     "the interval from the evaluated step (of `steps`) before it, ordered by rule 4 with a whole evaluated step between them (never = after the last step).")
+     "the interval from the evaluated step (of `steps`) before it, ordered by rule 4 with a whole evaluated step "
+     "between them (never = after the last step).")
     s = sorted(steps)
     rise = lambda v: Rise(s[-1] + 1.0, float(s[-1])) if np.isnan(v) else Rise(v, float(max([t for t in s if t < v],
                                                                                             default=v)))
