@@ -125,7 +125,7 @@ def test_stored_map_format_reads_back(tmp_path):
     assert st["prev"] + st["self"] + st["next"] == pytest.approx(st["diagonal"])
 
 
-def _fake_run(run, emerge: dict[int, int], steps=(0, 10, 100, 1000)):
+def _fake_run(run, emerge: dict[int, int], steps=(0, 3, 10, 30, 100, 300, 1000)):  # a step between each two emergences
     "A database in which the diagonal mass of head 0 in each layer jumps from 0.12 to 0.6 at step `emerge[layer]`."
     for s in steps:
         rows = [dict(task="brown", metric="uniform_diagonal", value=0.12, n=1)]

@@ -200,3 +200,100 @@ def test_h3_judges_where_the_curve_ends_not_its_best_step(monkeypatch):
     assert "reached by step 8000" in late and status_of(late) == "not reproduced", late
     early = fake([55.0, 69.5, 70.0, 70.0, 70.5])
     assert "reached by step 1000" in early and status_of(early) == "reproduced", early
+
+
+def test_fig4_emergence_is_half_the_rise_above_an_even_spread_to_the_end():
+    """Issue 73, rule 2 on Fig. 4: emergence_step took half of the rise from the first value to the curve's PEAK. On the
+    mature run layer 4's most diagonal head peaks at 0.650 and ends at 0.402: half of its rise above an even spread to
+    the end is reached at step 1,150 (it read 1,250), where layer 2 also is, so the paper's order is a tie at this
+    spacing ('not testable'), not 'not reproduced'. On the ELECTRA twin layer 3's head peaks at 0.172 but ends at 0.120,
+    under an even spread's 0.122: by rule 1 no pattern emerges (it read step 650)."""
+    from embryo.analyses import attention as A
+    from embryo.publish.report import status_of
+    run = FIG / "mature" / "run"
+    t, u = A.emergence_table(run), A.run_floors(run)["diagonal"]
+    h = A.head_metrics(run)
+    d = h[h.metric == "diagonal"].pivot_table(index="step", columns=["layer", "head"], values="value").sort_index()
+    for layer, r in t.iterrows():  # each emergence step: the first at half of the rise above the base to the end
+        c = d[(layer, int(r["head"]))]
+        base = max(u, c.iloc[0]); half = base + (c.iloc[-1] - base) / 2
+        assert c.loc[r["emergence step"]] >= half and (c.loc[:r["emergence step"]].iloc[:-1] < half).all(), layer
+    assert t.loc[4, "emergence step"] == t.loc[2, "emergence step"] == 1150, t["emergence step"]
+    v = A.verdict(run)
+    assert status_of(v) == "not testable" and "layers 4 and 2 reach half their rise without a whole evaluated step" in v, v
+    e = A.emergence_table(FIG / "electra-tiny-mature" / "run")
+    assert e.loc[3, "diagonal, peak"] > 0.17 and e.loc[3, "diagonal, last step"] < A.run_floors(run)["diagonal"]
+    assert np.isnan(e.loc[3, "emergence step"]), e["emergence step"]
+
+
+def test_similarity_orders_layers_only_a_whole_evaluated_step_apart():
+    """Issue 73, rule 4 on the settle order: on the mature run layers 0 and 1 settle (CKA to the final checkpoint >= 0.9
+    from then on) at step 5,250 and layers 2-4 only at the last step, 8,000, the next evaluated step: no evaluated step
+    lies between, so 'Lower layers settle first, the bottom-up convergence...' said more than the grid allows."""
+    from embryo.analyses import similarity as S
+    from embryo.publish.report import status_of
+    run = FIG / "mature" / "run"
+    ck = S.curves(S.similarity_results(run), "cka_final")
+    steps = list(ck.index)
+    assert S.settle_steps(ck) == {0: 5250.0, 1: 5250.0, 2: 8000.0, 3: 8000.0, 4: 8000.0}
+    assert steps.index(8000) - steps.index(5250) == 1  # adjacent on the grid
+    v = S.verdict(run)
+    assert not v.startswith("Lower layers settle first") and status_of(v) == "not testable", v
+    assert S.settle_order({0: 4750.0, 1: 6250.0, 2: 7250.0}, range(0, 8001, 250)) == "lower"  # steps apart: an order
+
+
+def test_syntax_clears_the_adjacent_baseline_only_by_two_standard_errors():
+    """Issue 73, rule 1 on the syntax verdict: 'it first exceeds the adjacent-word baseline at step 2000' read the raw
+    UAS of the best head on the mature run (0.482 against 0.475 on 10,391 words, under 2 binomial standard errors of
+    0.005; it fell back under the baseline at 2,100). The first step where it clears it by two standard errors is 4,250."""
+    from embryo.analyses import syntax as SY
+    run = FIG / "mature" / "run"
+    t = SY.best_curves(run)
+    n = SY.syntax_results(run).query("metric == 'uas_best'").groupby("step").n.max()
+    clears = t.best - 2 * binomial_se(t.best, n.reindex(t.index)) > t.adjacent
+    assert (t.best > t.adjacent).idxmax() == 2000 and clears.idxmax() == 4250, (t.best - t.adjacent)
+    v = SY.verdict(run)
+    assert "first clears the adjacent-word baseline (0.475) by 2 standard errors at step 4250" in v, v
+    assert "at step 8000 it beats that baseline by 2 standard errors (0.503" in v, v
+
+
+def test_knowledge_forgotten_needs_the_drop_beyond_the_difference_of_two_errors(monkeypatch):
+    """Issue 73 on 'learned then forgotten' (06): the verdict compared a relation's MAXIMUM over steps with its last
+    value, by two standard errors of the peak alone. A peak of 0.40 falling to 0.30 on 100 queries is 0.10, two of the
+    peak's errors (0.049) but not two of the difference's (0.067): the old verdict read it as the paper's forgetting.
+    A peak under its floor by rule 1 is no learned knowledge to forget either."""
+    from embryo.analyses import knowledge as K
+    steps = [0, 1000, 2000, 4000]
+    def fake(curves, floors):
+        rows = [dict(step=s, task=r, metric=m, value=v[i], n=100) for r, v in curves.items() for i, s in enumerate(steps)
+                for m in K.METRICS]
+        monkeypatch.setattr(K, "knowledge_results", lambda run_dir: pd.DataFrame(rows))
+        monkeypatch.setattr(K, "constant_floor", lambda run_dir: pd.DataFrame({"floor": floors}))
+        return K.verdict("any")
+    v = fake({"P19": [0.0, 0.40, 0.33, 0.30]}, {"P19": 0.10})
+    assert "1 of 1 relations (P19) clear their floor at some step" in v and "0 of them (none)" in v, v
+    assert "knowledge is forgotten" not in v, v
+    v = fake({"P19": [0.0, 0.40, 0.30, 0.20]}, {"P19": 0.10})  # 0.20 down: beyond 2 x 0.063
+    assert "1 of them (P19)" in v and "knowledge is forgotten" in v, v
+
+
+def test_exposure_group_is_learned_only_where_it_clears_the_control_at_the_end(monkeypatch):
+    """Issue 73, rule 1 on H4 (06a): an exposure group counted as learned where it cleared the never-shown control at
+    any two evaluated steps in a row, so a group above it at steps 1,000 and 2,000 that fell back to the control by the
+    end read as 'learned'. It is learned only where it clears the control at the last two evaluated steps."""
+    from embryo.analyses import exposure as E
+    from embryo.publish.report import status_of
+    steps = [0, 1000, 2000, 4000, 8000]
+    def fake(shown):
+        p = pd.DataFrame({0: [0.02] * 5, 64: shown}, index=steps)
+        n = pd.DataFrame({0: [400] * 5, 64: [400] * 5}, index=steps)
+        monkeypatch.setattr(E, "read_facts", lambda run_dir: [None] * 800)
+        monkeypatch.setattr(E, "fact_table", lambda run_dir: pd.DataFrame({"step": steps, "constant": [0.1] * 5}))
+        monkeypatch.setattr(E, "group_curves", lambda ft, constant=True: (p, n))
+        monkeypatch.setattr(E, "categories", lambda ft: pd.DataFrame(
+            {"exposures": [0] * 10 + [64] * 10, "category": ["oscillating"] * 10 + ["learned and kept"] * 10}))
+        return E.verdict("any")
+    early = fake([0.02, 0.20, 0.25, 0.03, 0.02])
+    assert "No exposure group clears" in early and status_of(early) == "not testable", early
+    kept = fake([0.02, 0.20, 0.25, 0.30, 0.30])
+    assert "Facts shown 64x are learned" in kept and status_of(kept) != "not testable", kept

@@ -22,16 +22,19 @@ from ..runs.run import (
 from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, fill_steps, plot_steps, reference_label, save_figure, step_axis)
 from .reconstruction import tagged_sentences, sentence_text
-from ..runs.results import write_results, read_results, read_samples, reference_results, markdown_table, score_rows
+from ..runs.results import (
+    write_results, read_results, read_samples, read_scores, reference_results, markdown_table, score_rows)
+from ..runs.verdicts import Rise, half_rise, order  # the rules every verdict follows (notebook 03b)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'NEIGHBOUR_RATIO', 'FIRST_HEAD_STYLE',
            'REPORT', 'UnknownTask', 'check_task', 'parse_ints', 'choose_maps', 'input_ids', 'attention_maps',
            'uniform_diagonal', 'map_stats', 'even_spread', 'causal_mask', 'step_rows', 'map_samples', 'diagonal_scores',
-           'evaluate_step', 'applies_to', 'head_metrics', 'stored_maps', 'grid_steps', 'emergence_step',
-           'special_tokens', 'emergence_table', 'paper_layers', 'order_reproduced', 'input_length', 'stale_causal',
-           'run_floors', 'neighbour_heads', 'layer_colours', 'plot_maps_grid', 'write_gif', 'reference_diagonal',
-           'plot_diagonal', 'neighbour_sentence', 'special_clause', 'verdict', 'redraw']
+           'evaluate_step', 'applies_to', 'head_metrics', 'stored_maps', 'grid_steps', 'emergence_rise',
+           'emergence_step', 'special_tokens', 'end_ses', 'emergence_table', 'paper_layers', 'emergence_rises',
+           'layer_pairs', 'order_reproduced', 'input_length', 'stale_causal', 'run_floors', 'neighbour_heads',
+           'layer_colours', 'plot_maps_grid', 'write_gif', 'reference_diagonal', 'plot_diagonal', 'neighbour_sentence',
+           'special_clause', 'verdict', 'redraw']
 
 # %% ../../nbs/08_attention.ipynb #d8a8cb67
 ANALYSIS = "attention"  # the `analysis` name of this notebook's rows in the results database
@@ -216,12 +219,18 @@ def grid_steps(steps: Sequence[int], k: int = 10) -> list[int]:
 # %% ../../nbs/08_attention.ipynb #3cf72f62
 MIN_RISE = 0.05  # the least rise in diagonal mass (fraction of attention) that counts as a pattern emerging
 
-def emergence_step(curve: pd.Series, min_rise: float = MIN_RISE) -> float:
-    ("The first step (index) where `curve` covers half its rise from the first value to its peak; NaN if it rises < "
-     "`min_rise`.")
+def emergence_rise(curve: pd.Series, floor=None, end_se: float = 0.0, min_rise: float = MIN_RISE) -> Rise:
+    ("Where `curve` makes half of its rise above max(`floor`, its first value) to its last value (`half_rise`): the "
+     "step and the evaluated step before it; NaN where that rise is under `min_rise` or `Z` standard errors `end_se`.")
     v = curve.dropna().sort_index()
-    if v.empty or v.max() - v.iloc[0] < min_rise: return np.nan
-    return float(v.index[(v >= v.iloc[0] + (v.max() - v.iloc[0]) / 2).values][0])
+    if v.empty: return Rise(np.nan, np.nan)
+    base = max(v.iloc[0], floor) if floor is not None and np.isfinite(floor) else v.iloc[0]
+    if v.iloc[-1] - base < min_rise: return Rise(np.nan, np.nan)
+    return half_rise(v.index, v.to_numpy(), floor, end_se)
+
+def emergence_step(curve: pd.Series, floor=None, end_se: float = 0.0, min_rise: float = MIN_RISE) -> float:
+    "The step of `emergence_rise`: the first evaluated step at half of the rise to the end (NaN: no rise to read)."
+    return emergence_rise(curve, floor, end_se, min_rise).step
 
 # %% ../../nbs/08_attention.ipynb #c9fd36bd
 def special_tokens(run_dir) -> tuple[bool, bool]:
@@ -232,10 +241,21 @@ def special_tokens(run_dir) -> tuple[bool, bool]:
     return tok.prefix > 0, tok.n_added > tok.prefix
 
 # %% ../../nbs/08_attention.ipynb #dc5b9197
+def end_ses(run_dir, task: str = "brown") -> dict[int, float]:
+    ("Per layer: the standard error over the input sentences of its most diagonal head's mass at the last step (the "
+     "stored scores; 0 where a database holds none).")
+    sc = read_scores(run_dir, ANALYSIS, task)
+    if sc.empty: return {}
+    last = sc[sc.step == sc.step.max()]
+    return {int(k[len("layer"):-len("/best_head")]): float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
+            for k, v in zip(last.key, last.scores) if k.endswith("/best_head")}
+
 def emergence_table(run_dir, task: str = "brown") -> pd.DataFrame:
     ("Per layer: the most diagonal head at the last step, its diagonal mass at the first/last/peak step, its emergence "
-     "step, and the mass on [CLS] and [SEP] (the first token under a causal mask or where the tokenizer adds none).")
-    h, causal = head_metrics(run_dir, task), run_floors(run_dir, task)["causal"]
+     "step above an even spread (`emergence_step`), and the mass on [CLS] and [SEP] (the first token under a causal "
+     "mask or where the tokenizer adds none).")
+    h, f = head_metrics(run_dir, task), run_floors(run_dir, task)
+    causal, ses = f["causal"], end_ses(run_dir, task)
     cls, sep = special_tokens(run_dir)
     d = h[h.metric == "diagonal"].pivot_table(index="step", columns=["layer", "head"], values="value").sort_index()
     last, rows = d.index[-1], {}
@@ -244,7 +264,8 @@ def emergence_table(run_dir, task: str = "brown") -> pd.DataFrame:
         c = d[(layer, best)]
         at_last = lambda m: h[(h.metric == m) & (h.layer == layer) & (h.step == last)].value.mean()
         rows[layer] = {"head": best, "diagonal, first step": c.iloc[0], "diagonal, last step": c.iloc[-1],
-                       "diagonal, peak": c.max(), "emergence step": emergence_step(c),
+                       "diagonal, peak": c.max(),
+                       "emergence step": emergence_step(c, f["diagonal"], ses.get(int(layer), 0.0)),
                        "diagonal, mean over heads, last step": at_last("diagonal"),
                        f"{'[CLS]' if cls and not causal else 'first-token'} mass, mean over heads, last step":
                            at_last("cls")}
@@ -257,13 +278,27 @@ def paper_layers(n_layers: int) -> tuple[int, ...]:
     return tuple(dict.fromkeys(l for l in (min(8, n_layers), 2, 1) if l <= n_layers))
 
 # %% ../../nbs/08_attention.ipynb #44bb3330
-def order_reproduced(em: dict[int, float], n_layers: int) -> bool | None:
-    ("Whether the emergence steps follow the paper's order (8 before 2, 1 last; never = after every step); None if "
-     "untestable.")
+def emergence_rises(em: dict[int, float], steps: Sequence[int]) -> dict[int, Rise]:
+    ("Each layer's emergence step as the interval it lies in on the grid `steps` (from the evaluated step before it); "
+     "a layer that never emerges lies after the last step.")
+    s = sorted(steps)
+    before = lambda x: max([t for t in s if t < x], default=x)
+    return {l: Rise(float(s[-1]) + 1, float(s[-1])) if np.isnan(v) else Rise(float(v), float(before(v)))
+            for l, v in em.items()}
+
+def layer_pairs(em: dict[int, float], n_layers: int, steps: Sequence[int]) -> list[tuple[int, int, int]]:
+    ("The paper's layers two by two, upper first, with `verdicts.order` of their emergence intervals (-1: the upper "
+     "before, 1: after, 0: a tie: not a whole evaluated step apart).")
+    ls, r = paper_layers(n_layers), emergence_rises(em, steps)
+    return [(a, b, order(r[a], r[b], steps=steps)) for a, b in zip(ls, ls[1:])]
+
+def order_reproduced(em: dict[int, float], n_layers: int, steps: Sequence[int]) -> bool | None:
+    ("Whether the emergence steps follow the paper's order (8 before 2, 1 last; never = after every step), each pair "
+     "a whole evaluated step apart beyond its intervals (rule 4); None if untestable: no layer emerges, or a tie.")
     ls = paper_layers(n_layers)
     if len(ls) < 2 or all(np.isnan(em[l]) for l in ls): return None
-    e = [np.inf if np.isnan(em[l]) else em[l] for l in ls]
-    return all(a <= b for a, b in zip(e, e[1:])) and e[0] < e[-1]
+    o = [x for _, _, x in layer_pairs(em, n_layers, steps)]
+    return False if 1 in o else True if all(x == -1 for x in o) else None
 
 # %% ../../nbs/08_attention.ipynb #0f2a24a8
 def input_length(u: float, causal: bool = False) -> float:
@@ -488,20 +523,21 @@ def verdict(run_dir, task: str = "brown") -> str:
                 "emerges.")
     em = t["emergence step"].to_dict()
     when = ", ".join(f"layer {l} at step {v:.0f}" if not np.isnan(v) else f"layer {l} never" for l, v in em.items())
-    ok = order_reproduced(em, len(t))
-    s = (f"Between steps {steps[0]} and {steps[-1]} the most diagonal head of each layer reaches half of its rise in "
-         f"attention on positions i-1, i, i+1 as follows: {when} ({context})")
+    ok = order_reproduced(em, len(t), steps)
+    s = (f"Between steps {steps[0]} and {steps[-1]} the most diagonal head of each layer reaches half of its rise "
+         f"above an even spread to its last value in attention on positions i-1, i, i+1 as follows: {when} ({context})")
     s += neighbour_sentence(run_dir, task)
-    if ok is None: return s + ("; no layer develops the diagonal pattern, so the paper's order cannot be tested on "
-                               "this run.")
     ls = paper_layers(len(t))
-    if len({em[l] for l in ls}) == 1 and not np.isnan(em[ls[0]]):  # one step for all: the grid cannot order them
-        gap = min((b - a for a, b in zip(steps, steps[1:]) if a < em[ls[0]] <= b), default=0)
-        return (s + f"; layers {', '.join(map(str, ls))} all reach half their rise between two evaluated steps "
-                f"{gap} apart, so the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last) is not testable at "
-                f"this checkpoint spacing on this run.")
-    return (s + f"; the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last; here layers "
-            f"{', '.join(map(str, ls))}) is {'reproduced' if ok else 'not reproduced'} on this run.")
+    if len(ls) < 2 or all(np.isnan(em[l]) for l in ls):
+        return s + ("; no layer develops the diagonal pattern, so the paper's order cannot be tested on this run.")
+    paper = (f"the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last; here layers {', '.join(map(str, ls))})")
+    if ok is None:  # a tie: two intervals (evaluated step before, emergence step] overlap
+        ties = " and ".join(f"layers {a} and {b}" for a, b, o in layer_pairs(em, len(t), steps) if o == 0)
+        return (s + f"; {ties} reach half their rise without a whole evaluated step between their intervals (each from "
+                f"the evaluated step before it), so {paper} is not testable at this checkpoint spacing on this run.")
+    return (s + f"; judged on intervals (each emergence step from the evaluated step before it, a whole evaluated step "
+            f"apart), {paper} is "
+            f"{'reproduced' if ok else 'not reproduced'} on this run.")
 
 # %% ../../nbs/08_attention.ipynb #0253346f
 REPORT = [

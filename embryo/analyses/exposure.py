@@ -260,17 +260,17 @@ def verdict(run_dir) -> str:
                     "fact cannot be told from guessing: H4 is not testable on this run.")
     s += f". On the {int(m.loc[last].sum())} facts whose answer is not that one (where the constant scores 0): {at(q)}"
     above = {c: _clears(p, n, c) & _clears(q, m, c) for c in groups if c and 0 in p}
-    learned = [c for c, a in above.items() if (a & a.shift(-1, fill_value=False)).any()]  # at two steps in a row
+    learned = [c for c, a in above.items() if len(a) > 1 and a.iloc[-2:].all()]  # rule 1: at the end, two steps
     if not learned:
-        return s + (". No exposure group clears the never-shown control group by two standard errors on both at two "
-                    "evaluated steps in a row, so whether knowledge is learned and then fluctuates (H4) is not "
+        return s + (". No exposure group clears the never-shown control group by two standard errors on both at the "
+                    "last two evaluated steps, so whether knowledge is learned and then fluctuates (H4) is not "
                     "testable on this run.")
     cat = categories(ft)
     (ke, ne), (kc, nc) = _lost(cat[cat.exposures.isin(learned)]), _lost(cat[cat.exposures == 0])
     (pe, pc) = (ke / ne if ne else 0.0), (kc / nc if nc else 0.0)
     where = "; ".join(f"{c}x at steps {', '.join(str(t) for t in above[c][above[c]].index)}" for c in learned)
     s += (f". Facts shown {', '.join(f'{c}x' for c in learned)} are learned: above the control by two standard "
-          f"errors of the difference on both, at two evaluated steps in a row or more ({where}). Of their {ne} facts "
+          f"errors of the difference on both, at the last two evaluated steps ({where}). Of their {ne} facts "
           f"right at some step, {ke} ({pe:.0%}) are lost again at a later evaluated step (forgotten, or oscillating), "
           f"against {kc} of {nc} ({pc:.0%}) in the control group, whose hits are guesses")
     if ne and pe - pc > 2 * np.hypot(binomial_se(pe, ne), binomial_se(pc, nc)):

@@ -409,7 +409,8 @@ def verdict(run_dir, acq: pd.DataFrame | None = None) -> str:
     never = ", ".join(f"{t} ({r.last:.0%}, floor {r.floor:.0%})" for t, r in acq[~acq.acquired].iterrows())
     return (f"{len(got)} of {len(acq)} paradigms are acquired (at the last step above their floor, the highest of "
             f"chance, the unigram baseline and the untrained model, beyond the 95% interval over resampled pairs); by "
-            f"the step at the middle of their rise (95% interval), in this order: {said or 'none'}."
+            f"the step at the middle of their rise (95% interval), sorted by that step (two are in order only where "
+            f"their intervals do not overlap): {said or 'none'}."
             + (f" Not acquired on this run (not testable here): {never}." if never else ""))
 
 # %% ../../nbs/08c_grammar.ipynb #97f7d03c

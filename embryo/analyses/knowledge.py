@@ -24,15 +24,17 @@ from ..text import data as D
 from ..config import atomic_write
 from ..runs.run import load_checkpoint, resolve_step, series_lacks, Run
 from ..runs.figures import legend_entries, plot_steps, save_figure, step_axis, STEP_LABEL
-from ..runs.results import write_results, read_results, read_samples, read_scores, read_examples, score_rows
+from ..runs.results import (
+    binomial_se, write_results, read_results, read_samples, read_scores, read_examples, score_rows)
+from ..runs.verdicts import Z, learned  # the rules every verdict follows (notebook 03b)
 from ..text.facts import TABLE8, RELATION_LABELS, Relation, select_relations, load_facts, render, single_token_id
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'METRICS', 'FIG6_RELATIONS', 'FLOOR_STYLE', 'REPORT', 'relation_colour', 'cloze_ids', 'Query',
-           'answer_sets', 'build_queries', 'relation_table', 'top1', 'fact_hits', 'precision_at_1', 'common_vocabulary',
-           'mask_logits', 'predict', 'model_sentences', 'ConstantModel', 'evaluate_step', 'applies_to',
-           'knowledge_results', 'fig6_relations', 'constant_floor', 'plot_fig6', 'plot_fig14', 'table9', 'verdict',
-           'redraw']
+__all__ = ['ANALYSIS', 'METRICS', 'FIG6_RELATIONS', 'FLOOR_STYLE', 'REPORT', 'FORGET_DROP', 'relation_colour', 'cloze_ids',
+           'Query', 'answer_sets', 'build_queries', 'relation_table', 'top1', 'fact_hits', 'precision_at_1',
+           'common_vocabulary', 'mask_logits', 'predict', 'model_sentences', 'ConstantModel', 'evaluate_step',
+           'applies_to', 'knowledge_results', 'fig6_relations', 'constant_floor', 'plot_fig6', 'plot_fig14', 'table9',
+           'redraw', 'forgotten', 'verdict']
 
 # %% ../../nbs/06_knowledge.ipynb #bba2ed36
 ANALYSIS = "knowledge"  # the `analysis` name of this notebook's rows in the results database
@@ -395,6 +397,37 @@ def table9(run_dir, out_dir=None) -> list[Path]:
     return [atomic_write(out_dir / "table9_knowledge_examples.md", "\n".join(md)),
             atomic_write(out_dir / "table9_knowledge_examples.csv", buf.getvalue())]
 
+# %% ../../nbs/06_knowledge.ipynb #c4950b33
+def redraw(run_dir, out_dir=None) -> list[Path]:
+    "Fig. 6, Fig. 14 and Table 9 of the run from every step in its database."
+    return plot_fig6(run_dir, out_dir) + plot_fig14(run_dir, out_dir) + table9(run_dir, out_dir)
+
+# %% ../../nbs/06_knowledge.ipynb #38fa7b86
+REPORT = [
+    dict(file="fig6_world_knowledge", paper="Embryology Fig. 6",
+         caption="P@1 of the cloze queries per relation over steps (the paper's relations that the facts have).",
+         finding="World knowledge rises and falls during pretraining: it is not monotonic, and the last checkpoint "
+                 "is not always the most knowledgeable."),
+    dict(file="fig14_world_knowledge_all", paper="Embryology Fig. 14",
+         caption="P@1 of every relation over steps, full and common vocabulary.",
+         finding="Relations are learned at different times; many fluctuate."),
+    dict(file="table9_knowledge_examples", paper="Embryology Table 9",
+         caption="The sentences the model writes for tracked cloze queries at each step.",
+         finding="Early checkpoints fill every blank with frequent tokens; the answers become entities later."),
+]
+
+# %% ../../nbs/06_knowledge.ipynb #c0ffee02
+FORGET_DROP = 0.05  # the least fall from a relation's peak to its last step that counts as forgetting (5 points)
+
+def forgotten(p: pd.Series, n: pd.Series, floor: float, z: float = Z, drop: float = FORGET_DROP) -> bool:
+    ("Whether a P@1 curve `p` over steps (with `n` queries a step) is learned at its best step before the last "
+     "(rule 1) and ends below it by `drop` and by `z` standard errors of the difference.")
+    p, n = p.dropna().sort_index(), n.reindex(p.dropna().sort_index().index)
+    if len(p) < 2 or p.idxmax() == p.index[-1]: return False
+    top, end = p.idxmax(), p.index[-1]
+    se_top, se_end = binomial_se(p[top], n[top]), binomial_se(p[end], n[end])
+    return bool(learned(p[top], se_top, floor, z) and p[top] - p[end] >= max(drop, z * math.hypot(se_top, se_end)))
+
 # %% ../../nbs/06_knowledge.ipynb #b3eab92f
 def verdict(run_dir) -> str:
     "One sentence on this run's world knowledge against the constant-answer floor, computed from the database."
@@ -416,14 +449,13 @@ def verdict(run_dir) -> str:
     if not above:
         return s + (f"; no relation clears its floor by two standard errors at any of the {len(p)} steps evaluated, so "
                     "whether knowledge is learned and forgotten (the paper's section 6) is not testable on this run.")
-    def forgot(r):  # an earlier peak above the last value by 5 points and by two binomial standard errors
-        if p[r].notna().sum() < 2 or pd.isna(p[r][last]) or p[r].idxmax() >= last: return False
-        return p[r].max() - p[r][last] >= max(0.05, 2 * se(r, p[r].idxmax()))
-    early = [r for r in above if forgot(r)]
+    early = [r for r in above if forgotten(p[r], n[r], fl[r])]
+    kept = [r for r in p.columns if pd.notna(p[r][last]) and learned(p[r][last], se(r, last), fl[r])]
     s += (
-        f"; {len(above)} of {p.shape[1]} relations ({', '.join(above)}) clear their floor at some step, and "
-        f"{len(early)} of them ({', '.join(early) or 'none'}) stand clearly lower at the last step than at an earlier "
-        "peak (by at least 5 points and two standard errors)"
+        f"; {len(above)} of {p.shape[1]} relations ({', '.join(above)}) clear their floor at some step, "
+        f"{len(kept)} at the last step ({', '.join(kept) or 'none'}), and {len(early)} of them "
+        f"({', '.join(early) or 'none'}) stand clearly lower at the last step than at an earlier peak learned above "
+        "its floor (by at least 5 points and two standard errors of the difference)"
         + (
             ": the paper's observation (section 6) that knowledge is forgotten and the final checkpoint is not always "
             "the most knowledgeable"
@@ -432,22 +464,3 @@ def verdict(run_dir) -> str:
         )
     )
     return s + "."
-
-# %% ../../nbs/06_knowledge.ipynb #c4950b33
-def redraw(run_dir, out_dir=None) -> list[Path]:
-    "Fig. 6, Fig. 14 and Table 9 of the run from every step in its database."
-    return plot_fig6(run_dir, out_dir) + plot_fig14(run_dir, out_dir) + table9(run_dir, out_dir)
-
-# %% ../../nbs/06_knowledge.ipynb #38fa7b86
-REPORT = [
-    dict(file="fig6_world_knowledge", paper="Embryology Fig. 6",
-         caption="P@1 of the cloze queries per relation over steps (the paper's relations that the facts have).",
-         finding="World knowledge rises and falls during pretraining: it is not monotonic, and the last checkpoint "
-                 "is not always the most knowledgeable."),
-    dict(file="fig14_world_knowledge_all", paper="Embryology Fig. 14",
-         caption="P@1 of every relation over steps, full and common vocabulary.",
-         finding="Relations are learned at different times; many fluctuate."),
-    dict(file="table9_knowledge_examples", paper="Embryology Table 9",
-         caption="The sentences the model writes for tracked cloze queries at each step.",
-         finding="Early checkpoints fill every blank with frequent tokens; the answers become entities later."),
-]

@@ -24,6 +24,7 @@ from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, legend_entries, plot_steps, reference_label, save_figure, step_axis)
 from .probing import layer_colour, weights_id, brown_sentences, span_means
 from ..runs.results import markdown_table, read_results, read_settings, write_results
+from ..runs.verdicts import Rise, order  # the rules every verdict follows (notebook 03b)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASK', 'RANK_RTOL', 'BLAS_THREADS', 'KEEP_VARIANCE', 'MEASURES', 'REFERENCES', 'TRAINED', 'METRICS',
@@ -323,13 +324,18 @@ def settle_steps(cka_final: pd.DataFrame, threshold: float = SETTLED_CKA) -> dic
     return out
 
 # %% ../../nbs/07a_similarity.ipynb #bd015348
-def settle_order(settle: dict[int, float]) -> str:
-    ("'lower', 'upper', 'together' or 'mixed': how the settle steps run from the lowest layer to the highest (never = "
-     "after all).")
-    s = [np.inf if np.isnan(v) else v for _, v in sorted(settle.items())]
-    if len(set(s)) == 1: return "together"
-    if all(a <= b for a, b in zip(s, s[1:])): return "lower"
-    if all(a >= b for a, b in zip(s, s[1:])): return "upper"
+def settle_order(settle: dict[int, float], steps) -> str:
+    ("'lower', 'upper', 'together' or 'mixed': how the settle steps run from the lowest layer to the highest, each "
+     "the interval from the evaluated step (of `steps`) before it, ordered by rule 4 with a whole evaluated step "
+     "between them (never = after the last step).")
+    s = sorted(steps)
+    rise = lambda v: Rise(s[-1] + 1.0, float(s[-1])) if np.isnan(v) else Rise(v, float(max([t for t in s if t < v],
+                                                                                            default=v)))
+    r = [rise(v) for _, v in sorted(settle.items())]
+    o = [order(r[i], r[j], steps=s) for i in range(len(r)) for j in range(i + 1, len(r))]  # -1: the lower layer first
+    if all(x == 0 for x in o): return "together"
+    if 1 not in o and order(r[0], r[-1], steps=s) == -1: return "lower"
+    if -1 not in o and order(r[0], r[-1], steps=s) == 1: return "upper"
     return "mixed"
 
 # %% ../../nbs/07a_similarity.ipynb #35670786
@@ -376,15 +382,15 @@ def verdict(run_dir) -> str:
     settle = settle_steps(ck)
     when = ", ".join(f"layer {l} " + ("never" if np.isnan(v) else f"at step {v:.0f}") for l, v in settle.items())
     start = ", ".join(f"{v:.2f}" for v in ck.iloc[0])
-    order = settle_order(settle)
+    order = settle_order(settle, steps)
     last = steps[-1]
     if all(v == last for v in settle.values()):
         head = (f"No layer settles before the last step (step {last}): CKA to the final checkpoint stays below "
                 f"{SETTLED_CKA} until then at some earlier step in every layer")
     else:
-        head = {"lower": "Lower layers settle first", "upper": "Upper layers settle first", "together": "All layers "
-                                                                                                        "settle "
-                                                                                                        "together",
+        head = {"lower": "Lower layers settle first", "upper": "Upper layers settle first",
+                "together": "No two layers settle a whole evaluated step apart, so which settle first is not testable "
+                            "at this checkpoint spacing",
                 "mixed": "The layers settle in no simple order"}[order]
         head += f" (CKA to the final checkpoint >= {SETTLED_CKA} from then on): {when}"
         if order in ("lower", "upper"):
