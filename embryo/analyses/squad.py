@@ -40,7 +40,8 @@ class SquadDataError(ValueError):
 
 def sample_dir() -> Path:
     "The small SQuAD 2.0 files of this checkout (tests/data/squad2): paragraphs of our own in the official format."
-    d = Path(D.__file__).resolve().parents[1] / "tests" / "data" / "squad2"  # the checkout embryo is installed from
+    import embryo  # the package's folder, whose parent is the checkout embryo is installed from
+    d = Path(embryo.__file__).resolve().parents[1] / "tests" / "data" / "squad2"
     if not (d / FILES["dev"]).is_file():
         raise SquadDataError(f"no sample SQuAD files at {d} (they come with a source checkout); pass squad_dir=<your "
                              "SQuAD 2.0 folder>")
