@@ -42,7 +42,7 @@ class SquadDataError(ValueError):
 
 def sample_dir() -> Path:
     "The small SQuAD 2.0 files of this checkout (tests/data/squad2): paragraphs of our own in the official format."
-    d = Path(D.__file__).resolve().parents[1] / "tests" / "data" / "squad2"  # the checkout embryo is installed from
+    d = Path(D.__file__).resolve().parents[2] / "tests" / "data" / "squad2"  # the checkout embryo is installed from
     if not (d / FILES["dev"]).is_file():
         raise SquadDataError(f"no sample SQuAD files at {d} (they come with a source checkout); pass squad_dir=<your "
                              "SQuAD 2.0 folder>")
