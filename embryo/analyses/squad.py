@@ -24,7 +24,9 @@ import torch.nn.functional as F
 
 from ..text import data as D
 from ..config import atomic_write
-from .glue import SETTINGS, SPLIT_SEED, Task, collate, finetune, max_seq_length, schedule, seed_rows, subsample
+from .downstream import SPLIT_SEED, Task, schedule
+from .finetune import collate, finetune, max_seq_length
+from .glue import SETTINGS, seed_rows, subsample
 from ..model.model import EMBEDDING_PROJECTION, add_identity_projection, autocast
 from ..model.electra import ElectraEncoder
 from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks

@@ -260,7 +260,7 @@ EXAMPLE_PARTS = {
 def _glue_parts(task: str) -> list:
     ("A GLUE panel's examples: the task's own, or each member task's for the aggregates `glue` and `builtin` (a mean "
      "over tasks).")
-    from embryo.analyses.glue import BUILTIN_TASKS, SCORE_TASKS
+    from embryo.analyses.downstream import BUILTIN_TASKS, SCORE_TASKS
     members = {"glue": SCORE_TASKS, "builtin": BUILTIN_TASKS}.get(task, (task,))
     return [(t, SEED_MEAN, None) for t in members]
 
