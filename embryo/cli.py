@@ -49,7 +49,7 @@ def _options(pairs: list[str]) -> dict:
 
 # %% ../nbs/11_cli.ipynb #4c3a43b3
 def _run_arg(args) -> Path:
-    from embryo.runs.run import as_run, hub_run
+    from embryo.runs.series import as_run, hub_run
     if args.revisions: return hub_run(str(args.run), args.revisions)
     return as_run(args.run)
 

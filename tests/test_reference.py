@@ -8,7 +8,8 @@ import pytest
 
 from embryo.cli import main
 from embryo.runs.results import REFERENCE_DIR, read_results, reference_results
-from embryo.runs.run import REFERENCE, Run
+from embryo.runs.series import REFERENCE
+from embryo.runs.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = {"probing": dict(tasks="pos_brown", max_sentences=100, max_train=200, max_dev=40, max_test=60),

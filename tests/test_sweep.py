@@ -17,7 +17,8 @@ import pytest
 
 from embryo.runs.results import read_log, read_results, write_results
 from embryo.publish.report import write_report
-from embryo.runs.run import SeriesError, as_run, hub_run
+from embryo.runs.run import SeriesError
+from embryo.runs.series import as_run, hub_run
 from embryo.analyses.sweep import SweepError, sweep
 
 ROOT = Path(__file__).resolve().parents[1]

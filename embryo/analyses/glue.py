@@ -30,7 +30,8 @@ from ..text import data as D
 # CPU_FINETUNE: the CPU-sized models' finetuning settings
 from ..config import atomic_write, split_names, CPU_FINETUNE
 from ..model.model import autocast
-from ..runs.run import Run, load_checkpoint, list_steps, find_checkpoint, resolve_step, series_lacks
+from ..runs.run import Run, load_checkpoint, list_steps, find_checkpoint, resolve_step
+from ..runs.series import series_lacks
 from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_results, markdown_table, score_rows
 from ..runs.verdicts import half_rise
@@ -687,7 +688,8 @@ def _data_name(glue_dir) -> str:
 # %% ../../nbs/05_glue.ipynb #48635f78
 def pretraining_text(run_dir):
     "The run's pretraining text (the corpus its settings name), or None where it records none or it is not on disk."
-    from embryo.runs.run import corpus_file, read_run_config
+    from embryo.runs.settings import corpus_file
+    from embryo.runs.run import read_run_config
     try: c = corpus_file(read_run_config(run_dir)[2])
     except Exception: return None
     return c if c is not None and Path(c).exists() else None

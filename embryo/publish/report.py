@@ -21,9 +21,10 @@ import pandas as pd
 from ..config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag, CPU_FINETUNE
 from ..text.data import HF_TOKENIZER_FILES
 from ..model.model import load_safetensors, write_safetensors
-from ..runs.run import (CannotDraw, SeriesError, check_series, checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions,
-                        train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config,
-                        MODEL_CARD)
+from ..runs.run import (CannotDraw, SeriesError, checkpoint_dir, find_checkpoint, replace_dir, list_steps,
+                             run_transitions, train_log, sentence_name, run_sentence_task, run_model_type, loss_pace,
+                             read_run_config, MODEL_CARD)
+from ..runs.series_check import check_series
 from ..train.pretrain import model_card
 from ..runs.results import DB_NAME, connect, db_path, done_steps, write_transitions
 from ..analyses.sweep import (ANALYSES, SweepError, applicable, available_analyses, analysis_module, error_text,
@@ -566,7 +567,7 @@ REFERENCE_ANALYSES = ("probing", "attention", "syntax")  # the analyses whose fi
 
 def build_reference(runs="runs", out=None, options: dict | None = None) -> Path:
     "Measure the trained reference with `REFERENCE_ANALYSES` in `runs/<name>` and copy its database to `out`."
-    from embryo.runs.run import REFERENCE, reference_run
+    from embryo.runs.series import REFERENCE, reference_run
     from embryo.runs.results import REFERENCE_DIR
     run = reference_run(Path(runs) / REFERENCE["name"])
     sweep(run, list(REFERENCE_ANALYSES), mode="inprocess", options=options or {}, progress=False)
