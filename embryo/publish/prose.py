@@ -21,6 +21,11 @@ __all__ = ['NOTEBOOKS', 'RESULTS_MARK', 'USER_DATA', 'FINDINGS_MARKS', 'FACT_SPA
            'checkout_figures', 'sync_findings', 'FactError', 'fact_value', 'prose_pages', 'cited_facts', 'sync_prose',
            'readme_markdown', 'write_readme']
 
+# %% ../../nbs/10d_prose.ipynb #f1543353
+def _write_notebook(path, nb: dict) -> Path:
+    "Write a notebook rewritten from the committed results atomically, in the form nbdev_clean leaves it."
+    return atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
+
 # %% ../../nbs/10d_prose.ipynb #d7236a80
 NOTEBOOKS = {**ANALYSES, "ablations": "09_albert_ablations"}  # analysis -> its notebook, each with a results cell
 RESULTS_MARK = "<!-- embryo:results {analysis} -->"  # the first line of the notebook cell that sync_notebooks rewrites
@@ -100,11 +105,6 @@ USER_DATA = {"squad": "SQuAD 2.0 is not in the built-in data (no package carries
                       "{run} --analyses squad "
                       # analyses reproduce skips
                       "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>`"}
-
-# %% ../../nbs/10d_prose.ipynb #f1543353
-def _write_notebook(path, nb: dict) -> Path:
-    "Write a notebook rewritten from the committed results atomically, in the form nbdev_clean leaves it."
-    return atomic_write(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
 
 # %% ../../nbs/10d_prose.ipynb #03496e78
 FINDINGS_MARKS = ("<!-- findings: written by embryo report from figures/report.json -->", "<!-- end of findings -->")
