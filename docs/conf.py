@@ -12,13 +12,13 @@ copyright = "2026 onwards, embryo developers"
 extensions = ["myst_nb", "sphinx-mathjax-offline"]
 myst_enable_extensions = ["dollarmath"]
 # the pages are the notebooks as committed: never executed here (the analyses take hours; their results cells carry
-# the committed figures and verdicts, written by embryo.publish.report.sync_notebooks)
+# the committed figures and verdicts, written by embryo.publish.prose.sync_notebooks)
 nb_execution_mode = "off"
 root_doc = "index"  # nbs/index.ipynb, staged at the site's root as nbdev's docs put it
 # the committed tables, findings and side-by-side summaries (Markdown in figures/) are pages too, reached by the
 # notebooks' links; the folder's other files are copied into the site as they are (build.py)
 # the documentation's own pages (docs/**/*.md: the explanations, the findings of the longer runs, the lab journal),
-# Markdown with fact spans that embryo.publish.report.sync_prose keeps equal to the committed files
+# Markdown with fact spans that embryo.publish.prose.sync_prose keeps equal to the committed files
 include_patterns = ["index.ipynb", "nbs/*.ipynb", "docs/**.md", "figures/**.md"]
 exclude_patterns = ["figures/**/checkpoints/**"]
 myst_heading_anchors = 3

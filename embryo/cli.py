@@ -49,7 +49,7 @@ def _options(pairs: list[str]) -> dict:
 
 # %% ../nbs/11_cli.ipynb #4c3a43b3
 def _run_arg(args) -> Path:
-    from embryo.runs.run import as_run, hub_run
+    from embryo.runs.series import as_run, hub_run
     if args.revisions: return hub_run(str(args.run), args.revisions)
     return as_run(args.run)
 
@@ -76,7 +76,8 @@ def cmd_merge(args):
 def cmd_report(args):
     ("Redraw every figure of the run from its database and write figures/index.html; a section that cannot be drawn "
      "is said in one line and the rest written. Exit status 1 if a section failed (not for one the series cannot give).")
-    from embryo.publish.report import redraw_all, publish_report
+    from embryo.publish.report import redraw_all
+    from embryo.publish.bundle import publish_report
     drawn = redraw_all(args.run, args.figures)
     for p in drawn: print(f"wrote {p}")
     for s, why in drawn.not_drawn.items(): print(f"{s}: not drawn: {why}")
@@ -100,14 +101,14 @@ def cmd_seeds(args):
 # %% ../nbs/11_cli.ipynb #f24fbcbf
 def cmd_reproduce(args):
     "Fetch, pretrain, sweep every analysis, redraw every figure and table into figures/, write figures/index.html."
-    from embryo.publish.report import reproduce
+    from embryo.publish.pipeline import reproduce
     reproduce(args)
 
 # %% ../nbs/11_cli.ipynb #21e22451
 def cmd_reference(args):
     ("Measure the trained reference (all-MiniLM-L6-v2) with the encoder analyses; its database goes to "
      "figures/reference/.")
-    from embryo.publish.report import build_reference
+    from embryo.publish.bundle import build_reference
     print(f"wrote {build_reference(args.runs)}")
 
 

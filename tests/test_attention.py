@@ -197,7 +197,7 @@ def _untrained_gpt2_series(folder: Path, steps=(0, 1000)) -> Path:
     tokens (test_series' GPT-NeoX tokenizer: nothing around a text), as a run beside `folder`."""
     from transformers import GPT2Config, GPT2LMHeadModel
     from embryo.train.pretrain import corpus_slice
-    from embryo.runs.run import as_run
+    from embryo.runs.series import as_run
     from test_series import SERIES, _tokenizer  # the tokenizer test_series trains for its causal-LM series
     lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]
     tok = _tokenizer("gpt-neox", lines)

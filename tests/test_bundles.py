@@ -1,5 +1,5 @@
 """Issue 73, item 10: no stale bundle. Every committed bundle's verdicts (report.json, findings.md, and the tables that end
-with their verdict) are what today's code says of the bundle's own committed database (`embryo.publish.report.refresh_bundle`
+with their verdict) are what today's code says of the bundle's own committed database (`embryo.publish.bundle.refresh_bundle`
 rewrites them)."""
 import json
 from pathlib import Path
@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from embryo.experiments.compare import RUN_BUNDLE
-from embryo.publish.report import REPORT_JSON, FINDINGS_FILE, bundle_dirs, findings_text, report_sections
+from embryo.publish.report import REPORT_JSON, FINDINGS_FILE, findings_text, report_sections
+from embryo.publish.bundle import bundle_dirs
 
 from conftest import ROOT
 
@@ -43,7 +44,7 @@ def test_committed_verdicts_are_what_todays_code_says(b, tmp_path):
     got = {s["file"]: s for s in shown}
     stale = [f"{f}:\n  committed: {want.get(f, {}).get('verdict')}\n  today:     {got.get(f, {}).get('verdict')}"
              for f in sorted(set(want) | set(got)) if want.get(f) != got.get(f)]
-    assert not stale, f"{b}: run embryo.publish.report.refresh_bundle('{b}')\n" + "\n".join(stale)
+    assert not stale, f"{b}: run embryo.publish.bundle.refresh_bundle('{b}')\n" + "\n".join(stale)
     # findings.md: present, and the findings table of today's sections
     (tmp_path / REPORT_JSON).write_text(json.dumps(dict(run=committed["run"], sections=shown)))
     assert (b / FINDINGS_FILE).exists(), f"{b} has no {FINDINGS_FILE}"
@@ -75,7 +76,7 @@ def test_comparisons_and_seed_bands_are_what_todays_code_says(tmp_path, monkeypa
     """figures/compare*/ and figures/seeds/ re-derived from the committed bundles: their Markdown the same, their
     JSON's verdicts the same (`refresh_comparisons` on a copy of their text)."""
     import shutil
-    from embryo.publish import report as R
+    from embryo.publish import bundle as R
     copies = {}
     for d in [*sorted(FIG.glob("compare*")), FIG / "seeds"]:
         if (d / "compare.json").exists() or (d / "seeds.json").exists():
@@ -88,7 +89,7 @@ def test_comparisons_and_seed_bands_are_what_todays_code_says(tmp_path, monkeypa
     R.refresh_comparisons(FIG)
     for d, c in copies.items():
         for f in sorted(c.glob("*.md")):
-            assert f.read_text() == (d / f.name).read_text(), f"{d / f.name} is stale: run embryo.publish.report.refresh_comparisons()"
+            assert f.read_text() == (d / f.name).read_text(), f"{d / f.name} is stale: run embryo.publish.bundle.refresh_comparisons()"
         for f in sorted(c.glob("*.json")):
             assert R.verdict_texts(json.loads(f.read_text())) == R.verdict_texts(json.loads((d / f.name).read_text())), (
                 f"{d / f.name}: its verdicts are stale")

@@ -47,7 +47,7 @@ def test_front_page_is_index_and_every_notebook_has_a_page(site):
 def test_every_page_of_docs_is_on_the_site_and_in_its_navigation(site):
     """Issue 74: the pages the README's journal, explanations and longer runs' findings moved to (docs/**/*.md) are
     pages of the site, in the front page's navigation, their numbers and their links into figures/ intact."""
-    from embryo.publish.report import FACT_SPAN
+    from embryo.publish.prose import FACT_SPAN
     pages = sorted((ROOT / "docs").rglob("*.md"))
     assert pages
     front = (site / "index.html").read_text()
@@ -65,7 +65,7 @@ def test_every_page_of_docs_is_on_the_site_and_in_its_navigation(site):
 
 def test_each_analysis_page_shows_its_committed_figures_and_verdicts(site):
     "Every figure of a notebook's results cell is on its page (the same bytes as in figures/), every verdict is in its text, every link resolves."
-    from embryo.publish.report import NOTEBOOKS, USER_DATA, _results_cell
+    from embryo.publish.prose import NOTEBOOKS, USER_DATA, _results_cell
     for a, name in NOTEBOOKS.items():
         path, page_file = ROOT / "nbs" / f"{name}.ipynb", site / "nbs" / f"{name}.html"
         cell = "".join(_results_cell(json.loads(path.read_text()), a, path)["source"])

@@ -17,7 +17,7 @@ from embryo.analyses import attention as A
 from embryo.runs.figures import TRANSITION_GID, TRANSITION_LABEL
 from embryo.experiments.compare import compare_runs
 from embryo.publish.report import redraw_all
-from embryo.runs.run import saved_steps
+from embryo.runs.settings import saved_steps
 from embryo.experiments.seeds import seed_bands
 from embryo.analyses.sweep import analysis_module, available_analyses
 

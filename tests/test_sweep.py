@@ -17,7 +17,8 @@ import pytest
 
 from embryo.runs.results import read_log, read_results, write_results
 from embryo.publish.report import write_report
-from embryo.runs.run import SeriesError, as_run, hub_run
+from embryo.runs.run import SeriesError
+from embryo.runs.series import as_run, hub_run
 from embryo.analyses.sweep import SweepError, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -300,12 +301,12 @@ def test_papermill_parameters_are_checked_by_name(fixture_copy, tmp_path, params
 
 def test_notebooks_show_the_committed_results(root):
     "Each analysis notebook's results cell is what the committed figures/ give: rewriting figures/ without it fails here."
-    from embryo.publish.report import NOTEBOOKS, USER_DATA, results_markdown, _results_cell
+    from embryo.publish.prose import NOTEBOOKS, USER_DATA, results_markdown, _results_cell
     for a, name in NOTEBOOKS.items():
         path = root / "nbs" / f"{name}.ipynb"
         cell = "".join(_results_cell(json.loads(path.read_text()), a, path)["source"])
         assert cell == results_markdown(a, root / "figures", root / "nbs"), (
-            f"{path.name}: its results cell is stale against figures/; run `embryo report` (or embryo.publish.report.sync_notebooks())")
+            f"{path.name}: its results cell is stale against figures/; run `embryo report` (or embryo.publish.prose.sync_notebooks())")
         if a in USER_DATA and "../figures/" not in cell:  # reproduce cannot fetch its data: the cell says how to add it
             assert "`make reproduce` skips this analysis" in cell and "--option" in cell, cell
         else: assert "../figures/" in cell, f"{path.name}: its results cell shows no committed figure"
@@ -314,7 +315,7 @@ def test_notebooks_show_the_committed_results(root):
 def test_prose_cites_the_committed_numbers(root):
     """Every number a notebook's prose, or a page of the documentation (docs/**/*.md: the findings, the lab journal),
     cites from a run (a fact span) is the one the committed figures/ hold."""
-    from embryo.publish.report import cited_facts, fact_value
+    from embryo.publish.prose import cited_facts, fact_value
     spans = [(p.relative_to(root).as_posix(), m) for p, m in cited_facts(root / "nbs")]
     assert len(spans) >= 10, f"only {len(spans)} fact spans in the notebooks' prose"
     pages = {name for name, _ in spans if name.startswith("docs/")}
@@ -340,7 +341,7 @@ def test_committed_report_json_matches_index(root):
 def test_reproduce_seeds_trains_sibling_runs_and_draws_their_bands(monkeypatch, tmp_path):
     "`embryo reproduce --seeds 3`: seed 0 is the usual run and figures; seeds 1, 2 go beside it, with --set seed=k; then the bands."
     from embryo import cli
-    from embryo.publish import report as R
+    from embryo.publish import pipeline as R
     calls, drawn = [], []
     monkeypatch.setattr(R, "reproduce", lambda a: calls.append(a) if getattr(a, "seeds", 1) == 1 else R.reproduce_seeds(a, a.seeds))
     monkeypatch.setattr(R, "seed_bands", lambda runs, out: drawn.append((runs, out)) or [])
@@ -456,7 +457,7 @@ def test_committed_comparisons_are_what_compare_draws_from_the_bundles(tmp_path,
 
 def test_pages_run_two_at_a_time_and_come_back_in_the_order_asked(fixture_copy, tmp_path):
     "notebook_pages with two workers (as `reproduce` runs them on 2 cores) writes each executed page, in the order asked."
-    from embryo.publish.report import notebook_pages
+    from embryo.publish.pipeline import notebook_pages
     omp = os.environ.get("OMP_NUM_THREADS")
     got = notebook_pages(fixture_copy, tmp_path / "pages", ["syntax", "attention"], workers=2)
     assert [p.name for p in got] == ["08a_syntax.html", "08_attention.html"]

@@ -12,7 +12,8 @@ import torch
 from embryo.text import data as D
 from embryo.train.pretrain import FIXTURE, corpus_slice, fixture_run
 from embryo.runs.results import read_results, write_results
-from embryo.runs.run import SeriesError, as_run, find_checkpoint, list_steps, load_checkpoint
+from embryo.runs.run import SeriesError, find_checkpoint, list_steps, load_checkpoint
+from embryo.runs.series import as_run
 from embryo.model.model import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,8 +16,10 @@ import torch
 
 from ..text import data as D
 from ..config import atomic_write
-from ..runs.run import Run, corpus_file, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step
-from ..runs.run import CannotDraw, series_lacks
+from ..runs.run import Run, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step
+from ..runs.settings import corpus_file
+from ..runs.run import CannotDraw
+from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, plot_steps, save_figure, step_axis
 from ..model.model import autocast
 from .reconstruction import FUNCTION_WORDS, align, tagged_sentences

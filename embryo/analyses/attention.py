@@ -17,8 +17,9 @@ import torch
 
 from ..text import data as D
 from ..config import atomic_write
-from ..runs.run import (
-    Run, checkpoint_kind, find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, encoder_states)
+from ..runs.run import (Run, checkpoint_kind, find_checkpoint, list_steps, load_checkpoint, resolve_step,
+                             encoder_states)
+from ..runs.series import series_lacks
 from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, fill_steps, plot_steps, reference_label, save_figure, step_axis)
 from .reconstruction import tagged_sentences, sentence_text

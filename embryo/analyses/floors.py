@@ -93,7 +93,8 @@ def ngram_score(task: Task, train: Sequence[Example], dev: Sequence[Example], co
 # %% ../../nbs/04c_floors.ipynb #25221457
 def pretraining_text(run_dir):
     "The run's pretraining text (the corpus its settings name), or None where it records none or it is not on disk."
-    from embryo.runs.run import corpus_file, read_run_config
+    from embryo.runs.settings import corpus_file
+    from embryo.runs.run import read_run_config
     try: c = corpus_file(read_run_config(run_dir)[2])
     except Exception: return None
     return c if c is not None and Path(c).exists() else None

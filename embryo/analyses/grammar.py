@@ -19,7 +19,8 @@ import torch
 
 from ..text import data as D
 from ..config import ConfigError, atomic_write
-from ..runs.run import Run, load_checkpoint, masked_lm_at, resolve_step, series_lacks
+from ..runs.run import Run, load_checkpoint, masked_lm_at, resolve_step
+from ..runs.series import series_lacks
 from ..model.model import autocast, resolve_precision
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from .reconstruction import align

@@ -22,7 +22,8 @@ import torch
 
 from ..text import data as D
 from ..config import atomic_write
-from ..runs.run import load_checkpoint, resolve_step, series_lacks, Run
+from ..runs.run import load_checkpoint, resolve_step, Run
+from ..runs.series import series_lacks
 from ..runs.figures import legend_entries, plot_steps, save_figure, step_axis, STEP_LABEL
 from ..runs.results import (
     binomial_se, write_results, read_results, read_samples, read_scores, read_examples, score_rows)

@@ -17,8 +17,9 @@ import torch
 
 from ..text import data as D
 from ..config import atomic_write
-from ..runs.run import Run, corpus_file, masked_lm_at, max_length, read_run_config, resolve_step
-from ..runs.run import series_lacks
+from ..runs.run import Run, masked_lm_at, max_length, read_run_config, resolve_step
+from ..runs.settings import corpus_file
+from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from .probing import brown_sentences
 from ..runs.results import markdown_table, read_results, read_scores, score_rows, write_results

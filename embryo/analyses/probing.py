@@ -25,8 +25,9 @@ import torch
 
 from ..text import data as D
 from ..config import atomic_write, split_names
-from ..runs.run import (find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step, series_lacks,
-                        encoder_states, max_length)
+from ..runs.run import (find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step, encoder_states,
+                             max_length)
+from ..runs.series import series_lacks
 from ..runs.figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
                             step_axis)
 from .reconstruction import align, brown_base_tag

@@ -19,8 +19,9 @@ import torch
 from ..text import data as D
 from ..config import atomic_write
 from ..model.model import autocast
-from ..runs.run import (Run, find_checkpoint, list_steps, load_checkpoint, corpus_file, resolve_step, series_lacks,
-                        max_length)
+from ..runs.run import Run, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length
+from ..runs.settings import corpus_file
+from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_results, markdown_table, score_rows, binomial_se
 from ..runs.verdicts import Rise, apart, half_rise, learned, mean_rise, order  # the rules every verdict follows (03b)

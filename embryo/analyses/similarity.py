@@ -18,8 +18,8 @@ import pandas as pd
 
 from ..text import data as D
 from ..config import atomic_write
-from ..runs.run import (REFERENCE, SeriesError, find_checkpoint, list_steps, load_checkpoint, reference_run,
-                        resolve_step, series_lacks, max_length)
+from ..runs.series import REFERENCE, reference_run, series_lacks
+from ..runs.run import SeriesError, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length
 from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, legend_entries, plot_steps, reference_label, save_figure, step_axis)
 from .probing import layer_colour, weights_id, brown_sentences, span_means

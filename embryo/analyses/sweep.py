@@ -23,8 +23,11 @@ from typing import Sequence
 import pandas as pd
 
 from ..config import clean_stale_temps, temp_tag, check_value
-from ..runs.run import (list_steps, find_checkpoint, complete_run, as_run, check_series, run_transitions, check_device, sweep_lock,
-                        training_holder, holder_text, CannotDraw)
+from ..runs.run import list_steps, find_checkpoint, run_transitions, check_device, CannotDraw
+from ..runs.settings import complete_run
+from ..runs.series import as_run
+from ..runs.series_check import check_series
+from ..runs.lock import sweep_lock, training_holder, holder_text
 from ..runs.results import (DB_NAME, UNRECORDED, db_path, connect, log_job, read_log, computed_with, options_digest,
                             set_computed_with)
 

@@ -16,7 +16,8 @@ import torch
 from ..text import data as D
 from .attention import attention_maps, layer_colours
 from ..config import atomic_write
-from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, series_lacks, max_length
+from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length
+from ..runs.series import series_lacks
 from ..runs.figures import REFERENCE_STYLE, figure_dir, plot_steps, reference_label, save_figure, step_axis
 from .probing import brown_sentences, silver_annotation, torch_threads
 from .reconstruction import align

@@ -146,7 +146,7 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
     return head + " " + "; ".join(parts) + "."
 
 # %% ../../nbs/10a_compare.ipynb #6c1e282f
-RUN_BUNDLE = "run"  # under a figures folder: the run's results, settings and training log (`bundle_run`, notebook 10c)
+RUN_BUNDLE = "run"  # under a figures folder: the run's results, settings and training log (`bundle_run`, notebook 10e)
 FAMILIES = {"albert": "ALBERT", "bert": "BERT", "roberta": "RoBERTa", "electra": "ELECTRA", "distilbert": "DistilBERT",
             "deberta": "DeBERTa", "deberta-v2": "DeBERTa"}  # a series' config.json model_type, as the figures name it
 

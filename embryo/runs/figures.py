@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from ..config import atomic_write
-from .run import REFERENCE, log_records, run_sentence_task, run_transitions, saved_steps
+from .series import REFERENCE
+from .run import log_records, run_sentence_task, run_transitions
+from .settings import saved_steps
 
 # %% auto #0
 __all__ = ['STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'TRANSITION_GID', 'REFERENCE_STYLE', 'save_figure', 'figure_dir',

@@ -16,7 +16,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .run import DB_NAME, REFERENCE  # one name for the file, where the run (notebook 02a) defines it
+from .run import DB_NAME  # one name for the file, where the run (notebook 02a) defines it
+from .series import REFERENCE
 
 # %% auto #0
 __all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCHEMA', 'LEGACY_SETTINGS', 'SEEDED', 'TABLES',
@@ -368,7 +369,7 @@ import embryo
 REFERENCE_DIR = Path(embryo.__file__).resolve().parents[1] / "figures" / "reference"
 
 def reference_results(analysis: str, **where) -> pd.DataFrame:
-    "The rows of `analysis` measured on the trained reference (`REFERENCE`, notebook 02a); none where it was not."
+    "The rows of `analysis` measured on the trained reference (`REFERENCE`, notebook 02a3); none where it was not."
     return read_results(REFERENCE_DIR / REFERENCE["name"], analysis, **where)
 
 

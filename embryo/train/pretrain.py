@@ -32,10 +32,11 @@ from ..model.model import (AlbertForPreTraining, CheckpointError, load_pretraine
                           load_safetensors)
 from ..model.electra import ElectraPair, GENERATOR, is_electra, load_electra, pretraining_model
 from ..text import data as D
-from ..runs.run import (CheckpointNotFound, check_device, checkpoint_dir, list_steps, find_checkpoint, load_checkpoint,
-                        replace_dir, save_checkpoint, run_lock, clean_run, forget_inherited_locks, read_config,
-                        read_run_config, sentence_name, corpus_file, CORPUS_FORMS, write_tokenizer_files, complete_run,
-                        log_records, train_log, run_transitions, checkpoint_steps, MODEL_CARD, TENSORBOARD_DIR)
+from ..runs.run import (CheckpointNotFound, check_device, checkpoint_dir, list_steps, find_checkpoint,
+                             load_checkpoint, replace_dir, save_checkpoint, read_config, read_run_config, sentence_name,
+                             log_records, train_log, run_transitions, MODEL_CARD)
+from ..runs.lock import run_lock, clean_run, forget_inherited_locks, TENSORBOARD_DIR
+from ..runs.settings import corpus_file, CORPUS_FORMS, write_tokenizer_files, complete_run, checkpoint_steps
 from ..runs.figures import plot_pretraining
 from ..text.facts import read_facts, injections, prepare_facts
 
