@@ -24,7 +24,7 @@ from ..model.model import load_safetensors, write_safetensors
 from ..runs.run import (CannotDraw, SeriesError, check_series, checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions,
                         train_log, sentence_name, run_sentence_task, run_model_type, loss_pace, read_run_config,
                         MODEL_CARD)
-from ..train.pretrain import model_card
+from ..train.cards import model_card
 from ..runs.results import DB_NAME, connect, db_path, done_steps, write_transitions
 from ..analyses.sweep import (ANALYSES, SweepError, applicable, available_analyses, analysis_module, error_text,
                           evaluation_steps, nbs_dir, sweep, scoped_env, worker_threads)
@@ -542,7 +542,7 @@ SHIPPED_FILES = ("config.json", *(n for n in HF_TOKENIZER_FILES if n != "tokeniz
 
 def ship_checkpoints(run_dir, out, steps) -> list[Path]:
     """Copy checkpoints `steps` of the run into the bundle `out`, their floating-point weights in 16 bits, with the
-    tokenizer and a model card of their own (`embryo.train.pretrain.model_card`: this folder, these weights)."""
+    tokenizer and a model card of their own (`embryo.train.cards.model_card`: this folder, these weights)."""
     import shutil
     paths = [atomic_write(Path(out) / n, (Path(run_dir) / n).read_bytes()) for n in HF_TOKENIZER_FILES
              if (Path(run_dir) / n).exists()]
