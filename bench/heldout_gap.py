@@ -1,7 +1,7 @@
 """Memorisation or genre: one checkpoint's MLM accuracy on the held-out Brown files, on as many Brown files it trained on,
-and on its training sample, all masked alike (15%, `embryo.train.pretrain.evaluate_heldout`).
+and on its training sample, all masked alike (15%, `embryo.train.heldout.evaluate_heldout`).
 
-The training sample (`embryo.train.pretrain.training_sample`, the one of the recipe curves, drawn from the whole mixed corpus) can score above held-out
+The training sample (`embryo.train.heldout.training_sample`, the one of the recipe curves, drawn from the whole mixed corpus) can score above held-out
 Brown for two reasons: the model remembers text it read many times, or the other sources (Wikipedia, Penn Treebank,
 news) are easier to predict than Brown. Brown files it trained on tell the two apart: for each held-out file, the next
 training file of its genre (the one before it at a genre's end), made into examples as the held-out ones are.
@@ -21,7 +21,7 @@ import torch
 
 from embryo.text import data as D
 from embryo.config import atomic_write
-from embryo.train.pretrain import brown_examples, evaluate_heldout, heldout_examples, training_sample
+from embryo.train.heldout import brown_examples, evaluate_heldout, heldout_examples, training_sample
 from embryo.runs.run import read_run_config
 from recipe_curves import checkpoint, checkpoint_args  # bench/ is the script's folder
 

@@ -1,7 +1,7 @@
 """Where held-out MLM accuracy comes from: one checkpoint's hits on every held-out Brown sequence, split by how each
 target piece was shown and by the run of adjacent targets it sits in.
 
-Held-out text is masked as in training (`embryo.train.pretrain.evaluate_heldout`, at 15%): whole words, in n-grams of up to
+Held-out text is masked as in training (`embryo.train.heldout.evaluate_heldout`, at 15%): whole words, in n-grams of up to
 three words, and each chosen piece is shown as [MASK] (80%), as a random piece (10%) or as itself (10%), BERT's and
 ALBERT's rule. A piece shown as itself is read off the input, so the one accuracy mixes prediction and copying; this
 splits it:
@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from embryo.config import atomic_write
-from embryo.train.pretrain import Batches, evaluate_heldout, heldout_config, heldout_examples
+from embryo.train.batches import Batches
+from embryo.train.heldout import evaluate_heldout, heldout_config, heldout_examples
 from recipe_curves import checkpoint, checkpoint_args  # bench/ is the script's folder
 
 SHOWN = ("mask", "itself", "other")

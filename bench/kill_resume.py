@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import load_file
 
 from embryo.config import atomic_write
-from embryo.train.pretrain import _resume_step
+from embryo.train.batches import _resume_step
 from embryo.runs.run import checkpoint_dir, list_steps, log_records
 
 

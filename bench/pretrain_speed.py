@@ -40,8 +40,10 @@ import transformers
 from embryo.text import data as D
 from embryo.config import get_config, get_train_config
 from embryo.model.model import AlbertForPreTraining, native_bf16, resolve_precision
-from embryo.train.pretrain import (Batches, Lamb, compile_step, corpus_slice, deterministic_kernels, param_groups, prefetched,
-                             resolve_data_workers, train_step)
+from embryo.train.pretrain import compile_step, deterministic_kernels, prefetched, resolve_data_workers, train_step
+from embryo.train.batches import Batches
+from embryo.train.optim import Lamb, param_groups
+from embryo.train.fixtures import corpus_slice
 
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, no sparsity
 MATMUL_KERNELS = ("gemm", "nvjet", "cutlass", "xmma")  # cuBLAS / cuBLASLt kernel names

@@ -1,7 +1,7 @@
 """Learning curves of pretraining recipes, for choosing one: held-out MLM accuracy against tokens seen, per run.
 
 Each run folder is a pretraining run (`embryo pretrain --run-dir R --set ...`). Every checkpoint is scored on the
-held-out Brown text (`embryo.train.pretrain.heldout_curve`: 15% masking whatever the run trained with), and the training
+held-out Brown text (`embryo.train.heldout.heldout_curve`: 15% masking whatever the run trained with), and the training
 log gives the mean MLM loss of the logged steps up to each checkpoint since the one before. The rows go to a CSV
 (recipe, step, tokens, heldout_mlm_accuracy, train_mlm_accuracy on a fixed sample of training examples masked alike,
 train_mlm_loss, and the run's settings that differ from the `tiny` preset), which `nbs/03_pretrain.ipynb` draws.
@@ -21,7 +21,8 @@ from pathlib import Path
 
 from embryo.config import atomic_write, get_train_config, get_config
 from embryo.runs.run import list_steps, load_checkpoint, log_records, read_run_config
-from embryo.train.pretrain import heldout_curve, prepare_run
+from embryo.train.heldout import heldout_curve
+from embryo.train.batches import prepare_run
 
 
 def settings_text(mc, tc) -> str:

@@ -2,7 +2,7 @@
 (not only the 256 the run's own evaluation scores), and their paired difference with a 95% interval.
 
 Both runs must share their vocabulary (the same corpus and tokenizer settings), so that every masked token is the same
-token in both. Each checkpoint predicts the same masked positions (`embryo.train.pretrain.evaluate_heldout`, 15% masking);
+token in both. Each checkpoint predicts the same masked positions (`embryo.train.heldout.evaluate_heldout`, 15% masking);
 the interval is the difference of the per-token hits, +-1.96 standard errors of its mean. The held-out examples and
 masks are drawn from one seed for both runs (A's, or `--mask-seed`), so runs of different seeds are compared on the
 same masks. Two runs trained on sequences of different lengths are scored on held-out sequences of one length
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embryo.train.pretrain import evaluate_heldout, heldout_examples
+from embryo.train.heldout import evaluate_heldout, heldout_examples
 from embryo.runs.run import read_run_config
 from recipe_curves import check_steps, checkpoint, named_run, write_rows  # bench/ is the script's folder
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from embryo.runs.run import list_steps
-from embryo.train.pretrain import fixture_run
+from embryo.train.fixtures import fixture_run
 from embryo.analyses.sweep import available_analyses, sweep
 
 QUICK = {"reconstruction": dict(max_words=50), "knowledge": dict(max_facts=200), "glue": dict(max_train_examples=64),

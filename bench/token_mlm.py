@@ -1,5 +1,5 @@
 """Comparable masked-LM numbers: a checkpoint's held-out loss, perplexity and accuracy under BERT's token-level masking
-(`embryo.train.pretrain.token_mlm`: 15% of the tokens, 80% [MASK], 10% random, 10% kept, as Hugging Face's run_mlm scores
+(`embryo.train.heldout.token_mlm`: 15% of the tokens, 80% [MASK], 10% random, 10% kept, as Hugging Face's run_mlm scores
 it), on all held-out Brown sequences, beside the whole-word n-gram-masked accuracy the run logs.
 
     python bench/token_mlm.py RUN_DIR [--step N] [--out figures/mature/token_mlm.json] [--seeds 3] [--device cuda]
@@ -13,7 +13,7 @@ import numpy as np
 
 from embryo.text import data as D
 from embryo.config import atomic_write
-from embryo.train.pretrain import heldout_examples, token_mlm
+from embryo.train.heldout import heldout_examples, token_mlm
 from embryo.runs.run import list_steps, load_checkpoint, read_run_config
 from recipe_curves import checkpoint_args  # bench/ is the script's folder
 

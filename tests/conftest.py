@@ -38,7 +38,7 @@ def hub_offline(monkeypatch):
 def fixture_copy(tmp_path_factory):
     "A copy of the fixture run (checkpoints, tokenizer, config) with a results database of its own, per test module."
     import shutil
-    from embryo.train.pretrain import fixture_run
+    from embryo.train.fixtures import fixture_run
     dst = tmp_path_factory.mktemp("run") / "fixture"
     shutil.copytree(fixture_run(), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume", "logs"))
     return dst

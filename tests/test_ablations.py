@@ -11,6 +11,8 @@ import pytest
 from embryo.experiments import ablations as A
 from embryo.text import data as D
 from embryo.train import pretrain as P
+from embryo.train.batches import run_config
+from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
 from embryo.config import get_config, get_train_config, ConfigError, run_config_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,8 +92,8 @@ def test_speed_table_is_relative_to_bert_xlarge_when_measured(monkeypatch):
 
 
 def test_nsp_data_has_its_own_cache_key_and_sop_keys_are_unchanged():
-    tok = D.load_tokenizer(P.fixture_run())
-    corpus = P.corpus_slice()
+    tok = D.load_tokenizer(fixture_run())
+    corpus = corpus_slice()
     import hashlib
     legacy = [D.DATASET_FORMAT, D._fingerprint(corpus), tok.sha256, 64, 0, 1, 0.1]  # the key before sentence_task existed
     old = "examples-64-" + hashlib.sha256(json.dumps(legacy).encode()).hexdigest()[:16]
@@ -102,11 +104,11 @@ def test_nsp_data_has_its_own_cache_key_and_sop_keys_are_unchanged():
 def test_runs_written_before_sentence_task_still_resume(fixture_copy):
     cfg = json.loads(run_config_file(fixture_copy).read_text())
     assert "sentence_task" not in cfg["train"]
-    mc = get_config("tiny", **P.FIXTURE["model"])
-    tc = get_train_config("tiny", **P.FIXTURE["train"], corpus=str(P.corpus_slice()))
-    P.run_config(fixture_copy, "tiny", mc, tc)  # same settings: accepted
+    mc = get_config("tiny", **FIXTURE["model"])
+    tc = get_train_config("tiny", **FIXTURE["train"], corpus=str(corpus_slice()))
+    run_config(fixture_copy, "tiny", mc, tc)  # same settings: accepted
     with pytest.raises(ConfigError, match="sentence_task"):
-        P.run_config(fixture_copy, "tiny", mc, get_train_config("tiny", **P.FIXTURE["train"], corpus=str(P.corpus_slice()),
+        run_config(fixture_copy, "tiny", mc, get_train_config("tiny", **FIXTURE["train"], corpus=str(corpus_slice()),
                                                                 sentence_task="nsp"))
 
 
@@ -115,10 +117,10 @@ def test_micro_bert_run_through_pipeline_and_analyses(tmp_path):
     from embryo.analyses import reconstruction, knowledge
     run = tmp_path / "bert-micro"
     run.mkdir()
-    shutil.copy(P.fixture_run() / "spiece.model", run / "spiece.model")
-    m = {k: v for k, v in P.FIXTURE["model"].items() if k != "embedding_size"}
-    sets = {**m, "embedding_size": m["hidden_size"], **P.FIXTURE["train"], "total_steps": 8, "warmup_steps": 2,
-            "checkpoint_every": [[4, None]], "corpus": str(P.corpus_slice())}
+    shutil.copy(fixture_run() / "spiece.model", run / "spiece.model")
+    m = {k: v for k, v in FIXTURE["model"].items() if k != "embedding_size"}
+    sets = {**m, "embedding_size": m["hidden_size"], **FIXTURE["train"], "total_steps": 8, "warmup_steps": 2,
+            "checkpoint_every": [[4, None]], "corpus": str(corpus_slice())}
     P.main(["--preset", "bert-tiny", "--run-dir", str(run), "--no-progress", "--set", *[f"{k}={json.dumps(v)}" for k, v in sets.items()]])
     cfg = json.loads((run / "pretrain_config.json").read_text())  # a new run: settings under their own name
     assert cfg["preset"] == "bert-tiny" and cfg["train"]["sentence_task"] == "nsp"

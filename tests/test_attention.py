@@ -196,7 +196,7 @@ def _untrained_gpt2_series(folder: Path, steps=(0, 1000)) -> Path:
     """A near-untrained GPT-2 series (random weights at each step, seed = its index) with a byte-level BPE of no special
     tokens (test_series' GPT-NeoX tokenizer: nothing around a text), as a run beside `folder`."""
     from transformers import GPT2Config, GPT2LMHeadModel
-    from embryo.train.pretrain import corpus_slice
+    from embryo.train.fixtures import corpus_slice
     from embryo.runs.series import as_run
     from test_series import SERIES, _tokenizer  # the tokenizer test_series trains for its causal-LM series
     lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]

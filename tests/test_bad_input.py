@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from embryo.train import pretrain as P
+from embryo.runs.run import checkpoint_dir
+
+from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
 from embryo.config import RUN_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,12 +27,12 @@ def _cli(*args, hide=None):
 
 
 def _pretrain_args(run, **extra):
-    sets = {**P.FIXTURE["model"], **P.FIXTURE["train"], "corpus": str(P.corpus_slice()), "total_steps": 4, "warmup_steps": 1, **extra}
+    sets = {**FIXTURE["model"], **FIXTURE["train"], "corpus": str(corpus_slice()), "total_steps": 4, "warmup_steps": 1, **extra}
     return ["pretrain", "--preset", "tiny", "--run-dir", str(run), "--no-progress", "--set"] + [f"{k}={json.dumps(v)}" for k, v in sets.items()]
 
 
 def _copy_fixture(dst):
-    return Path(shutil.copytree(P.fixture_run(), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "notebooks", ".lock")))
+    return Path(shutil.copytree(fixture_run(), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "notebooks", ".lock")))
 
 
 def _corpus(tmp, name, data: bytes):
@@ -87,7 +89,7 @@ def case_malicious_trainer_state(tmp):
 
 def case_truncated_checkpoint(tmp):
     run = _copy_fixture(tmp / "run")
-    f = P.checkpoint_dir(run, 8) / "model.safetensors"; f.write_bytes(f.read_bytes()[:1000])
+    f = checkpoint_dir(run, 8) / "model.safetensors"; f.write_bytes(f.read_bytes()[:1000])
     return dict(input="truncated checkpoint model.safetensors (sweep)", args=["sweep", "--run", str(run), "--analyses", "knowledge",
                 "--steps", "8", "--mode", "inprocess", "--option", "knowledge.max_facts=5"], names=str(f), error="CheckpointError", run=run,
                 status=1, log=True)
@@ -95,7 +97,7 @@ def case_truncated_checkpoint(tmp):
 
 def case_pickle_only_step(tmp):
     run = _copy_fixture(tmp / "run")
-    d = P.checkpoint_dir(run, 8)
+    d = checkpoint_dir(run, 8)
     from safetensors.torch import load_file
     torch.save(load_file(d / "model.safetensors"), d / "pytorch_model.bin"); (d / "model.safetensors").unlink()
     return dict(input="pickle-only step folder (sweep --steps 8)", args=["sweep", "--run", str(run), "--analyses", "knowledge", "--steps", "8",

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from embryo.text import data as D
-from embryo.train import pretrain as P
+from embryo.train.batches import prepare_run
+from embryo.train.fixtures import FIXTURE
 from embryo.config import ConfigError, get_config, get_train_config
 from embryo.analyses.reconstruction import token_counts
 
@@ -20,9 +21,9 @@ def prepare(run, corpus, spiece):
     "Prepare a fixture-sized run on `corpus` with a given vocabulary: (examples, the corpus its config records)."
     run.mkdir(parents=True, exist_ok=True)
     shutil.copy(spiece, run / "spiece.model")  # the same tokenizer for every form, so the examples can be compared
-    mc = get_config("tiny", **P.FIXTURE["model"])
-    tc = get_train_config("tiny", **P.FIXTURE["train"], corpus=corpus)
-    tok, ds = P.prepare_run(run, "tiny", mc, tc)
+    mc = get_config("tiny", **FIXTURE["model"])
+    tc = get_train_config("tiny", **FIXTURE["train"], corpus=corpus)
+    tok, ds = prepare_run(run, "tiny", mc, tc)
     return ds["input_ids"], json.loads((run / "pretrain_config.json").read_text())["train"]["corpus"]
 
 
@@ -93,11 +94,11 @@ def test_the_start_of_a_run_says_what_it_builds(spiece, tmp_path, capsys):
     "Before the first step, a run prints what it is reading and building (it was silent for tens of seconds)."
     run = tmp_path / "run"
     run.mkdir(); shutil.copy(spiece, run / "spiece.model")
-    mc = get_config("tiny", **P.FIXTURE["model"])
-    tc = get_train_config("tiny", **P.FIXTURE["train"], corpus=str(DATA / "documents.txt"), seed=11)
-    P.prepare_run(run, "tiny", mc, tc, verbose=True)
+    mc = get_config("tiny", **FIXTURE["model"])
+    tc = get_train_config("tiny", **FIXTURE["train"], corpus=str(DATA / "documents.txt"), seed=11)
+    prepare_run(run, "tiny", mc, tc, verbose=True)
     out = capsys.readouterr().out
     assert f"pretrain {run}: reading the corpus {DATA / 'documents.txt'}" in out
     assert "sop examples of 64 tokens" in out and "examples ready" in out
-    P.prepare_run(run, "tiny", mc, tc)  # quiet unless asked
+    prepare_run(run, "tiny", mc, tc)  # quiet unless asked
     assert capsys.readouterr().out == ""

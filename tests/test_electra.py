@@ -7,6 +7,12 @@ import pytest
 import torch
 
 from embryo.train import pretrain as P
+
+from embryo.runs.run import checkpoint_dir, load_checkpoint, train_log
+
+from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
+
+from embryo.train.optim import phase1_steps, seq_length_at
 from embryo.config import get_config, get_train_config
 from embryo.model.electra import GENERATOR, ElectraPair, load_electra_weights
 
@@ -16,17 +22,17 @@ TWO_PHASE = dict(phase1_seq_length=32)  # the fixture (64 tokens, 30 steps): 32 
 
 def configs(**over):
     mnames = set(get_config("tiny").to_dict()) | {"model_type", "generator_size"}
-    m = {**P.FIXTURE["model"], **{k: v for k, v in over.items() if k in mnames}}
-    t = {**P.FIXTURE["train"], "corpus": str(P.corpus_slice()), **{k: v for k, v in over.items() if k not in mnames}}
+    m = {**FIXTURE["model"], **{k: v for k, v in over.items() if k in mnames}}
+    t = {**FIXTURE["train"], "corpus": str(corpus_slice()), **{k: v for k, v in over.items() if k not in mnames}}
     return get_config("tiny", **m), get_train_config("tiny", **t)
 
 
 def test_electra_checkpoints_load_in_transformers_with_identical_outputs():
     from transformers import AutoTokenizer, ElectraForMaskedLM, ElectraForPreTraining, pipeline
     from embryo.text.data import load_tokenizer
-    run = P.fixture_run(**ELECTRA)
+    run = fixture_run(**ELECTRA)
     step = P.list_steps(run)[-1]
-    ck = P.checkpoint_dir(run, step)
+    ck = checkpoint_dir(run, step)
     pair = load_electra_weights(ElectraPair(configs(**ELECTRA)[0]), ck).eval()
     disc, gen = ElectraForPreTraining.from_pretrained(ck).eval(), ElectraForMaskedLM.from_pretrained(ck / GENERATOR).eval()
     for m in (disc, gen):  # transformers leaves some weights at unaligned offsets of the file it read; at one thread a
@@ -37,7 +43,7 @@ def test_electra_checkpoints_load_in_transformers_with_identical_outputs():
         assert torch.equal(disc(ids).logits, pair.discriminator(ids).logits)
         assert torch.equal(gen(ids).logits, pair.generator(ids).logits)
         # what the analyses read: the discriminator's layers, the generator's vocabulary scores
-        d, g = P.load_checkpoint(run, step), P.load_checkpoint(run, step, mlm=True)
+        d, g = load_checkpoint(run, step), load_checkpoint(run, step, mlm=True)
         torch.testing.assert_close(d(ids).hidden_states[-1], disc.electra(ids).last_hidden_state)
         torch.testing.assert_close(g(ids).prediction_logits, gen(ids).logits)
     for folder in (ck, ck / GENERATOR):
@@ -47,12 +53,12 @@ def test_electra_checkpoints_load_in_transformers_with_identical_outputs():
 
 
 def test_electra_trains_both_halves_and_logs_replaced_token_detection():
-    run = P.fixture_run(**ELECTRA)
-    log = P.train_log(run)
+    run = fixture_run(**ELECTRA)
+    log = train_log(run)
     assert {"mlm_loss", "rtd_loss", "rtd_accuracy"} <= set(log[-1]) and "sop_loss" not in log[-1]
     assert log[-1]["loss"] == pytest.approx(log[-1]["mlm_loss"] + 50 * log[-1]["rtd_loss"])
     assert log[-1]["mlm_loss"] < log[0]["mlm_loss"] and log[-1]["rtd_loss"] < log[0]["rtd_loss"]
-    first, last = (load_electra_weights(ElectraPair(configs(**ELECTRA)[0]), P.checkpoint_dir(run, s)) for s in (0, 30))
+    first, last = (load_electra_weights(ElectraPair(configs(**ELECTRA)[0]), checkpoint_dir(run, s)) for s in (0, 30))
     for half in ("generator", "discriminator"):  # both halves moved
         a, b = getattr(first, half).state_dict(), getattr(last, half).state_dict()
         assert any(not torch.equal(a[k], b[k]) for k in a if "encoder" in k), half
@@ -61,7 +67,7 @@ def test_electra_trains_both_halves_and_logs_replaced_token_detection():
 @pytest.mark.parametrize("over", [ELECTRA, TWO_PHASE], ids=["electra", "two-phase"])
 def test_resume_is_bit_identical(over, tmp_path):
     "Stopped at step 25 and resumed: the same checkpoints and log as the run trained in one go (two-phase: across the switch)."
-    reference = P.fixture_run(**over)
+    reference = fixture_run(**over)
     mc, tc = configs(**over)
     P.train(tmp_path, "tiny", mc, tc, progress=False, stop_after=25)
     assert P.list_steps(tmp_path)[-1] == 20
@@ -70,20 +76,20 @@ def test_resume_is_bit_identical(over, tmp_path):
     for step in P.list_steps(reference):
         for sub in ("", GENERATOR) if over is ELECTRA else ("",):
             from safetensors.torch import load_file
-            a = load_file(P.checkpoint_dir(tmp_path, step) / sub / "model.safetensors")
-            b = load_file(P.checkpoint_dir(reference, step) / sub / "model.safetensors")
+            a = load_file(checkpoint_dir(tmp_path, step) / sub / "model.safetensors")
+            b = load_file(checkpoint_dir(reference, step) / sub / "model.safetensors")
             assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"step {step} {sub or 'model'} differs"
-    strip = lambda run: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in P.train_log(run)]
+    strip = lambda run: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in train_log(run)]
     assert strip(tmp_path) == strip(reference)
 
 
 def test_two_phase_schedule_switches_sequence_length_at_90_percent():
-    run = P.fixture_run(**TWO_PHASE)
+    run = fixture_run(**TWO_PHASE)
     _, tc = configs(**TWO_PHASE)
-    assert P.phase1_steps(tc) == 27 and P.seq_length_at(27, tc) == 32 and P.seq_length_at(28, tc) == 64
-    seen = {r["step"]: r["seq_length"] for r in P.train_log(run)}  # the longest padded batch of each logged step
+    assert phase1_steps(tc) == 27 and seq_length_at(27, tc) == 32 and seq_length_at(28, tc) == 64
+    seen = {r["step"]: r["seq_length"] for r in train_log(run)}  # the longest padded batch of each logged step
     assert all(n <= 32 for s, n in seen.items() if s <= 27) and seen[30] > 32, seen
-    assert get_train_config("bert-base").phase1_seq_length == 128 and P.phase1_steps(get_train_config("bert-base")) == 900_000
+    assert get_train_config("bert-base").phase1_seq_length == 128 and phase1_steps(get_train_config("bert-base")) == 900_000
 
 
 class _Records(logging.Handler):
@@ -103,11 +109,11 @@ def test_electra_fill_mask_is_the_generator_and_the_discriminator_folder_says_it
     code gives the generator's own predictions, and loading the folder as a masked LM still prints the report."""
     from transformers import AutoTokenizer, pipeline
     from transformers.utils import logging as hf_logging
-    run = P.fixture_run(**ELECTRA)
-    ck = P.checkpoint_dir(run, 30)
+    run = fixture_run(**ELECTRA)
+    ck = checkpoint_dir(run, 30)
     hf_logging.set_verbosity_warning()  # transformers' default: a test before this one in the process may have changed it
     level = hf_logging.get_verbosity()
-    generator, _ = P.load_checkpoint(run, 30, mlm=True), P.load_checkpoint(run, 30)  # embryo's own, quiet loads
+    generator, _ = load_checkpoint(run, 30, mlm=True), load_checkpoint(run, 30)  # embryo's own, quiet loads
     assert hf_logging.get_verbosity() == level <= hf_logging.WARNING  # leave transformers' reports as they were
     card = (ck / "README.md").read_text()
     assert "pipeline_tag" not in card.split("---")[1] and "- electra" in card  # the folder is no fill-mask model

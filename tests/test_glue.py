@@ -13,6 +13,7 @@ from conftest import ROOT
 from embryo.analyses import glue as G
 from embryo.analyses import downstream as T, finetune as FT, floors as FL, word_order as W
 from embryo.train import pretrain as P
+from embryo.runs.run import CheckpointNotFound
 from embryo.runs.results import read_results, read_samples, read_settings
 
 GLUE = Path(__file__).parent / "data" / "glue"  # small files of our own sentences, in GLUE's exact layouts
@@ -133,7 +134,7 @@ def test_metrics_match_hand_computed_values():
 # --- one checkpoint, the database, figures ----------------------------------------------------------------------------
 
 def test_missing_step_and_unknown_task(fixture_copy):
-    with pytest.raises(P.CheckpointNotFound, match="has no checkpoint for step 25; it has 0, 1, 2, 4, 8, 16, 20, 30"):
+    with pytest.raises(CheckpointNotFound, match="has no checkpoint for step 25; it has 0, 1, 2, 4, 8, 16, 20, 30"):
         G.evaluate_step(fixture_copy, 25)
     with pytest.raises(T.UnknownTask, match="unknown task.s. squad; the tasks are cola, sst2, mrpc, stsb"):
         G.evaluate_step(fixture_copy, 30, tasks="polarity,squad")

@@ -10,12 +10,17 @@ import transformers
 from embryo.text import data as D
 from embryo.analyses import downstream as T, finetune as FT
 from embryo.train import pretrain as P
+from embryo.runs.run import checkpoint_dir, load_checkpoint, train_log
+from embryo.runs.settings import complete_run
+from embryo.train.cards import write_model_cards
+from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
+from embryo.train.optim import tokens_seen
 from embryo.runs.run import log_records, run_sentence_task
 from embryo.config import get_config, get_train_config
 
 
 def corpus_sentences(n=200):
-    docs = D.read_corpus(P.corpus_slice())
+    docs = D.read_corpus(corpus_slice())
     return [s for d in docs[::7] for s in d[:3]][:n] + ["The Café in Zürich served ``naïve'' coffee: 42 cups!"]
 
 
@@ -28,16 +33,16 @@ def assert_same_ids(hf_tok, ours):
 def test_every_checkpoint_carries_the_tokenizer(fixture_copy):
     ours = D.load_tokenizer(fixture_copy)
     for step in P.list_steps(fixture_copy):
-        ck = P.checkpoint_dir(fixture_copy, step)
+        ck = checkpoint_dir(fixture_copy, step)
         assert all((ck / n).is_file() for n in D.HF_TOKENIZER_FILES), (ck, sorted(p.name for p in ck.iterdir()))
-    tok = transformers.AutoTokenizer.from_pretrained(P.checkpoint_dir(fixture_copy, 30))
+    tok = transformers.AutoTokenizer.from_pretrained(checkpoint_dir(fixture_copy, 30))
     assert type(tok).__name__ == "AlbertTokenizer" and len(tok) == ours.vocab_size
     assert_same_ids(tok, ours)
 
 
 def test_fill_mask_pipeline_returns_real_tokens(fixture_copy):
     ours = D.load_tokenizer(fixture_copy)
-    fill = transformers.pipeline("fill-mask", model=str(P.checkpoint_dir(fixture_copy, 30)), device="cpu")
+    fill = transformers.pipeline("fill-mask", model=str(checkpoint_dir(fixture_copy, 30)), device="cpu")
     out = fill("the [MASK] of the city was built in the year.", top_k=5)
     assert len(out) == 5
     for r in out:
@@ -46,7 +51,7 @@ def test_fill_mask_pipeline_returns_real_tokens(fixture_copy):
     # the pipeline's top guess is the model's own argmax at the masked position
     ids = [2, *ours.encode("the"), ours.mask_id, *ours.encode("of the city was built in the year."), 3]
     with torch.no_grad():
-        logits = P.load_checkpoint(fixture_copy, 30)(torch.tensor([ids])).prediction_logits[0, 2]
+        logits = load_checkpoint(fixture_copy, 30)(torch.tensor([ids])).prediction_logits[0, 2]
     assert out[0]["token"] == int(logits.argmax())
 
 
@@ -60,25 +65,25 @@ def test_old_run_layout_is_read_then_completed(fixture_copy, tmp_path):
     shutil.copytree(fixture_copy, run)
     (run / "pretrain_config.json").rename(run / "config.json")  # the layout every run had before
     for f in [run / n for n in D.HF_TOKENIZER_FILES if n != "spiece.model"] + [
-            P.checkpoint_dir(run, s) / n for s in P.list_steps(run) for n in D.HF_TOKENIZER_FILES]:
+            checkpoint_dir(run, s) / n for s in P.list_steps(run) for n in D.HF_TOKENIZER_FILES]:
         f.unlink()
     preset, mc, tc = P.read_run_config(run)  # old runs keep being read
     assert (preset, mc.hidden_size, tc.max_seq_length) == ("tiny", 64, 64)
-    assert FT.max_seq_length(run, P.load_checkpoint(run, 30), T.TASKS["sst2"]) == 64
+    assert FT.max_seq_length(run, load_checkpoint(run, 30), T.TASKS["sst2"]) == 64
     assert run_sentence_task(run) == "sop"
-    done = P.complete_run(run)  # what the next sweep does
+    done = complete_run(run)  # what the next sweep does
     assert done["renamed_config"] and done["checkpoints"] == len(P.list_steps(run))
     assert not (run / "config.json").exists() and P.read_run_config(run)[0] == "tiny"
     assert_same_ids(transformers.AutoTokenizer.from_pretrained(run), D.load_tokenizer(run))
-    assert_same_ids(transformers.AutoTokenizer.from_pretrained(P.checkpoint_dir(run, 30)), D.load_tokenizer(run))
-    assert P.complete_run(run) == dict(renamed_config=False, checkpoints=0, run_files=[])  # a second pass changes nothing
+    assert_same_ids(transformers.AutoTokenizer.from_pretrained(checkpoint_dir(run, 30)), D.load_tokenizer(run))
+    assert complete_run(run) == dict(renamed_config=False, checkpoints=0, run_files=[])  # a second pass changes nothing
 
 
 def test_bert_twin_checkpoints_load_as_hf_artifacts(tmp_path):
     "The bert-tiny preset's shape (no sharing, E=H, NSP), trained two steps: its checkpoints load as fill-mask models too."
-    small = dict(P.FIXTURE["model"], embedding_size=64)
+    small = dict(FIXTURE["model"], embedding_size=64)
     mc = get_config("bert-tiny", **small)
-    tc = get_train_config("bert-tiny", **P.FIXTURE["train"], corpus=str(P.corpus_slice()))
+    tc = get_train_config("bert-tiny", **FIXTURE["train"], corpus=str(corpus_slice()))
     run = tmp_path / "bert"
     P.train(run, "bert-tiny", mc, tc, stop_after=2, progress=False)
     rows = log_records(run / "logs" / "train.jsonl", 1 << 62)
@@ -87,16 +92,16 @@ def test_bert_twin_checkpoints_load_as_hf_artifacts(tmp_path):
     assert "nsp loss" in svg and "sop loss" not in svg  # and so does Fig. 2a
     ours = D.load_tokenizer(run)
     for step in (0, 1, 2):
-        assert all((P.checkpoint_dir(run, step) / n).is_file() for n in D.HF_TOKENIZER_FILES)
-    assert_same_ids(transformers.AutoTokenizer.from_pretrained(P.checkpoint_dir(run, 2)), ours)
-    out = transformers.pipeline("fill-mask", model=str(P.checkpoint_dir(run, 2)), device="cpu")("the [MASK] of it.", top_k=3)
+        assert all((checkpoint_dir(run, step) / n).is_file() for n in D.HF_TOKENIZER_FILES)
+    assert_same_ids(transformers.AutoTokenizer.from_pretrained(checkpoint_dir(run, 2)), ours)
+    out = transformers.pipeline("fill-mask", model=str(checkpoint_dir(run, 2)), device="cpu")("the [MASK] of it.", top_k=3)
     assert all(r["token_str"] == ours.decode([r["token"]]) and r["token_str"].strip() for r in out)
 
 
 def test_trainer_finetunes_a_checkpoint(fixture_copy, tmp_path):
     "transformers' own Trainer (which needs accelerate) finetunes a checkpoint folder with its own tokenizer."
     import datasets
-    ck = P.checkpoint_dir(fixture_copy, 30)
+    ck = checkpoint_dir(fixture_copy, 30)
     tok = transformers.AutoTokenizer.from_pretrained(ck)
     assert_same_ids(tok, D.load_tokenizer(fixture_copy))
     train = T.read_tsv(Path(__file__).parent / "data" / "glue" / "SST-2" / "train.tsv", "sst2")
@@ -113,22 +118,22 @@ def test_trainer_finetunes_a_checkpoint(fixture_copy, tmp_path):
     assert not torch.equal(before, model.classifier.weight.detach())
 
 
-def _card(run, step) -> str: return (P.checkpoint_dir(run, step) / "README.md").read_text()
+def _card(run, step) -> str: return (checkpoint_dir(run, step) / "README.md").read_text()
 
 
 def test_every_checkpoint_has_a_model_card_from_the_runs_own_records():
     "Issue 33, point 9: each checkpoint folder's README.md says how it was trained and at what, from the run's files."
     import yaml
-    run = P.fixture_run()
+    run = fixture_run()
     preset, mc, tc = P.read_run_config(run)
-    log, heldout = {r["step"]: r for r in P.train_log(run)}, json.loads((run / "logs" / "eval.json").read_text())
+    log, heldout = {r["step"]: r for r in train_log(run)}, json.loads((run / "logs" / "eval.json").read_text())
     for step in P.list_steps(run):
         card = _card(run, step)
         front = yaml.safe_load(card.split("---\n")[1])
         assert front["library_name"] == "transformers" and front["pipeline_tag"] == "fill-mask", front
         assert {"embryo", "albert"} <= set(front["tags"]) and "language" not in front  # the corpus is a file: its language unknown
         assert f"# {run.name} at step {step:,}" in card and f"(preset `{preset}`)" in card
-        assert f"{P.tokens_seen(step, tc):,} tokens" in card and f'folder = "{P.checkpoint_dir(run, step)}"' in card
+        assert f"{tokens_seen(step, tc):,} tokens" in card and f'folder = "{checkpoint_dir(run, step)}"' in card
         assert ("Held-out evaluation" in card) == (step == tc.total_steps), step
         assert f"| batch | {tc.batch_size} sequences a step |" in card and f"`{tc.corpus}`" in card
         assert "LAMB (beta1 0.9" in card and "sentence-order prediction" in card and "`model.safetensors` (float32)" in card
@@ -144,23 +149,23 @@ def test_every_checkpoint_has_a_model_card_from_the_runs_own_records():
     ids = ns["tokenizer"]("the [MASK] of the city.", return_tensors="pt")["input_ids"]
     assert ids[0].tolist() == [2, *D.load_tokenizer(run).encode("the"), 4, *D.load_tokenizer(run).encode("of the city."), 3]
     with torch.no_grad():
-        torch.testing.assert_close(ns["model"](ids).logits, P.load_checkpoint(run, 30)(ids).prediction_logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ns["model"](ids).logits, load_checkpoint(run, 30)(ids).prediction_logits, atol=1e-5, rtol=1e-5)
     assert len(ns["fill"]("the [MASK] of the city.")) == 5
 
 
 def test_cards_written_later_are_those_training_writes(tmp_path):
     """write_model_cards gives a run trained before cards existed (or with an older card) the cards its training writes
     now, and leaves a checkpoint folder linked in from elsewhere alone."""
-    mc = get_config("tiny", **P.FIXTURE["model"])
-    tc = get_train_config("tiny", **{**P.FIXTURE["train"], "total_steps": 2, "warmup_steps": 1}, corpus=str(P.corpus_slice()))
+    mc = get_config("tiny", **FIXTURE["model"])
+    tc = get_train_config("tiny", **{**FIXTURE["train"], "total_steps": 2, "warmup_steps": 1}, corpus=str(corpus_slice()))
     run = tmp_path / "run"
     P.train(run, "tiny", mc, tc, progress=False)
     trained = {s: _card(run, s) for s in P.list_steps(run)}
     assert list(trained) == [0, 1, 2] and "Held-out evaluation" in trained[2] and "Held-out" not in trained[1]
-    (P.checkpoint_dir(run, 0) / "README.md").unlink()
-    (P.checkpoint_dir(run, 1) / "README.md").write_text("an older card\n")
-    elsewhere = Path(shutil.copytree(P.checkpoint_dir(run, 2), tmp_path / "elsewhere", ignore=shutil.ignore_patterns("README.md")))
+    (checkpoint_dir(run, 0) / "README.md").unlink()
+    (checkpoint_dir(run, 1) / "README.md").write_text("an older card\n")
+    elsewhere = Path(shutil.copytree(checkpoint_dir(run, 2), tmp_path / "elsewhere", ignore=shutil.ignore_patterns("README.md")))
     (run / "checkpoints" / "step_0000099").symlink_to(elsewhere, target_is_directory=True)  # a user's folder, linked in
-    assert P.write_model_cards(run) == [P.checkpoint_dir(run, s) / "README.md" for s in (0, 1)]
+    assert write_model_cards(run) == [checkpoint_dir(run, s) / "README.md" for s in (0, 1)]
     assert {s: _card(run, s) for s in (0, 1, 2)} == trained
-    assert not (elsewhere / "README.md").exists() and P.write_model_cards(run) == []  # not ours; the others are current
+    assert not (elsewhere / "README.md").exists() and write_model_cards(run) == []  # not ours; the others are current

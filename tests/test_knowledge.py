@@ -8,7 +8,8 @@ import pytest
 from embryo.text import data as D
 from embryo.analyses import knowledge as K
 from embryo.text import facts as F
-from embryo.train import pretrain as P
+from embryo.runs.run import CheckpointNotFound
+from embryo.train.fixtures import fixture_run
 from embryo.runs.results import read_results, read_samples
 
 
@@ -23,7 +24,7 @@ def write_lama_by_hand(folder: Path, relations: list[str], facts: dict[str, list
 def run(tmp_path_factory):
     "A copy of the fixture run with its own results database (the tests never write into the shared one)."
     dst = tmp_path_factory.mktemp("knowledge") / "run"
-    shutil.copytree(P.fixture_run(), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume", "logs"))
+    shutil.copytree(fixture_run(), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume", "logs"))
     return dst
 
 
@@ -176,7 +177,7 @@ def test_evaluate_step_p_at_1_is_exactly_known(run, tmp_path, monkeypatch):
 # --- one checkpoint of the fixture run, the database, the figures ------------------------------------------------------
 
 def test_missing_step_lists_the_steps_there_are(run):
-    with pytest.raises(P.CheckpointNotFound, match="has no checkpoint for step 25; it has 0, 1, 2, 4, 8, 16, 20, 30"):
+    with pytest.raises(CheckpointNotFound, match="has no checkpoint for step 25; it has 0, 1, 2, 4, 8, 16, 20, 30"):
         K.evaluate_step(run, 25)
 
 

@@ -63,9 +63,9 @@ def root_kernel():
 def other_run(request, tmp_path_factory):
     "A copy of a differently configured micro run (built once under the data dir), with a results database of its own."
     import shutil
-    from embryo.train.pretrain import fixture_run
+    from embryo.train.fixtures import fixture_run
     dst = tmp_path_factory.mktemp("run") / request.param
-    from embryo.train.pretrain import corpus_slice
+    from embryo.train.fixtures import corpus_slice
     shutil.copytree(fixture_run(**OTHER_RUNS[request.param], corpus=str(corpus_slice(**OTHER_CORPUS))), dst, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume"))
     return dst
 
@@ -73,7 +73,7 @@ def other_run(request, tmp_path_factory):
 def test_other_runs_read_a_corpus_of_their_own(other_run):
     "The other runs' text and SentencePiece vocabulary are not the fixture's, so a cell that assumes the fixture's pieces fails."
     import sentencepiece as spm
-    from embryo.train.pretrain import fixture_run
+    from embryo.train.fixtures import fixture_run
     from embryo.runs.run import read_run_config
     mine, theirs = (read_run_config(r)[2].corpus for r in (fixture_run(), other_run))
     assert mine != theirs and Path(theirs).read_text()[:2000] != Path(mine).read_text()[:2000], (mine, theirs)

@@ -20,6 +20,20 @@ import torch
 from safetensors.torch import load_file
 
 from embryo.train import pretrain as P
+
+from embryo.model.model import AlbertForPreTraining
+
+from embryo.runs.run import CheckpointNotFound, checkpoint_dir, find_checkpoint, load_checkpoint, train_log
+
+from embryo.train.batches import prediction_cap, prepare_run, run_config
+
+from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
+
+from embryo.train.heldout import brown_examples, heldout_examples
+
+from embryo.train.optim import batch_at, sequences_before
+
+from embryo.train.tensorboard import tensorboard_log
 from embryo.runs.run import log_records
 from embryo.config import RUN_CONFIG, ConfigError, ModelConfig, get_config, get_train_config
 
@@ -28,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def fixture_sets(**extra):
     "`--set` and its NAME=VALUE arguments: the fixture's micro configuration."
-    sets = {**P.FIXTURE["model"], **P.FIXTURE["train"], "corpus": str(P.corpus_slice()), **extra}
+    sets = {**FIXTURE["model"], **FIXTURE["train"], "corpus": str(corpus_slice()), **extra}
     return ["--set"] + [f"{k}={json.dumps(v)}" for k, v in sets.items()]
 
 
@@ -38,7 +52,7 @@ def fixture_args(run, **extra):
 
 
 def weights(run, step):
-    return load_file(P.checkpoint_dir(run, step) / "model.safetensors")
+    return load_file(checkpoint_dir(run, step) / "model.safetensors")
 
 
 def losses(run):
@@ -72,7 +86,7 @@ def run_until(args, stop, timeout=240):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_sigkill_and_resume_is_bit_identical(tmp_path, workers):
     "Killed three times and rerun, with the default loader or 2 worker processes: identical to the uninterrupted run."
-    rounds, reference = int(os.environ.get("EMBRYO_KILL_ROUNDS", "1")), P.fixture_run()  # uninterrupted, default loader
+    rounds, reference = int(os.environ.get("EMBRYO_KILL_ROUNDS", "1")), fixture_run()  # uninterrupted, default loader
     if rounds > 1:  # the note's 10 rounds: against a twin trained here uninterrupted, at the thread count this shell sets
         reference = tmp_path / "twin"; run_until(fixture_args(reference) + ["--data-workers", str(workers)], lambda: False)
     for r in range(rounds):
@@ -82,7 +96,7 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path, workers):
 def _killed_and_resumed(run, args, reference):
     logged = lambda k: any(r["step"] >= k for r in log_records(run / "logs" / "train.jsonl", 1 << 62))
     mid_write = lambda: any(p.name.endswith(".tmp") for d in (run, run / "checkpoints") if d.exists() for p in d.iterdir())
-    kills = [lambda: (P.checkpoint_dir(run, 2)).exists(),  # early, right after a checkpoint
+    kills = [lambda: (checkpoint_dir(run, 2)).exists(),  # early, right after a checkpoint
              lambda: mid_write() or logged(20),  # while a checkpoint or resume point is being written, if we catch one
              lambda: logged(25)]  # between resume points: work since step 20 is redone
     killed = [run_until(args, k) for k in kills]
@@ -98,22 +112,22 @@ def _cli(*args):
 
 def test_ctrl_c_is_one_line_and_the_same_command_goes_on(tmp_path):
     "Issue 32, finding 7: Ctrl-C printed a 26-line traceback; now one line, exit 130, and the rerun ends as a run alone."
-    reference, run = P.fixture_run(), tmp_path / "run"
+    reference, run = fixture_run(), tmp_path / "run"
     # as in a terminal: a shell's background job (CI started with `&`) inherits SIGINT ignored, and Python keeps it so
     proc = subprocess.Popen([sys.executable, "-m", "embryo.cli", "pretrain", *fixture_args(run)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    while not P.checkpoint_dir(run, 2).exists() and proc.poll() is None: time.sleep(0.005)
+    while not checkpoint_dir(run, 2).exists() and proc.poll() is None: time.sleep(0.005)
     proc.send_signal(signal.SIGINT)
     err = proc.stderr.read()
     assert proc.wait() == 130 and len(err.strip().splitlines()) == 1 and "interrupted; rerun the same command" in err, err
     res = _cli("pretrain", *fixture_args(run))
     assert res.returncode == 0, res.stderr[-2000:]
     for step in P.list_steps(reference):
-        assert (P.checkpoint_dir(run, step) / "model.safetensors").read_bytes() == \
-            (P.checkpoint_dir(reference, step) / "model.safetensors").read_bytes(), step
+        assert (checkpoint_dir(run, step) / "model.safetensors").read_bytes() == \
+            (checkpoint_dir(reference, step) / "model.safetensors").read_bytes(), step
     # a tokenizer that says how long an input the model was trained on (64 positions, of a table of 512)
-    assert json.loads((P.checkpoint_dir(run, 30) / "tokenizer_config.json").read_text())["model_max_length"] == 64
+    assert json.loads((checkpoint_dir(run, 30) / "tokenizer_config.json").read_text())["model_max_length"] == 64
 
 
 def _started(run):
@@ -124,7 +138,7 @@ def _started(run):
 
 def test_a_second_writer_is_refused_and_the_first_run_is_untouched(tmp_path):
     "Two `embryo pretrain` on one run folder: the second refuses at once naming the holder; the first ends as a run alone."
-    reference = P.fixture_run()
+    reference = fixture_run()
     for k in range(int(os.environ.get("EMBRYO_WRITER_ROUNDS", "1"))):
         run = tmp_path / f"run{k}"
         first = subprocess.Popen([sys.executable, "-m", "embryo.cli", "pretrain", *fixture_args(run)], cwd=ROOT,
@@ -138,7 +152,7 @@ def test_a_second_writer_is_refused_and_the_first_run_is_untouched(tmp_path):
         assert P.list_steps(run) == P.list_steps(reference)
         for step in P.list_steps(reference):
             for f in ("model.safetensors", "config.json"):
-                assert (P.checkpoint_dir(run, step) / f).read_bytes() == (P.checkpoint_dir(reference, step) / f).read_bytes(), (step, f)
+                assert (checkpoint_dir(run, step) / f).read_bytes() == (checkpoint_dir(reference, step) / f).read_bytes(), (step, f)
         assert losses(run) == losses(reference)
         assert not [p for p in run.rglob("*") if p.name.endswith((".tmp", ".old"))]
 
@@ -179,12 +193,12 @@ def test_a_dead_writers_lock_and_temporary_files_are_taken_over(tmp_path):
 
 def test_a_step_left_as_old_by_a_killed_save_is_seen_and_restored(tmp_path):
     run = tmp_path / "run"
-    shutil.copytree(P.fixture_run(), run, ignore=shutil.ignore_patterns("results.sqlite*", "figures"))
-    P.checkpoint_dir(run, 8).rename(P.checkpoint_dir(run, 8).with_name("step_0000008.old"))  # killed between the two renames
+    shutil.copytree(fixture_run(), run, ignore=shutil.ignore_patterns("results.sqlite*", "figures"))
+    checkpoint_dir(run, 8).rename(checkpoint_dir(run, 8).with_name("step_0000008.old"))  # killed between the two renames
     assert 8 in P.list_steps(run)
-    assert P.load_checkpoint(run, 8) is not None
+    assert load_checkpoint(run, 8) is not None
     with P.run_lock(run): P.clean_run(run)
-    assert P.checkpoint_dir(run, 8).is_dir() and not P.checkpoint_dir(run, 8).with_name("step_0000008.old").exists()
+    assert checkpoint_dir(run, 8).is_dir() and not checkpoint_dir(run, 8).with_name("step_0000008.old").exists()
 
 
 def test_saves_fsync_the_file_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
@@ -195,7 +209,7 @@ def test_saves_fsync_the_file_before_the_rename_and_the_folder_after(tmp_path, m
     def replace(a, b):
         events.append(("rename", str(a), str(b))); real_replace(a, b)
     monkeypatch.setattr(os, "fsync", fsync); monkeypatch.setattr(os, "replace", replace)
-    model = P.load_checkpoint(P.fixture_run(), 0)
+    model = load_checkpoint(fixture_run(), 0)
     model.save_pretrained(tmp_path / "ck")
     ren = next(i for i, e in enumerate(events) if e[0] == "rename" and e[2].endswith("model.safetensors"))
     assert ("fsync", events[ren][1]) in events[:ren], events  # the temporary file's bytes, before its rename
@@ -217,7 +231,7 @@ def test_torchrun_two_processes_equals_one(tmp_path, compiled):
     # graphs the two find in inductor's cache at the thread count `make test` gives each (cold, on 2 cores: 52 s for
     # the two, 13 s from the cache)
     extra = dict(EXACT, **({"compile": True} if compiled else {}))
-    one, two = P.fixture_run(**{**ONE_PROCESS, **extra}), tmp_path / "two"
+    one, two = fixture_run(**{**ONE_PROCESS, **extra}), tmp_path / "two"
     import socket
     with socket.socket() as free: free.bind(("127.0.0.1", 0)); port = free.getsockname()[1]  # a fixed port was taken
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
@@ -233,12 +247,12 @@ def test_torchrun_two_processes_equals_one(tmp_path, compiled):
 
 
 def test_resume_with_other_settings_is_refused(tmp_path):
-    mc, tc = get_config("tiny", **P.FIXTURE["model"]), get_train_config("tiny", **P.FIXTURE["train"], corpus=str(P.corpus_slice()))
-    P.run_config(tmp_path, "tiny", mc, tc)
-    shutil.copytree(P.checkpoint_dir(P.fixture_run(), 0), P.checkpoint_dir(tmp_path, 0))  # the run has a checkpoint
-    tc2 = get_train_config("tiny", **{**P.FIXTURE["train"], "learning_rate": 1.0}, corpus=str(P.corpus_slice()))
+    mc, tc = get_config("tiny", **FIXTURE["model"]), get_train_config("tiny", **FIXTURE["train"], corpus=str(corpus_slice()))
+    run_config(tmp_path, "tiny", mc, tc)
+    shutil.copytree(checkpoint_dir(fixture_run(), 0), checkpoint_dir(tmp_path, 0))  # the run has a checkpoint
+    tc2 = get_train_config("tiny", **{**FIXTURE["train"], "learning_rate": 1.0}, corpus=str(corpus_slice()))
     with pytest.raises(ConfigError, match=r"train.learning_rate: 0.005 in the run, 1.0 now.*--override --set NAME=VALUE"):
-        P.run_config(tmp_path, "tiny", mc, tc2)
+        run_config(tmp_path, "tiny", mc, tc2)
 
 
 def test_a_run_without_a_checkpoint_may_be_reconfigured(tmp_path, capsys):
@@ -255,9 +269,9 @@ def test_a_run_without_a_checkpoint_may_be_reconfigured(tmp_path, capsys):
 
 
 def test_divergence_stops_with_a_clear_message(tmp_path):
-    mc = get_config("tiny", **P.FIXTURE["model"])
-    tc = get_train_config("tiny", **{**P.FIXTURE["train"], "learning_rate": 1e12, "warmup_steps": 0, "max_grad_norm": 1e30},
-                          corpus=str(P.corpus_slice()))
+    mc = get_config("tiny", **FIXTURE["model"])
+    tc = get_train_config("tiny", **{**FIXTURE["train"], "learning_rate": 1e12, "warmup_steps": 0, "max_grad_norm": 1e30},
+                          corpus=str(corpus_slice()))
     with pytest.raises(P.TrainingDiverged, match=r"the loss became nan at step \d+; nothing was saved after step \d+ \(the last checkpoint is step \d+\)"):
         P.train(tmp_path, "tiny", mc, tc, progress=False)
 
@@ -299,9 +313,9 @@ def test_divergence_never_saves_non_finite_weights_and_its_advice_trains_again(t
 
 
 def test_missing_step_lists_the_steps():
-    run = P.fixture_run()
-    with pytest.raises(P.CheckpointNotFound, match="has no checkpoint for step 7; it has 0, 1, 2, 4, 8, 16, 20, 30. Pass one of those"):
-        P.find_checkpoint(run, 7)
+    run = fixture_run()
+    with pytest.raises(CheckpointNotFound, match="has no checkpoint for step 7; it has 0, 1, 2, 4, 8, 16, 20, 30. Pass one of those"):
+        find_checkpoint(run, 7)
 
 
 def test_bad_overrides():
@@ -328,8 +342,8 @@ def test_atomic_write_cleans_the_temporary_files_a_killed_writer_left(tmp_path):
 def _configs(**over):
     "The fixture's model and training configs with `over` (fields of either)."
     names = {f.name for f in fields(ModelConfig)}
-    mc = get_config("tiny", **{**P.FIXTURE["model"], **{k: v for k, v in over.items() if k in names}})
-    tc = get_train_config("tiny", **{**P.FIXTURE["train"], "corpus": str(P.corpus_slice()),
+    mc = get_config("tiny", **{**FIXTURE["model"], **{k: v for k, v in over.items() if k in names}})
+    tc = get_train_config("tiny", **{**FIXTURE["train"], "corpus": str(corpus_slice()),
                                      **{k: v for k, v in over.items() if k not in names}})
     return mc, tc
 
@@ -339,8 +353,8 @@ def test_compiled_training_matches_eager_and_resumes_bit_identically(tmp_path):
     dropout anywhere (so no random numbers differ) the logged losses agree to 1e-4 at every step; and a compiled run
     stopped at step 15 and resumed has the same checkpoints and log, bit for bit, as one trained in one go."""
     over = ONE_PROCESS  # the torchrun test's fixtures
-    eager, compiled = P.fixture_run(**over), P.fixture_run(**over, compile=True)
-    le, lc = P.train_log(eager), P.train_log(compiled)
+    eager, compiled = fixture_run(**over), fixture_run(**over, compile=True)
+    le, lc = train_log(eager), train_log(compiled)
     assert [r["step"] for r in le] == [r["step"] for r in lc] and all(r.get("compiled") for r in lc)
     for a, b in zip(le, lc):
         for k in ("mlm_loss", "sop_loss"): assert b[k] == pytest.approx(a[k], abs=1e-4), (a["step"], k, a[k], b[k])
@@ -358,14 +372,14 @@ def test_a_batch_ramp_draws_the_stream_in_order_and_resumes_bit_identically(tmp_
     mc, tc = _configs(grad_accum=4, batch_ramp=0.5)  # micro-batches of 2: 2, 4, 6, 8 sequences over steps 1-15
     test_run = tmp_path / "one"; P.train(test_run, "tiny", mc, tc, progress=False)
     preset, _, _ = P.read_run_config(test_run)
-    tok, ds = P.prepare_run(test_run, preset, mc, tc)
+    tok, ds = prepare_run(test_run, preset, mc, tc)
     source = P.batch_source(test_run, tok, ds, tc)
     sizes = [[len(b["input_ids"]) for b in P.batches_of_step(source, s, tc)] for s in (1, 4, 5, 15, 16, 30)]
     assert sizes == [[2], [2], [2, 2], [2, 2, 2, 2], [2, 2, 2, 2], [2, 2, 2, 2]], sizes
     spans = [source(s)[0].indices(s) for s in range(1, 31)]
     assert all(a.stop == b.start for a, b in zip(spans, spans[1:])) and spans[0].start == 0  # no example skipped
-    assert spans[-1].stop == P.sequences_before(31, tc) == sum(P.batch_at(s, tc) for s in range(1, 31))
-    assert P.sequences_before(31, tc) == 2 * (4 * 1 + 4 * 2 + 4 * 3 + 3 * 4) + 15 * 8  # 192, not 30 x 8
+    assert spans[-1].stop == sequences_before(31, tc) == sum(batch_at(s, tc) for s in range(1, 31))
+    assert sequences_before(31, tc) == 2 * (4 * 1 + 4 * 2 + 4 * 3 + 3 * 4) + 15 * 8  # 192, not 30 x 8
     stopped = tmp_path / "stopped"
     P.train(stopped, "tiny", mc, tc, progress=False, stop_after=7)  # mid-ramp
     P.train(stopped, "tiny", mc, tc, progress=False)
@@ -382,7 +396,7 @@ def test_a_compiled_gpu_run_resumes_bit_identically(tmp_path):
     P.train(one, "tiny", mc, tc, device="cuda", progress=False)
     P.train(two, "tiny", mc, tc, device="cuda", progress=False, stop_after=15)
     P.train(two, "tiny", mc, tc, device="cuda", progress=False)
-    assert P.train_log(one)[-1].get("compiled")
+    assert train_log(one)[-1].get("compiled")
     assert_same_run(two, one)
 
 
@@ -393,12 +407,12 @@ def test_compile_step_leaves_the_embedding_lookups_eager_where_asked_and_trains_
     # the model, micro-batch and scored positions of the compiled fixture the tests above train, so the whole graph is
     # found in inductor's cache and the split one shares most of its kernels (tiny at vocab 500, cold: 37 s; this: 18 s)
     mc, tc = _configs(**ONE_PROCESS, compile=True)
-    cap = P.prediction_cap(tc)
+    cap = prediction_cap(tc)
     ids = torch.randint(5, mc.vocab_size, (tc.batch_size // tc.grad_accum, tc.max_seq_length))
     labels = torch.full_like(ids, -100); labels[:, 3] = 7
 
     def grads(eager_embeddings):
-        torch.manual_seed(0); model = P.AlbertForPreTraining(mc)
+        torch.manual_seed(0); model = AlbertForPreTraining(mc)
         torch._dynamo.reset(); counters.clear()
         run = model if eager_embeddings == "eager" else P.compile_step(model, "cpu", eager_embeddings=eager_embeddings)
         with P.deterministic_kernels():
@@ -441,13 +455,13 @@ def test_tensorboard_log_holds_what_train_jsonl_holds_and_changes_nothing(tmp_pa
     is step 10) and resumed, the log read back is train.jsonl's, record for record, in one valid event file; and the
     run is the run trained without it."""
     from tensorboardX.proto.event_pb2 import Event
-    reference, run = P.fixture_run(), tmp_path / "run"
+    reference, run = fixture_run(), tmp_path / "run"
     logged = lambda k: any(r["step"] >= k for r in log_records(run / "logs" / "train.jsonl", 1 << 62))
     assert run_until(fixture_args(run) + ["--tensorboard"], lambda: logged(15)), "the kill did not land"
-    assert 15 in [r["step"] for r in P.tensorboard_log(run)]  # the killed run had logged it there too
+    assert 15 in [r["step"] for r in tensorboard_log(run)]  # the killed run had logged it there too
     res = _cli("pretrain", *fixture_args(run), "--tensorboard")
     assert res.returncode == 0, res.stderr[-2000:]
-    log, board = P.train_log(run), P.tensorboard_log(run)
+    log, board = train_log(run), tensorboard_log(run)
     assert [r["step"] for r in board] == [r["step"] for r in log] == [1, 5, 10, 15, 20, 25, 30]
     for r, t in zip(log, board):
         numeric = {k: v for k, v in r.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -462,9 +476,9 @@ def test_tensorboard_log_holds_what_train_jsonl_holds_and_changes_nothing(tmp_pa
 
 
 def test_a_falling_masking_rate_masks_each_step_at_its_own_rate():
-    run = P.fixture_run()
+    run = fixture_run()
     preset, mc, tc = P.read_run_config(run)
-    tok, ds = P.prepare_run(run, preset, mc, tc)
+    tok, ds = prepare_run(run, preset, mc, tc)
     falling = P.replace(tc, mask_prob_end=0.15)
     share = lambda bs: sum(int((b["labels"] != -100).sum()) for b in bs) / sum(int(b["attention_mask"].sum()) for b in bs)
     fixed, fall = P.batch_source(run, tok, ds, tc), P.batch_source(run, tok, ds, falling)
@@ -500,7 +514,7 @@ def test_bench_kill_resume_compares_a_whole_run_with_its_killed_twin(tmp_path, m
 
 def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     "`bench/recipe_curves.py` and `bench/recipe_pair.py` (the recipe search's tools) on the fixture run and a copy trained compiled."
-    run, twin = P.fixture_run(), tmp_path / "twin"
+    run, twin = fixture_run(), tmp_path / "twin"
     shutil.copytree(run, twin)
     cfg = json.loads((twin / RUN_CONFIG).read_text()); cfg["train"]["compile"] = True  # how it ran, not its recipe
     (twin / RUN_CONFIG).write_text(json.dumps(cfg))
@@ -566,7 +580,7 @@ def test_bench_heldout_masks_splits_the_held_out_hits_by_how_each_target_was_sho
                  labels=torch.tensor([[-100, 5, 7, 8, -100, 11, -100], [-100] * 7]))
     shown, runs = target_kinds(batch, M)
     assert shown.tolist() == [0, 1, 2, 0] and runs.tolist() == [3, 3, 3, 1]
-    run, out = P.fixture_run(), tmp_path / "masks.json"
+    run, out = fixture_run(), tmp_path / "masks.json"
     r = subprocess.run([sys.executable, "heldout_masks.py", str(run), "--out", str(out)], capture_output=True, text=True,
                        cwd=ROOT / "bench", timeout=600)
     assert r.returncode == 0, r.stderr
@@ -584,7 +598,7 @@ def test_bench_heldout_masks_splits_the_held_out_hits_by_how_each_target_was_sho
             out = self.m(ids, *a, **k)
             return dataclasses.replace(out, prediction_logits=torch.nn.functional.one_hot(ids, out.prediction_logits.shape[-1]).float())
     import heldout_masks, recipe_curves
-    monkeypatch.setattr(recipe_curves, "load_checkpoint", lambda *a, **k: Copy(P.load_checkpoint(*a, **k)))
+    monkeypatch.setattr(recipe_curves, "load_checkpoint", lambda *a, **k: Copy(load_checkpoint(*a, **k)))
     y = heldout_masks.split(run)  # the hits line up with the masks only if both walk the examples in one order
     assert (y["shown"]["itself"]["accuracy"], y["shown"]["mask"]["accuracy"], y["shown"]["other"]["accuracy"]) == (1, 0, 0)
     r = subprocess.run([sys.executable, "heldout_masks.py", str(run), "--step", "12345"], capture_output=True, text=True,
@@ -601,11 +615,11 @@ def test_bench_heldout_gap_makes_training_brown_as_the_held_out_brown(monkeypatc
     held = D.heldout_brown_files(cats); twins = training_twins(cats, held)
     assert len(twins) == len(set(twins)) == len(held) and not set(twins) & set(held)
     assert [cats[t] for t in twins] == [cats[h] for h in held]
-    run = P.fixture_run()
+    run = fixture_run()
     preset, mc, tc = P.read_run_config(run)
-    tok, _ = P.prepare_run(run, preset, mc, tc)
+    tok, _ = prepare_run(run, preset, mc, tc)
     docs = [[[w for w, _ in s] for s in files[f]] for f in held]  # read from the package, not heldout_brown.jsonl
-    assert P.brown_examples(docs, tok, tc.max_seq_length, tc.seed) == P.heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
+    assert brown_examples(docs, tok, tc.max_seq_length, tc.seed) == heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
     r = subprocess.run([sys.executable, "heldout_gap.py", str(run)], capture_output=True, text=True, cwd=ROOT / "bench")
     assert r.returncode == 2 and "holds no Brown training files" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -614,8 +628,8 @@ def test_bench_average_weights_pairs_a_mean_of_checkpoints_with_the_last(monkeyp
     "`bench/average_weights.py`: every float tensor the mean over the checkpoints, scored on the last one's masks."
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from average_weights import average
-    run = P.fixture_run(); first, last = P.list_steps(run)[-2:]
-    a, b = (P.load_checkpoint(run, s, mlm=True).state_dict() for s in (first, last))
+    run = fixture_run(); first, last = P.list_steps(run)[-2:]
+    a, b = (load_checkpoint(run, s, mlm=True).state_dict() for s in (first, last))
     mean = average(run, [first, last]).state_dict()
     k = next(k for k in mean if "word_embeddings" in k)
     assert not torch.equal(a[k], b[k]) and torch.allclose(mean[k], (a[k] + b[k]) / 2, atol=1e-7)

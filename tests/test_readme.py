@@ -97,7 +97,7 @@ def test_every_readme_command_is_a_valid_command():
     neither can drift from the code."""
     import shlex
     from embryo.cli import parser
-    from embryo.train.pretrain import add_pretrain_args
+    from embryo.config import add_pretrain_args
     import argparse
     make = (ROOT / "Makefile").read_text()
     seen = set()

@@ -7,7 +7,7 @@ import pytest
 
 from embryo.text import data as D
 from embryo.runs.run import CheckpointNotFound, list_steps
-from embryo.train.pretrain import fixture_run
+from embryo.train.fixtures import fixture_run
 from embryo.analyses.reconstruction import (POS_CLASSES, VERB_FORMS, align, brown_class, evaluate_step, redraw,
                                    sentence_text, tagged_sentences)
 from embryo.runs.results import read_results

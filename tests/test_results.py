@@ -3,7 +3,8 @@ their own places is migrated in place, once, and reads plainly afterwards."""
 import sqlite3
 import threading
 
-from embryo.runs.results import COLUMNS, DB_NAME, merge_results, read_results, read_settings, write_results
+from embryo.runs.results import COLUMNS, merge_results, read_results, read_settings, write_results
+from embryo.runs.run import DB_NAME
 
 # The schema and rows as the project wrote them before `head` and `settings` (commit 9127cb4 and earlier).
 OLD_SCHEMA = """

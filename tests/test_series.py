@@ -69,7 +69,7 @@ def trainer_series(kind: str) -> Path:
     out = D.data_dir() / "series" / f"{kind}-{key}"
     with run_lock(out.parent / ".locks" / out.name, wait=True):  # test workers build it once, one after the other
         if (out / f"checkpoint-{SERIES['max_steps']}" / "trainer_state.json").exists(): return out
-        from embryo.train.pretrain import corpus_slice
+        from embryo.train.fixtures import corpus_slice
         from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments, set_seed
         set_seed(SERIES["seed"])
         lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]

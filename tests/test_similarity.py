@@ -36,7 +36,7 @@ def test_constant_and_duplicated_columns_do_not_count(mats):
 
 def test_a_damaged_cache_is_rebuilt(tmp_path):
     from embryo.runs.run import list_steps
-    from embryo.train.pretrain import fixture_run
+    from embryo.train.fixtures import fixture_run
     run = tmp_path / "run"
     shutil.copytree(fixture_run(), run, ignore=shutil.ignore_patterns("results.sqlite*", "figures", "resume", "cache", "logs"))
     step = list_steps(run)[-1]

@@ -11,6 +11,7 @@ import torch
 
 from embryo.analyses import squad as S
 from embryo.train import pretrain as P
+from embryo.runs.run import CheckpointNotFound, load_checkpoint
 from embryo.runs.results import read_log, read_results, read_samples, read_settings
 
 SQUAD = Path(__file__).parent / "data" / "squad2"  # our own paragraphs in the official SQuAD 2.0 format
@@ -167,7 +168,7 @@ def _random_albert(**kw):
 def test_qa_model_state_dict_loads_into_transformers_with_equal_logits(fixture_copy, source):
     import transformers
     from embryo.model.model import to_hf_config
-    pre = P.load_checkpoint(fixture_copy, 30) if source == "fixture" else _random_albert(embedding_size=64)
+    pre = load_checkpoint(fixture_copy, 30) if source == "fixture" else _random_albert(embedding_size=64)
     qa = S.AlbertForQuestionAnswering(pre.albert).eval()
     torch.nn.init.normal_(qa.qa_outputs.bias)  # a bias that is not zero, so that it must load too
     hf = transformers.AlbertForQuestionAnswering(to_hf_config(pre.config)).eval()
@@ -199,7 +200,7 @@ def test_the_null_answer_wins_only_when_its_score_is_higher(fixture_copy):
 # --- one checkpoint, the database, figures, the sweep ------------------------------------------------------------------
 
 def test_missing_step_and_missing_data(fixture_copy):
-    with pytest.raises(P.CheckpointNotFound, match="has no checkpoint for step 25; it has 0, 1, 2, 4, 8, 16, 20, 30"):
+    with pytest.raises(CheckpointNotFound, match="has no checkpoint for step 25; it has 0, 1, 2, 4, 8, 16, 20, 30"):
         S.evaluate_step(fixture_copy, 25, squad_dir=SQUAD)
     with pytest.raises(S.SquadDataError, match="pass squad_dir=<a folder with train-v2.0.json and dev-v2.0.json>"):
         S.evaluate_step(fixture_copy, 30)

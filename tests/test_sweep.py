@@ -170,7 +170,7 @@ def test_hub_checkpoints_offline_give_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_report_shows_figures_with_paper_numbers_and_verdicts(tmp_path):
-    from embryo.train.pretrain import fixture_run
+    from embryo.train.fixtures import fixture_run
     run = copy_run(fixture_run(), tmp_path / "r")  # with its logs, for Fig. 2a
     sweep(run, ["knowledge", "reconstruction"], steps=[0, 30], mode="inprocess", options=QUICK, progress=False)
     r = _cli("report", "--run", str(run), "--figures", str(tmp_path / "fig"))

@@ -8,7 +8,7 @@ import pytest
 from embryo.analyses import attention as A
 from embryo.runs.run import list_steps, train_log, transitions
 from embryo.runs.figures import TRANSITION_LABEL
-from embryo.train.pretrain import fixture_run
+from embryo.train.fixtures import fixture_run
 from embryo.runs.results import read_results, write_transitions
 
 STEPS = np.unique(np.r_[np.arange(1, 100), np.arange(100, 100_001, 50)])

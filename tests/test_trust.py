@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from embryo.text import data as D
-from embryo.train.pretrain import FIXTURE, corpus_slice, fixture_run
+from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
 from embryo.runs.results import read_results, write_results
 from embryo.runs.run import SeriesError, find_checkpoint, list_steps, load_checkpoint
 from embryo.runs.series import as_run

@@ -20,12 +20,16 @@ import torch
 
 from ..text import data as D
 from ..config import atomic_write, get_config, get_train_config, ConfigError, SHARING, split_names, CPU_FINETUNE
-from ..model.model import count_parameters
+from ..model.model import count_parameters, AlbertForPreTraining
 from ..train import pretrain as P
+from ..train.optim import Lamb, param_groups
+from ..train.batches import run_config
+from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
 from ..analyses import glue
 from ..runs.results import markdown_table, binomial_se
 from ..runs.verdicts import readable
-from ..runs.run import read_run_config
+from ..runs.run import read_run_config, list_steps
+from ..runs.settings import corpus_file
 
 # %% auto #0
 __all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT', 'Variant', 'get_scale',
@@ -50,7 +54,7 @@ class Variant:
 
 # %% ../../nbs/09_albert_ablations.ipynb #140adb0f
 SCALES = {
-    "micro": dict(preset="tiny", model=dict(P.FIXTURE["model"]), train=dict(P.FIXTURE["train"]), E4=(16, 32, 64),
+    "micro": dict(preset="tiny", model=dict(FIXTURE["model"]), train=dict(FIXTURE["train"]), E4=(16, 32, 64),
                   E5=(32,),
                   steps=4, table3=("bert-tiny", "tiny"), table3_seq=16, finetune=CPU_FINETUNE),
     "tiny": dict(preset="tiny",
@@ -103,7 +107,7 @@ def run_configs(variant: Variant, scale: dict, seed: int, steps: int):
              "warmup_steps": min(steps, scale.get("warmup_steps", max(1, steps // 10))), "seed": seed,
              "sentence_task": variant.sentence_task, "checkpoint_pow2_until": 0, "checkpoint_every": [[steps, None]],
              "resume_every": max(1, min(steps, 1000)), "log_every": max(1, steps // 20)}
-    if scale["name"] == "micro": train["corpus"] = str(P.corpus_slice())
+    if scale["name"] == "micro": train["corpus"] = str(corpus_slice())
     return scale["preset"], mc, get_train_config(scale["preset"], **train)
 
 # %% ../../nbs/09_albert_ablations.ipynb #21aa5add
@@ -112,10 +116,10 @@ def shared_tokenizer(root, scale: dict) -> Path:
      "use.")
     out = Path(root) / "spiece.model"
     if out.exists(): return out
-    if scale["name"] == "micro": shutil.copy(P.fixture_run() / "spiece.model", out)
+    if scale["name"] == "micro": shutil.copy(fixture_run() / "spiece.model", out)
     else:
         _, mc, tc = run_configs(Variant(), scale, 0, 1)
-        D.cached_tokenizer(P.corpus_file(tc), root, tc.tokenizer_vocab_size)
+        D.cached_tokenizer(corpus_file(tc), root, tc.tokenizer_vocab_size)
     return out
 
 # %% ../../nbs/09_albert_ablations.ipynb #4305154f
@@ -125,7 +129,7 @@ def pretrain_variant(root, variant: Variant, scale: dict, seed: int, steps: int,
     preset, mc, tc = run_configs(variant, scale, seed, steps)
     # finished: reused only if made with these settings (train checks the others)
     if (run / "logs" / "eval.json").exists():
-        P.run_config(run, preset, mc, tc); return run
+        run_config(run, preset, mc, tc); return run
     run.mkdir(parents=True, exist_ok=True)
     if not (run / "spiece.model").exists(): shutil.copy(shared_tokenizer(root, scale), run / "spiece.model")
     P.train(run, preset, mc, tc, device=device, progress=False)
@@ -153,7 +157,7 @@ def run_scores(run_dir, device: str = "cpu", downstream: bool = False, finetune:
     ev, (_, mc, _) = json.loads(f.read_text()), read_run_config(run_dir)
     out = dict(mlm=100 * ev["mlm_accuracy"], sop=100 * ev["sop_accuracy"], nsp=100 * ev.get("nsp_accuracy", math.nan),
                params=count_parameters(mc), n_eval=int(ev["heldout_sequences"]))
-    cache, step = run_dir / "logs" / "downstream.json", P.list_steps(run_dir)[-1]
+    cache, step = run_dir / "logs" / "downstream.json", list_steps(run_dir)[-1]
     finetune = finetune or {}
     settings = dict(step=step, **finetune)
     got = json.loads(cache.read_text()) if cache.exists() else {}
@@ -321,8 +325,8 @@ def training_throughput(config, batch: int = 2, seq: int = 64, steps: int = 2, d
      "`config`.")
     device = torch.device(device)
     torch.manual_seed(0)
-    model = P.AlbertForPreTraining(config).to(device).train()
-    opt = P.Lamb(P.param_groups(model, 0.01), lr=1e-4)
+    model = AlbertForPreTraining(config).to(device).train()
+    opt = Lamb(param_groups(model, 0.01), lr=1e-4)
     b = make_batch(config.vocab_size, batch, seq, device)
     def step():
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):

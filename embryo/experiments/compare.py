@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import atomic_write
-from ..runs.results import DB_NAME
+from ..runs.run import DB_NAME
 from ..analyses.sweep import SweepError, available_analyses
 from ..runs.verdicts import half_rise, learned  # rules 1 and 2 of notebook 03b: the end counts
 

@@ -17,8 +17,9 @@ from ..text.data import HF_TOKENIZER_FILES
 from ..model.model import load_safetensors, write_safetensors
 from ..runs.run import checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, MODEL_CARD
 from ..runs.series_check import check_series
-from ..train.pretrain import model_card
-from ..runs.results import DB_NAME, connect, db_path, done_steps
+from ..train.cards import model_card
+from ..runs.run import DB_NAME
+from ..runs.results import connect, db_path, done_steps
 from ..analyses.sweep import available_analyses, analysis_module, sweep
 from ..experiments.compare import RUN_BUNDLE, compare_runs
 from ..experiments.seeds import seed_bands

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from ..config import atomic_write, CPU_FINETUNE
 from ..runs.run import list_steps
-from ..runs.results import DB_NAME, db_path
+from ..runs.run import DB_NAME
+from ..runs.results import db_path
 from ..analyses.sweep import (ANALYSES, SweepError, applicable, available_analyses, error_text, evaluation_steps,
                                    nbs_dir, sweep, scoped_env, worker_threads)
 from ..experiments.seeds import seed_bands, seed_run_dirs

@@ -17,7 +17,8 @@ import pandas as pd
 from ..config import atomic_write, run_config_file
 from ..runs.run import (CannotDraw, SeriesError, run_transitions, train_log, sentence_name, run_sentence_task,
                              run_model_type, loss_pace, read_run_config)
-from ..runs.results import DB_NAME, done_steps, write_transitions
+from ..runs.run import DB_NAME
+from ..runs.results import done_steps, write_transitions
 from ..analyses.sweep import available_analyses, analysis_module, error_text
 
 # %% auto #0
