@@ -9,7 +9,9 @@ import papermill as pm
 import pytest
 
 from embryo.experiments import ablations as A
-from embryo.text import data as D
+from embryo.text.corpus import corpus_fingerprint
+from embryo.text.tokenizer import load_tokenizer
+from embryo.text.data import DATASET_FORMAT, dataset_key
 from embryo.train import pretrain as P
 from embryo.config import get_config, get_train_config, ConfigError, run_config_file
 
@@ -90,13 +92,13 @@ def test_speed_table_is_relative_to_bert_xlarge_when_measured(monkeypatch):
 
 
 def test_nsp_data_has_its_own_cache_key_and_sop_keys_are_unchanged():
-    tok = D.load_tokenizer(P.fixture_run())
+    tok = load_tokenizer(P.fixture_run())
     corpus = P.corpus_slice()
     import hashlib
-    legacy = [D.DATASET_FORMAT, D._fingerprint(corpus), tok.sha256, 64, 0, 1, 0.1]  # the key before sentence_task existed
+    legacy = [DATASET_FORMAT, corpus_fingerprint(corpus), tok.sha256, 64, 0, 1, 0.1]  # the key before sentence_task existed
     old = "examples-64-" + hashlib.sha256(json.dumps(legacy).encode()).hexdigest()[:16]
-    assert D.dataset_key(corpus, tok, 64, 0, 1, 0.1) == old == D.dataset_key(corpus, tok, 64, 0, 1, 0.1, "none")
-    assert D.dataset_key(corpus, tok, 64, 0, 1, 0.1, "nsp") != old
+    assert dataset_key(corpus, tok, 64, 0, 1, 0.1) == old == dataset_key(corpus, tok, 64, 0, 1, 0.1, "none")
+    assert dataset_key(corpus, tok, 64, 0, 1, 0.1, "nsp") != old
 
 
 def test_runs_written_before_sentence_task_still_resume(fixture_copy):

@@ -23,7 +23,7 @@ def configs(**over):
 
 def test_electra_checkpoints_load_in_transformers_with_identical_outputs():
     from transformers import AutoTokenizer, ElectraForMaskedLM, ElectraForPreTraining, pipeline
-    from embryo.text.data import load_tokenizer
+    from embryo.text.tokenizer import load_tokenizer
     run = P.fixture_run(**ELECTRA)
     step = P.list_steps(run)[-1]
     ck = P.checkpoint_dir(run, step)

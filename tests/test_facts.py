@@ -51,8 +51,8 @@ def test_bad_fact_settings_are_refused():
 
 def test_a_fact_takes_the_last_places_of_its_steps_batch_and_nothing_else_changes():
     "The trainer's batch of a step that shows facts: the run's own examples, except the last places, which hold the facts."
-    from embryo.text import data as D
-    tok = D.load_tokenizer(P.fixture_run())
+    from embryo.text.tokenizer import load_tokenizer
+    tok = load_tokenizer(P.fixture_run())
     mc, tc = configs(total_steps=80)
     toy = [dict(input_ids=[tok.cls_id, 20 + i % 50, 30, tok.sep_id, 40, tok.sep_id], token_type_ids=[0, 0, 0, 0, 1, 1],
                 sentence_order_label=i % 2) for i in range(50)]

@@ -7,7 +7,8 @@ import pytest
 import torch
 import transformers
 
-from embryo.text import data as D
+from embryo.text.corpus import read_corpus
+from embryo.text.tokenizer import HF_TOKENIZER_FILES, load_tokenizer
 from embryo.analyses import glue as G
 from embryo.train import pretrain as P
 from embryo.runs.run import log_records, run_sentence_task
@@ -15,7 +16,7 @@ from embryo.config import get_config, get_train_config
 
 
 def corpus_sentences(n=200):
-    docs = D.read_corpus(P.corpus_slice())
+    docs = read_corpus(P.corpus_slice())
     return [s for d in docs[::7] for s in d[:3]][:n] + ["The Café in Zürich served ``naïve'' coffee: 42 cups!"]
 
 
@@ -26,17 +27,17 @@ def assert_same_ids(hf_tok, ours):
 
 
 def test_every_checkpoint_carries_the_tokenizer(fixture_copy):
-    ours = D.load_tokenizer(fixture_copy)
+    ours = load_tokenizer(fixture_copy)
     for step in P.list_steps(fixture_copy):
         ck = P.checkpoint_dir(fixture_copy, step)
-        assert all((ck / n).is_file() for n in D.HF_TOKENIZER_FILES), (ck, sorted(p.name for p in ck.iterdir()))
+        assert all((ck / n).is_file() for n in HF_TOKENIZER_FILES), (ck, sorted(p.name for p in ck.iterdir()))
     tok = transformers.AutoTokenizer.from_pretrained(P.checkpoint_dir(fixture_copy, 30))
     assert type(tok).__name__ == "AlbertTokenizer" and len(tok) == ours.vocab_size
     assert_same_ids(tok, ours)
 
 
 def test_fill_mask_pipeline_returns_real_tokens(fixture_copy):
-    ours = D.load_tokenizer(fixture_copy)
+    ours = load_tokenizer(fixture_copy)
     fill = transformers.pipeline("fill-mask", model=str(P.checkpoint_dir(fixture_copy, 30)), device="cpu")
     out = fill("the [MASK] of the city was built in the year.", top_k=5)
     assert len(out) == 5
@@ -52,15 +53,15 @@ def test_fill_mask_pipeline_returns_real_tokens(fixture_copy):
 
 def test_run_folder_loads_in_autotokenizer(fixture_copy):
     assert not (fixture_copy / "config.json").exists() and (fixture_copy / "pretrain_config.json").is_file()
-    assert_same_ids(transformers.AutoTokenizer.from_pretrained(fixture_copy), D.load_tokenizer(fixture_copy))
+    assert_same_ids(transformers.AutoTokenizer.from_pretrained(fixture_copy), load_tokenizer(fixture_copy))
 
 
 def test_old_run_layout_is_read_then_completed(fixture_copy, tmp_path):
     run = tmp_path / "old"
     shutil.copytree(fixture_copy, run)
     (run / "pretrain_config.json").rename(run / "config.json")  # the layout every run had before
-    for f in [run / n for n in D.HF_TOKENIZER_FILES if n != "spiece.model"] + [
-            P.checkpoint_dir(run, s) / n for s in P.list_steps(run) for n in D.HF_TOKENIZER_FILES]:
+    for f in [run / n for n in HF_TOKENIZER_FILES if n != "spiece.model"] + [
+            P.checkpoint_dir(run, s) / n for s in P.list_steps(run) for n in HF_TOKENIZER_FILES]:
         f.unlink()
     preset, mc, tc = P.read_run_config(run)  # old runs keep being read
     assert (preset, mc.hidden_size, tc.max_seq_length) == ("tiny", 64, 64)
@@ -69,8 +70,8 @@ def test_old_run_layout_is_read_then_completed(fixture_copy, tmp_path):
     done = P.complete_run(run)  # what the next sweep does
     assert done["renamed_config"] and done["checkpoints"] == len(P.list_steps(run))
     assert not (run / "config.json").exists() and P.read_run_config(run)[0] == "tiny"
-    assert_same_ids(transformers.AutoTokenizer.from_pretrained(run), D.load_tokenizer(run))
-    assert_same_ids(transformers.AutoTokenizer.from_pretrained(P.checkpoint_dir(run, 30)), D.load_tokenizer(run))
+    assert_same_ids(transformers.AutoTokenizer.from_pretrained(run), load_tokenizer(run))
+    assert_same_ids(transformers.AutoTokenizer.from_pretrained(P.checkpoint_dir(run, 30)), load_tokenizer(run))
     assert P.complete_run(run) == dict(renamed_config=False, checkpoints=0, run_files=[])  # a second pass changes nothing
 
 
@@ -85,9 +86,9 @@ def test_bert_twin_checkpoints_load_as_hf_artifacts(tmp_path):
     assert "nsp_loss" in rows[0] and "sop_loss" not in rows[0]  # the log names the sentence loss after the task trained
     svg = next(p for p in P.plot_pretraining(run, tmp_path / "fig") if p.suffix == ".svg").read_text()
     assert "nsp loss" in svg and "sop loss" not in svg  # and so does Fig. 2a
-    ours = D.load_tokenizer(run)
+    ours = load_tokenizer(run)
     for step in (0, 1, 2):
-        assert all((P.checkpoint_dir(run, step) / n).is_file() for n in D.HF_TOKENIZER_FILES)
+        assert all((P.checkpoint_dir(run, step) / n).is_file() for n in HF_TOKENIZER_FILES)
     assert_same_ids(transformers.AutoTokenizer.from_pretrained(P.checkpoint_dir(run, 2)), ours)
     out = transformers.pipeline("fill-mask", model=str(P.checkpoint_dir(run, 2)), device="cpu")("the [MASK] of it.", top_k=3)
     assert all(r["token_str"] == ours.decode([r["token"]]) and r["token_str"].strip() for r in out)
@@ -98,7 +99,7 @@ def test_trainer_finetunes_a_checkpoint(fixture_copy, tmp_path):
     import datasets
     ck = P.checkpoint_dir(fixture_copy, 30)
     tok = transformers.AutoTokenizer.from_pretrained(ck)
-    assert_same_ids(tok, D.load_tokenizer(fixture_copy))
+    assert_same_ids(tok, load_tokenizer(fixture_copy))
     train = G.read_tsv(Path(__file__).parent / "data" / "glue" / "SST-2" / "train.tsv", "sst2")
     ds = datasets.Dataset.from_dict({"text": [e.text_a for e in train], "label": [e.label for e in train]})
     ds = ds.map(lambda b: tok(b["text"], truncation=True, max_length=32), batched=True, remove_columns=["text"])
@@ -142,7 +143,7 @@ def test_every_checkpoint_has_a_model_card_from_the_runs_own_records():
     ns = {}
     exec(last.split("```python\n", 1)[1].split("```", 1)[0], ns)  # the card's code loads what it says
     ids = ns["tokenizer"]("the [MASK] of the city.", return_tensors="pt")["input_ids"]
-    assert ids[0].tolist() == [2, *D.load_tokenizer(run).encode("the"), 4, *D.load_tokenizer(run).encode("of the city."), 3]
+    assert ids[0].tolist() == [2, *load_tokenizer(run).encode("the"), 4, *load_tokenizer(run).encode("of the city."), 3]
     with torch.no_grad():
         torch.testing.assert_close(ns["model"](ids).logits, P.load_checkpoint(run, 30)(ids).prediction_logits, atol=1e-5, rtol=1e-5)
     assert len(ns["fill"]("the [MASK] of the city.")) == 5

@@ -596,9 +596,10 @@ def test_bench_heldout_gap_makes_training_brown_as_the_held_out_brown(monkeypatc
     "`bench/heldout_gap.py`: one training twin per held-out Brown file, of its genre, and examples made as the held-out ones."
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from heldout_gap import training_twins
-    from embryo.text import data as D
-    files, cats = D.read_brown(D.download(D.SOURCES["brown"], verbose=False))
-    held = D.heldout_brown_files(cats); twins = training_twins(cats, held)
+    from embryo.text.packages import download
+    from embryo.text.corpora import SOURCES, heldout_brown_files, read_brown
+    files, cats = read_brown(download(SOURCES["brown"], verbose=False))
+    held = heldout_brown_files(cats); twins = training_twins(cats, held)
     assert len(twins) == len(set(twins)) == len(held) and not set(twins) & set(held)
     assert [cats[t] for t in twins] == [cats[h] for h in held]
     run = P.fixture_run()
@@ -636,7 +637,7 @@ def test_bench_corpus_subset_keeps_every_kth_document_in_order(monkeypatch, tmp_
     "`bench/corpus_subset.py` (the held-out accuracy against the amount of text): every k-th document, in corpus order."
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from corpus_subset import main
-    from embryo.text.data import read_corpus
+    from embryo.text.corpus import read_corpus
     src = tmp_path / "c.txt"
     src.write_text("\n\n".join(f"document {i} sentence one .\ndocument {i} sentence two ." for i in range(7)) + "\n")
     main(["--corpus", str(src), "--every", "3", "--offset", "1", "--out", str(tmp_path / "s.txt")])

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..text import data as D
+from ..text.packages import data_dir
+from ..text.tokenizer import cached_tokenizer
 from ..config import atomic_write, get_config, get_train_config, ConfigError, SHARING, split_names, CPU_FINETUNE
 from ..model.model import count_parameters
 from ..train import pretrain as P
@@ -115,7 +116,7 @@ def shared_tokenizer(root, scale: dict) -> Path:
     if scale["name"] == "micro": shutil.copy(P.fixture_run() / "spiece.model", out)
     else:
         _, mc, tc = run_configs(Variant(), scale, 0, 1)
-        D.cached_tokenizer(P.corpus_file(tc), root, tc.tokenizer_vocab_size)
+        cached_tokenizer(P.corpus_file(tc), root, tc.tokenizer_vocab_size)
     return out
 
 # %% ../../nbs/09_albert_ablations.ipynb #4305154f
@@ -363,7 +364,7 @@ def speed_table(presets: Sequence[str], batch: int = 2, seq: int = 64, steps: in
 def default_root(preset: str | None) -> Path:
     ("Where a scale's runs live: the data dir for the micro scale (like the fixture), `runs/ablations/<preset>` "
      "otherwise.")
-    return D.data_dir() / "runs" / "ablations-micro" if preset is None else Path("runs") / "ablations" / preset
+    return data_dir() / "runs" / "ablations-micro" if preset is None else Path("runs") / "ablations" / preset
 
 # %% ../../nbs/09_albert_ablations.ipynb #eaea32ed
 def _state(root) -> dict:
