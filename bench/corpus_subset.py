@@ -12,7 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
-from embryo.text.data import CORPORA, CorpusError, fetch, read_corpus, write_corpus
+from embryo.text.corpus import CorpusError, read_corpus, write_corpus
+from embryo.text.corpora import CORPORA, fetch
 
 
 def subset(docs: list, every: int, offset: int = 0) -> list:

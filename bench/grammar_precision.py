@@ -18,6 +18,7 @@ import torch
 
 from embryo.analyses import grammar as G
 from embryo.model.model import native_bf16
+from embryo.runs.run import masked_lm_at
 
 
 def main():
@@ -32,7 +33,7 @@ def main():
     print(f"{'step':>6}{'fp32 pass':>11}{'bf16 pass':>11}{'max diff':>10}{'mean diff':>11}{'flips':>7}"
           f"{'fp32 s':>8}{'bf16 s':>8}{'ratio':>7}")
     for step in a.steps:
-        _, _, tok, model = G.masked_lm_at(a.run, step, "cpu")
+        _, _, tok, model = masked_lm_at(a.run, step, "cpu")
         got = {}
         for prec in ("fp32", "auto"):
             t = time.perf_counter()

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embryo.text import data as D
+from embryo.text.packages import download
+from embryo.text.corpora import heldout_brown_files, read_brown, SOURCES
 from embryo.config import atomic_write
 from embryo.train.heldout import brown_examples, evaluate_heldout, heldout_examples, training_sample
 from embryo.runs.run import read_run_config
@@ -48,8 +49,8 @@ def scored(model, tok, tc, device, ds, examples) -> tuple[dict, float]:
 
 def gap(run: Path, step: int | None = None, device: str = "cpu") -> dict:
     tc, tok, ds, step, model = checkpoint(run, step, device)
-    files, cats = D.read_brown(D.download(D.SOURCES["brown"], verbose=False))
-    names = D.heldout_brown_files(cats); twins = training_twins(cats, names)
+    files, cats = read_brown(download(SOURCES["brown"], verbose=False))
+    names = heldout_brown_files(cats); twins = training_twins(cats, names)
     twin_docs = [[[w for w, _ in s] for s in files[n]] for n in twins]
     held, se_held = scored(model, tok, tc, device, ds, heldout_examples(tok, tc.max_seq_length, seed=tc.seed))
     seen, se_seen = scored(model, tok, tc, device, ds, brown_examples(twin_docs, tok, tc.max_seq_length, tc.seed))

@@ -37,7 +37,9 @@ import torch._dynamo
 import torch._inductor.config
 import transformers
 
-from embryo.text import data as D
+from embryo.text.packages import data_dir
+from embryo.text.tokenizer import load_tokenizer, train_tokenizer
+from embryo.text.data import build_dataset
 from embryo.config import get_config, get_train_config
 from embryo.model.model import AlbertForPreTraining, native_bf16, resolve_precision
 from embryo.train.pretrain import compile_step, deterministic_kernels, prefetched, resolve_data_workers, train_step
@@ -67,10 +69,10 @@ class HFAdapter(torch.nn.Module):
 def bench_data(tc):
     "A tokenizer trained on a slice of embryo-mini and the examples built from it (cached, as pretraining caches them)."
     text = corpus_slice()
-    tok_dir = D.data_dir() / "bench" / f"tokenizer-{tc.tokenizer_vocab_size}"
-    if not (tok_dir / "spiece.model").exists(): D.train_tokenizer(text, tok_dir, tc.tokenizer_vocab_size)
-    tok = D.load_tokenizer(tok_dir)
-    return tok, D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=tc.max_seq_length, seed=0)
+    tok_dir = data_dir() / "bench" / f"tokenizer-{tc.tokenizer_vocab_size}"
+    if not (tok_dir / "spiece.model").exists(): train_tokenizer(text, tok_dir, tc.tokenizer_vocab_size)
+    tok = load_tokenizer(tok_dir)
+    return tok, build_dataset(text, tok, data_dir() / "datasets", max_seq_length=tc.max_seq_length, seed=0)
 
 
 def loop(model, data, tc, device, steps, precision="fp32", prefetch=False, profile=False, stats=None, premade=False,

@@ -23,7 +23,7 @@ import time
 import numpy as np
 import torch
 
-from embryo.text import data as D
+from embryo.text.tokenizer import load_tokenizer
 from embryo.analyses import probing as PR
 from embryo.runs.run import list_steps, load_checkpoint
 
@@ -62,7 +62,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     step = a.step if a.step is not None else list_steps(a.run)[-1]
-    model, tok = load_checkpoint(a.run, step).eval(), D.load_tokenizer(a.run)
+    model, tok = load_checkpoint(a.run, step).eval(), load_tokenizer(a.run)
     layers = list(range(model.config.num_hidden_layers + 1))
     t0 = time.perf_counter()
     tasks = PR.builtin_tasks(max_sentences=a.max_sentences)

@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 
-from embryo.text import data as D
+from embryo.text.tokenizer import load_tokenizer
 from embryo.config import atomic_write
 from embryo.train.heldout import heldout_examples, token_mlm
 from embryo.runs.run import list_steps, load_checkpoint, read_run_config
@@ -23,7 +23,7 @@ def main(argv=None):
                                                              help="mask draws (default 3)"), argv)
     step = a.step if a.step is not None else list_steps(a.run)[-1]
     _, mc, tc = read_run_config(a.run)
-    tok = D.load_tokenizer(a.run)
+    tok = load_tokenizer(a.run)
     examples = heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
     model = load_checkpoint(a.run, step, a.device, mlm=True)
     runs = [token_mlm(model, tok, examples, seed=s, device=a.device) for s in range(a.seeds)]

@@ -23,7 +23,7 @@ def cmd_params(args):
 # %% ../nbs/11_cli.ipynb #c19e41d3
 def cmd_fetch(args):
     "Download and check the built-in corpus."
-    from embryo.text.data import fetch
+    from embryo.text.corpora import fetch
     print(fetch(args.corpus))
 
 # %% ../nbs/11_cli.ipynb #ea3298fd
@@ -120,7 +120,7 @@ class OneLineParser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     "The `embryo` argument parser, one subparser per subcommand."
     from embryo.config import add_pretrain_args  # not embryo.train.pretrain: `embryo --help` must not import torch
-    from embryo.text.data import CORPORA  # numpy only
+    from embryo.text.corpora import CORPORA  # the standard library only
     import embryo
     p = OneLineParser(prog="embryo", description="Pretrained language model embryology: ALBERT, every "
                                                            "checkpoint analysed.")

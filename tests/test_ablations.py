@@ -9,11 +9,14 @@ import papermill as pm
 import pytest
 
 from embryo.experiments import ablations as A
-from embryo.text import data as D
+from embryo.text.corpus import corpus_fingerprint
+from embryo.text.tokenizer import load_tokenizer
+from embryo.text.data import DATASET_FORMAT, dataset_key
 from embryo.train import pretrain as P
+from embryo.config import get_config, get_train_config, ConfigError, run_config_file
+from embryo.runs.run import list_steps
 from embryo.train.batches import run_config
 from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
-from embryo.config import get_config, get_train_config, ConfigError, run_config_file
 
 ROOT = Path(__file__).resolve().parents[1]
 NB = ROOT / "nbs" / "09_albert_ablations.ipynb"
@@ -92,13 +95,13 @@ def test_speed_table_is_relative_to_bert_xlarge_when_measured(monkeypatch):
 
 
 def test_nsp_data_has_its_own_cache_key_and_sop_keys_are_unchanged():
-    tok = D.load_tokenizer(fixture_run())
+    tok = load_tokenizer(fixture_run())
     corpus = corpus_slice()
     import hashlib
-    legacy = [D.DATASET_FORMAT, D._fingerprint(corpus), tok.sha256, 64, 0, 1, 0.1]  # the key before sentence_task existed
+    legacy = [DATASET_FORMAT, corpus_fingerprint(corpus), tok.sha256, 64, 0, 1, 0.1]  # the key before sentence_task existed
     old = "examples-64-" + hashlib.sha256(json.dumps(legacy).encode()).hexdigest()[:16]
-    assert D.dataset_key(corpus, tok, 64, 0, 1, 0.1) == old == D.dataset_key(corpus, tok, 64, 0, 1, 0.1, "none")
-    assert D.dataset_key(corpus, tok, 64, 0, 1, 0.1, "nsp") != old
+    assert dataset_key(corpus, tok, 64, 0, 1, 0.1) == old == dataset_key(corpus, tok, 64, 0, 1, 0.1, "none")
+    assert dataset_key(corpus, tok, 64, 0, 1, 0.1, "nsp") != old
 
 
 def test_runs_written_before_sentence_task_still_resume(fixture_copy):
@@ -127,7 +130,7 @@ def test_micro_bert_run_through_pipeline_and_analyses(tmp_path):
     assert (cfg["model"]["sharing"], cfg["model"]["embedding_size"], cfg["model"]["hidden_act"]) == ("none", 64, "gelu")
     ev = json.loads((run / "logs" / "eval.json").read_text())
     assert 0 <= ev["nsp_accuracy"] <= 1 and ev["nsp_sequences"] > 0
-    last = P.list_steps(run)[-1]
+    last = list_steps(run)[-1]
     assert last == 8
     rec = reconstruction.evaluate_step(run, last, max_words=20)
     assert len(rec) and rec["value"].between(0, 1).all()
@@ -144,13 +147,13 @@ def test_downstream_scores_are_finetuned_cached_and_tabled(ablation_root, tmp_pa
     scores = A.run_scores(run, downstream=True, finetune=micro["finetune"])
     cache = run / "logs" / "downstream.json"
     cached = json.loads(cache.read_text())
-    assert cached["settings"] == dict(step=P.list_steps(run)[-1], max_train_examples=300, learning_rate=1e-4)
+    assert cached["settings"] == dict(step=list_steps(run)[-1], max_train_examples=300, learning_rate=1e-4)
     assert set(cached["scores"]) == {"polarity", "uncertainty"} and all(0 < v <= 100 for v in cached["scores"].values())
     assert scores["downstream_avg"] == pytest.approx(sum(cached["scores"].values()) / 2)
-    rows = read_results(run, "glue", step=P.list_steps(run)[-1])
+    rows = read_results(run, "glue", step=list_steps(run)[-1])
     mean = rows[(rows.metric == "score") & (rows.seed == -1)]  # the mean over finetuning seeds; each seed's score has seed >= 0
     assert mean.set_index("task").value.mul(100).loc[["polarity", "uncertainty"]].to_dict() == pytest.approx(cached["scores"])
-    settings = read_settings(run, "glue", step=P.list_steps(run)[-1])
+    settings = read_settings(run, "glue", step=list_steps(run)[-1])
     assert set(settings[settings.name == "train_examples"].value) == {300.0}
     mtime = cache.stat().st_mtime
     assert A.run_scores(run, downstream=True, finetune=micro["finetune"]) == scores and cache.stat().st_mtime == mtime  # cached

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from embryo.analyses import attention as A
-from embryo.text import data as D
+from embryo.text.tokenizer import load_tokenizer
 from embryo.runs.run import CheckpointNotFound, find_checkpoint, list_steps, load_checkpoint
 from embryo.runs.results import read_results, read_samples, write_results
 
@@ -64,7 +64,7 @@ def test_a_head_or_layer_that_does_not_exist_names_the_valid_range(fixture_copy)
 
 def test_maps_equal_transformers_eager_attention(fixture_copy):
     from transformers import AlbertModel
-    tok = D.load_tokenizer(fixture_copy)
+    tok = load_tokenizer(fixture_copy)
     ids = A.input_ids(tok, **SMALL)
     ours, _ = A.attention_maps(load_checkpoint(fixture_copy, 30), ids)
     hf = AlbertModel.from_pretrained(find_checkpoint(fixture_copy, 30), attn_implementation="eager").eval()

@@ -8,11 +8,13 @@ import datasets
 import numpy as np
 import pytest
 
-from embryo.text import data as D
-from embryo.train.batches import prepare_run
-from embryo.train.fixtures import FIXTURE
+from embryo.text.corpus import CorpusError
+from embryo.text.tokenizer import load_tokenizer
+from embryo.train import pretrain as P
 from embryo.config import ConfigError, get_config, get_train_config
 from embryo.analyses.reconstruction import token_counts
+from embryo.train.batches import prepare_run
+from embryo.train.fixtures import FIXTURE
 
 DATA = Path(__file__).parent / "data" / "corpus"  # 16 documents of embryo-mini, one file per format
 
@@ -49,7 +51,7 @@ def test_dataset_files_give_the_examples_of_the_text_file(ext, reference, spiece
 def test_token_counts_read_a_dataset_file_corpus(reference, spiece, tmp_path):
     "Fig. 8's token frequencies come from the corpus's documents, whatever its format (not the JSON text of the file)."
     prepare(tmp_path / "run", str(DATA / "documents.jsonl"), spiece)
-    tok = D.load_tokenizer(spiece)
+    tok = load_tokenizer(spiece)
     np.testing.assert_array_equal(token_counts(tmp_path / "run", tok), token_counts(reference[0], tok))
 
 
@@ -72,7 +74,7 @@ def test_dataset_object_is_saved_into_the_run_and_recorded(reference, spiece, tm
     with pytest.raises(ConfigError, match="corpus: .*corpus-.* in the run, .*corpus-.* now"):
         prepare(run, ds.select(range(8)), spiece)  # another corpus under the same run folder
     assert len(list(run.glob("corpus-*"))) == 1  # and nothing of it was saved
-    with pytest.raises(D.CorpusError, match=r"no 'text' column \(its columns are \['id', 'body'\]\)"):
+    with pytest.raises(CorpusError, match=r"no 'text' column \(its columns are \['id', 'body'\]\)"):
         prepare(tmp_path / "x", ds.rename_column("text", "body"), spiece)
     with pytest.raises(ConfigError, match=r"corpus is a list; pass a built-in corpus \('embryo-mini', 'embryo-plus' or 'embryo-mix'\), a text file"):
         prepare(tmp_path / "y", [["a sentence."]], spiece)
@@ -80,13 +82,13 @@ def test_dataset_object_is_saved_into_the_run_and_recorded(reference, spiece, tm
 
 def test_hub_name_is_read_as_a_hub_dataset(spiece, tmp_path, hub_offline):
     "A hub name reaches `datasets` (offline here: the error says so) instead of failing as a missing file."
-    with pytest.raises(D.CorpusError, match="'embryo-tests/no-such-corpus' is not a local file or folder, and loading it as a hub dataset failed"):
+    with pytest.raises(CorpusError, match="'embryo-tests/no-such-corpus' is not a local file or folder, and loading it as a hub dataset failed"):
         prepare(tmp_path / "run", "embryo-tests/no-such-corpus", spiece)
     assert json.loads((tmp_path / "run" / "pretrain_config.json").read_text())["train"]["corpus"] == "embryo-tests/no-such-corpus"
 
 
 def test_a_missing_corpus_says_what_is_accepted(spiece, tmp_path):
-    with pytest.raises(D.CorpusError, match=r"corpus '.*nowhere.txt' does not exist; pass a built-in corpus \('embryo-mini', 'embryo-plus' or 'embryo-mix'\), a text file .* a datasets\.Dataset, or a hub dataset name"):
+    with pytest.raises(CorpusError, match=r"corpus '.*nowhere.txt' does not exist; pass a built-in corpus \('embryo-mini', 'embryo-plus' or 'embryo-mix'\), a text file .* a datasets\.Dataset, or a hub dataset name"):
         prepare(tmp_path / "run", str(tmp_path / "nowhere.txt"), spiece)
 
 

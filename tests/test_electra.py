@@ -7,14 +7,11 @@ import pytest
 import torch
 
 from embryo.train import pretrain as P
-
-from embryo.runs.run import checkpoint_dir, load_checkpoint, train_log
-
-from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
-
-from embryo.train.optim import phase1_steps, seq_length_at
 from embryo.config import get_config, get_train_config
 from embryo.model.electra import GENERATOR, ElectraPair, load_electra_weights
+from embryo.runs.run import checkpoint_dir, list_steps, load_checkpoint, train_log
+from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
+from embryo.train.optim import phase1_steps, seq_length_at
 
 ELECTRA = dict(model_type="electra", sharing="none", sentence_task="none")  # the fixture's sizes, as an ELECTRA pair
 TWO_PHASE = dict(phase1_seq_length=32)  # the fixture (64 tokens, 30 steps): 32 tokens up to step 27, then 64
@@ -29,9 +26,9 @@ def configs(**over):
 
 def test_electra_checkpoints_load_in_transformers_with_identical_outputs():
     from transformers import AutoTokenizer, ElectraForMaskedLM, ElectraForPreTraining, pipeline
-    from embryo.text.data import load_tokenizer
+    from embryo.text.tokenizer import load_tokenizer
     run = fixture_run(**ELECTRA)
-    step = P.list_steps(run)[-1]
+    step = list_steps(run)[-1]
     ck = checkpoint_dir(run, step)
     pair = load_electra_weights(ElectraPair(configs(**ELECTRA)[0]), ck).eval()
     disc, gen = ElectraForPreTraining.from_pretrained(ck).eval(), ElectraForMaskedLM.from_pretrained(ck / GENERATOR).eval()
@@ -70,10 +67,10 @@ def test_resume_is_bit_identical(over, tmp_path):
     reference = fixture_run(**over)
     mc, tc = configs(**over)
     P.train(tmp_path, "tiny", mc, tc, progress=False, stop_after=25)
-    assert P.list_steps(tmp_path)[-1] == 20
+    assert list_steps(tmp_path)[-1] == 20
     P.train(tmp_path, "tiny", mc, tc, progress=False)
-    assert P.list_steps(tmp_path) == P.list_steps(reference)
-    for step in P.list_steps(reference):
+    assert list_steps(tmp_path) == list_steps(reference)
+    for step in list_steps(reference):
         for sub in ("", GENERATOR) if over is ELECTRA else ("",):
             from safetensors.torch import load_file
             a = load_file(checkpoint_dir(tmp_path, step) / sub / "model.safetensors")

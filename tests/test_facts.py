@@ -6,14 +6,11 @@ import torch
 from safetensors.torch import load_file
 
 from embryo.train import pretrain as P
-
-from embryo.runs.run import checkpoint_dir, train_log
-
-from embryo.train.batches import Batches
-
-from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
 from embryo.text import facts as F
 from embryo.config import get_config, get_train_config, ConfigError
+from embryo.runs.run import checkpoint_dir, list_steps, train_log
+from embryo.train.batches import Batches
+from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
 
 FACTS = dict(facts=1, total_steps=80)
 
@@ -32,8 +29,8 @@ def test_a_run_with_facts_resumes_bit_identically(tmp_path):
     P.train(tmp_path, "tiny", mc, tc, progress=False, stop_after=45)
     P.train(tmp_path, "tiny", mc, tc, progress=False)
     assert (tmp_path / F.FACTS_FILE).read_bytes() == (reference / F.FACTS_FILE).read_bytes()
-    assert P.list_steps(tmp_path) == P.list_steps(reference)
-    for step in P.list_steps(reference):
+    assert list_steps(tmp_path) == list_steps(reference)
+    for step in list_steps(reference):
         a, b = (load_file(checkpoint_dir(r, step) / "model.safetensors") for r in (tmp_path, reference))
         assert all(torch.equal(a[k], b[k]) for k in a), f"step {step} differs"
     strip = lambda run: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in train_log(run)]
@@ -57,8 +54,8 @@ def test_bad_fact_settings_are_refused():
 
 def test_a_fact_takes_the_last_places_of_its_steps_batch_and_nothing_else_changes():
     "The trainer's batch of a step that shows facts: the run's own examples, except the last places, which hold the facts."
-    from embryo.text import data as D
-    tok = D.load_tokenizer(fixture_run())
+    from embryo.text.tokenizer import load_tokenizer
+    tok = load_tokenizer(fixture_run())
     mc, tc = configs(total_steps=80)
     toy = [dict(input_ids=[tok.cls_id, 20 + i % 50, 30, tok.sep_id, 40, tok.sep_id], token_type_ids=[0, 0, 0, 0, 1, 1],
                 sentence_order_label=i % 2) for i in range(50)]

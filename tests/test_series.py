@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from embryo.text import data as D
+from embryo.text.packages import data_dir
+from embryo.text.tokenizer import load_tokenizer
+from embryo.text.sentences import align
 from embryo.runs.results import read_results, read_log
 from embryo.runs.run import Run, SeriesError, list_steps, train_log
 from embryo.runs.series import as_run
@@ -66,7 +68,7 @@ def trainer_series(kind: str) -> Path:
     first sentences of the built-in corpus; built once (about 15 s) and cached under the data dir."""
     import transformers
     key = hashlib.sha256(json.dumps([kind, SERIES, transformers.__version__]).encode()).hexdigest()[:10]
-    out = D.data_dir() / "series" / f"{kind}-{key}"
+    out = data_dir() / "series" / f"{kind}-{key}"
     with run_lock(out.parent / ".locks" / out.name, wait=True):  # test workers build it once, one after the other
         if (out / f"checkpoint-{SERIES['max_steps']}" / "trainer_state.json").exists(): return out
         from embryo.train.fixtures import corpus_slice
@@ -125,9 +127,8 @@ def test_a_trainer_output_dir_is_a_run(series, tmp_path):
 
 def test_words_align_to_their_pieces(series, tmp_path):
     "A word split into pieces owns exactly its pieces, under WordPiece (##) and byte-level BPE (Ġ) alike."
-    from embryo.analyses.reconstruction import align
     kind, out = series
-    tok = D.load_tokenizer(as_run(out, tmp_path / "runs" / kind))
+    tok = load_tokenizer(as_run(out, tmp_path / "runs" / kind))
     words = ["The", "unbelievably", "reconsidered", "words", "(", "yet", ")", "."]
     ids, spans = align(tok, words)
     assert all(spans) and spans[0][0] == 0 and spans[-1][1] == len(ids)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from embryo.text.tokenizer import load_tokenizer
 from embryo.analyses import squad as S
 from embryo.train import pretrain as P
 from embryo.runs.run import CheckpointNotFound, load_checkpoint
@@ -126,7 +127,7 @@ def test_metric_matches_hand_computed_values():
 
 @pytest.mark.parametrize("max_len", [40, 64])
 def test_answer_pieces_decode_to_the_answer_and_windows_without_it_point_at_cls(fixture_copy, max_len):
-    tok = S.D.load_tokenizer(fixture_copy)
+    tok = load_tokenizer(fixture_copy)
     train = S.load_squad(SQUAD)["train"]
     feats, unread = S.features(tok, train, max_len)
     assert unread == set() and all(len(f.input_ids) <= max_len for f in feats)
@@ -150,7 +151,7 @@ def test_answer_pieces_decode_to_the_answer_and_windows_without_it_point_at_cls(
 
 
 def test_a_paragraph_that_does_not_read_the_answer_is_counted(fixture_copy):
-    tok = S.D.load_tokenizer(fixture_copy)
+    tok = load_tokenizer(fixture_copy)
     ok = S.QAExample("a", "", "The mill grinds flour.", "What does it grind?", (("flour", 16),))
     feats, unread = S.features(tok, [ok, ok._replace(id="b", answers=(("wheat", 16),))], 64)
     assert unread == {1} and [f.example for f in feats] == [0, 1] and feats[0].start > 0 and feats[1].start == 0
@@ -173,7 +174,7 @@ def test_qa_model_state_dict_loads_into_transformers_with_equal_logits(fixture_c
     torch.nn.init.normal_(qa.qa_outputs.bias)  # a bias that is not zero, so that it must load too
     hf = transformers.AlbertForQuestionAnswering(to_hf_config(pre.config)).eval()
     hf.load_state_dict(qa.hf_state_dict(), strict=True)
-    tok = S.D.load_tokenizer(fixture_copy)
+    tok = load_tokenizer(fixture_copy)
     feats, _ = S.features(tok, S.load_squad(SQUAD)["dev"][:3], 64)
     b = S.collate([(f.input_ids, f.token_type_ids) for f in feats])
     with torch.no_grad(): ours, theirs = qa(**b), hf(**b)
@@ -183,7 +184,7 @@ def test_qa_model_state_dict_loads_into_transformers_with_equal_logits(fixture_c
 
 
 def test_the_null_answer_wins_only_when_its_score_is_higher(fixture_copy):
-    tok = S.D.load_tokenizer(fixture_copy)
+    tok = load_tokenizer(fixture_copy)
     dev = S.load_squad(SQUAD)["dev"]
     feats, _ = S.features(tok, dev[5:6], 128)  # "Where is the Eling tide mill?": one window at 128
     (f,) = feats

@@ -408,7 +408,7 @@ def test_downstream_floor_is_the_floor_of_the_aggregate_drawn():
 
 def _holding(lock: str, run: Path) -> subprocess.Popen:
     "Another process holding `lock` ('sweep_lock' or 'run_lock') of `run` until killed; returns once it holds it."
-    p = subprocess.Popen([sys.executable, "-c", f"import time\nfrom embryo.runs.run import {lock}\nwith {lock}({str(run)!r}):\n"
+    p = subprocess.Popen([sys.executable, "-c", f"import time\nfrom embryo.runs.lock import {lock}\nwith {lock}({str(run)!r}):\n"
                           "    print('held', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "held"
     return p

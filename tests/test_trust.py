@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from embryo.text import data as D
+from embryo.text.tokenizer import load_tokenizer, TokenizerError
 from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
 from embryo.runs.results import read_results, write_results
 from embryo.runs.run import SeriesError, find_checkpoint, list_steps, load_checkpoint
@@ -90,7 +90,7 @@ def test_weights_that_hold_nan_are_refused(run_copy):
 def test_a_run_whose_tokenizer_files_are_gone_has_no_tokenizer(run_copy):
     "Item 2: with spiece.model and tokenizer.json gone, transformers built a 5-piece tokenizer from the config alone."
     for n in ("spiece.model", "tokenizer.json"): (run_copy / n).unlink()
-    with pytest.raises(D.TokenizerError, match="no tokenizer at"): D.load_tokenizer(run_copy)
+    with pytest.raises(TokenizerError, match="no tokenizer at"): load_tokenizer(run_copy)
 
 
 def test_a_tokenizer_that_does_not_fit_the_embeddings_is_refused(run_copy, tmp_path):
@@ -99,7 +99,7 @@ def test_a_tokenizer_that_does_not_fit_the_embeddings_is_refused(run_copy, tmp_p
         (run_copy / n).unlink()
     src = _series(tmp_path, "C") / "checkpoint-2"
     for n in ("tokenizer.json", "tokenizer_config.json"): shutil.copy(src / n, run_copy / n)
-    with pytest.raises(D.TokenizerError, match="embedding rows"): load_checkpoint(run_copy, list_steps(run_copy)[-1])
+    with pytest.raises(TokenizerError, match="embedding rows"): load_checkpoint(run_copy, list_steps(run_copy)[-1])
 
 
 @pytest.mark.parametrize("option", ["knowledge.max_facts=-5", "knowledge.max_facts=0", "knowledge.relations=[]",

@@ -14,7 +14,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..text import data as D
+from ..text.packages import data_dir
+from ..text.corpus import corpus_fingerprint, read_corpus
+from ..text.sentences import align, FUNCTION_WORDS, tagged_sentences
 from ..config import atomic_write
 from ..runs.run import Run, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step
 from ..runs.settings import corpus_file
@@ -22,7 +24,6 @@ from ..runs.run import CannotDraw
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, plot_steps, save_figure, step_axis
 from ..model.model import autocast
-from .reconstruction import FUNCTION_WORDS, align, tagged_sentences
 from ..runs.results import markdown_table, read_examples, read_results, read_scores, score_rows, write_results
 
 # %% auto #0
@@ -157,9 +158,9 @@ def word_frequencies(run_dir) -> Counter:
     settings = Run.of(run_dir).settings
     corpus = corpus_file(read_run_config(run_dir)[2]) if settings else None
     # under the data folder, by the corpus's checksum: a run folder (a committed bundle) is only read
-    f = D.data_dir() / ANALYSIS / f"frequencies-{D._fingerprint(corpus)[:16] if corpus else 'heldout'}.json"
+    f = data_dir() / ANALYSIS / f"frequencies-{corpus_fingerprint(corpus)[:16] if corpus else 'heldout'}.json"
     if f.exists(): return Counter(json.loads(f.read_text()))
-    if corpus: text = (s for doc in D.read_corpus(corpus) for s in doc)
+    if corpus: text = (s for doc in read_corpus(corpus) for s in doc)
     else: text = (" ".join(s.words) for s in tagged_sentences())
     c = Counter(w for s in text for w in re.findall(r"[a-z]+", s.lower()))
     atomic_write(f, json.dumps(c))
@@ -192,7 +193,7 @@ def word_fits(wc: pd.DataFrame, run_dir=None) -> pd.DataFrame:
     key = curves_key(wc)
     if key not in _FITS:
         if len(_FITS) >= 8: _FITS.pop(next(iter(_FITS)))
-        kept = D.data_dir() / ANALYSIS / f"fits-{FITS_FORMAT}-scipy{scipy.__version__}-{key[:24]}.parquet"
+        kept = data_dir() / ANALYSIS / f"fits-{FITS_FORMAT}-scipy{scipy.__version__}-{key[:24]}.parquet"
         found = [f for f in (run_fits_file(run_dir, key) if run_dir else None, kept) if f is not None and f.is_file()]
         if found: _FITS[key] = pd.read_parquet(found[0])
         else:

@@ -15,14 +15,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..text import data as D
+from ..text.tokenizer import load_tokenizer
+from ..text.sentences import sentence_text, tagged_sentences
 from ..config import atomic_write
-from ..runs.run import (Run, checkpoint_kind, find_checkpoint, list_steps, load_checkpoint, resolve_step,
-                             encoder_states)
+from ..runs.run import (Run, checkpoint_kind, find_checkpoint, list_steps, load_checkpoint, resolve_step, encoder_states)
 from ..runs.series import series_lacks
 from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, fill_steps, plot_steps, reference_label, save_figure, step_axis)
-from .reconstruction import tagged_sentences, sentence_text
 from ..runs.results import (
     write_results, read_results, read_samples, read_scores, reference_results, markdown_table, score_rows)
 from ..runs.verdicts import Rise, half_rise, order  # the rules every verdict follows (notebook 03b)
@@ -180,7 +179,7 @@ def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", task: s
     find_checkpoint(run_dir, step)  # a clear error listing the steps that exist
     model = load_checkpoint(run_dir, step, device)
     layers, heads = choose_maps(model.config.num_hidden_layers, model.config.num_attention_heads, layers, heads)
-    ids = input_ids(D.load_tokenizer(run_dir), task, n_sentences, seq_len, seed)
+    ids = input_ids(load_tokenizer(run_dir), task, n_sentences, seq_len, seed)
     maps, ent, diag = attention_maps(model, ids, device, by_input=True)
     rows = step_rows(maps, ent, task, len(ids), causal_mask(find_checkpoint(run_dir, step), maps))
     write_results(run_dir, ANALYSIS, step, rows, map_samples(maps, task, layers, heads, len(ids)),
@@ -237,7 +236,7 @@ def emergence_step(curve: pd.Series, floor=None, end_se: float = 0.0, min_rise: 
 def special_tokens(run_dir) -> tuple[bool, bool]:
     ("Whether the run's tokenizer puts a special token before each text (`[CLS]`) and after it (`[SEP]`); both where "
      "the run holds no tokenizer (ours and BERT's).")
-    try: tok = D.load_tokenizer(run_dir)
+    try: tok = load_tokenizer(run_dir)
     except (OSError, ValueError): return True, True
     return tok.prefix > 0, tok.n_added > tok.prefix
 

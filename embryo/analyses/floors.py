@@ -16,6 +16,8 @@ import numpy as np
 from ..text import data as D
 from .downstream import Example, Task
 from .finetune import metrics
+from ..text.corpus import read_corpus
+from ..text.corpus import corpus_fingerprint
 
 # %% auto #0
 __all__ = ['NGRAM_K', 'NGRAM_TASKS', 'chance_score', 'bow_score', 'corpus_bigrams', 'ngram_features', 'ngram_score',
@@ -56,12 +58,12 @@ def _ngram_tokens(text: str) -> list[str]: return ["<s>", *_TOKEN.findall(text.l
 _BIGRAMS: dict = {}
 
 def corpus_bigrams(corpus) -> tuple:
-    "(unigram counts, bigram counts) of the words of `corpus` (a path `D.read_corpus` reads), kept per file."
+    "(unigram counts, bigram counts) of the words of `corpus` (a path `read_corpus` reads), kept per file."
     from collections import Counter
-    key = (str(corpus), D._fingerprint(corpus)) if isinstance(corpus, (str, os.PathLike)) else None
+    key = (str(corpus), corpus_fingerprint(corpus)) if isinstance(corpus, (str, os.PathLike)) else None
     if key in _BIGRAMS: return _BIGRAMS[key]
     uni, bi = Counter(), Counter()
-    for doc in D.read_corpus(corpus):
+    for doc in read_corpus(corpus):
         for s in doc:
             w = _ngram_tokens(s); uni.update(w); bi.update(zip(w, w[1:]))
     if key is not None: _BIGRAMS[key] = (uni, bi)

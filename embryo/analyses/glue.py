@@ -33,6 +33,7 @@ from .floors import NGRAM_TASKS, bow_score, chance_score, ngram_score, pretraini
 
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
 DEFAULT_MAX_TRAIN = 500  # training examples per task by default: both built-in tasks finetune in minutes on a CPU
+from ..text.tokenizer import load_tokenizer
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'DEFAULT_MAX_TRAIN', 'SETTINGS', 'AGGREGATES', 'REPORT', 'subsample', 'example_scores', 'run_task',
@@ -125,7 +126,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
     find_checkpoint(run_dir, step)
     data = {t: load_task(t, glue_dir) for t in names}  # every file is checked before the first task trains
     pre = load_checkpoint(run_dir, step, device)
-    tok = D.load_tokenizer(run_dir)
+    tok = load_tokenizer(run_dir)
     corpus = pretraining_text(run_dir) if set(names) & set(NGRAM_TASKS) else None
     runs = {name: [] for name in names}  # per task: (metrics, settings, started from MNLI) of each seed
     for s in range(seed, seed + seeds):

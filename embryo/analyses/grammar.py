@@ -17,13 +17,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..text import data as D
+from ..text.packages import data_dir, download
+from ..text.corpora import detokenize, read_brown, SOURCES
+from ..text.sentences import align
 from ..config import ConfigError, atomic_write
 from ..runs.run import Run, load_checkpoint, masked_lm_at, resolve_step
 from ..runs.series import series_lacks
 from ..model.model import autocast, resolve_precision
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
-from .reconstruction import align
 from ..runs.results import done_steps, markdown_table, read_results, read_scores, score_rows, write_results
 
 # %% auto #0
@@ -47,7 +48,7 @@ NOT_PAIRED = ("be", "have", "do", "get", "bear", "light")  # auxiliaries, and fo
 def brown_counts(root=None) -> tuple[Counter, dict[tuple[str, str], Counter]]:
     ("How often Brown tags each lowercased word with each base tag, and which base tag follows it each time; read once "
      "per process (about 6 s here; the counts are shared, so read them, never change them).")
-    files, _ = D.read_brown(D.download(D.SOURCES["brown"], root, verbose=False))
+    files, _ = read_brown(download(SOURCES["brown"], root, verbose=False))
     counts, after = Counter(), defaultdict(Counter)
     for sents in files.values():
         for s in sents:
@@ -172,7 +173,7 @@ def generate_pairs(lex: Lexicon, n_pairs: int = 300, seed: int = 0) -> list[dict
     for k, (name, f) in enumerate(PARADIGMS.items()):
         rng, seen = np.random.default_rng([seed, k]), set()
         while len(seen) < n_pairs:
-            good, bad = (D.detokenize(w).capitalize() + "." for w in f(lex, rng, len(seen) % 2 == 1))
+            good, bad = (detokenize(w).capitalize() + "." for w in f(lex, rng, len(seen) % 2 == 1))
             if (good, bad) in seen: continue
             seen.add((good, bad))
             out.append(dict(sentence_good=good, sentence_bad=bad, UID=name, pairID=str(len(seen) - 1)))
@@ -183,7 +184,7 @@ PAIRS_FORMAT = 1  # bump when the lexicon or the templates change, so the cached
 
 def paradigm_pairs(n_pairs: int = 300, seed: int = 0, root=None) -> Path:
     "The BLiMP-format file of the generated pairs (`generate_pairs` on Brown's lexicon), made once in the data folder."
-    f = D.data_dir(root) / "grammar" / f"pairs-v{PAIRS_FORMAT}-{n_pairs}-{seed}.jsonl"
+    f = data_dir(root) / "grammar" / f"pairs-v{PAIRS_FORMAT}-{n_pairs}-{seed}.jsonl"
     if not f.exists():
         lines = [json.dumps(p) for p in generate_pairs(brown_lexicon(root=root), n_pairs, seed)]
         atomic_write(f, "\n".join(lines) + "\n")

@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 import pandas as pd
 import torch
 
-from ..text import data as D
+from ..text.tokenizer import load_tokenizer
 from ..config import atomic_write
 from ..runs.run import load_checkpoint, resolve_step, Run
 from ..runs.series import series_lacks
@@ -216,7 +216,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     run_dir = Path(run_dir)
     model = load_checkpoint(run_dir, int(step), device, mlm=True)
-    tok = D.load_tokenizer(run_dir)
+    tok = load_tokenizer(run_dir)
     allrels = load_facts(facts)
     chosen = select_relations(allrels, relations)
     cache = {}
@@ -250,7 +250,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
 def applies_to(run) -> str | None:
     "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
     if why := series_lacks(run, "mlm_head"): return why
-    try: tok = D.load_tokenizer(run)
+    try: tok = load_tokenizer(run)
     except FileNotFoundError: return None  # the analysis itself names what is missing
     if tok.encode("the city") != tok.encode(" the city"):  # byte-level BPE: "Ġthe" after a space, "the" at the start
         return (f"the tokenizer of {Run.of(run).name} writes a word differently after a space (byte-level BPE), and "

@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..text import data as D
+from ..text.corpora import detokenize
+from ..text.sentences import tagged_sentences
 from ..config import atomic_write
 from ..model.model import autocast, resolve_precision
 from ..runs.run import masked_lm_at, list_steps, resolve_step
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, fill_steps, legend_below, legend_entries, plot_steps, save_figure, step_axis
-from .reconstruction import tagged_sentences
 from ..runs.results import markdown_table, read_results, read_scores, read_settings, score_rows, write_results
 
 # %% auto #0
@@ -40,7 +40,7 @@ MASK_PROB = 0.15
 def mlm_batches(tok, n_batches: int = N_BATCHES, batch_size: int = BATCH_SIZE, seq_len: int = SEQ_LEN,
                 mask_prob: float = MASK_PROB, seed: int = 0) -> list[dict]:
     "Fixed masked batches of held-out Brown: pieces packed in order into `seq_len`, `mask_prob` of each masked once."
-    text = [D.detokenize(s.words).lower() for s in tagged_sentences()]
+    text = [detokenize(s.words).lower() for s in tagged_sentences()]
     flat, body = [t for ids in tok.encode_batch(text) for t in ids], seq_len - tok.n_added
     rows = [tok.wrap(flat[i * body:(i + 1) * body]) for i in range(n_batches * batch_size)]
     ids = torch.tensor(rows); labels = torch.full_like(ids, -100)

@@ -15,13 +15,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..text import data as D
+from ..text.corpus import corpus_fingerprint, read_corpus
+from ..text.corpora import detokenize
+from ..text.tokenizer import load_tokenizer
+from ..text.sentences import brown_sentences
 from ..config import atomic_write
 from ..runs.run import Run, masked_lm_at, max_length, read_run_config, resolve_step
 from ..runs.settings import corpus_file
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
-from .probing import brown_sentences
 from ..runs.results import markdown_table, read_results, read_scores, score_rows, write_results
 
 # %% auto #0
@@ -58,13 +60,13 @@ def ngram_counts(seqs, V: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 # %% ../../nbs/08b_ngram.ipynb #f889b569
 def corpus_counts(run_dir, tok=None, corpus=None, cache: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     "`ngram_counts` of the run's training corpus (or `corpus`) with its tokenizer, cached in `<run_dir>/cache/ngram`."
-    tok = tok or D.load_tokenizer(run_dir)
+    tok = tok or load_tokenizer(run_dir)
     corpus = corpus or corpus_file(read_run_config(run_dir)[2])
-    key = hashlib.sha256(f"{tok.sha256}|{D._fingerprint(corpus)}|{ANALYSIS}-1".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{tok.sha256}|{corpus_fingerprint(corpus)}|{ANALYSIS}-1".encode()).hexdigest()[:16]
     f = Path(run_dir) / "cache" / ANALYSIS / f"counts_{key}.npz"
     if cache and f.exists():
         z = np.load(f); return {o: (z[f"{o}_keys"], z[f"{o}_counts"]) for o in ORDERS}
-    seqs = [tok.wrap(x) for x in tok.encode_batch([s for doc in D.read_corpus(corpus) for s in doc]) if x]
+    seqs = [tok.wrap(x) for x in tok.encode_batch([s for doc in read_corpus(corpus) for s in doc]) if x]
     out = ngram_counts(seqs, tok.vocab_size)
     if cache:
         arrays = {f"{o}_{n}": v for o, kv in out.items() for n, v in zip(("keys", "counts"), kv)}
@@ -87,7 +89,7 @@ def masked_positions(tok, max_sentences: int = 1000, seed: int = 0, max_len: int
     ("Held-out Brown sentences with every `EVERY`-th piece (from a seeded offset) masked; sentences over `max_len` "
      "left out.")
     rng, inputs, rows = np.random.default_rng(seed), [], []
-    texts = [D.detokenize(w) for w, _ in brown_sentences(max_sentences, seed)]
+    texts = [detokenize(w) for w, _ in brown_sentences(max_sentences, seed)]
     for k, ids in enumerate(tok.encode_batch(texts)):
         seq = tok.wrap(ids)
         if len(ids) < 2 or len(seq) > max_len: continue

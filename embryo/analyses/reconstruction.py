@@ -16,7 +16,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..text import data as D
+from ..text.corpus import read_corpus
+from ..text.tokenizer import load_tokenizer
+from ..text.sentences import (FUNCTION_WORDS, POS_CLASSES, VERB_FORMS, Sentence, align, sentence_text,
+                                    tagged_sentences)
 from ..config import atomic_write
 from ..model.model import autocast
 from ..runs.run import Run, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length
@@ -27,116 +30,14 @@ from ..runs.results import write_results, read_results, markdown_table, score_ro
 from ..runs.verdicts import Rise, apart, half_rise, learned, mean_rise, order  # the rules every verdict follows (03b)
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'POS_CLASSES', 'FUNCTION_WORDS', 'VERB_FORMS', 'FREQ_BINS', 'PENN_CLASS', 'PENN_FORM', 'BROWN_CLASS',
-           'BROWN_FORM', 'LEARNED', 'FLOOR', 'GROUP_SETS', 'REPORT', 'brown_base_tag', 'brown_class', 'penn_class',
-           'Sentence', 'read_conll2012_pos', 'tagged_sentences', 'sentence_text', 'align', 'token_counts',
-           'token_ranks', 'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'word_scores', 'score_words',
-           'evaluate_words', 'evaluate_model', 'floor_rows', 'evaluate_step', 'applies_to', 'curves', 'floors',
-           'learned_groups', 'half_rises', 'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order',
-           'verdicts']
+__all__ = ['ANALYSIS', 'FREQ_BINS', 'LEARNED', 'FLOOR', 'GROUP_SETS', 'REPORT', 'token_counts', 'token_ranks', 'freq_bin', 'Item',
+           'select_words', 'accuracy_rows', 'word_scores', 'score_words', 'evaluate_words', 'evaluate_model',
+           'floor_rows', 'evaluate_step', 'applies_to', 'curves', 'floors', 'learned_groups', 'half_rises',
+           'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order', 'verdicts']
 
 # %% ../../nbs/04_reconstruction.ipynb #ca174f21
 ANALYSIS = "reconstruction"  # the `analysis` name of this notebook's rows in the results database
-POS_CLASSES = ("conjunction", "determiner", "preposition", "adjective", "adverb", "verb", "noun", "proper_noun")
-FUNCTION_WORDS = ("conjunction", "determiner", "preposition")
-VERB_FORMS = ("base", "past", "gerund", "past_participle", "3rd_singular")
 FREQ_BINS = ((50, 99), (300, 349), (1550, 1599))  # ranks of tokens by count in the pretraining corpus (appendix C.3)
-
-PENN_CLASS = {"CC": "conjunction", "DT": "determiner", "PDT": "determiner", "IN": "preposition",
-              **dict.fromkeys(("JJ", "JJR", "JJS"), "adjective"), **dict.fromkeys(("RB", "RBR", "RBS"), "adverb"),
-              **dict.fromkeys(("VB", "VBD", "VBG", "VBN", "VBP", "VBZ"), "verb"),
-              **dict.fromkeys(("NN", "NNS"), "noun"), **dict.fromkeys(("NNP", "NNPS"), "proper_noun")}
-PENN_FORM = {"VB": "base", "VBD": "past", "VBG": "gerund", "VBN": "past_participle", "VBZ": "3rd_singular"}
-
-BROWN_CLASS = {"cc": "conjunction", **dict.fromkeys(("at", "dt", "dti", "dts", "dtx", "abn", "abx"), "determiner"),
-               **dict.fromkeys(("in", "cs"), "preposition"), **dict.fromkeys(("jj", "jjr", "jjs", "jjt"), "adjective"),
-               **dict.fromkeys(("rb", "rbr", "rbt", "rn", "ql", "qlp"), "adverb"),
-               **dict.fromkeys(("nn", "nns"), "noun"), **dict.fromkeys(("np", "nps"), "proper_noun")}
-BROWN_FORM = {**dict.fromkeys(("vb", "be", "do", "hv"), "base"),
-              **dict.fromkeys(("vbd", "bed", "bedz", "dod", "hvd"), "past"),
-              **dict.fromkeys(("vbg", "beg", "hvg"), "gerund"), **dict.fromkeys(("vbn", "ben", "hvn"),
-                                                                                "past_participle"),
-              **dict.fromkeys(("vbz", "bez", "doz", "hvz"), "3rd_singular"),
-              **dict.fromkeys(("bem", "ber"), None)}  # am, are: verbs, but no form of Fig. 7 (Penn VBP)
-
-# %% ../../nbs/04_reconstruction.ipynb #20d9b89c
-def brown_base_tag(tag: str) -> str | None:
-    ("A Brown tag without its title/headline/cited suffixes and possessive mark; None for foreign, contracted or "
-     "negated words.")
-    t = tag.lower()
-    if t.startswith("fw-") or "+" in t or "*" in t: return None
-    while t[-3:] in ("-tl", "-hl", "-nc"): t = t[:-3]
-    return t.rstrip("$") or None
-
-# %% ../../nbs/04_reconstruction.ipynb #9169d78a
-def brown_class(tag: str) -> tuple[str | None, str | None]:
-    "(POS class, verb form) of a Brown tag; (None, None) outside the paper's classes."
-    t = brown_base_tag(tag)
-    if t is None: return None, None
-    if t in BROWN_FORM: return "verb", BROWN_FORM[t]
-    return BROWN_CLASS.get(t), None
-
-# %% ../../nbs/04_reconstruction.ipynb #bace0150
-def penn_class(tag: str) -> tuple[str | None, str | None]:
-    "(POS class, verb form) of a Penn Treebank tag."
-    return PENN_CLASS.get(tag), PENN_FORM.get(tag)
-
-# %% ../../nbs/04_reconstruction.ipynb #09d4e881
-@dataclass
-class Sentence:
-    "Words of one sentence with the paper's class and verb form of each (None outside the classes)."
-    words: list[str]
-    classes: list[str | None]
-    forms: list[str | None]
-
-# %% ../../nbs/04_reconstruction.ipynb #2d9a55b6
-def read_conll2012_pos(path) -> list[tuple[list[str], list[str]]]:
-    "(words, Penn tags) of every sentence in a CoNLL-2012 file or a folder of `*_conll` files (notebook 07's reader)."
-    return [(s.words, s.pos) for s in D.read_conll2012(path)]  # the one CoNLL-2012 reader (notebook 02)
-
-# %% ../../nbs/04_reconstruction.ipynb #0ac17015
-def tagged_sentences(source=None) -> list[Sentence]:
-    "The evaluation text: the held-out Brown files (default) or OntoNotes CoNLL-2012 files at `source`."
-    if source is None:
-        rows = [json.loads(l) for l in (D.fetch(verbose=False) / "heldout_brown.jsonl").read_text().splitlines()]
-        pairs, classify = [(r["words"], r["tags"]) for r in rows], brown_class
-    else:
-        pairs, classify = read_conll2012_pos(source), penn_class
-    out = []
-    for words, tags in pairs:
-        cf = [classify(t) for t in tags]
-        out.append(Sentence(list(words), [c for c, _ in cf], [f for _, f in cf]))
-    return out
-
-# %% ../../nbs/04_reconstruction.ipynb #06eadcb2
-_CLOSE = {".", ",", ";", ":", "?", "!", "%", ")", "]", "}", "''", "'", "...", "n't", "'s"}
-_OPEN = {"(", "[", "{", "$", "``"}
-
-def sentence_text(words: Sequence[str], normalise=D.preprocess_text) -> tuple[str, list[tuple[int, int]]]:
-    "The text of a word list, each word `normalise`d (default: for our SentencePiece), and each word's UTF-8 byte span."
-    text, spans, pos = "", [], 0
-    for i, w in enumerate(words):
-        piece = normalise(w)
-        sep = "" if i == 0 or w in _CLOSE or words[i - 1] in _OPEN else " "
-        text += sep; pos += len(sep.encode())
-        spans.append((pos, pos + len(piece.encode())))
-        text += piece; pos += len(piece.encode())
-    return text, spans
-
-# %% ../../nbs/04_reconstruction.ipynb #cfd69a5d
-def align(tok, words: Sequence[str]) -> tuple[list[int], list[tuple[int, int] | None]]:
-    ("Token ids of the sentence and, per word, its [start, end) token range (None where a piece crosses the word's "
-     "edge).")
-    text, spans = sentence_text(words, tok.normalise)
-    ids, starts, ends = tok.piece_spans(text)
-    out, j = [], 0
-    for ws, we in spans:
-        while j < len(ids) and starts[j] < ws: j += 1  # pieces of earlier words
-        straddles = j > 0 and ends[j - 1] > ws
-        k = j
-        while k < len(ids) and starts[k] < we: k += 1
-        out.append((j, k) if k > j and not straddles and max(ends[j:k]) <= we else None)
-    return ids, out
 
 # %% ../../nbs/04_reconstruction.ipynb #00524e2f
 def token_counts(run_dir, tok) -> np.ndarray:
@@ -152,7 +53,7 @@ def token_counts(run_dir, tok) -> np.ndarray:
     counts = np.zeros(tok.vocab_size, dtype=np.int64)
     if corpus is not None:
         # a text file, a folder, dataset files or a hub name alike
-        lines = [s for d in D.read_corpus(corpus) for s in d]
+        lines = [s for d in read_corpus(corpus) for s in d]
     else:
         lines = [sentence_text(s.words, tok.normalise)[0] for s in tagged_sentences()]
     for i in range(0, len(lines), 20000):
@@ -318,7 +219,7 @@ def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", max_wor
      "database.")
     step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
     find_checkpoint(run_dir, step)  # a clear error listing the steps that exist
-    tok = D.load_tokenizer(run_dir)
+    tok = load_tokenizer(run_dir)
     sentences = sentences if sentences is not None else tagged_sentences()
     ranks = token_ranks(token_counts(run_dir, tok), tok.special_ids)
     model = load_checkpoint(run_dir, step, device, mlm=True)

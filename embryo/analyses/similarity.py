@@ -16,13 +16,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..text import data as D
+from ..text.tokenizer import load_tokenizer
+from ..text.sentences import brown_sentences
 from ..config import atomic_write
 from ..runs.series import REFERENCE, reference_run, series_lacks
 from ..runs.run import SeriesError, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length
 from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, legend_entries, plot_steps, reference_label, save_figure, step_axis)
-from .probing import layer_colour, weights_id, brown_sentences, span_means
+from .probing import layer_colour, weights_id, span_means
 from ..runs.results import markdown_table, read_results, read_settings, write_results
 from ..runs.verdicts import Rise, order  # the rules every verdict follows (notebook 03b)
 
@@ -158,7 +159,7 @@ def representations(run_dir, step: int, device="cpu", max_tokens: int = 4096, se
     ("(n, L+1, H) float16 representations of the sampled words at every layer of checkpoint `step`, and the kept mask "
      "(cached).")
     run_dir, step = Path(run_dir), int(step)
-    tok = D.load_tokenizer(run_dir)
+    tok = load_tokenizer(run_dir)
     texts, spans = token_sample(max_tokens, seed)
     key = f"{weights_id(run_dir, step, tok)}|{_sample_key(texts, spans)}"
     if cache and (got := _read_cache(cache_file(run_dir, step), key)) is not None: return got

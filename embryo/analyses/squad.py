@@ -49,6 +49,7 @@ def sample_dir() -> Path:
         raise SquadDataError(f"no sample SQuAD files at {d} (they come with a source checkout); pass squad_dir=<your "
                              "SQuAD 2.0 folder>")
     return d
+from ..text.tokenizer import load_tokenizer
 
 # %% auto #0
 __all__ = ['DEFAULT_MAX_TRAIN', 'FILES', 'ANALYSIS', 'TASK', 'SQUAD', 'DOC_STRIDE', 'MAX_QUERY_LENGTH', 'MAX_ANSWER_LENGTH',
@@ -390,7 +391,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
     data = load_squad(squad_dir)
     train, dev = subsample(data["train"], max_train_examples, seed), subsample(data["dev"], max_dev_examples,
                                                                                SPLIT_SEED)
-    pre, tok = load_checkpoint(run_dir, step, device), D.load_tokenizer(run_dir)
+    pre, tok = load_checkpoint(run_dir, step, device), load_tokenizer(run_dir)
     max_len = max_seq_length(run_dir, pre, SQUAD)
     q_len, stride = window_settings(max_len, doc_stride, max_query_length)
     train_f, unread = features(tok, train, max_len, doc_stride, max_query_length)

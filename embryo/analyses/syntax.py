@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..text import data as D
+from ..model.model import torch_threads
+from ..text.tokenizer import load_tokenizer
+from ..text.sentences import align, brown_sentences, silver_annotation
 from .attention import attention_maps, layer_colours
 from ..config import atomic_write
 from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length
 from ..runs.series import series_lacks
 from ..runs.figures import REFERENCE_STYLE, figure_dir, plot_steps, reference_label, save_figure, step_axis
-from .probing import brown_sentences, silver_annotation, torch_threads
-from .reconstruction import align
 from ..runs.results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
 from ..runs.verdicts import Z, learned  # the rules every verdict follows (notebook 03b)
 
@@ -238,7 +238,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     find_checkpoint(run_dir, step)  # a clear error listing the steps that exist
     gold = read_treebank(treebank) if treebank is not None else None  # a bad treebank fails before the model loads
     model = load_checkpoint(run_dir, step, device)
-    tok = D.load_tokenizer(run_dir)
+    tok = load_tokenizer(run_dir)
     rows, scores = [], []
     for task, sents in (("silver", silver_sentences()), ("gold", gold)):
         if sents is None: continue

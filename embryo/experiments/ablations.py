@@ -18,18 +18,21 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..text import data as D
+from ..text.packages import data_dir
+from ..text.tokenizer import cached_tokenizer
 from ..config import atomic_write, get_config, get_train_config, ConfigError, SHARING, split_names, CPU_FINETUNE
-from ..model.model import count_parameters, AlbertForPreTraining
+from ..model.model import count_parameters
 from ..train import pretrain as P
-from ..train.optim import Lamb, param_groups
-from ..train.batches import run_config
-from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
 from ..analyses import glue
 from ..runs.results import markdown_table, binomial_se
 from ..runs.verdicts import readable
-from ..runs.run import read_run_config, list_steps
+from ..runs.run import read_run_config
+from ..model.model import AlbertForPreTraining
+from ..runs.run import list_steps
 from ..runs.settings import corpus_file
+from ..train.batches import run_config
+from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
+from ..train.optim import Lamb, param_groups
 
 # %% auto #0
 __all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT', 'Variant', 'get_scale',
@@ -119,7 +122,7 @@ def shared_tokenizer(root, scale: dict) -> Path:
     if scale["name"] == "micro": shutil.copy(fixture_run() / "spiece.model", out)
     else:
         _, mc, tc = run_configs(Variant(), scale, 0, 1)
-        D.cached_tokenizer(corpus_file(tc), root, tc.tokenizer_vocab_size)
+        cached_tokenizer(corpus_file(tc), root, tc.tokenizer_vocab_size)
     return out
 
 # %% ../../nbs/09_albert_ablations.ipynb #4305154f
@@ -367,7 +370,7 @@ def speed_table(presets: Sequence[str], batch: int = 2, seq: int = 64, steps: in
 def default_root(preset: str | None) -> Path:
     ("Where a scale's runs live: the data dir for the micro scale (like the fixture), `runs/ablations/<preset>` "
      "otherwise.")
-    return D.data_dir() / "runs" / "ablations-micro" if preset is None else Path("runs") / "ablations" / preset
+    return data_dir() / "runs" / "ablations-micro" if preset is None else Path("runs") / "ablations" / preset
 
 # %% ../../nbs/09_albert_ablations.ipynb #eaea32ed
 def _state(root) -> dict:

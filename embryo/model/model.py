@@ -27,8 +27,9 @@ __all__ = ['ACT', 'PAPER_PARAMS', 'TIED_KEYS', 'EMBEDDING_PROJECTION', 'AlbertEm
            'AlbertLayerGroup', 'share_layers', 'AlbertTransformer', 'extended_mask', 'num_parameters', 'AlbertModel',
            'AlbertMLMHead', 'AlbertSOPHead', 'PretrainingOutput', 'gather_masked', 'AlbertForPreTraining',
            'count_parameters', 'param_table', 'write_param_tables', 'native_bf16', 'resolve_precision', 'autocast',
-           'CheckpointError', 'to_hf_config', 'from_hf_config', 'add_identity_projection', 'hf_state_dict',
-           'write_safetensors', 'save_pretrained', 'load_safetensors', 'weight_shards', 'load_pretrained']
+           'torch_threads', 'CheckpointError', 'to_hf_config', 'from_hf_config', 'add_identity_projection',
+           'hf_state_dict', 'write_safetensors', 'save_pretrained', 'load_safetensors', 'weight_shards',
+           'load_pretrained']
 
 # %% ../../nbs/01_model.ipynb #736c51b7
 class AlbertEmbeddings(nn.Module):
@@ -375,6 +376,15 @@ def _bf16(device):
     # CPU: its flash backward is slow
     kernels = sdpa_kernel([SDPBackend.MATH]) if device.type == "cpu" else nullcontext()
     with torch.autocast(device.type, torch.bfloat16), kernels: yield
+
+# %% ../../nbs/01_model.ipynb #37f59575
+@contextmanager
+def torch_threads(n: int):
+    ("Run the block with at most `n` torch threads (for work too small to gain from more: the probes, one-sentence "
+     "forward passes).")
+    old = torch.get_num_threads(); torch.set_num_threads(max(1, min(n, old)))
+    try: yield
+    finally: torch.set_num_threads(old)
 
 # %% ../../nbs/01_model.ipynb #53cf6fb2
 class CheckpointError(ValueError):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag
-from ..text.data import HF_TOKENIZER_FILES
+from ..text.tokenizer import HF_TOKENIZER_FILES
 from ..model.model import load_safetensors, write_safetensors
 from ..runs.run import checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, MODEL_CARD
 from ..runs.series_check import check_series

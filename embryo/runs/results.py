@@ -433,11 +433,11 @@ def describe_results(run_dir) -> pd.DataFrame:
 # %% ../../nbs/03a_results.ipynb #1f43c8e0
 TRANSITION_METRICS = {"drop": "drop", "loss_before": "before", "loss_after": "after", "rate": "rate",
                       "start_step": "start_step",
-                      # metric -> the field of `embryo.train.pretrain.transitions`' dicts
+                      # metric -> the field of `embryo.runs.run.transitions`' dicts
                       "end_step": "end_step", "open": "open"}
 
 def write_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
-    ("Store the run's loss transitions (`embryo.train.pretrain.run_transitions`) as analysis `pretraining`, replacing those "
+    ("Store the run's loss transitions (`embryo.runs.run.run_transitions`) as analysis `pretraining`, replacing those "
      "stored before.")
     from embryo.runs.run import run_transitions
     found, now = run_transitions(run_dir, key), time.time()

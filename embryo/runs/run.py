@@ -16,6 +16,7 @@ from ..config import (ModelConfig, TrainConfig, ConfigError, atomic_write, fsync
 from ..model.model import CheckpointError, PretrainingOutput, load_pretrained, weight_shards
 from ..model.electra import GENERATOR, is_electra, load_electra, quiet_transformers
 from ..text import data as D
+from ..text.tokenizer import HF_TOKENIZER_FILES, TokenizerError, load_tokenizer
 
 # %% auto #0
 __all__ = ['MODEL_CARD', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR',
@@ -137,7 +138,7 @@ def save_checkpoint(model, run_dir, step: int, card=None) -> Path:
     if tmp.exists(): shutil.rmtree(tmp)
     model.save_pretrained(tmp)
     for folder in (tmp, tmp / GENERATOR):  # an ELECTRA checkpoint's generator is a model folder of its own
-        for name in D.HF_TOKENIZER_FILES if (folder / "config.json").exists() else ():
+        for name in HF_TOKENIZER_FILES if (folder / "config.json").exists() else ():
             if (Path(run_dir) / name).exists(): shutil.copyfile(Path(run_dir) / name, folder / name)
     if card is not None: atomic_write(tmp / MODEL_CARD, card(tmp))
     replace_dir(tmp, final)
@@ -159,7 +160,7 @@ def masked_lm_at(run_dir, step: int | str | None = None, device="cpu") -> tuple[
     ("(run folder, step, tokenizer, masked LM in eval mode) of checkpoint `step` (None: the last; a step that is not "
      "there: `CheckpointNotFound`).")
     step = resolve_step(run_dir, step)
-    return Path(run_dir), step, D.load_tokenizer(run_dir), load_checkpoint(run_dir, step, device, mlm=True).eval()
+    return Path(run_dir), step, load_tokenizer(run_dir), load_checkpoint(run_dir, step, device, mlm=True).eval()
 
 # %% ../../nbs/02a_run.ipynb #a17076c4
 def read_config(f: Path) -> dict:
@@ -270,7 +271,7 @@ def loss_pace(rows, step: int, key: str = "mlm_loss", width: float = 0.15) -> fl
 TRANSITIONS_FILE = "transitions.json"  # in the run's logs/, beside train.jsonl
 # a cache of another method is recomputed
 TRANSITIONS_METHOD = ("PELT, L2 cost on the pace per log10 step, open drops at the log's end "
-                      "(embryo.train.pretrain.transitions)")
+                      "(embryo.runs.run.transitions)")
 
 # %% ../../nbs/02a_run.ipynb #7298fb33
 def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
@@ -428,14 +429,14 @@ def check_weights(model, folder):
 def check_vocabulary(n_pieces: int, rows: int, run_dir):
     "A `TokenizerError` where a tokenizer of `n_pieces` cannot be the one of a model with `rows` embedding rows."
     if n_pieces > rows or n_pieces < rows // 2:
-        raise D.TokenizerError(f"the tokenizer of {run_dir} has {n_pieces:,} pieces but its model has {rows:,} "
+        raise TokenizerError(f"the tokenizer of {run_dir} has {n_pieces:,} pieces but its model has {rows:,} "
                                f"embedding rows: they belong to different models; put the series' own tokenizer in "
                                f"{run_dir} (tokenizer.save_pretrained)")
 
 def _vocabulary_size(run_dir) -> int | None:
     "The number of pieces of the run's tokenizer, or None where it has none (a model made by hand)."
-    try: return len(D.load_tokenizer(run_dir))
-    except D.TokenizerError: return None
+    try: return len(load_tokenizer(run_dir))
+    except TokenizerError: return None
 
 # %% ../../nbs/02a_run.ipynb #fb8ba9b4
 @torch.no_grad()
@@ -487,7 +488,7 @@ class Run(os.PathLike):
     def load(self, step: int, device="cpu", mlm: bool = False):
         "The model of `step`, in eval mode."
         return load_checkpoint(self.path, step, device, mlm)
-    def tokenizer(self): "The run's tokenizer (SentencePiece, or another)."; return D.load_tokenizer(self.path)
+    def tokenizer(self): "The run's tokenizer (SentencePiece, or another)."; return load_tokenizer(self.path)
     kind = property(lambda self: checkpoint_kind(self.checkpoint(self.steps[-1])) if self.steps else None)  # its newest
     log = property(lambda self: train_log(self.path))  # the training log's records
     transitions = property(lambda self: run_transitions(self.path))  # the loss's phase transitions

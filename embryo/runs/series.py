@@ -16,6 +16,9 @@ from ..config import atomic_write, temp_tag
 from ..model.electra import quiet_transformers
 from .run import SeriesError, Run, find_checkpoint, list_steps, refuse_remote_code
 from ..text import data as D
+from ..text.corpora import fetch
+from ..text.packages import data_dir
+from ..text.tokenizer import HF_VOCAB_FILES, Tokenizer, load_tokenizer
 
 # %% auto #0
 __all__ = ['STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE', 'SOURCE_FILE', 'HUB_FILES', 'REFERENCE', 'NEEDS', 'step_of', 'trainer_log',
@@ -74,9 +77,9 @@ def series_tokenizer(folders: Sequence[Path], dst: Path):
     if any((dst / n).exists() for n in ("spiece.model", "tokenizer.json")): return
     for p in folders:
         if (p / "spiece.model").is_file():
-            try: D.Tokenizer(p / "spiece.model"); shutil.copyfile(p / "spiece.model", dst / "spiece.model"); return
+            try: Tokenizer(p / "spiece.model"); shutil.copyfile(p / "spiece.model", dst / "spiece.model"); return
             except ValueError: pass  # not ALBERT's five special symbols: read it through transformers
-        if any((p / n).is_file() for n in D.HF_VOCAB_FILES):
+        if any((p / n).is_file() for n in HF_VOCAB_FILES):
             from transformers import AutoTokenizer
             refuse_remote_code(p)
             with quiet_transformers(): tok = AutoTokenizer.from_pretrained(p, trust_remote_code=False)
@@ -205,7 +208,7 @@ def reference_run(dst=None, folder=None) -> Path:
     ("The trained reference (its package's model `folder`) as a run of one checkpoint (step 0), linked into `dst` "
      "(default: the data dir's runs/); linked again where the link points elsewhere, as into the virtual environment of "
      "a clone since deleted (the data dir outlives clones).")
-    dst = Path(dst or D.data_dir() / "runs" / REFERENCE["name"])
+    dst = Path(dst or data_dir() / "runs" / REFERENCE["name"])
     try: folder = Path(folder or reference_folder()).resolve()
     except SeriesError:
         if list_steps(dst): return dst  # the package is gone from here, but the run still reaches a copy of it

@@ -9,6 +9,10 @@ from pathlib import Path
 from ..config import TrainConfig, atomic_write, run_config_file, migrate_run_config
 from .run import checkpoint_dir, list_steps, read_config, read_run_config
 from ..text import data as D
+from ..text.corpora import CORPORA, fetch
+from ..text.corpus import CorpusError
+from ..text.tokenizer import HF_TOKENIZER_FILES, hf_tokenizer_files
+from ..text.corpus import DATASET_EXT
 
 # %% auto #0
 __all__ = ['CORPUS_FORMS', 'checkpoint_steps', 'saved_steps', 'corpus_file', 'write_tokenizer_files', 'complete_run']
@@ -40,7 +44,7 @@ def _one_of(names) -> str:
     names = [repr(n) for n in names]
     return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
-CORPUS_FORMS = (f"a built-in corpus ({_one_of(D.CORPORA)}), a text file or a folder of .txt files (one sentence a line, a blank line between "
+CORPUS_FORMS = (f"a built-in corpus ({_one_of(CORPORA)}), a text file or a folder of .txt files (one sentence a line, a blank line between "
                 "documents), a datasets file (.jsonl, .json, .csv, .parquet) or a folder written by "
                 "Dataset.save_to_disk, each with a 'text' column of one document a row, a datasets.Dataset, or a hub "
                 "dataset name (where online)")
@@ -48,27 +52,27 @@ CORPUS_FORMS = (f"a built-in corpus ({_one_of(D.CORPORA)}), a text file or a fol
 def corpus_file(tc: TrainConfig) -> Path | str:
     ("Where the training text of `tc.corpus` is read from: the built-in corpus (fetched on first use), a file or "
      "folder, or a hub name.")
-    if tc.corpus in D.CORPORA: return D.fetch(tc.corpus) / "train.txt"
+    if tc.corpus in CORPORA: return fetch(tc.corpus) / "train.txt"
     p = Path(tc.corpus).expanduser()
     if p.exists():
         if p.is_file() and p.suffix in ("", ".txt"):
             with open(p, "rb") as f:
                 if not any(line.strip() for line in f):
-                    raise D.CorpusError(f"corpus {p} is empty: fill it with text, one sentence a line, a blank line "
+                    raise CorpusError(f"corpus {p} is empty: fill it with text, one sentence a line, a blank line "
                                         "between documents")
         return p
-    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", tc.corpus) and p.suffix not in (".txt", *D._DATASET_EXT):
+    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", tc.corpus) and p.suffix not in (".txt", *DATASET_EXT):
         return tc.corpus  # a hub dataset name: `read_corpus` loads it, or says why it cannot
-    raise D.CorpusError(f"corpus {tc.corpus!r} does not exist; pass {CORPUS_FORMS} (embryo pretrain --set corpus=...)")
+    raise CorpusError(f"corpus {tc.corpus!r} does not exist; pass {CORPUS_FORMS} (embryo pretrain --set corpus=...)")
 
 # %% ../../nbs/02a2_settings.ipynb #d1e2a5c7
 def write_tokenizer_files(run_dir, model_max_length: int = 512) -> list[str]:
     ("Write the Hugging Face tokenizer files of the run's `spiece.model` into the run folder (those missing); returns "
      "their names.")
     run_dir = Path(run_dir)
-    missing = [n for n in D.HF_TOKENIZER_FILES if not (run_dir / n).exists()]
+    missing = [n for n in HF_TOKENIZER_FILES if not (run_dir / n).exists()]
     if missing:
-        for name, b in D.hf_tokenizer_files(run_dir, model_max_length).items():
+        for name, b in hf_tokenizer_files(run_dir, model_max_length).items():
             if name in missing: atomic_write(run_dir / name, b)
     return missing
 
@@ -85,7 +89,7 @@ def complete_run(run_dir) -> dict:
     for step in list_steps(run_dir):
         ck = checkpoint_dir(run_dir, step)
         if ck.is_symlink(): continue  # a user's own checkpoint folder, linked in by the sweep: not ours to write into
-        missing = [n for n in D.HF_TOKENIZER_FILES if not (ck / n).exists()]
+        missing = [n for n in HF_TOKENIZER_FILES if not (ck / n).exists()]
         for n in missing: atomic_write(ck / n, (run_dir / n).read_bytes())
         done["checkpoints"] += bool(missing)
     return done

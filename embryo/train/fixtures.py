@@ -17,6 +17,9 @@ from ..runs.lock import run_lock
 from ..runs.settings import complete_run
 from .cards import write_model_cards
 from .pretrain import train
+from ..text.corpora import fetch
+from ..text.packages import data_dir
+from ..text.tokenizer import load_tokenizer
 
 # %% auto #0
 __all__ = ['FIXTURE', 'corpus_slice', 'fixture_run']
@@ -32,10 +35,10 @@ FIXTURE = dict(model=dict(vocab_size=1000, embedding_size=32, hidden_size=64, nu
 # %% ../../nbs/03c_fixtures.ipynb #af092baf
 def corpus_slice(n_docs: int = 300, start: int = 0) -> Path:
     "Documents `start` to `start + n_docs` of `embryo-mini` as a corpus file of their own (cached beside it)."
-    out = D.data_dir() / (f"embryo-mini-first{n_docs}.txt" if start == 0
+    out = data_dir() / (f"embryo-mini-first{n_docs}.txt" if start == 0
                           else f"embryo-mini-docs{start}-{start + n_docs}.txt")
     if not out.exists():  # (a slice made once needs no check of the whole corpus)
-        src = D.fetch(verbose=False) / "train.txt"
+        src = fetch(verbose=False) / "train.txt"
         docs, cur, seen = [], [], 0
         with open(src) as f:
             for line in f:
@@ -58,7 +61,7 @@ def fixture_run(root=None, **overrides) -> Path:
     # a fixture per thread count: the last bits of the trained weights depend on it, and tests compare runs with it
     key = __import__("hashlib").sha256(json.dumps([mc.to_dict(), tc.to_dict(), torch.get_num_threads()],
                                                   sort_keys=True).encode()).hexdigest()[:10]
-    run = Path(root or D.data_dir() / "runs") / f"fixture-{key}"
+    run = Path(root or data_dir() / "runs") / f"fixture-{key}"
     with run_lock(run, wait=True):  # notebooks tested in parallel build it once, one after the other
         if not (run / "logs" / "eval.json").exists(): train(run, "tiny", mc, tc, progress=False)
         # a fixture cached by an older version: what checkpoints carry now

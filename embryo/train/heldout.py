@@ -19,6 +19,7 @@ from ..text import data as D
 from ..runs.run import list_steps, load_checkpoint, read_run_config
 from .optim import tokens_seen
 from .batches import Batches, prepare_run
+from ..text.corpora import detokenize, fetch
 
 # %% auto #0
 __all__ = ['HELDOUT_MASK_PROB', 'brown_examples', 'heldout_examples', 'heldout_config', 'evaluate_heldout', 'token_mlm',
@@ -27,13 +28,13 @@ __all__ = ['HELDOUT_MASK_PROB', 'brown_examples', 'heldout_examples', 'heldout_c
 # %% ../../nbs/02g_heldout.ipynb #8157d706
 def brown_examples(docs: list, tok, max_seq_length: int, seed: int = 0, sentence_task: str = "sop") -> list[dict]:
     "Sentence-pair examples (`sop` or `nsp`) of Brown documents (each a list of sentences, each a list of words), in order."
-    ids = [[tok.encode(D.detokenize(words).lower()) for words in doc] for doc in docs]
+    ids = [[tok.encode(detokenize(words).lower()) for words in doc] for doc in docs]
     return D.example_builder(sentence_task)(ids, max_seq_length, np.random.default_rng([seed, 7]), short_seq_prob=0.0)
 
 def heldout_examples(tok, max_seq_length: int, seed: int = 0, sentence_task: str = "sop") -> list[dict]:
     "Sentence-pair examples (`sop` or `nsp`) from the held-out Brown files (one document per file), in a fixed order."
     docs = {}
-    for line in (D.fetch(verbose=False) / "heldout_brown.jsonl").read_text().splitlines():
+    for line in (fetch(verbose=False) / "heldout_brown.jsonl").read_text().splitlines():
         r = json.loads(line)
         docs.setdefault(r["file"], []).append(r["words"])
     return brown_examples([d for _, d in sorted(docs.items())], tok, max_seq_length, seed, sentence_task)
