@@ -25,18 +25,20 @@ import torch
 
 from embryo.text.tokenizer import load_tokenizer
 from embryo.analyses import probing as PR
+from embryo.analyses import probe_tasks as PT
+from embryo.analyses import span_features as SF
 from embryo.runs.run import list_steps, load_checkpoint
 
 
 def n_tokens(tok, tasks) -> int:
     "Tokens a forward pass over the distinct texts of `tasks` reads ([CLS] and [SEP] included)."
-    texts = {PR._text_key(t.texts[i]): t.texts[i] for t in tasks.values() for i in set(t.text_ids.tolist())}
+    texts = {SF._text_key(t.texts[i]): t.texts[i] for t in tasks.values() for i in set(t.text_ids.tolist())}
     return sum(len(ids) + 2 for ids in tok.encode_batch([" ".join(w) for w in texts.values()]))
 
 
 def shared(model, tok, tasks, layers):
     t0 = time.perf_counter()
-    feats = PR.task_features(model, tok, tasks)
+    feats = SF.task_features(model, tok, tasks)
     t1 = time.perf_counter()
     rows = [r for n, t in tasks.items() for r in PR.probe_task(t, *feats[n], layers)]
     return t1 - t0, time.perf_counter() - t1, rows, n_tokens(tok, tasks)
@@ -46,7 +48,7 @@ def per_task(model, tok, tasks, layers):
     fwd = fit = 0.0; rows = []; toks = 0
     for n, t in tasks.items():
         t0 = time.perf_counter()
-        x, kept = PR.task_features(model, tok, {n: t})[n]
+        x, kept = SF.task_features(model, tok, {n: t})[n]
         t1 = time.perf_counter()
         for l in layers: rows += PR.probe_task(t, x, kept, [l])
         fwd += t1 - t0; fit += time.perf_counter() - t1; toks += n_tokens(tok, {n: t})
@@ -65,7 +67,7 @@ def main(argv=None):
     model, tok = load_checkpoint(a.run, step).eval(), load_tokenizer(a.run)
     layers = list(range(model.config.num_hidden_layers + 1))
     t0 = time.perf_counter()
-    tasks = PR.builtin_tasks(max_sentences=a.max_sentences)
+    tasks = PT.builtin_tasks(max_sentences=a.max_sentences)
     print(f"{a.run} step {step}: {len(tasks)} tasks x {len(layers)} layers, {sum(map(len, tasks.values())):,} targets "
           f"(tasks built in {time.perf_counter() - t0:.1f} s, not timed below); torch threads {a.threads}")
     res = {"per task": per_task(model, tok, tasks, layers), "shared": shared(model, tok, tasks, layers)}

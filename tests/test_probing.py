@@ -1,5 +1,6 @@
-"""Edge probing (nbs/07_probing.ipynb): the CoNLL-2012 reader on our own and on real OntoNotes files, the tasks, the
-features and their cache, the probes and control tasks, evaluate_step on the fixture run, the figures."""
+"""Edge probing (nbs/06b_probe_tasks, 06c_span_features, 06d_probes and 07_probing): the CoNLL-2012 reader on our own
+and on real OntoNotes files, the tasks, the features and their cache, the probes and control tasks, evaluate_step on
+the fixture run, the figures."""
 import os
 import shutil
 from pathlib import Path
@@ -12,6 +13,9 @@ from embryo.text.tokenizer import load_tokenizer
 from embryo.text.sentences import brown_sentences
 from embryo.text.conll import ConllError, ontonotes_sample, read_conll2012
 from embryo.analyses import probing as PR
+from embryo.analyses import probe_tasks as PT
+from embryo.analyses import span_features as SF
+from embryo.analyses import probes as PB
 from embryo.runs.run import CheckpointNotFound, list_steps, load_checkpoint
 from embryo.runs.results import read_results
 from embryo.text.sentences import brown_base_tag
@@ -33,9 +37,9 @@ def test_reader_on_our_files_in_the_release_layout():
     assert ann.srl == [(1, [(0, 1, "ARG0"), (2, 5, "ARG1")]), (3, [(2, 3, "ARG0"), (4, 5, "ARG1")])]
     assert ann.mentions == [(0, 1, 1), (2, 3, 1), (4, 5, 2)] and ann.entities == [(0, 1, "PERSON"), (4, 5, "GPE")]
     assert sents[0].srl == [(1, [])] and sents[0].mentions == []
-    tasks = PR.ontonotes_tasks(DATA)
+    tasks = PT.ontonotes_tasks(DATA)
     pos = tasks["pos"]
-    assert {s: int((pos.splits == s).sum()) for s in PR.SPLITS} == {"train": 10, "dev": 3, "test": 4}  # by folder name
+    assert {s: int((pos.splits == s).sum()) for s in PT.SPLITS} == {"train": 10, "dev": 3, "test": 4}  # by folder name
     assert sorted(tasks["srl"].labels) == sorted(["ARG0", "ARG1", "ARG0", "ARG1", "ARG0", "ARG1", "ARG2"])
     i = tasks["srl"].labels.index("ARG2")
     assert tasks["srl"].spans[i].tolist() == [1, 2, 2, 3] and tasks["srl"].keys[i] == "big"  # predicate 'is', argument 'big'
@@ -86,9 +90,9 @@ def test_reader_names_file_and_line_of_errors(tmp_path):
 # --- built-in tasks, control labels, probes -----------------------------------------------------------------------------
 
 def test_builtin_tasks_are_fixed_and_aligned_with_the_words():
-    a = PR.builtin_tasks(**SMALL)
-    b = PR.builtin_tasks(**SMALL)
-    assert list(a) == list(PR.BUILTIN_TASKS)
+    a = PT.builtin_tasks(**SMALL)
+    b = PT.builtin_tasks(**SMALL)
+    assert list(a) == list(PT.BUILTIN_TASKS)
     for name in a:
         assert a[name].labels == b[name].labels and (a[name].spans == b[name].spans).all()  # seeded: the same targets
         assert (a[name].splits == "train").sum() <= 300 and (a[name].splits == "test").sum() <= 100
@@ -106,12 +110,12 @@ def test_control_labels_one_per_word_type_in_the_label_distribution():
     keys = [f"w{i}" for i in rng.integers(0, 300, 5000)]
     labels = list(rng.choice(["a", "b", "c"], 5000, p=[0.6, 0.3, 0.1]))
     train = np.arange(5000) < 4000
-    ctl = PR.control_labels(keys, labels, train)
+    ctl = PB.control_labels(keys, labels, train)
     assert all(len({c for k2, c in zip(keys, ctl) if k2 == k}) == 1 for k in set(keys[:50]))
     per_type = dict(zip(keys, ctl))
     share = {c: list(per_type.values()).count(c) / len(per_type) for c in "abc"}
     assert abs(share["a"] - 0.6) < 0.1 and abs(share["c"] - 0.1) < 0.06
-    assert PR.control_labels(keys, labels, train) == ctl  # seeded
+    assert PB.control_labels(keys, labels, train) == ctl  # seeded
 
 
 def test_probes_find_the_layer_that_holds_the_label():
@@ -120,9 +124,9 @@ def test_probes_find_the_layer_that_holds_the_label():
     X = rng.normal(size=(n, 3, 6)).astype(np.float32)
     X[:, 2, 0] += 5 * (y == 1); X[:, 2, 1] += 5 * (y == 2)  # only layer 2 knows the label
     split = np.array(["train"] * 800 + ["dev"] * 150 + ["test"] * 250)
-    pred = PR.train_probes(X, np.stack([y, rng.integers(0, 3, n)]), split, 3)
+    pred = PB.train_probes(X, np.stack([y, rng.integers(0, 3, n)]), split, 3)
     assert pred.shape == (2, 3, 250)
-    f1 = [PR.micro_f1(y[950:], pred[0, l]) for l in range(3)]
+    f1 = [PB.micro_f1(y[950:], pred[0, l]) for l in range(3)]
     assert f1[2] > 0.95 and max(f1[:2]) < 0.5, f1
 
 
@@ -131,9 +135,9 @@ def test_probes_find_the_layer_that_holds_the_label():
 def test_missing_step_and_unknown_task_are_named(fixture_copy):
     with pytest.raises(CheckpointNotFound, match="has no checkpoint for step 25; it has 0, 1, 2, 4, 8, 16, 20, 30"):
         PR.evaluate_step(fixture_copy, 25)
-    with pytest.raises(PR.UnknownTask, match="unknown probing task.s. chunk; the tasks are pos, const, srl, coref, pos_brown"):
+    with pytest.raises(PT.UnknownTask, match="unknown probing task.s. chunk; the tasks are pos, const, srl, coref, pos_brown"):
         PR.evaluate_step(fixture_copy, 30, tasks="pos_brown,chunk")
-    with pytest.raises(PR.UnknownTask, match="need OntoNotes 5.0 CoNLL-2012 files"):
+    with pytest.raises(PT.UnknownTask, match="need OntoNotes 5.0 CoNLL-2012 files"):
         PR.evaluate_step(fixture_copy, 30, tasks=["srl"])
     with pytest.raises(ValueError, match=r"layer\(s\) \[7\] out of range: this model has layers 0 \(embeddings\) to 2"):
         PR.evaluate_step(fixture_copy, 30, layers="0,7")
@@ -155,7 +159,7 @@ def test_papermill_one_step_then_rerun_is_idempotent(fixture_copy, tmp_path):
     assert sorted(floor.task) == sorted({"pos_brown", "dep_silver", "ner_silver"}) and (floor.layer == -1).all()
     assert floor.value.between(0, 1).all() and (floor.n.values == rows[(rows.metric == "f1") & (rows.layer == 0)].set_index(
         "task").n.reindex(floor.task).values).all()
-    assert PR.cache_file(fixture_copy, step).exists()
+    assert SF.cache_file(fixture_copy, step).exists()
     assert {p.stem for p in (tmp_path / "fig").iterdir()} >= {r["file"] for r in PR.REPORT}
     again = PR.evaluate_step(fixture_copy, step, tasks="pos_brown,dep_silver,ner_silver")  # from the feature cache
     rows2 = read_results(fixture_copy, PR.ANALYSIS, step=step)
@@ -167,15 +171,15 @@ def test_papermill_one_step_then_rerun_is_idempotent(fixture_copy, tmp_path):
 def test_feature_cache_is_dropped_when_the_checkpoint_changes(fixture_copy):
     tok = load_tokenizer(fixture_copy)
     model = load_checkpoint(fixture_copy, 0)
-    tasks = PR.builtin_tasks(["pos_brown"], max_sentences=30, max_train=40, max_dev=10, max_test=10)
-    x1, k1 = PR.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
-    x2, _ = PR.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
+    tasks = PT.builtin_tasks(["pos_brown"], max_sentences=30, max_train=40, max_dev=10, max_test=10)
+    x1, k1 = SF.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
+    x2, _ = SF.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
     assert k1.mean() > 0.9 and (x1 == x2).all()
     w = fixture_copy / "checkpoints" / "step_0000000" / "model.safetensors"
     os.utime(w, ns=(w.stat().st_atime_ns, w.stat().st_mtime_ns + 10**9))  # a new file in its place
-    f = PR.cache_file(fixture_copy, 0)
+    f = SF.cache_file(fixture_copy, 0)
     before = f.stat().st_mtime_ns
-    x3, _ = PR.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
+    x3, _ = SF.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
     assert f.stat().st_mtime_ns != before and (x3 == x1).all()  # recomputed (same weights here, so the same values)
 
 

@@ -5,401 +5,37 @@
 # %% ../../nbs/07_probing.ipynb #d4d1e18e
 from __future__ import annotations
 
-import hashlib
-import io
-import json
-import shutil
 import tempfile
 import textwrap
 import time
-import zipfile
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..text.tokenizer import load_tokenizer
-from ..text.conll import read_conll2012
-from ..text.sentences import align, brown_base_tag, brown_sentences, silver_annotation
-from ..model.model import torch_threads
-from ..config import atomic_write, split_names
-from ..runs.run import (find_checkpoint, list_steps, load_checkpoint, train_log, resolve_step, encoder_states,
-                             max_length)
+from ..config import atomic_write
+from ..runs.run import find_checkpoint, load_checkpoint, train_log, resolve_step
 from ..runs.series import series_lacks
 from ..runs.figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
                             step_axis)
 from ..runs.results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
 from ..runs.verdicts import Z, half_rise, learned, plateau  # the rules every verdict follows (notebook 03b)
+from .probe_tasks import (BUILTIN_TASKS, ONTONOTES_TASKS, SPLITS, TASKS, ProbeTask, builtin_tasks,
+                                         ontonotes_tasks, select_tasks)
+from .span_features import task_features
+from .probes import control_labels, micro_f1, train_probes, word_identity_f1
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'ONTONOTES_TASKS', 'BUILTIN_TASKS', 'TASKS', 'METRICS', 'SPLITS', 'SPLIT_SHARES', 'REPORT',
-           'PLATEAU_STEPS', 'UnknownTask', 'select_tasks', 'sentence_splits', 'phrase_label', 'dependency_constituents',
-           'ProbeTask', 'make_task', 'builtin_tasks', 'ontonotes_tasks', 'token_spans', 'span_means', 'weights_id',
-           'cache_file', 'task_features', 'control_labels', 'train_probes', 'micro_f1', 'word_identity_f1',
-           'probe_task', 'evaluate_step', 'applies_to', 'probing_results', 'task_sizes', 'layer_curves', 'layer_colour',
-           'floors', 'reference_f1', 'plot_fig2b', 'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict',
-           'best_layer_gain', 'layer_verdict', 'verdicts', 'selectivity_table', 'redraw']
+__all__ = ['ANALYSIS', 'METRICS', 'REPORT', 'PLATEAU_STEPS', 'probe_task', 'evaluate_step', 'applies_to', 'probing_results',
+           'task_sizes', 'layer_curves', 'layer_colour', 'floors', 'reference_f1', 'plot_fig2b', 'plot_fig3',
+           'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain', 'layer_verdict', 'verdicts', 'selectivity_table',
+           'redraw']
 
-# %% ../../nbs/07_probing.ipynb #d53027ac
+# %% ../../nbs/07_probing.ipynb #4fbd71f6
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
-ONTONOTES_TASKS = ("pos", "const", "srl", "coref")  # the paper's tasks, from the user's OntoNotes files
-BUILTIN_TASKS = ("pos_brown", "pos_silver", "const_silver", "dep_silver", "ner_silver")  # from the held-out Brown text
-TASKS = {
-    "pos": "part of speech (gold OntoNotes)", "const": "constituent label (gold OntoNotes)",
-    "srl": "semantic role of a predicate-argument pair (gold OntoNotes)", "coref": "coreference of two mentions (gold "
-                                                                                   "OntoNotes)",
-    "pos_brown": "part of speech (gold Brown tags)", "pos_silver": "part of speech (spaCy, silver)",
-    "const_silver": "phrase label from the dependency parse (spaCy, silver)",
-    "dep_silver": "dependency arc label of a head-dependent pair (spaCy, silver)", "ner_silver": "named-entity type "
-                                                                                                 "(spaCy, silver)",
-}
 METRICS = ("f1", "control_f1", "selectivity")
-SPLITS = ("train", "dev", "test")
-
-# %% ../../nbs/07_probing.ipynb #1426318d
-class UnknownTask(LookupError):
-    "A task name this module does not know, or one the given data cannot provide."
-
-# %% ../../nbs/07_probing.ipynb #1d16d67e
-def select_tasks(tasks=None, ontonotes=None) -> list[str]:
-    "The tasks to probe: `tasks` (a list or 'a,b') checked against the known ones; None: all the data provides."
-    available = (list(ONTONOTES_TASKS) if ontonotes is not None else []) + list(BUILTIN_TASKS)
-    if tasks is None: return available
-    tasks = split_names(tasks)
-    unknown = [t for t in tasks if t not in TASKS]
-    if unknown: raise UnknownTask(f"unknown probing task(s) {', '.join(unknown)}; the tasks are {', '.join(TASKS)}")
-    need = [t for t in tasks if t in ONTONOTES_TASKS and ontonotes is None]
-    if need: raise UnknownTask(f"task(s) {', '.join(need)} need OntoNotes 5.0 CoNLL-2012 files: pass ontonotes=<a "
-                               f"*_conll file or folder>, or use the built-in tasks {', '.join(BUILTIN_TASKS)}")
-    return list(dict.fromkeys(tasks))
-
-# %% ../../nbs/07_probing.ipynb #c195297c
-SPLIT_SHARES = (0.7, 0.1, 0.2)
-
-# %% ../../nbs/07_probing.ipynb #8cc72ea8
-def sentence_splits(n: int, seed: int = 0, shares=SPLIT_SHARES) -> list[str]:
-    "A fixed split ('train', 'dev', 'test') for each of `n` sentences, in the given shares, by a seeded permutation."
-    order = np.random.default_rng(seed + 1).permutation(n)
-    cut = np.cumsum([round(s * n) for s in shares[:2]])
-    out = [""] * n
-    for rank, i in enumerate(order): out[i] = SPLITS[int(np.searchsorted(cut, rank, side="right"))]
-    return out
-
-# %% ../../nbs/07_probing.ipynb #27f59d1b
-_SUBJ = {"nsubj", "nsubjpass", "csubj", "csubjpass", "expl"}
-
-def phrase_label(head_tag: str, child_deps: Sequence[str], first_tag: str = "") -> str:
-    "The phrase label of a dependency subtree from its head's Penn tag and its dependents' arc labels (rule above)."
-    if head_tag.startswith("VB") or head_tag == "MD":
-        if not _SUBJ & set(child_deps): return "VP"
-        return "SBAR" if "mark" in child_deps or first_tag.startswith("W") else "S"
-    if head_tag.startswith(("NN", "PRP")) or head_tag in ("CD", "DT", "EX", "WP"): return "NP"
-    if head_tag in ("IN", "TO"): return "PP"
-    if head_tag.startswith("JJ"): return "ADJP"
-    if head_tag.startswith("RB") or head_tag == "WRB": return "ADVP"
-    return "X"
-
-# %% ../../nbs/07_probing.ipynb #af9e6c82
-def dependency_constituents(a: dict) -> list[tuple[int, int, str, int]]:
-    "(start, end, label, head word) of every subtree of two or more words in one sentence's silver annotation."
-    kids = [[] for _ in a["tag"]]
-    for i, h in enumerate(a["head"]):
-        if h != i: kids[h].append(a["dep"][i])
-    return [(a["left"][i], a["right"][i], phrase_label(a["tag"][i], kids[i], a["tag"][a["left"][i]]), i)
-            for i in range(len(a["tag"])) if a["right"][i] - a["left"][i] >= 2]
-
-# %% ../../nbs/07_probing.ipynb #fcf42962
-@dataclass
-class ProbeTask:
-    "One probing task: texts (word lists) and targets (spans, label, split, control key)."
-    name: str
-    texts: list[list[str]]
-    text_ids: np.ndarray  # (n,) the text of each target
-    spans: np.ndarray  # (n, 4) word spans [s1, e1, s2, e2); s2 = e2 = -1 for one-span targets
-    labels: list[str]
-    splits: np.ndarray  # (n,) 'train' / 'dev' / 'test'
-    keys: list[str]  # control-task key of each target (a lowercased word type)
-
-    @property
-    def pairs(self) -> bool: return bool(len(self.spans)) and bool((self.spans[:, 2] >= 0).any())
-    def __len__(self): return len(self.labels)
-    def __repr__(self):
-        n = {s: int((self.splits == s).sum()) for s in SPLITS}
-        return (f"ProbeTask({self.name}: {len(set(self.labels))} labels, {n['train']}/{n['dev']}/{n['test']} targets, "
-                f"{len(self.texts)} texts)")
-
-# %% ../../nbs/07_probing.ipynb #2c6597be
-def _draw_rank(t: tuple, seed: int) -> str:
-    "A seeded pseudo-random rank of a target from its text and the span that carries its key, the same in every task."
-    s, e = (t[3], t[4]) if t[3] >= 0 else (t[1], t[2])
-    return hashlib.md5(f"{seed}:{t[0]}:{s}:{e}".encode()).hexdigest()
-
-# %% ../../nbs/07_probing.ipynb #dd9ab9bc
-def make_task(name, texts, targets, text_splits, max_train=3000, max_dev=500, max_test=1000, seed=0) -> ProbeTask:
-    "A `ProbeTask` from (text, s1, e1, s2, e2, label, key) tuples, each split capped by a seeded draw."
-    caps = dict(train=max_train, dev=max_dev, test=max_test)
-    keep = []
-    for sp in SPLITS:
-        idx = [k for k, t in enumerate(targets) if text_splits[t[0]] == sp]
-        if caps[sp] is not None and len(idx) > caps[sp]:
-            idx = sorted(sorted(idx, key=lambda k: _draw_rank(targets[k], seed))[:caps[sp]])
-        keep += idx
-    t = [targets[k] for k in keep]
-    return ProbeTask(name, [list(x) for x in texts], np.array([x[0] for x in t], dtype=np.int64),
-                     np.array([x[1:5] for x in t], dtype=np.int64).reshape(-1, 4), [x[5] for x in t],
-                     np.array([text_splits[x[0]] for x in t]), [x[6].lower() for x in t])
-
-# %% ../../nbs/07_probing.ipynb #4ddeed8f
-def builtin_tasks(names=BUILTIN_TASKS, max_sentences: int = 1500, seed: int = 0, **caps) -> dict[str, ProbeTask]:
-    "The built-in tasks on held-out Brown sentences: gold Brown POS and spaCy's silver annotation."
-    sents = brown_sentences(max_sentences, seed)
-    words = [w for w, _ in sents]
-    splits = sentence_splits(len(sents), seed)
-    ann = silver_annotation(words) if any(n.endswith("_silver") for n in names) else None
-    targets = {n: [] for n in names}
-    for t, (ws, tags) in enumerate(sents):
-        a = ann[t] if ann else None
-        for i, w in enumerate(ws):
-            if "pos_brown" in targets and (b := brown_base_tag(tags[i])):
-                targets["pos_brown"].append((t, i, i + 1, -1, -1, b, w))
-            if "pos_silver" in targets: targets["pos_silver"].append((t, i, i + 1, -1, -1, a["tag"][i], w))
-            if "dep_silver" in targets and a["head"][i] != i:
-                h = a["head"][i]; targets["dep_silver"].append((t, h, h + 1, i, i + 1, a["dep"][i], w))
-        if "const_silver" in targets:
-            targets["const_silver"] += [(t, s, e, -1, -1, lab, ws[h]) for s, e, lab, h in dependency_constituents(a)]
-        if "ner_silver" in targets:
-            targets["ner_silver"] += [(t, s, e, -1, -1, lab, ws[e - 1]) for s, e, lab in a["ents"]]
-    return {n: make_task(n, words, targets[n], splits, seed=seed, **caps) for n in names}
-
-# %% ../../nbs/07_probing.ipynb #41cf8d54
-def _path_split(path: str) -> str | None:
-    "The split a CoNLL-2012 release path names (.../train/..., .../development/..., .../test/...), if any."
-    parts = Path(path).parts
-    for sp, names in (("train", ("train",)), ("dev", ("development", "dev")), ("test", ("test",))):
-        if any(p in names for p in parts): return sp
-    return None
-
-# %% ../../nbs/07_probing.ipynb #f5eae137
-def ontonotes_tasks(source, names=ONTONOTES_TASKS, seed: int = 0, **caps) -> dict[str, ProbeTask]:
-    ("The paper's tasks from OntoNotes CoNLL-2012 files: the release's train/development/test folders, else a seeded "
-     "split.")
-    sents = read_conll2012(source)
-    words = [s.words for s in sents]
-    by_path = [_path_split(s.file) for s in sents]
-    splits = by_path if all(by_path) else sentence_splits(len(sents), seed)
-    targets = {n: [] for n in names}
-    for t, s in enumerate(sents):
-        w = s.words
-        if "pos" in targets: targets["pos"] += [(t, i, i + 1, -1, -1, p, w[i]) for i, p in enumerate(s.pos)]
-        if "const" in targets:
-            targets["const"] += [(t, a, b, -1, -1, lab, w[b - 1]) for a, b, lab in s.constituents if lab != "TOP"]
-        if "srl" in targets:
-            targets["srl"] += [(t, p, p + 1, a, b, role, w[b - 1]) for p, args in s.srl for a, b, role in args]
-        if "coref" in targets:
-            m = s.mentions
-            targets["coref"] += [(t, *m[i][:2], *m[j][:2], str(int(m[i][2] == m[j][2])), w[m[j][1] - 1])
-                                 for i in range(len(m)) for j in range(i + 1, len(m)) if m[i][:2] != m[j][:2]]
-    return {n: make_task(n, words, targets[n], splits, seed=seed, **caps) for n in names}
-
-# %% ../../nbs/07_probing.ipynb #44d05b83
-def _text_key(words: Sequence[str]) -> str: return hashlib.sha1("\x1f".join(words).encode()).hexdigest()[:16]
-
-# %% ../../nbs/07_probing.ipynb #29adab03
-def token_spans(tok, words: Sequence[str], spans) -> tuple[list[int], list[tuple[int, int] | None]]:
-    ("Token ids of a text and, per word span [s, e), its [start, end) token range (None when its edge words did not "
-     "align).")
-    ids, ws = align(tok, words)
-    out = []
-    for s, e in spans:
-        got = [x for x in ws[s:e] if x is not None]
-        out.append((got[0][0], got[-1][1]) if got and ws[s] is not None and ws[e - 1] is not None else None)
-    return ids, out
-
-# %% ../../nbs/07_probing.ipynb #81307bdf
-@torch.no_grad()
-def _hidden_states(model, ids, att) -> torch.Tensor:
-    "(L+1, B, T, H) hidden states of every layer, layer 0 = embedding output (any encoder: `encoder_states`)."
-    hs, _ = encoder_states(model, ids, att)
-    return torch.stack([h.float() for h in hs])
-
-# %% ../../nbs/07_probing.ipynb #dcc47e53
-@torch.no_grad()
-def span_means(model, tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple[int, int, int]], device="cpu",
-               batch_tokens: int = 8192, max_length: int = 512) -> tuple[np.ndarray, np.ndarray]:
-    ("Mean hidden state over each (text, start word, end word) span at every layer: (n, L+1, H) float16, and a kept "
-     "mask.")
-    by_text = {}
-    for k, (t, s, e) in enumerate(spans): by_text.setdefault(t, []).append(k)
-    enc = {t: token_spans(tok, texts[t], [spans[k][1:] for k in ks]) for t, ks in by_text.items()}
-    order = sorted((t for t in enc if len(enc[t][0]) + tok.n_added <= max_length), key=lambda t: -len(enc[t][0]))
-    out, kept = None, np.zeros(len(spans), dtype=bool)
-    i = 0
-    while i < len(order):
-        n = max(1, batch_tokens // (len(enc[order[i]][0]) + tok.n_added))
-        batch, i = order[i:i + n], i + n
-        T = len(enc[batch[0]][0]) + tok.n_added
-        ids = torch.full((len(batch), T), tok.pad_id, dtype=torch.long); att = torch.zeros_like(ids)
-        rows, starts, ends, where = [], [], [], []
-        for r, t in enumerate(batch):
-            x = enc[t][0]
-            ids[r, :len(x) + tok.n_added] = torch.tensor(tok.wrap(x)); att[r, :len(x) + tok.n_added] = 1
-            for k, ts in zip(by_text[t], enc[t][1]):
-                if ts is None: continue
-                # after [CLS]
-                rows.append(r); starts.append(ts[0] + tok.prefix); ends.append(ts[1] + tok.prefix); where.append(k)
-        h = _hidden_states(model, ids.to(device), att.to(device)).cpu()  # (L+1, B, T, H)
-        if out is None: out = np.zeros((len(spans), h.shape[0], h.shape[-1]), dtype=np.float16)
-        if not rows: continue
-        cs = torch.cat([torch.zeros_like(h[:, :, :1]), h.cumsum(2)], 2)  # prefix sums: a span mean is two lookups
-        r_, s_, e_ = (torch.tensor(x, dtype=torch.long) for x in (rows, starts, ends))
-        m = (cs[:, r_, e_] - cs[:, r_, s_]) / (e_ - s_).float()[None, :, None]  # (L+1, n, H)
-        out[where] = m.transpose(0, 1).numpy().astype(np.float16); kept[where] = True
-    if out is None: out = np.zeros((len(spans), 1, 1), dtype=np.float16)
-    return out, kept
-
-# %% ../../nbs/07_probing.ipynb #88e783b0
-def weights_id(run_dir, step: int, tok) -> str:
-    "What the cached vectors depend on: the checkpoint's weights file (size, mtime) and the tokenizer."
-    f = find_checkpoint(run_dir, step)
-    w = next((f / n for n in ("model.safetensors", "pytorch_model.bin") if (f / n).exists()), f)
-    st = w.stat()
-    return f"{w.name}:{st.st_size}:{st.st_mtime_ns}:{tok.sha256}"
-
-# %% ../../nbs/07_probing.ipynb #8220300c
-def cache_file(run_dir, step: int) -> Path:
-    "Where the span vectors of a checkpoint are cached."
-    return Path(run_dir) / "cache" / "probing" / f"step_{int(step):07d}.npz"
-
-# %% ../../nbs/07_probing.ipynb #a0f73e56
-def _load_cache(f: Path, wid: str) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
-    "(key -> row, span vectors, kept flags) of a cache file made from the same weights; empty otherwise."
-    if not f.exists(): return {}, None, None
-    try:
-        z = np.load(f, allow_pickle=False)
-        if str(z["weights_id"]) != wid: return {}, None, None
-        return {k: i for i, k in enumerate(z["keys"].tolist())}, z["feats"], z["kept"]
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile): return {}, None, None  # a damaged cache is rebuilt
-
-# %% ../../nbs/07_probing.ipynb #187e7159
-def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run_dir=None, step=None,
-                  batch_tokens: int = 8192) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    "Per task: (n, L+1, D) float16 features of its targets (two spans concatenated) and the mask of targets kept."
-    texts, tindex, spans, sindex = [], {}, [], {}
-    def span_id(words, s, e):
-        tk = _text_key(words)
-        if tk not in tindex: tindex[tk] = len(texts); texts.append(words)
-        key = f"{tk}:{s}:{e}"
-        if key not in sindex: sindex[key] = len(spans); spans.append((tindex[tk], s, e, key))
-        return sindex[key]
-    ref = {}
-    for name, t in tasks.items():
-        a = [span_id(t.texts[x], s, e) for x, (s, e) in zip(t.text_ids, t.spans[:, :2])]
-        b = [span_id(t.texts[x], s, e) if s >= 0 else -1 for x, (s, e) in zip(t.text_ids, t.spans[:, 2:])]
-        ref[name] = (np.array(a, dtype=np.int64), np.array(b, dtype=np.int64))
-    keys = [k for *_, k in spans]
-    cached, cfeats, ckept, wid, f = {}, None, None, None, None
-    if run_dir is not None:
-        wid, f = weights_id(run_dir, step, tok), cache_file(run_dir, step)
-        cached, cfeats, ckept = _load_cache(f, wid)
-    todo = [i for i, k in enumerate(keys) if k not in cached]
-    max_len = max_length(model)  # RoBERTa's position table holds two fewer inputs than its size
-    new, kept_new = span_means(model, tok, texts, [spans[i][:3] for i in todo], device, batch_tokens,
-                               max_len) if todo else (None, None)
-    shape = cfeats.shape[1:] if cfeats is not None and len(cfeats) else new.shape[1:] if new is not None else (1, 1)
-    feats = np.zeros((len(spans), *shape), dtype=np.float16); kept = np.zeros(len(spans), dtype=bool)
-    for i, k in enumerate(keys):
-        if k in cached: feats[i] = cfeats[cached[k]]; kept[i] = ckept[cached[k]]
-    if todo:
-        feats[todo] = new; kept[todo] = kept_new
-        if run_dir is not None:  # add the new spans (kept or not: a span that does not align never will) to the cache
-            allk = list(cached) + [keys[i] for i in todo]
-            buf = io.BytesIO()
-            np.savez(buf, feats=np.concatenate([cfeats, feats[todo]]) if cfeats is not None else feats[todo],
-                     kept=np.concatenate([ckept, kept[todo]]) if ckept is not None else kept[todo],
-                     keys=np.array(allk), weights_id=np.array(wid))
-            atomic_write(f, buf.getvalue())
-    out = {}
-    for name, (a, b) in ref.items():
-        if (b >= 0).any():
-            x = np.concatenate([feats[a], feats[np.maximum(b, 0)]], axis=-1); k = kept[a] & kept[np.maximum(b, 0)]
-        else: x, k = feats[a], kept[a]
-        out[name] = (x, k)
-    return out
-
-# %% ../../nbs/07_probing.ipynb #962f2632
-def control_labels(keys: Sequence[str], labels: Sequence[str], train: np.ndarray, seed: int = 0) -> list[str]:
-    "One random label per key (word type), drawn from the training label distribution: Hewitt & Liang's control task."
-    classes, counts = np.unique(np.asarray(labels)[train], return_counts=True)
-    rng = np.random.default_rng(seed)
-    uniq = sorted(set(keys))
-    pick = dict(zip(uniq, classes[rng.choice(len(classes), size=len(uniq), p=counts / counts.sum())]))
-    return [str(pick[k]) for k in keys]
-
-# %% ../../nbs/07_probing.ipynb #934277c1
-def train_probes(X: np.ndarray, # (n, P, D) features of P layers
-                 Y: np.ndarray, # (V, n) integer labels of V label sets (real, control)
-                 split: np.ndarray, # (n,) 'train' / 'dev' / 'test'
-                 n_classes: int, lr: float = 1e-2, batch_size: int = 512, max_epochs: int = 30, patience: int = 5,
-                 seed: int = 0, threads: int = 1) -> np.ndarray:
-    ("Test predictions (V, P, n_test) of V x P linear probes trained as one model, each early-stopped on its dev "
-     "accuracy.")
-    with torch_threads(threads):
-        return _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed)
-
-# %% ../../nbs/07_probing.ipynb #d10b52fe
-def _train_probes(X, Y, split, n_classes, lr, batch_size, max_epochs, patience, seed):
-    g = torch.Generator().manual_seed(seed)
-    X = torch.from_numpy(np.ascontiguousarray(X)).float().transpose(0, 1)  # (P, n, D)
-    Y = torch.from_numpy(Y).long()
-    tr, dv, te = (torch.from_numpy(split == s) for s in SPLITS)
-    mu, sd = X[:, tr].mean(1, keepdim=True), X[:, tr].std(1, keepdim=True) + 1e-5
-    X = (X - mu) / sd
-    V, (P_, n, Dm) = Y.shape[0], X.shape
-    K = V * P_  # probe k reads layer k % P_ and learns label set k // P_
-    layer_of, labels_of = torch.arange(K) % P_, torch.arange(K) // P_
-    Xtr, Ytr, Xdv, Ydv = X[:, tr], Y[:, tr], X[:, dv], Y[:, dv]
-    best = torch.full((K,), -1.0); since = torch.zeros(K, dtype=torch.long)
-    bestW, bestb = torch.zeros(K, Dm, n_classes), torch.zeros(K, 1, n_classes)
-    live = torch.arange(K)  # the probes still training; a probe that stops leaves the batched model
-    W, b = torch.nn.Parameter(torch.zeros(K, Dm, n_classes)), torch.nn.Parameter(torch.zeros(K, 1, n_classes))
-    opt = torch.optim.Adam([W, b], lr=lr)
-    for epoch in range(max_epochs):
-        perm = torch.randperm(Xtr.shape[1], generator=g)
-        Xe, Ye = Xtr[:, perm], Ytr[:, perm]  # one shuffled copy per epoch; batches are slices of it
-        lay, lab = layer_of[live], labels_of[live]
-        for i in range(0, len(perm), batch_size):
-            lg = torch.baddbmm(b, Xe[lay, i:i + batch_size], W)  # (live, batch, C)
-            # the sum over probes of each probe's mean loss: a probe's gradient does not depend on which others train
-            loss = torch.nn.functional.cross_entropy(lg.reshape(-1, n_classes),
-                                                     Ye[lab, i:i + batch_size].reshape(-1)) * len(live)
-            opt.zero_grad(); loss.backward(); opt.step()
-        with torch.no_grad():
-            acc = ((torch.baddbmm(b, Xdv[lay], W).argmax(-1) == Ydv[lab]).float().mean(-1) if Xdv.shape[1]
-                   else torch.zeros(len(live)))
-            better = acc > best[live]
-            k = live[better]
-            best[k], bestW[k], bestb[k] = acc[better], W.detach()[better], b.detach()[better]
-            since[live] = torch.where(better, 0, since[live] + 1)
-        go = since[live] < patience
-        if not go.any(): break
-        if not go.all():  # drop the stopped probes: the model, and Adam's moments, keep only the live ones
-            live, old = live[go], opt
-            W, b = (torch.nn.Parameter(p.detach()[go]) for p in (W, b))
-            opt = torch.optim.Adam([W, b], lr=lr)
-            for p, q in zip(old.param_groups[0]["params"], (W, b)):
-                opt.state[q] = {s: (v[go] if v.dim() else v) for s, v in old.state[p].items()}
-    with torch.no_grad():
-        return torch.baddbmm(bestb, X[:, te][layer_of], bestW).argmax(-1).reshape(V, P_, -1).numpy()
-
-# %% ../../nbs/07_probing.ipynb #6a8d3e91
-def micro_f1(y_true, y_pred) -> float:
-    "Micro-averaged F1 (scikit-learn)."
-    from sklearn.metrics import f1_score
-    return float(f1_score(y_true, y_pred, average="micro"))
 
 # %% ../../nbs/07_probing.ipynb #8565f4a1
 def _layers(layers, n_layers: int) -> list[int]:
@@ -409,15 +45,6 @@ def _layers(layers, n_layers: int) -> list[int]:
     bad = [l for l in layers if not 0 <= int(l) <= n_layers]
     if bad: raise ValueError(f"layer(s) {bad} out of range: this model has layers 0 (embeddings) to {n_layers}")
     return sorted({int(l) for l in layers})
-
-# %% ../../nbs/07_probing.ipynb #ca14bd03
-def word_identity_f1(keys: np.ndarray, labels: np.ndarray, split: np.ndarray) -> float:
-    "Test micro-F1 of labelling each target by its key's (word type's) most frequent training label."
-    train, te = split == "train", split == "test"
-    by = {}
-    for k, y in zip(keys[train], labels[train]): by.setdefault(k, Counter())[y] += 1
-    top = Counter(labels[train]).most_common(1)[0][0]
-    return micro_f1(labels[te], [by[k].most_common(1)[0][0] if k in by else top for k in keys[te]])
 
 # %% ../../nbs/07_probing.ipynb #f8c8c484
 def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequence[int], seed: int = 0,

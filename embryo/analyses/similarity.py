@@ -23,7 +23,8 @@ from ..runs.series import REFERENCE, reference_run, series_lacks
 from ..runs.run import SeriesError, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length
 from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, legend_entries, plot_steps, reference_label, save_figure, step_axis)
-from .probing import layer_colour, weights_id, span_means
+from .span_features import weights_id, span_means
+from .probing import layer_colour
 from ..runs.results import markdown_table, read_results, read_settings, write_results
 from ..runs.verdicts import Rise, order  # the rules every verdict follows (notebook 03b)
 
