@@ -16,7 +16,7 @@ import transformers
 
 from embryo.config import get_config
 from embryo.model.model import AlbertForPreTraining
-from embryo.experiments.ablations import make_batch, tokens_per_s  # shared with ALBERT Table 3's throughput (notebook 09)
+from embryo.experiments.throughput import make_batch, tokens_per_s  # shared with ALBERT Table 3's throughput (notebook 08f)
 
 
 def step_fn(model, opt, batch, logits, dtype):

@@ -27,20 +27,18 @@ from ..analyses import glue
 from ..runs.results import markdown_table, binomial_se
 from ..runs.verdicts import readable
 from ..runs.run import read_run_config
-from ..model.model import AlbertForPreTraining
 from ..runs.run import list_steps
 from ..runs.settings import corpus_file
 from ..train.batches import run_config
 from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
-from ..train.optim import Lamb, param_groups
+from .throughput import training_throughput
 
 # %% auto #0
 __all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT', 'Variant', 'get_scale',
            'base_embedding', 'table_variants', 'run_configs', 'shared_tokenizer', 'pretrain_variant',
            'downstream_scores', 'run_scores', 'compare', 'paper_row', 'collect', 'table_frame', 'write_table',
-           'scale_note', 'make_batch', 'tokens_per_s', 'training_throughput', 'speed_table', 'default_root',
-           'run_ablations', 'redraw', 'beyond_spread', 'chance_band', 'at_chance', 'table6_claims', 'table_verdict',
-           'table_verdicts', 'verdict']
+           'scale_note', 'speed_table', 'default_root', 'run_ablations', 'redraw', 'beyond_spread', 'chance_band',
+           'at_chance', 'table6_claims', 'table_verdict', 'table_verdicts', 'verdict']
 
 # %% ../../nbs/09_albert_ablations.ipynb #73fad895
 @dataclass(frozen=True)
@@ -295,50 +293,6 @@ def scale_note(scale: dict, steps: int, root, n_eval: int | None = None) -> str:
             + " Downstream: dev score of the built-in tasks of embryo.analyses.glue (sentence polarity, CoNLL-2010 uncertainty; "
               f"not GLUE) finetuned from each run's last checkpoint with {scale['finetune'] or 'Table 7 settings'}, "
               "when the runs were scored with downstream=True; otherwise no downstream column.")
-
-# %% ../../nbs/09_albert_ablations.ipynb #87ff1f57
-def make_batch(vocab: int, batch: int, seq: int, device, seed: int = 0) -> dict:
-    "A random pretraining batch: 15% of positions masked with labels, two segments, random sentence labels."
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab, (batch, seq), generator=g)
-    labels = torch.full_like(ids, -100)
-    pick = torch.rand(batch, seq, generator=g) < 0.15
-    labels[pick] = ids[pick]
-    ids[pick] = 4  # [MASK]
-    types = torch.zeros_like(ids); types[:, seq // 2:] = 1
-    sop = torch.randint(0, 2, (batch,), generator=g)
-    return {k: v.to(device) for k, v in dict(input_ids=ids, token_type_ids=types, labels=labels,
-                                             sentence_order_label=sop).items()}
-
-# %% ../../nbs/09_albert_ablations.ipynb #615af431
-def tokens_per_s(step, n_tokens: int, steps: int, device) -> float:
-    "Tokens per second of `step()` (one training step on `n_tokens` tokens), after one warm-up call."
-    device = torch.device(device)
-    step()
-    if device.type == "cuda": torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(steps): step()
-    if device.type == "cuda": torch.cuda.synchronize()
-    return n_tokens * steps / (time.perf_counter() - t)
-
-# %% ../../nbs/09_albert_ablations.ipynb #c213570e
-def training_throughput(config, batch: int = 2, seq: int = 64, steps: int = 2, device="cpu",
-                        dtype=torch.float32, optimizer: bool = True) -> float:
-    ("Tokens per second of our model's training step (forward, backward, and LAMB unless `optimizer=False`) for "
-     "`config`.")
-    device = torch.device(device)
-    torch.manual_seed(0)
-    model = AlbertForPreTraining(config).to(device).train()
-    opt = Lamb(param_groups(model, 0.01), lr=1e-4)
-    b = make_batch(config.vocab_size, batch, seq, device)
-    def step():
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            loss = model(**b, logits="masked").loss
-        loss.backward()
-        if optimizer: opt.step()
-        opt.zero_grad(set_to_none=True)
-    try: return tokens_per_s(step, batch * seq, steps, device)
-    finally: del model, opt
 
 # %% ../../nbs/09_albert_ablations.ipynb #24610b6a
 def speed_table(presets: Sequence[str], batch: int = 2, seq: int = 64, steps: int = 2, device="cpu",
