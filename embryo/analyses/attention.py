@@ -425,7 +425,6 @@ def reference_diagonal(task: str = "brown") -> tuple[float, float] | None:
     r = r[r["head"] >= 0]
     return (r.groupby("layer").value.mean().max(), r.value.max()) if len(r) else None
 
-
 # %% ../../nbs/08_attention.ipynb #84ebd36d
 # the step a head first passes NEIGHBOUR_RATIO: unlike the loss drop's red dotted mark (`step_axis`), which may lie
 # near it

@@ -199,7 +199,6 @@ def reference_f1(df: pd.DataFrame) -> pd.DataFrame:
     f = r[(r.metric == "f1") & r.task.isin(same)]
     return f.loc[f.groupby("task").value.idxmax()].set_index("task")[["layer", "value"]].rename(columns={"value": "f1"})
 
-
 # %% ../../nbs/07_probing.ipynb #e2c6ae12
 def _layer_panel(ax, df, task, title, n_layers, control=False, run_dir=None, ref=None):
     for metric, ls in (("f1", "-"),) + ((("control_f1", ":"),) if control else ()):

@@ -286,7 +286,6 @@ def reference_uas(task: str) -> tuple[int, float] | None:
     r = reference_results(ANALYSIS, task=task, metric="uas_best")
     return (int(r.layer[r.value.idxmax()]), float(r.value.max())) if len(r) else None
 
-
 # %% ../../nbs/08a_syntax.ipynb #af76f646
 def plot_syntax(run_dir):
     "The best head's UAS over steps, one line per layer, the adjacent baseline dashed; one panel per task."

@@ -21,11 +21,11 @@ from ..text.tokenizer import HF_TOKENIZER_FILES, TokenizerError, load_tokenizer
 # %% auto #0
 __all__ = ['MODEL_CARD', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR',
            'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'check_device',
-           'replace_dir', 'save_checkpoint', 'resolve_step', 'masked_lm_at', 'read_config', 'read_run_config',
-           'sentence_name', 'log_records', 'train_log', 'transitions', 'loss_pace', 'run_transitions', 'SeriesError',
-           'CannotDraw', 'refuse_remote_code', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model',
-           'check_filled', 'check_weights', 'check_vocabulary', 'encoder_states', 'max_length', 'Run', 'run_model_type',
-           'run_sentence_task']
+           'replace_dir', 'save_checkpoint', 'resolve_step', 'notebook_run', 'masked_lm_at', 'read_config',
+           'read_run_config', 'sentence_name', 'log_records', 'train_log', 'transitions', 'loss_pace',
+           'run_transitions', 'SeriesError', 'CannotDraw', 'refuse_remote_code', 'checkpoint_kind', 'HFEncoder',
+           'HFMaskedLM', 'load_hf_model', 'check_filled', 'check_weights', 'check_vocabulary', 'encoder_states',
+           'max_length', 'Run', 'run_model_type', 'run_sentence_task']
 
 # %% ../../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -154,6 +154,15 @@ def resolve_step(run_dir, step: int | str | None = None) -> int:
     steps = list_steps(run_dir)
     if not steps: raise CheckpointNotFound(_no_checkpoints(run_dir))
     return steps[-1]
+
+# %% ../../nbs/02a_run.ipynb #7b22023d
+def notebook_run(run_dir, step, figures_dir, fixture) -> tuple[Path, int, Path]:
+    ("A papermill notebook's parameters as the run they name: (`run_dir`, or `fixture()` where None; its step, "
+     "`resolve_step`'s; `figures_dir`, or `<run_dir>/figures`), printed on one line.")
+    run_dir = Path(run_dir) if run_dir else Path(fixture())
+    step, figures_dir = resolve_step(run_dir, step), Path(figures_dir) if figures_dir else run_dir / "figures"
+    print(f"run {run_dir}, step {step}, figures in {figures_dir}")
+    return run_dir, step, figures_dir
 
 # %% ../../nbs/02a_run.ipynb #b2e4d6f8
 def masked_lm_at(run_dir, step: int | str | None = None, device="cpu") -> tuple[Path, int, "Tokenizer", torch.nn.Module]:
