@@ -18,7 +18,7 @@ from ..text.packages import data_dir
 from ..text.corpus import corpus_fingerprint, read_corpus
 from ..text.sentences import align, FUNCTION_WORDS, tagged_sentences
 from ..config import atomic_write
-from ..runs.run import Run, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step
+from ..runs.run import Run, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step, notebook_run
 from ..runs.settings import corpus_file
 from ..runs.run import CannotDraw
 from ..runs.series import series_lacks

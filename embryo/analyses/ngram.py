@@ -20,7 +20,7 @@ from ..text.corpora import detokenize
 from ..text.tokenizer import load_tokenizer
 from ..text.sentences import brown_sentences
 from ..config import atomic_write
-from ..runs.run import Run, masked_lm_at, max_length, read_run_config, resolve_step
+from ..runs.run import Run, masked_lm_at, max_length, read_run_config, resolve_step, notebook_run
 from ..runs.settings import corpus_file
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
