@@ -359,19 +359,19 @@ def _is_run_config(f: Path) -> bool:
     return isinstance(d, dict) and {"preset", "model", "train"} <= set(d)
 
 # %% ../nbs/00_config.ipynb #5fdad84f
-def run_config_file(run_dir) -> Path:
+def run_config_file(run) -> Path:
     ("The file with a run's pretraining settings: `pretrain_config.json`, or `config.json` in a run made before the "
      "rename.")
-    new, old = Path(run_dir) / RUN_CONFIG, Path(run_dir) / OLD_RUN_CONFIG
+    new, old = Path(run) / RUN_CONFIG, Path(run) / OLD_RUN_CONFIG
     return old if not new.exists() and _is_run_config(old) else new
 
 # %% ../nbs/00_config.ipynb #a4910666
-def migrate_run_config(run_dir) -> Path | None:
+def migrate_run_config(run) -> Path | None:
     "Rename an old run's `config.json` to `pretrain_config.json`; returns the new path when it renamed one."
-    old = Path(run_dir) / OLD_RUN_CONFIG
-    if (Path(run_dir) / RUN_CONFIG).exists() or not _is_run_config(old): return None
-    os.replace(old, Path(run_dir) / RUN_CONFIG)
-    return Path(run_dir) / RUN_CONFIG
+    old = Path(run) / OLD_RUN_CONFIG
+    if (Path(run) / RUN_CONFIG).exists() or not _is_run_config(old): return None
+    os.replace(old, Path(run) / RUN_CONFIG)
+    return Path(run) / RUN_CONFIG
 
 # %% ../nbs/00_config.ipynb #12b5bc29
 def fsync_dir(folder):

@@ -11,12 +11,12 @@ from embryo.text.corpus import read_corpus
 from embryo.text.tokenizer import HF_TOKENIZER_FILES, load_tokenizer
 from embryo.analyses import glue as G
 from embryo.train import pretrain as P
-from embryo.runs.run import log_records, run_sentence_task
+from embryo.runs.run import (
+    log_records, run_sentence_task, checkpoint_dir, list_steps, load_checkpoint, read_run_config, train_log)
 from embryo.config import get_config, get_train_config
 from embryo.analyses.downstream import read_tsv
 from embryo.analyses.finetune import max_seq_length
 from embryo.runs.figures import plot_pretraining
-from embryo.runs.run import checkpoint_dir, list_steps, load_checkpoint, read_run_config, train_log
 from embryo.runs.settings import complete_run
 from embryo.train.cards import write_model_cards
 from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run

@@ -21,16 +21,16 @@ from safetensors.torch import load_file
 
 from embryo.train import pretrain as P
 from embryo.model.model import AlbertForPreTraining
-from embryo.runs.run import CheckpointNotFound, checkpoint_dir, find_checkpoint, load_checkpoint, train_log
+from embryo.runs.run import (
+    CheckpointNotFound, checkpoint_dir, find_checkpoint, load_checkpoint, train_log, log_records, list_steps,
+    read_run_config)
 from embryo.train.batches import prediction_cap, prepare_run, run_config
 from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
 from embryo.train.heldout import brown_examples, heldout_examples
 from embryo.train.optim import batch_at, sequences_before
 from embryo.train.tensorboard import tensorboard_log
-from embryo.runs.run import log_records
 from embryo.config import RUN_CONFIG, ConfigError, ModelConfig, get_config, get_train_config
 from embryo.runs.lock import clean_run, run_lock
-from embryo.runs.run import list_steps, read_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import papermill as pm
 import pytest
 
 from embryo.text.tokenizer import load_tokenizer
-from embryo.text.sentences import brown_sentences
+from embryo.text.sentences import brown_sentences, brown_base_tag
 from embryo.text.conll import ConllError, ontonotes_sample, read_conll2012
 from embryo.analyses import probing as PR
 from embryo.analyses import probe_tasks as PT
@@ -18,7 +18,6 @@ from embryo.analyses import span_features as SF
 from embryo.analyses import probes as PB
 from embryo.runs.run import CheckpointNotFound, list_steps, load_checkpoint
 from embryo.runs.results import read_results
-from embryo.text.sentences import brown_base_tag
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "probing" / "conll-2012"
@@ -172,14 +171,14 @@ def test_feature_cache_is_dropped_when_the_checkpoint_changes(fixture_copy):
     tok = load_tokenizer(fixture_copy)
     model = load_checkpoint(fixture_copy, 0)
     tasks = PT.builtin_tasks(["pos_brown"], max_sentences=30, max_train=40, max_dev=10, max_test=10)
-    x1, k1 = SF.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
-    x2, _ = SF.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
+    x1, k1 = SF.task_features(model, tok, tasks, run=fixture_copy, step=0)["pos_brown"]
+    x2, _ = SF.task_features(model, tok, tasks, run=fixture_copy, step=0)["pos_brown"]
     assert k1.mean() > 0.9 and (x1 == x2).all()
     w = fixture_copy / "checkpoints" / "step_0000000" / "model.safetensors"
     os.utime(w, ns=(w.stat().st_atime_ns, w.stat().st_mtime_ns + 10**9))  # a new file in its place
     f = SF.cache_file(fixture_copy, 0)
     before = f.stat().st_mtime_ns
-    x3, _ = SF.task_features(model, tok, tasks, run_dir=fixture_copy, step=0)["pos_brown"]
+    x3, _ = SF.task_features(model, tok, tasks, run=fixture_copy, step=0)["pos_brown"]
     assert f.stat().st_mtime_ns != before and (x3 == x1).all()  # recomputed (same weights here, so the same values)
 
 

@@ -1,10 +1,11 @@
-from embryo.analyses.downstream import BUILTIN_SOURCES
 """README.md is nbs/index.ipynb rendered to Markdown, short, and its commands exist; so do those of the documentation's
 pages (docs/**/*.md), where the rest of the old README went."""
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from embryo.analyses.downstream import BUILTIN_SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").rglob("*.md"))  # the explanations, the findings of the longer runs, the lab journal

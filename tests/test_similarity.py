@@ -4,7 +4,8 @@ import shutil
 import numpy as np
 import pytest
 
-from embryo.analyses.similarity import cache_file, cca, centred, evaluate_step, linear_cka, pwcca, representations, svcca
+from embryo.analyses.similarity import (
+    cache_file, cca, centred, evaluate_step, linear_cka, pwcca, representations, svcca)
 
 
 @pytest.fixture(scope="module")

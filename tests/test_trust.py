@@ -119,7 +119,7 @@ def test_a_job_that_writes_no_row_fails_and_so_does_the_sweep(run_copy, monkeypa
     "Item 3: a job that ends without error but measures nothing is failed, and a failed sweep exits non-zero."
     from embryo.analyses import attention
     from embryo.cli import main
-    monkeypatch.setattr(attention, "evaluate_step", lambda run_dir, step, device="cpu", **kw: None)
+    monkeypatch.setattr(attention, "evaluate_step", lambda run, step, device="cpu", **kw: None)
     step = list_steps(run_copy)[-1]
     status = main(["sweep", "--run", str(run_copy), "--analyses", "attention", "--steps", str(step), "--mode",
                    "inprocess"])

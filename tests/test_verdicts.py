@@ -190,9 +190,9 @@ def test_h3_judges_where_the_curve_ends_not_its_best_step(monkeypatch):
     from embryo.publish.report import status_of
     steps = [0, 1000, 2000, 4000, 8000]
     def fake(curve, floor=59.3):
-        monkeypatch.setattr(G, "scores_table", lambda run_dir: pd.DataFrame({"builtin": curve}, index=steps))
-        monkeypatch.setattr(G, "seed_scores", lambda run_dir, agg: pd.DataFrame())
-        monkeypatch.setattr(G, "_floor", lambda run_dir, kind="chance": {"builtin": floor if kind == "bow" else 50.0})
+        monkeypatch.setattr(G, "scores_table", lambda run: pd.DataFrame({"builtin": curve}, index=steps))
+        monkeypatch.setattr(G, "seed_scores", lambda run, agg: pd.DataFrame())
+        monkeypatch.setattr(G, "_floor", lambda run, kind="chance": {"builtin": floor if kind == "bow" else 50.0})
         return G.verdict("any")
     peak = fake([55.0, 70.0, 69.0, 64.0, 58.0])
     assert status_of(peak) == "not testable" and "the last step does not clear" in peak, peak
@@ -267,8 +267,8 @@ def test_knowledge_forgotten_needs_the_drop_beyond_the_difference_of_two_errors(
     def fake(curves, floors):
         rows = [dict(step=s, task=r, metric=m, value=v[i], n=100) for r, v in curves.items() for i, s in enumerate(steps)
                 for m in K.METRICS]
-        monkeypatch.setattr(K, "knowledge_results", lambda run_dir: pd.DataFrame(rows))
-        monkeypatch.setattr(K, "constant_floor", lambda run_dir: pd.DataFrame({"floor": floors}))
+        monkeypatch.setattr(K, "knowledge_results", lambda run: pd.DataFrame(rows))
+        monkeypatch.setattr(K, "constant_floor", lambda run: pd.DataFrame({"floor": floors}))
         return K.verdict("any")
     v = fake({"P19": [0.0, 0.40, 0.33, 0.30]}, {"P19": 0.10})
     assert "1 of 1 relations (P19) clear their floor at some step" in v and "0 of them (none)" in v, v
@@ -287,8 +287,8 @@ def test_exposure_group_is_learned_only_where_it_clears_the_control_at_the_end(m
     def fake(shown):
         p = pd.DataFrame({0: [0.02] * 5, 64: shown}, index=steps)
         n = pd.DataFrame({0: [400] * 5, 64: [400] * 5}, index=steps)
-        monkeypatch.setattr(E, "read_facts", lambda run_dir: [None] * 800)
-        monkeypatch.setattr(E, "fact_table", lambda run_dir: pd.DataFrame({"step": steps, "constant": [0.1] * 5}))
+        monkeypatch.setattr(E, "read_facts", lambda run: [None] * 800)
+        monkeypatch.setattr(E, "fact_table", lambda run: pd.DataFrame({"step": steps, "constant": [0.1] * 5}))
         monkeypatch.setattr(E, "group_curves", lambda ft, constant=True: (p, n))
         monkeypatch.setattr(E, "categories", lambda ft: pd.DataFrame(
             {"exposures": [0] * 10 + [64] * 10, "category": ["oscillating"] * 10 + ["learned and kept"] * 10}))

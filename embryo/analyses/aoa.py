@@ -18,9 +18,9 @@ from ..text.packages import data_dir
 from ..text.corpus import corpus_fingerprint, read_corpus
 from ..text.sentences import align, FUNCTION_WORDS, tagged_sentences
 from ..config import atomic_write
-from ..runs.run import Run, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step, notebook_run
+from ..runs.run import (
+    Run, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step, notebook_run, CannotDraw)
 from ..runs.settings import corpus_file
-from ..runs.run import CannotDraw
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, plot_steps, save_figure, step_axis
 from ..model.model import autocast
@@ -96,21 +96,21 @@ def surprisals(model, inputs, device="cpu", precision: str = "auto", batch_token
     return out
 
 # %% ../../nbs/08d_aoa.ipynb #634fb510
-def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer)
+def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
                   step: int | None = None, # the checkpoint to evaluate; None: the run's last
                   device="cpu",
                   max_occurrences: int = MAX_OCCURRENCES, # occurrences scored per word
                   write: bool = True, # write the rows and scores to the run's results database
                  ) -> pd.DataFrame:
     "Each held-out word's mean surprisal at checkpoint `step` (scores), and the mean per class (rows)."
-    run_dir, step, tok, model = masked_lm_at(run_dir, step, device)  # of an ELECTRA run, its generator
+    run, step, tok, model = masked_lm_at(run, step, device)  # of an ELECTRA run, its generator
     occ, word_class = word_occurrences(max_occurrences=max_occurrences)
     s = pd.Series(surprisals(model, masked_inputs(tok, occ, max_length(model)), device), index=[o.word for o in occ])
     per_word = s.groupby(level=0).mean().dropna().round(3)
     cls = per_word.groupby(pd.Series(word_class)[per_word.index].to_numpy())
     rows = [dict(task=c, metric="surprisal", value=float(v.mean()), n=len(v)) for c, v in cls]
     rows.append(dict(task="all", metric="surprisal", value=float(per_word.mean()), n=len(per_word)))
-    if write: write_results(run_dir, ANALYSIS, step, rows,
+    if write: write_results(run, ANALYSIS, step, rows,
                             scores=score_rows(TASK, {"surprisal": per_word.to_numpy()}, per_word.index))
     return pd.DataFrame(rows, columns=["task", "metric", "value", "n"])
 
@@ -120,12 +120,12 @@ def applies_to(run) -> str | None:
     return series_lacks(run, "mlm_head")
 
 # %% ../../nbs/08d_aoa.ipynb #e944073a
-def word_curves(run_dir) -> pd.DataFrame:
+def word_curves(run) -> pd.DataFrame:
     "Steps x words of mean surprisal (nats); a clear error when the run has none."
-    sc = read_scores(run_dir, ANALYSIS, TASK)
-    if sc.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
+    sc = read_scores(run, ANALYSIS, TASK)
+    if sc.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
     sc = sc.sort_values("step")
-    words = read_examples(run_dir, ANALYSIS, TASK, sc.examples.iloc[-1])
+    words = read_examples(run, ANALYSIS, TASK, sc.examples.iloc[-1])
     sc = sc[sc.examples == sc.examples.iloc[-1]]
     return pd.DataFrame(np.stack(sc.scores.to_numpy()), index=sc.step.to_numpy(), columns=words)
 
@@ -152,11 +152,11 @@ def fit_word(steps: np.ndarray, y: np.ndarray) -> dict:
     return dict(lo=lo, hi=hi, k=k, m=m, drop=drop, aoa=10 ** m - 1 if acquired else np.nan, r2=r2)
 
 # %% ../../nbs/08d_aoa.ipynb #1bbd816e
-def word_frequencies(run_dir) -> Counter:
+def word_frequencies(run) -> Counter:
     "How often each lowercased alphabetic word occurs in the run's training corpus (cached), else in held-out Brown."
     import json, re
-    settings = Run.of(run_dir).settings
-    corpus = corpus_file(read_run_config(run_dir)[2]) if settings else None
+    settings = Run.of(run).settings
+    corpus = corpus_file(read_run_config(run)[2]) if settings else None
     # under the data folder, by the corpus's checksum: a run folder (a committed bundle) is only read
     f = data_dir() / ANALYSIS / f"frequencies-{corpus_fingerprint(corpus)[:16] if corpus else 'heldout'}.json"
     if f.exists(): return Counter(json.loads(f.read_text()))
@@ -176,9 +176,9 @@ def curves_key(wc: pd.DataFrame) -> str:
     return hashlib.sha256(b"\0".join([np.asarray(wc.index, float).tobytes(), "\0".join(wc.columns).encode(),
                                        np.ascontiguousarray(wc.to_numpy(float)).tobytes()])).hexdigest()
 
-def run_fits_file(run_dir, key: str) -> Path:
+def run_fits_file(run, key: str) -> Path:
     "Where a run's bundle keeps the fits of its curves (`key`: `curves_key`), beside its results."
-    return Path(run_dir) / f"{ANALYSIS}_fits-{FITS_FORMAT}-{key[:24]}.parquet"
+    return Run.of(run) / f"{ANALYSIS}_fits-{FITS_FORMAT}-{key[:24]}.parquet"
 
 def _write_fits(f: Path, df: pd.DataFrame) -> Path:
     "`df` as Parquet at `f`, atomically (the data folder's kept fits, a bundle's)."
@@ -186,15 +186,15 @@ def _write_fits(f: Path, df: pd.DataFrame) -> Path:
     buf = io.BytesIO(); df.to_parquet(buf); return atomic_write(f, buf.getvalue())
 
 # %% ../../nbs/08d_aoa.ipynb #b8e1f0a7
-def word_fits(wc: pd.DataFrame, run_dir=None) -> pd.DataFrame:
+def word_fits(wc: pd.DataFrame, run=None) -> pd.DataFrame:
     ("`fit_word` of each word's curve in `wc` (steps x words), indexed by word; fitted once per set of curves, or read "
-     "from `run_dir`'s bundle.")
+     "from `run`'s bundle.")
     import scipy
     key = curves_key(wc)
     if key not in _FITS:
         if len(_FITS) >= 8: _FITS.pop(next(iter(_FITS)))
         kept = data_dir() / ANALYSIS / f"fits-{FITS_FORMAT}-scipy{scipy.__version__}-{key[:24]}.parquet"
-        found = [f for f in (run_fits_file(run_dir, key) if run_dir else None, kept) if f is not None and f.is_file()]
+        found = [f for f in (run_fits_file(run, key) if run else None, kept) if f is not None and f.is_file()]
         if found: _FITS[key] = pd.read_parquet(found[0])
         else:
             rows = [dict(word=w, **fit_word(wc.index.to_numpy(), wc[w].to_numpy())) for w in wc.columns]
@@ -202,25 +202,25 @@ def word_fits(wc: pd.DataFrame, run_dir=None) -> pd.DataFrame:
     return _FITS[key].copy()  # a copy: a caller that adds columns leaves the kept fits as they are
 
 # %% ../../nbs/08d_aoa.ipynb #d1f3b7c5
-def bundle_fits(run_dir, out) -> list[Path]:
-    "Write the fits of `run_dir`'s curves into its bundle folder `out`, in place of those of other curves."
-    wc = word_curves(run_dir); f = run_fits_file(out, curves_key(wc))
+def bundle_fits(run, out) -> list[Path]:
+    "Write the fits of `run`'s curves into its bundle folder `out`, in place of those of other curves."
+    wc = word_curves(run); f = run_fits_file(out, curves_key(wc))
     for old in Path(out).glob(f"{ANALYSIS}_fits-*.parquet"):
         if old != f: old.unlink()
-    if not f.is_file(): _write_fits(f, word_fits(wc, run_dir))
+    if not f.is_file(): _write_fits(f, word_fits(wc, run))
     return [f]
 
 # %% ../../nbs/08d_aoa.ipynb #d295b19a
-def ages(run_dir) -> pd.DataFrame:
+def ages(run) -> pd.DataFrame:
     ("Per word: its fitted sigmoid and age of acquisition (step), class, function word or not, length, training "
      "frequency.")
-    wc = word_curves(run_dir)
+    wc = word_curves(run)
     if len(wc) < MIN_STEPS:  # no word's sigmoid can be fitted: every age would be NaN
         raise CannotDraw(f"needs {MIN_STEPS} steps (a sigmoid of 4 unknowns over each word's surprisal); "
-                         f"{Path(run_dir).name} has {len(wc)} ({', '.join(f'{s:,}' for s in wc.index)})")
+                         f"{Run.of(run).name} has {len(wc)} ({', '.join(f'{s:,}' for s in wc.index)})")
     _, word_class = word_occurrences()
-    freq = word_frequencies(run_dir)
-    df = word_fits(wc, run_dir)
+    freq = word_frequencies(run)
+    df = word_fits(wc, run)
     df["cls"] = [word_class.get(w, "other") for w in df.index]
     df["function"] = df.cls.isin(FUNCTION_WORDS)
     df["length"] = [len(w) for w in df.index]
@@ -259,12 +259,12 @@ def function_first(ag: pd.DataFrame) -> dict:
 CLASS_ORDER = ("conjunction", "determiner", "preposition", "adjective", "adverb", "verb", "noun", "proper_noun",
                "other")
 
-def plot_aoa(run_dir, ag: pd.DataFrame | None = None):
+def plot_aoa(run, ag: pd.DataFrame | None = None):
     "Fig. age of acquisition: example curves with fits, age against frequency, ages per class."
     import matplotlib.pyplot as plt
-    wc = word_curves(run_dir); ag = ages(run_dir) if ag is None else ag
+    wc = word_curves(run); ag = ages(run) if ag is None else ag
     if not ag.aoa.notna().any():  # before a figure is opened
-        raise CannotDraw(f"no held-out word is acquired on {Path(run_dir).name} (its fitted surprisal falling by "
+        raise CannotDraw(f"no held-out word is acquired on {Run.of(run).name} (its fitted surprisal falling by "
                          f"{MIN_DROP} nats or more, the midpoint before the last step): no age to draw")
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), layout="constrained")
     got = ag[ag.aoa.notna()].sort_values("frequency", ascending=False)
@@ -272,7 +272,7 @@ def plot_aoa(run_dir, ag: pd.DataFrame | None = None):
     x = np.linspace(0, np.log10(wc.index.max() + 1), 200)
     for k, w in enumerate(show):
         r, c = ag.loc[w], f"C{k}"
-        plot_steps(axes[0], wc.index, wc[w], run_dir, color=c, ls="", label=f"{w} ({r.cls}, age {r.aoa:,.0f})")
+        plot_steps(axes[0], wc.index, wc[w], run, color=c, ls="", label=f"{w} ({r.cls}, age {r.aoa:,.0f})")
         axes[0].plot(10 ** x - 1, sigmoid(x, r.lo, r.hi, r.k, r.m), color=c, lw=1)
         axes[0].axvline(r.aoa, color=c, ls=":", lw=1)
     axes[0].set_ylabel("surprisal of the masked word, nats")
@@ -296,18 +296,18 @@ def plot_aoa(run_dir, ag: pd.DataFrame | None = None):
     axes[2].set_xticks(range(len(cls)), [c.replace("_", " ") for c in cls], rotation=30, fontsize=8)
     axes[2].set(yscale="symlog", ylabel="age of acquisition, step (symlog)")
     axes[2].set_title("(c) ages per class (bar: median)", fontsize=10)
-    step_axis(axes[0], list(wc.index), label="pretraining step (symlog)", run_dir=run_dir)
+    step_axis(axes[0], list(wc.index), label="pretraining step (symlog)", run=run)
     for ax in axes: ax.grid(alpha=0.3)
     for ax in axes[1:]: ax.set_ylim(0, got.aoa.max() * 2)  # ages are steps: nothing below 0
     axes[0].legend(fontsize=7); axes[1].legend(fontsize=8)
     fig.suptitle(f"Embryology Fig. 1, per word (beyond the paper: Chang & Bergen 2022's age of acquisition; "
-                 f"{Path(run_dir).name}, {len(got)} of {len(ag)} held-out words acquired)", fontsize=10)
+                 f"{Run.of(run).name}, {len(got)} of {len(ag)} held-out words acquired)", fontsize=10)
     return fig
 
 # %% ../../nbs/08d_aoa.ipynb #3e159875
-def verdict(run_dir, ag: pd.DataFrame | None = None) -> str:
+def verdict(run, ag: pd.DataFrame | None = None) -> str:
     "The per-word test of the paper's 'function words first', and what frequency explains (`ag`: `ages`, if computed)."
-    try: ag = ages(run_dir) if ag is None else ag
+    try: ag = ages(run) if ag is None else ag
     except CannotDraw as e: return f"Not testable on this run: the age of acquisition {e}."
     ff = function_first(ag)
     if min(ff["function"], ff["content"]) < 5:
@@ -340,11 +340,11 @@ REPORT = [
 ]
 
 # %% ../../nbs/08d_aoa.ipynb #edf6b495
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "The age-of-acquisition figure, the per-word ages and the regression table, from the run's database."
-    out_dir = figure_dir(run_dir, out_dir)
-    ag = ages(run_dir)
-    paths = save_figure(plot_aoa(run_dir, ag), out_dir, "fig_aoa_words")
+    out_dir = figure_dir(run, out_dir)
+    ag = ages(run)
+    paths = save_figure(plot_aoa(run, ag), out_dir, "fig_aoa_words")
     paths.append(atomic_write(out_dir / "table_aoa_words.csv", ag.round(4).to_csv()))
     r = regression(ag)
     paths.append(atomic_write(out_dir / "table_aoa_regression.csv", r.to_csv()))
@@ -352,7 +352,7 @@ def redraw(run_dir, out_dir=None) -> list[Path]:
                    r2_frequency=r.attrs["r2_frequency"])
     paths.append(atomic_write(out_dir / "table_aoa_summary.csv", pd.DataFrame([summary]).to_csv(index=False)))
     paths.append(atomic_write(out_dir / "table_aoa_regression.md",
-                              f"# Age of acquisition: what predicts it ({Path(run_dir).name}; {r.attrs['words']} "
-                              f"words, R^2 {r.attrs['r2']:.2f})\n\n" + markdown_table(r) + "\n" + verdict(run_dir, ag)
+                              f"# Age of acquisition: what predicts it ({Run.of(run).name}; {r.attrs['words']} "
+                              f"words, R^2 {r.attrs['r2']:.2f})\n\n" + markdown_table(r) + "\n" + verdict(run, ag)
                               + "\n"))
     return paths

@@ -172,18 +172,18 @@ def diagonal_scores(diag: np.ndarray, task: str) -> list[dict]:
                       [f"input {i}" for i in range(len(diag))])
 
 # %% ../../nbs/08_attention.ipynb #a24b26d4
-def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", task: str = "brown", layers=None, heads=None,
+def evaluate_step(run, step: int | None = None, device: str = "cpu", task: str = "brown", layers=None, heads=None,
                   n_sentences: int = 256, seq_len: int = 24, seed: int = 0) -> pd.DataFrame:
     "Attention statistics of every head and layer (and maps of the chosen ones) at `step`, written to the database."
-    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
+    step = resolve_step(run, step)  # None: the run's last step, as in the notebook
     check_task(task)
-    find_checkpoint(run_dir, step)  # a clear error listing the steps that exist
-    model = load_checkpoint(run_dir, step, device)
+    find_checkpoint(run, step)  # a clear error listing the steps that exist
+    model = load_checkpoint(run, step, device)
     layers, heads = choose_maps(model.config.num_hidden_layers, model.config.num_attention_heads, layers, heads)
-    ids = input_ids(load_tokenizer(run_dir), task, n_sentences, seq_len, seed)
+    ids = input_ids(load_tokenizer(run), task, n_sentences, seq_len, seed)
     maps, ent, diag = attention_maps(model, ids, device, by_input=True)
-    rows = step_rows(maps, ent, task, len(ids), causal_mask(find_checkpoint(run_dir, step), maps))
-    write_results(run_dir, ANALYSIS, step, rows, map_samples(maps, task, layers, heads, len(ids)),
+    rows = step_rows(maps, ent, task, len(ids), causal_mask(find_checkpoint(run, step), maps))
+    write_results(run, ANALYSIS, step, rows, map_samples(maps, task, layers, heads, len(ids)),
                   scores=diagonal_scores(diag, task))
     return pd.DataFrame(rows)
 
@@ -193,18 +193,18 @@ def applies_to(run) -> str | None:
     return series_lacks(run, "encoder")
 
 # %% ../../nbs/08_attention.ipynb #696460dc
-def head_metrics(run_dir, task: str = "brown") -> pd.DataFrame:
+def head_metrics(run, task: str = "brown") -> pd.DataFrame:
     "Every per-head row of the run as columns step, layer, head, metric, value."
-    df = read_results(run_dir, ANALYSIS, task=check_task(task))
-    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results for task {task!r} yet; "
-                                   "run evaluate_step(run_dir, step) first")
+    df = read_results(run, ANALYSIS, task=check_task(task))
+    if df.empty: raise LookupError(f"{run} has no {ANALYSIS} results for task {task!r} yet; "
+                                   "run evaluate_step(run, step) first")
     return df[df["head"] >= 0][["step", "layer", "head", "metric", "value"]].reset_index(drop=True)
 
 # %% ../../nbs/08_attention.ipynb #da29fafd
-def stored_maps(run_dir, task: str = "brown") -> dict[tuple[int, int], dict[int, np.ndarray]]:
+def stored_maps(run, task: str = "brown") -> dict[tuple[int, int], dict[int, np.ndarray]]:
     "The stored averaged maps: {(layer, head): {step: (T, T) array}}."
     out = {}
-    for r in read_samples(run_dir, ANALYSIS, check_task(task)).itertuples():
+    for r in read_samples(run, ANALYSIS, check_task(task)).itertuples():
         d = json.loads(r.text)
         out.setdefault((d["layer"], d["head"]), {})[int(r.step)] = np.array(d["map"])
     return dict(sorted(out.items()))
@@ -234,30 +234,30 @@ def emergence_step(curve: pd.Series, floor=None, end_se: float = 0.0, min_rise: 
     return emergence_rise(curve, floor, end_se, min_rise).step
 
 # %% ../../nbs/08_attention.ipynb #c9fd36bd
-def special_tokens(run_dir) -> tuple[bool, bool]:
+def special_tokens(run) -> tuple[bool, bool]:
     ("Whether the run's tokenizer puts a special token before each text (`[CLS]`) and after it (`[SEP]`); both where "
      "the run holds no tokenizer (ours and BERT's).")
-    try: tok = load_tokenizer(run_dir)
+    try: tok = load_tokenizer(run)
     except (OSError, ValueError): return True, True
     return tok.prefix > 0, tok.n_added > tok.prefix
 
 # %% ../../nbs/08_attention.ipynb #dc5b9197
-def end_ses(run_dir, task: str = "brown") -> dict[int, float]:
+def end_ses(run, task: str = "brown") -> dict[int, float]:
     ("Per layer: the standard error over the input sentences of its most diagonal head's mass at the last step (the "
      "stored scores; 0 where a database holds none).")
-    sc = read_scores(run_dir, ANALYSIS, task)
+    sc = read_scores(run, ANALYSIS, task)
     if sc.empty: return {}
     last = sc[sc.step == sc.step.max()]
     return {int(k[len("layer"):-len("/best_head")]): float(np.std(v, ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
             for k, v in zip(last.key, last.scores) if k.endswith("/best_head")}
 
-def emergence_table(run_dir, task: str = "brown") -> pd.DataFrame:
+def emergence_table(run, task: str = "brown") -> pd.DataFrame:
     ("Per layer: the most diagonal head at the last step, its diagonal mass at the first/last/peak step, its emergence "
      "step above an even spread (`emergence_step`), and the mass on [CLS] and [SEP] (the first token under a causal "
      "mask or where the tokenizer adds none).")
-    h, f = head_metrics(run_dir, task), run_floors(run_dir, task)
-    causal, ses = f["causal"], end_ses(run_dir, task)
-    cls, sep = special_tokens(run_dir)
+    h, f = head_metrics(run, task), run_floors(run, task)
+    causal, ses = f["causal"], end_ses(run, task)
+    cls, sep = special_tokens(run)
     d = h[h.metric == "diagonal"].pivot_table(index="step", columns=["layer", "head"], values="value").sort_index()
     last, rows = d.index[-1], {}
     for layer in sorted({l for l, _ in d.columns}):
@@ -311,22 +311,22 @@ def input_length(u: float, causal: bool = False) -> float:
     return float(T[::-1][np.abs(d[::-1] - u).argmin()])  # the longest of equals: T = 1 and 2 both put 1 there
 
 # %% ../../nbs/08_attention.ipynb #cc6fe586
-def stale_causal(run_dir, task: str = "brown") -> bool:
+def stale_causal(run, task: str = "brown") -> bool:
     ("Whether the database holds a causal model's rows written without a `causal_mask` row: no head puts any attention "
      "on the next token, and the run's checkpoints are a causal LM.")
-    nxt = read_results(run_dir, ANALYSIS, task=task, metric="next")
+    nxt = read_results(run, ANALYSIS, task=task, metric="next")
     if nxt.empty or nxt.value.abs().max() > 0: return False
-    try: return Run.of(run_dir).kind == "causal-lm"
+    try: return Run.of(run).kind == "causal-lm"
     except (OSError, ValueError): return False
 
 # %% ../../nbs/08_attention.ipynb #36853867
-def run_floors(run_dir, task: str = "brown") -> dict:
+def run_floors(run, task: str = "brown") -> dict:
     ("An even spread's mass on each metric (`even_spread`) at the run's input length `T` under its mask (`causal`), "
      "from the database.")
-    u = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
-    causal = not read_results(run_dir, ANALYSIS, task=task, metric="causal_mask").empty
+    u = read_results(run, ANALYSIS, task=task, metric="uniform_diagonal").value.mean()
+    causal = not read_results(run, ANALYSIS, task=task, metric="causal_mask").empty
     T = input_length(u, causal)  # a stale causal database stored the encoder's floor: its T by the encoder's formula
-    causal = causal or stale_causal(run_dir, task)
+    causal = causal or stale_causal(run, task)
     return dict(even_spread(T, causal), T=T, causal=causal)
 
 # %% ../../nbs/08_attention.ipynb #8cb14906
@@ -335,10 +335,10 @@ def run_floors(run_dir, task: str = "brown") -> dict:
 NEIGHBOUR_RATIO = 5
 
 # %% ../../nbs/08_attention.ipynb #d73363bb
-def neighbour_heads(run_dir, task: str = "brown", ratio: float = NEIGHBOUR_RATIO) -> pd.DataFrame:
+def neighbour_heads(run, task: str = "brown", ratio: float = NEIGHBOUR_RATIO) -> pd.DataFrame:
     ("Per step: the head with the most attention on the previous or next token (previous only under a causal mask), "
      "that mass, and its ratio to an even spread.")
-    h, f = head_metrics(run_dir, task), run_floors(run_dir, task)
+    h, f = head_metrics(run, task), run_floors(run, task)
     h = h[h.metric.isin(["prev"] if f["causal"] else ["prev", "next"])]  # causal: nothing on the next token, by design
     even = f["prev"]  # an even spread's mass on the token before (or after) each position
     best = h.loc[h.groupby("step").value.idxmax()].set_index("step")[["metric", "layer", "head", "value"]]
@@ -352,11 +352,11 @@ def layer_colours(layers: Sequence[int]) -> dict[int, tuple]:
     return {l: plt.cm.viridis(0.85 * (l - 1) / max(top - 1, 1)) for l in layers}
 
 # %% ../../nbs/08_attention.ipynb #be1d0d47
-def plot_maps_grid(run_dir, task: str = "brown", max_cols: int = 10):
+def plot_maps_grid(run, task: str = "brown", max_cols: int = 10):
     "Fig. 4: the stored maps, rows = (layer, head), columns = steps."
     import matplotlib.pyplot as plt
-    maps = stored_maps(run_dir, task)
-    if not maps: raise LookupError(f"{run_dir} has no stored {ANALYSIS} maps yet; run evaluate_step(run_dir, step) "
+    maps = stored_maps(run, task)
+    if not maps: raise LookupError(f"{run} has no stored {ANALYSIS} maps yet; run evaluate_step(run, step) "
                                    "first")
     keys = list(maps)
     steps = grid_steps(sorted({s for v in maps.values() for s in v}), max_cols)
@@ -373,20 +373,20 @@ def plot_maps_grid(run_dir, task: str = "brown", max_cols: int = 10):
             if c == 0: ax.set_ylabel(f"layer {key[0]}, head {key[1]}\nquery position", fontsize=8)
             if r == len(keys) - 1: ax.set_xlabel("key position", fontsize=8)
         if im is not None: fig.colorbar(im, ax=axes[r, -1], shrink=0.9, label="attention\n(probability)")
-    cls, sep = special_tokens(run_dir)
-    where = ("causal mask: token i sees positions 0..i" if run_floors(run_dir, task)["causal"] else
+    cls, sep = special_tokens(run)
+    where = ("causal mask: token i sees positions 0..i" if run_floors(run, task)["causal"] else
              ", ".join([*(["[CLS] is position 0"] if cls else []), *(["[SEP] the last"] if sep else [])]))
-    fig.suptitle(f"Fig. 4: attention maps averaged over input sentences, by pretraining step ({Path(run_dir).name}"
+    fig.suptitle(f"Fig. 4: attention maps averaged over input sentences, by pretraining step ({Run.of(run).name}"
                  f"{'; ' + where if where else ''})", fontsize=10)
     return fig
 
 # %% ../../nbs/08_attention.ipynb #e9649a69
-def write_gif(run_dir, out_dir, task: str = "brown", fps: float = 2.0, name: str = "fig4_attention_maps") -> Path:
+def write_gif(run, out_dir, task: str = "brown", fps: float = 2.0, name: str = "fig4_attention_maps") -> Path:
     "The stored maps animated over steps, one frame per step, as `<name>.gif` (temporary file, then a rename)."
     import matplotlib.pyplot as plt
     from matplotlib.animation import PillowWriter
-    maps = stored_maps(run_dir, task)
-    if not maps: raise LookupError(f"{run_dir} has no stored {ANALYSIS} maps yet; run evaluate_step(run_dir, step) "
+    maps = stored_maps(run, task)
+    if not maps: raise LookupError(f"{run} has no stored {ANALYSIS} maps yet; run evaluate_step(run, step) "
                                    "first")
     keys, steps = list(maps), sorted({s for v in maps.values() for s in v})
     fig, axes = plt.subplots(1, len(keys), figsize=(2.6 * len(keys) + 0.6, 3.2), squeeze=False, layout="constrained")
@@ -398,7 +398,7 @@ def write_gif(run_dir, out_dir, task: str = "brown", fps: float = 2.0, name: str
         ax.set_title(f"layer {key[0]}, head {key[1]}", fontsize=9)
         ax.set_xlabel("key position"); ax.set_ylabel("query position")
         fig.colorbar(ims[-1], ax=ax, shrink=0.8, label="attention (probability)" if key == keys[-1] else None)
-    title = fig.suptitle(f"Fig. 4: attention maps at step {steps[-1]} ({Path(run_dir).name})")
+    title = fig.suptitle(f"Fig. 4: attention maps at step {steps[-1]} ({Run.of(run).name})")
     fig.canvas.draw(); fig.set_layout_engine("none")  # lay out once: every frame has the same layout
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".gif"); os.close(fd)
@@ -409,7 +409,7 @@ def write_gif(run_dir, out_dir, task: str = "brown", fps: float = 2.0, name: str
                 for im, key in zip(ims, keys):
                     m = maps[key].get(s)
                     im.set_data(m if m is not None else np.full_like(next(iter(maps[key].values())), np.nan))
-                title.set_text(f"Fig. 4: attention maps at step {s} ({Path(run_dir).name})")
+                title.set_text(f"Fig. 4: attention maps at step {s} ({Run.of(run).name})")
                 writer.grab_frame()
         os.replace(tmp, out / f"{name}.gif")
         return out / f"{name}.gif"
@@ -431,29 +431,29 @@ def reference_diagonal(task: str = "brown") -> tuple[float, float] | None:
 # near it
 FIRST_HEAD_STYLE = dict(color="tab:orange", ls="--", lw=1.5, zorder=1)
 
-def plot_diagonal(run_dir, task: str = "brown"):
+def plot_diagonal(run, task: str = "brown"):
     ("Diagonal mass over steps per layer: (a) mean and range over heads, (b) the most diagonal head with its emergence "
      "step.")
     import matplotlib.pyplot as plt
-    h = head_metrics(run_dir, task)
+    h = head_metrics(run, task)
     d = h[h.metric == "diagonal"]
-    em = emergence_table(run_dir, task)
-    base = read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value
-    f = run_floors(run_dir, task) if len(base) else dict(causal=False)
+    em = emergence_table(run, task)
+    base = read_results(run, ANALYSIS, task=task, metric="uniform_diagonal").value
+    f = run_floors(run, task) if len(base) else dict(causal=False)
     causal = f["causal"]
     colours = layer_colours(sorted(d.layer.unique()))
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True, layout="constrained")
     for layer, g in d.groupby("layer"):
         t = g.pivot(index="step", columns="head", values="value").sort_index()
-        plot_steps(a, t.index, t.mean(axis=1), run_dir, marker=".", color=colours[layer], label=f"layer {layer}")
-        fill_steps(a, t.index, t.min(axis=1), t.max(axis=1), run_dir, color=colours[layer], alpha=0.15, lw=0)
+        plot_steps(a, t.index, t.mean(axis=1), run, marker=".", color=colours[layer], label=f"layer {layer}")
+        fill_steps(a, t.index, t.min(axis=1), t.max(axis=1), run, color=colours[layer], alpha=0.15, lw=0)
         row = em.loc[layer]
         c = t[int(row["head"])]
-        plot_steps(b, c.index, c, run_dir, marker=".", color=colours[layer], label=f"layer {layer}, head "
+        plot_steps(b, c.index, c, run, marker=".", color=colours[layer], label=f"layer {layer}, head "
                                                                                    f"{int(row['head'])}")
         if not np.isnan(row["emergence step"]):
             b.plot([row["emergence step"]], [c[row["emergence step"]]], "o", ms=10, mfc="none", color=colours[layer])
-    n = neighbour_heads(run_dir, task)
+    n = neighbour_heads(run, task)
     first = n.index[n.at_least.values]
     ref = reference_diagonal(task)
     for ax, v, what in zip((a, b), ref or (None, None), ("its most diagonal layer", "its most diagonal head")):
@@ -465,19 +465,19 @@ def plot_diagonal(run_dir, task: str = "brown"):
         if len(first): ax.axvline(first[0], **FIRST_HEAD_STYLE, gid="first-neighbour-head",
                                   label=f"step {first[0]}: first head with {NEIGHBOUR_RATIO}x an even spread on token "
                                         + ("i-1" if causal else "i-1 or i+1"))
-        step_axis(ax, run_dir=run_dir); ax.grid(alpha=0.3)
+        step_axis(ax, run=run); ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     a.set_ylabel("attention mass on positions i-1, i, i+1 (fraction)")
     a.set_title("(a) mean over heads (band: range over heads)", fontsize=10)
     b.set_title("(b) the most diagonal head at the last step (circle: emergence step)", fontsize=10)
-    fig.suptitle(f"Fig. 4: emergence of the diagonal attention pattern in every layer ({Path(run_dir).name})")
+    fig.suptitle(f"Fig. 4: emergence of the diagonal attention pattern in every layer ({Run.of(run).name})")
     return fig
 
 # %% ../../nbs/08_attention.ipynb #22255f66
-def neighbour_sentence(run_dir, task: str = "brown") -> str:
+def neighbour_sentence(run, task: str = "brown") -> str:
     ("The clause of the verdict on the most neighbour-bound head: its mass at the last step and the first step it "
      "passes 5x.")
-    n, causal = neighbour_heads(run_dir, task), run_floors(run_dir, task)["causal"]
+    n, causal = neighbour_heads(run, task), run_floors(run, task)["causal"]
     r = n.iloc[-1]
     word = {"prev": "previous", "next": "next"}[r.metric]
     s = (f"; at step {n.index[-1]} layer {r.layer} head {r['head']} puts {r.value:.2f} of its attention on the {word} "
@@ -489,17 +489,17 @@ def neighbour_sentence(run_dir, task: str = "brown") -> str:
                 if causal else "")
 
 # %% ../../nbs/08_attention.ipynb #c41a9e4d
-def special_clause(run_dir, table: pd.DataFrame, task: str = "brown") -> str:
+def special_clause(run, table: pd.DataFrame, task: str = "brown") -> str:
     ("The verdict's words on the mass at position 0 and the last (the `emergence_table` columns), against an even "
      "spread under the run's mask; the causal mask's words before it.")
-    f = run_floors(run_dir, task)
+    f = run_floors(run, task)
     col = lambda c: table[f"{c} mass, mean over heads, last step"]
     say = lambda v: ", ".join(f"layer {l}: {x:.2f}" for l, x in v.items())
     if f["causal"]:
         return (f" over the visible positions (a causal mask: token i sees tokens 0..i); attention on the first token "
                 f"(an attention sink where it is large), mean over heads: {say(col('first-token'))}, against "
                 f"{f['cls']:.2f} for an even spread over the visible positions")
-    cls, sep = special_tokens(run_dir)
+    cls, sep = special_tokens(run)
     if cls and sep:
         return (f"; attention on [CLS] and [SEP] together, mean over heads: {say(col('[CLS]') + col('[SEP]'))}, "
                 f"against {2 / f['T']:.2f}")
@@ -508,16 +508,16 @@ def special_clause(run_dir, table: pd.DataFrame, task: str = "brown") -> str:
             f"{f['cls']:.2f}")
 
 # %% ../../nbs/08_attention.ipynb #f9934d9b
-def verdict(run_dir, task: str = "brown") -> str:
+def verdict(run, task: str = "brown") -> str:
     "One sentence on the order in which this run's layers develop the diagonal pattern, computed from the database."
-    t = emergence_table(run_dir, task)
-    steps = sorted(head_metrics(run_dir, task).step.unique())
-    f = run_floors(run_dir, task)  # a causal run's floor: its stored one may predate the causal_mask rows
+    t = emergence_table(run, task)
+    steps = sorted(head_metrics(run, task).step.unique())
+    f = run_floors(run, task)  # a causal run's floor: its stored one may predate the causal_mask rows
     u = (f["diagonal"] if f["causal"] else
-         read_results(run_dir, ANALYSIS, task=task, metric="uniform_diagonal").value.mean())
+         read_results(run, ANALYSIS, task=task, metric="uniform_diagonal").value.mean())
     best = ", ".join(f"layer {l}: {v:.3f}" for l, v in t["diagonal, last step"].items())
     context = (f"diagonal mass of each layer's most diagonal head at step {steps[-1]}: {best}, against {u:.3f} for an "
-               f"even spread{special_clause(run_dir, t, task)}")
+               f"even spread{special_clause(run, t, task)}")
     if len(steps) < 2:
         return (f"Only step {steps[0]} is evaluated ({context}); evaluate more steps to see when the diagonal pattern "
                 "emerges.")
@@ -526,7 +526,7 @@ def verdict(run_dir, task: str = "brown") -> str:
     ok = order_reproduced(em, len(t), steps)
     s = (f"Between steps {steps[0]} and {steps[-1]} the most diagonal head of each layer reaches half of its rise "
          f"above an even spread to its last value in attention on positions i-1, i, i+1 as follows: {when} ({context})")
-    s += neighbour_sentence(run_dir, task)
+    s += neighbour_sentence(run, task)
     ls = paper_layers(len(t))
     if len(ls) < 2 or all(np.isnan(em[l]) for l in ls):
         return s + ("; no layer develops the diagonal pattern, so the paper's order cannot be tested on this run.")
@@ -558,19 +558,19 @@ REPORT = [
 ]
 
 # %% ../../nbs/08_attention.ipynb #4ddedd7f
-def redraw(run_dir, out_dir=None, task: str = "brown") -> list[Path]:
+def redraw(run, out_dir=None, task: str = "brown") -> list[Path]:
     "Fig. 4 (grid, GIF), the diagonal-mass curves and the emergence table, from every step in the run's database."
     import matplotlib.pyplot as plt
-    out_dir = figure_dir(run_dir, out_dir)
+    out_dir = figure_dir(run, out_dir)
     paths = []
-    if stored_maps(run_dir, task):
-        fig = plot_maps_grid(run_dir, task); paths += save_figure(fig, out_dir, "fig4_attention_maps")
-        paths.append(write_gif(run_dir, out_dir, task))
-    fig = plot_diagonal(run_dir, task); paths += save_figure(fig, out_dir, "fig4_diagonal")
-    t = emergence_table(run_dir, task)
+    if stored_maps(run, task):
+        fig = plot_maps_grid(run, task); paths += save_figure(fig, out_dir, "fig4_attention_maps")
+        paths.append(write_gif(run, out_dir, task))
+    fig = plot_diagonal(run, task); paths += save_figure(fig, out_dir, "fig4_diagonal")
+    t = emergence_table(run, task)
     paths.append(atomic_write(out_dir / "table_fig4_diagonal_emergence.csv", t.to_csv()))
     paths.append(atomic_write(out_dir / "table_fig4_diagonal_emergence.md",
                               "# Fig. 4: emergence of the diagonal attention pattern per layer "
-                              f"({Path(run_dir).name})\n\n"
-                              + markdown_table(t) + "\n" + verdict(run_dir, task) + "\n"))
+                              f"({Run.of(run).name})\n\n"
+                              + markdown_table(t) + "\n" + verdict(run, task) + "\n"))
     return paths

@@ -44,15 +44,15 @@ def fact_queries(facts: Sequence[Fact], tok, asked: str) -> list[Query]:
 # %% ../../nbs/06a_exposure.ipynb #095c3693
 def task_name(exposures: int) -> str: return f"exposures_{exposures}"  # the database's task of an exposure group
 
-def evaluate_step(run_dir, # a run trained with facts (its facts.jsonl, checkpoints/, spiece.model)
+def evaluate_step(run, # a run trained with facts (its facts.jsonl, checkpoints/, spiece.model)
                   step: int | None = None, # the checkpoint to evaluate; None: the last
                   device="cpu", batch_size: int = 256,
                   write: bool = True # write the rows and each fact's score to the run's results database
                  ) -> list[dict]:
     "P@1 of the injected facts per exposure group, asked with the unseen paraphrase and with the training phrasing."
-    step, run_dir = resolve_step(run_dir, step), Path(run_dir)
-    facts, tok = read_facts(run_dir), load_tokenizer(run_dir)
-    model = load_checkpoint(run_dir, int(step), device, mlm=True)
+    step, run = resolve_step(run, step), Run.of(run)
+    facts, tok = read_facts(run), load_tokenizer(run)
+    model = load_checkpoint(run, int(step), device, mlm=True)
     answers, hits = sorted({f.answer_id for f in facts}), {}
     for metric, asked in METRICS.items():  # the top prediction over the whole vocabulary (`predict`'s first list)
         pred = predict(model, fact_queries(facts, tok, asked), answers, tok.pad_id, device, batch_size)[0]
@@ -64,7 +64,7 @@ def evaluate_step(run_dir, # a run trained with facts (its facts.jsonl, checkpoi
         rows += [dict(task=task_name(c), metric=m, value=float(h[g].mean()), n=len(g)) for m, h in hits.items()]
         scores += score_rows(task_name(c), {m: h[g].tolist() for m, h in hits.items()},
                              [f"{facts[i].relation} {facts[i].subject} -> {facts[i].object}" for i in g])
-    if write: write_results(run_dir, ANALYSIS, int(step), rows, scores=scores)
+    if write: write_results(run, ANALYSIS, int(step), rows, scores=scores)
     return rows
 
 # %% ../../nbs/06a_exposure.ipynb #6459419f
@@ -88,17 +88,17 @@ def constant_floor(facts: Sequence[Fact]) -> pd.Series:
     return right.groupby([f.exposures for f in facts]).mean().rename("floor")
 
 # %% ../../nbs/06a_exposure.ipynb #71de314c
-def fact_table(run_dir) -> pd.DataFrame:
+def fact_table(run) -> pd.DataFrame:
     """Per (fact, evaluated step): relation, subject, object, exposures, `constant` (the constant answer is right),
     known (asked with the paraphrase), known_trained, shown (exposures so far), since_last (steps since the last
     one)."""
-    facts = {f"{f.relation} {f.subject} -> {f.object}": f for f in read_facts(run_dir)}
+    facts = {f"{f.relation} {f.subject} -> {f.object}": f for f in read_facts(run)}
     top = constant_answers(list(facts.values()))
-    sc = read_scores(run_dir, ANALYSIS)
-    if sc.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
+    sc = read_scores(run, ANALYSIS)
+    if sc.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
     out, items = {}, {}
     for r in sc.itertuples():
-        if r.examples not in items: items[r.examples] = read_examples(run_dir, ANALYSIS, r.task, r.examples)
+        if r.examples not in items: items[r.examples] = read_examples(run, ANALYSIS, r.task, r.examples)
         for item, v in zip(items[r.examples], r.scores):
             f = facts[item]
             rec = out.setdefault((item, r.step), dict(step=int(r.step), fact=item, relation=f.relation,
@@ -159,21 +159,21 @@ FIG6_PANELS = (  # (column, constant, title): what each panel of the figure show
     ("known", False, "facts whose answer is not the relation's most frequent"),
     ("known_trained", None, "all facts, asked with the training phrasing"))
 
-def plot_fig6_facts(run_dir, out_dir=None) -> list[Path]:
+def plot_fig6_facts(run, out_dir=None) -> list[Path]:
     "Fig. 6 for injected facts: P@1 per exposure group over steps (three views), with the constant-answer floor."
     import matplotlib.pyplot as plt
     from matplotlib.ticker import AutoLocator, FuncFormatter
-    ft = fact_table(run_dir)
+    ft = fact_table(run)
     fl = float(ft[ft.step == ft.step.max()].constant.mean())  # the constant answer's P@1 over all facts
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=True)
     for ax, (column, constant, title) in zip(axes, FIG6_PANELS):
         pc, nc = group_curves(ft, column, constant)
         for e in pc.columns:
-            plot_steps(ax, pc.index, pc[e], run_dir, marker="o", ms=3.5, color=_exposure_colour(e),
+            plot_steps(ax, pc.index, pc[e], run, marker="o", ms=3.5, color=_exposure_colour(e),
                     label=f"shown {e}x" + (" (control)" if e == 0 else "") + f", {int(nc[e].iloc[-1])} facts")
         floor = 0.0 if constant is False else fl
         ax.axhline(floor, color="k", ls=":", lw=1.2, label=f"constant answer per relation: {floor:.1%}")
-        step_axis(ax, sorted(ft.step.unique()), run_dir=run_dir)
+        step_axis(ax, sorted(ft.step.unique()), run=run)
         ax.set_xscale("linear"); ax.set_xlim(0, ft.step.max() * 1.02)  # linear: no fact is known before the loss drops
         ax.xaxis.set_major_locator(AutoLocator()); ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.set_xlabel("pretraining step (optimizer updates)")
@@ -181,16 +181,16 @@ def plot_fig6_facts(run_dir, out_dir=None) -> list[Path]:
     axes[0].set_ylabel("P@1 (fraction of the facts right)")
     axes[0].set_ylim(0, max(0.05, fl * 1.15, *(group_curves(ft, k, v)[0].max().max() * 1.1 for k, v, _ in FIG6_PANELS)))
     fig.suptitle(f"Embryology Fig. 6, measured: injected facts by how often the model read them "
-                 f"({Path(run_dir).name}, {ft.fact.nunique()} facts)")
+                 f"({Run.of(run).name}, {ft.fact.nunique()} facts)")
     fig.tight_layout()
-    return save_figure(fig, out_dir or Path(run_dir) / "figures", "fig6_facts_by_exposure")
+    return save_figure(fig, out_dir or Run.of(run) / "figures", "fig6_facts_by_exposure")
 
 # %% ../../nbs/06a_exposure.ipynb #5f74f7f4
-def plot_fact_categories(run_dir, out_dir=None) -> list[Path]:
+def plot_fact_categories(run, out_dir=None) -> list[Path]:
     "Fig. 6's categories counted per fact and exposure group, and P@1 against the steps since the last exposure."
     import matplotlib.pyplot as plt
-    ft = fact_table(run_dir); cat = categories(ft)
-    since = min((t["start_step"] for t in run_transitions(run_dir)), default=1)  # before the loss drop no fact is known
+    ft = fact_table(run); cat = categories(ft)
+    since = min((t["start_step"] for t in run_transitions(run)), default=1)  # before the loss drop no fact is known
     tab = pd.crosstab(cat.exposures, cat.category, normalize="index").reindex(columns=list(CATEGORIES), fill_value=0)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     bottom = np.zeros(len(tab))
@@ -215,21 +215,21 @@ def plot_fact_categories(run_dir, out_dir=None) -> list[Path]:
     b.set_xlabel("steps since the model last read the fact (log scale)"); b.set_ylabel("P@1 (fraction right)")
     b.set_ylim(0, None)
     b.set_title(f"knowledge against recency (evaluated steps from {since:,})", fontsize=10); b.legend(fontsize=8)
-    fig.suptitle(f"Embryology Fig. 6's categories, measured per injected fact ({Path(run_dir).name})")
+    fig.suptitle(f"Embryology Fig. 6's categories, measured per injected fact ({Run.of(run).name})")
     fig.tight_layout()
-    return save_figure(fig, out_dir or Path(run_dir) / "figures", "fig6_facts_categories")
+    return save_figure(fig, out_dir or Run.of(run) / "figures", "fig6_facts_categories")
 
 # %% ../../nbs/06a_exposure.ipynb #a61a2d31
-def table_by_relation(run_dir, out_dir=None) -> list[Path]:
+def table_by_relation(run, out_dir=None) -> list[Path]:
     ("P@1 per relation (rows) and exposure count (columns) at the last evaluated step, with the constant answer's "
      "P@1, as CSV and Markdown.")
-    ft = fact_table(run_dir); last = ft[ft.step == ft.step.max()]
+    ft = fact_table(run); last = ft[ft.step == ft.step.max()]
     t = last.pivot_table(index="relation", columns="exposures", values="known", aggfunc="mean")
     t.columns = [f"shown {e}x" for e in t.columns]
     t["constant answer"] = last.groupby("relation").constant.mean()
     t["facts"] = last.groupby("relation").size()
     t = (t.round(3).reset_index())
-    out = Path(out_dir or Path(run_dir) / "figures"); name = "table_facts_by_relation"
+    out = Path(out_dir or Run.of(run) / "figures"); name = "table_facts_by_relation"
     title = f"Injected facts: P@1 per relation and exposure count at step {int(ft.step.max())} (unseen paraphrase)"
     return [atomic_write(out / f"{name}.csv", t.to_csv(index=False)),
             atomic_write(out / f"{name}.md", f"# {title}\n\n" + markdown_table(t, index=False) + "\n")]
@@ -244,10 +244,10 @@ def _lost(cat: pd.DataFrame) -> tuple[int, int]:
     ever = cat[cat.category != "never learned"]
     return int(ever.category.isin(["learned then forgotten", "oscillating"]).sum()), len(ever)
 
-def verdict(run_dir) -> str:
+def verdict(run) -> str:
     ("H4 on the injected facts, from the database: learned (above the control, also where the constant answer "
      "scores 0), then whether they fluctuate.")
-    facts, ft = read_facts(run_dir), fact_table(run_dir)
+    facts, ft = read_facts(run), fact_table(run)
     (p, n), (q, m) = group_curves(ft), group_curves(ft, constant=False)
     last, fl = p.index.max(), float(ft[ft.step == ft.step.max()].constant.mean())
     groups = [c for c in EXPOSURES if c in p]
@@ -280,10 +280,10 @@ def verdict(run_dir) -> str:
                 "group's guesses show.")
 
 # %% ../../nbs/06a_exposure.ipynb #2ab5f724
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "The two facts figures of the run from every step in its database."
-    return (plot_fig6_facts(run_dir, out_dir) + plot_fact_categories(run_dir, out_dir)
-            + table_by_relation(run_dir, out_dir))
+    return (plot_fig6_facts(run, out_dir) + plot_fact_categories(run, out_dir)
+            + table_by_relation(run, out_dir))
 
 REPORT = [
     dict(file="fig6_facts_by_exposure", paper="Embryology Fig. 6 (measured on injected facts)",

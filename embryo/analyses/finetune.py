@@ -48,9 +48,9 @@ def collate(encoded: Sequence[tuple[list[int], list[int]]], device="cpu") -> dic
     return dict(input_ids=ids.to(device), attention_mask=mask.to(device), token_type_ids=types.to(device))
 
 # %% ../../nbs/04b_finetune.ipynb #8949e458
-def max_seq_length(run_dir, model, task: Task) -> int:
+def max_seq_length(run, model, task: Task) -> int:
     "Table 7's maximum length, capped at the run's pretraining sequence length (else the model's position table)."
-    pre = Run.of(run_dir).settings.get("train", {}).get("max_seq_length")  # None for a series without settings
+    pre = Run.of(run).settings.get("train", {}).get("max_seq_length")  # None for a series without settings
     return min(task.max_seq_length, pre or model.config.max_position_embeddings)
 
 # %% ../../nbs/04b_finetune.ipynb #2179296a

@@ -16,8 +16,7 @@ import numpy as np
 from ..text import data as D
 from .downstream import Example, Task
 from .finetune import metrics
-from ..text.corpus import read_corpus
-from ..text.corpus import corpus_fingerprint
+from ..text.corpus import read_corpus, corpus_fingerprint
 
 # %% auto #0
 __all__ = ['NGRAM_K', 'NGRAM_TASKS', 'chance_score', 'bow_score', 'corpus_bigrams', 'ngram_features', 'ngram_score',
@@ -93,10 +92,10 @@ def ngram_score(task: Task, train: Sequence[Example], dev: Sequence[Example], co
     return metrics(task, out, gold)[task.metric]
 
 # %% ../../nbs/04c_floors.ipynb #25221457
-def pretraining_text(run_dir):
+def pretraining_text(run):
     "The run's pretraining text (the corpus its settings name), or None where it records none or it is not on disk."
     from embryo.runs.settings import corpus_file
     from embryo.runs.run import read_run_config
-    try: c = corpus_file(read_run_config(run_dir)[2])
+    try: c = corpus_file(read_run_config(run)[2])
     except Exception: return None
     return c if c is not None and Path(c).exists() else None

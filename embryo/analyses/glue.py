@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from ..text import data as D
 from ..config import atomic_write
-from ..runs.run import load_checkpoint, find_checkpoint, resolve_step, notebook_run
+from ..runs.run import load_checkpoint, find_checkpoint, resolve_step, notebook_run, Run
 from ..runs.series import series_lacks
 from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_results, markdown_table, score_rows
@@ -104,7 +104,7 @@ def _data_name(glue_dir) -> str:
     return f"a {type(glue_dir).__name__} given in Python"
 
 # %% ../../nbs/05_glue.ipynb #48635f78
-def evaluate_step(run_dir, step: int | None = None, device="cpu",
+def evaluate_step(run, step: int | None = None, device="cpu",
                   tasks=None, # task names (list or "a,b"); None: built-in tasks, or GLUE's 8 when glue_dir is given
                   # a GLUE folder, a DatasetDict (or a dict of them by task), "datasets", or None (built-in tasks only)
                   glue_dir=None,
@@ -119,15 +119,15 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
                  ) -> pd.DataFrame:
     ("Finetune checkpoint `step` on each task (`seeds` times), score the dev sets, and store the rows in the run's "
      "results database.")
-    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
-    run_dir = Path(run_dir)
+    step = resolve_step(run, step)  # None: the run's last step, as in the notebook
+    run = Run.of(run)
     if not isinstance(seeds, int) or seeds < 1: raise ValueError(f"seeds must be a positive integer, got {seeds!r}")
     names = _order(select_tasks(tasks, glue_dir), from_mnli)
-    find_checkpoint(run_dir, step)
+    find_checkpoint(run, step)
     data = {t: load_task(t, glue_dir) for t in names}  # every file is checked before the first task trains
-    pre = load_checkpoint(run_dir, step, device)
-    tok = load_tokenizer(run_dir)
-    corpus = pretraining_text(run_dir) if set(names) & set(NGRAM_TASKS) else None
+    pre = load_checkpoint(run, step, device)
+    tok = load_tokenizer(run)
+    corpus = pretraining_text(run) if set(names) & set(NGRAM_TASKS) else None
     runs = {name: [] for name in names}  # per task: (metrics, settings, started from MNLI) of each seed
     for s in range(seed, seed + seeds):
         start_from = {}
@@ -135,7 +135,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
             task = TASKS[name]
             init = start_from.get("mnli") if task.from_mnli and from_mnli else None
             m, settings, model, scored = run_task(task, init if init is not None else pre.albert, tok, data[name],
-                                          max_seq_length(run_dir, pre, task), s, max_train_examples, learning_rate,
+                                          max_seq_length(run, pre, task), s, max_train_examples, learning_rate,
                                           device, progress, max_dev_examples, corpus)
             if name == "mnli": start_from["mnli"] = model.albert
             runs[name].append((m, settings, init is not None, scored))
@@ -163,7 +163,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
                         n=len(got))
                    for k in ("chance", "bow")]]
         rows += seed_rows(agg, per_seed, seed, len(got))
-    if write: write_results(run_dir, ANALYSIS, step, rows, samples, sets, scores)
+    if write: write_results(run, ANALYSIS, step, rows, samples, sets, scores)
     return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
 
 # %% ../../nbs/05_glue.ipynb #718c9f9b
@@ -199,32 +199,32 @@ REPORT = [
 ]
 
 # %% ../../nbs/05_glue.ipynb #7e01635c
-def scores_table(run_dir) -> pd.DataFrame:
+def scores_table(run) -> pd.DataFrame:
     "Step x task table of the stored scores (x100), aggregates last."
-    df = read_results(run_dir, ANALYSIS, metric="score", seed=-1)  # the mean over finetuning seeds
-    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet: run evaluate_step(run_dir, step) first")
+    df = read_results(run, ANALYSIS, metric="score", seed=-1)  # the mean over finetuning seeds
+    if df.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet: run evaluate_step(run, step) first")
     t = df.pivot_table(index="step", columns="task", values="value") * 100
     cols = [c for c in (*TASKS, *AGGREGATES) if c in t.columns]
     return t[cols]
 
 # %% ../../nbs/05_glue.ipynb #0a1c6737
-def _floor(run_dir, metric: str = "chance") -> pd.Series:
+def _floor(run, metric: str = "chance") -> pd.Series:
     ("Each task's floor (x100), the mean over steps: `chance` (a constant prediction) or `bow` (bag-of-words "
      "regression).")
-    df = read_results(run_dir, ANALYSIS, metric=metric)
+    df = read_results(run, ANALYSIS, metric=metric)
     return df.groupby("task").value.mean() * 100
 
 # %% ../../nbs/05_glue.ipynb #2e445072
-def seed_scores(run_dir, task: str) -> pd.DataFrame:
+def seed_scores(run, task: str) -> pd.DataFrame:
     "Step x seed table of `task`'s score (x100) from each finetuning seed (the `score` rows with `seed` >= 0)."
-    df = read_results(run_dir, ANALYSIS, task=task, metric="score")
+    df = read_results(run, ANALYSIS, task=task, metric="score")
     df = df[df.seed >= 0]
     if df.empty: return pd.DataFrame()
     return df.pivot_table(index="step", columns="seed", values="value") * 100
 
 # %% ../../nbs/05_glue.ipynb #11c19c02
-def _agg_label(run_dir, agg: str) -> str:
-    n = read_results(run_dir, ANALYSIS, task=agg, metric="score", seed=-1).n
+def _agg_label(run, agg: str) -> str:
+    n = read_results(run, ANALYSIS, task=agg, metric="score", seed=-1).n
     return AGGREGATES[agg].format(n=int(n.max()) if len(n) else 0)
 
 # %% ../../nbs/05_glue.ipynb #6ee767a8
@@ -235,16 +235,16 @@ def honest_range(values, pad: float = 3.0, step: float = 5.0) -> tuple[float, fl
     return math.floor((v.min() - pad) / step) * step, math.ceil((v.max() + pad) / step) * step
 
 # %% ../../nbs/05_glue.ipynb #c410f696
-def plot_fig5(run_dir, out_dir=None) -> list[Path]:
+def plot_fig5(run, out_dir=None) -> list[Path]:
     "Fig. 5a: the GLUE score (or the built-in tasks' mean) over pretraining steps."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run_dir = Path(run_dir); t, chance, bow = scores_table(run_dir), _floor(run_dir), _floor(run_dir, "bow")
+    run = Run.of(run); t, chance, bow = scores_table(run), _floor(run), _floor(run, "bow")
     aggs = [a for a in AGGREGATES if a in t.columns]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for a, c in zip(aggs, ("tab:blue", "tab:green")):
-        s, per_seed = t[a].dropna(), seed_scores(run_dir, a)
-        plot_steps(ax, s.index, s.values, run_dir, marker="o", color=c, label=_agg_label(run_dir, a) + " (mean over "
+        s, per_seed = t[a].dropna(), seed_scores(run, a)
+        plot_steps(ax, s.index, s.values, run, marker="o", color=c, label=_agg_label(run, a) + " (mean over "
                                                                                                        "seeds)")
         multi = per_seed[per_seed.notna().sum(axis=1) > 1] if len(per_seed) else per_seed
         if len(multi):  # every seed's score where a step has several: the spread the verdict weighs
@@ -255,28 +255,28 @@ def plot_fig5(run_dir, out_dir=None) -> list[Path]:
         if a in bow: ax.axhline(bow[a], color=c, ls=":", lw=1.5, label=f"bag-of-words regression ({a}): {bow[a]:.1f}")
         if 0 in s.index: ax.axhline(s.loc[0], color="grey", ls="-.", lw=0.8, label=f"step 0, random weights ({a}): "
                                                                                    f"{s.loc[0]:.1f}")
-    step_axis(ax, t.index, run_dir=run_dir)
+    step_axis(ax, t.index, run=run)
     ax.set_ylim(*honest_range([t[aggs].stack(), chance.reindex(aggs), bow.reindex(aggs),
-                               *(seed_scores(run_dir, a).stack() for a in aggs)]))
+                               *(seed_scores(run, a).stack() for a in aggs)]))
     ax.set_ylabel("score on the dev split (x100)"); ax.legend(fontsize=7); ax.grid(alpha=0.3)
     what = "GLUE score" if "glue" in aggs else "downstream score of built-in tasks (not GLUE)"
-    ax.set_title(f"Fig. 5a: {what} over pretraining ({run_dir.name})", fontsize=10)
-    return save_figure(fig, out_dir or run_dir / "figures", "fig5_glue_score")
+    ax.set_title(f"Fig. 5a: {what} over pretraining ({run.name})", fontsize=10)
+    return save_figure(fig, out_dir or run / "figures", "fig5_glue_score")
 
 # %% ../../nbs/05_glue.ipynb #fa4ccb58
-def plot_fig12(run_dir, out_dir=None) -> list[Path]:
+def plot_fig12(run, out_dir=None) -> list[Path]:
     "Fig. 5b / Fig. 12: each task's score over pretraining steps, its best step marked x."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run_dir = Path(run_dir); t, chance, bow = scores_table(run_dir), _floor(run_dir), _floor(run_dir, "bow")
-    ngram = _floor(run_dir, "ngram")  # the word-order task's n-gram floor, where it is stored
+    run = Run.of(run); t, chance, bow = scores_table(run), _floor(run), _floor(run, "bow")
+    ngram = _floor(run, "ngram")  # the word-order task's n-gram floor, where it is stored
     names = [c for c in t.columns if c in TASKS]
     ncol = min(4, len(names)); nrow = math.ceil(len(names) / ncol)
     # each panel's legend under it
     fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 4.0 * nrow), squeeze=False)
     for ax, name in zip(axes.flat, names):
         task, s = TASKS[name], t[name].dropna()
-        plot_steps(ax, s.index, s.values, run_dir, color="tab:blue")
+        plot_steps(ax, s.index, s.values, run, color="tab:blue")
         ax.plot([s.idxmax()], [s.max()], "x", color="tab:red", ms=10, mew=2, clip_on=False, label="best: step "
                                                                                                   f"{s.idxmax()}")
         if name in chance: ax.axhline(chance[name], color="grey", ls="--", lw=1, label="chance")
@@ -288,33 +288,33 @@ def plot_fig12(run_dir, out_dir=None) -> list[Path]:
         ax.set_ylim(*honest_range([s, chance.reindex([name]), bow.reindex([name]), ngram.reindex([name])]))
         # two lines: no overlap
         ax.set_title(f"{task.title}\n({task.metric}{'' if task.glue else ', not GLUE'})", fontsize=9)
-        step_axis(ax, t.index, fontsize=8, run_dir=run_dir)
+        step_axis(ax, t.index, fontsize=8, run=run)
         ax.set_ylabel(f"{task.metric} (x100)", fontsize=8); ax.grid(alpha=0.3)
         legend_below(ax, fontsize=7)
     for ax in list(axes.flat)[len(names):]: ax.axis("off")
-    fig.suptitle(f"Fig. 5b / Fig. 12: each task on its dev split over pretraining, best step x ({run_dir.name})",
+    fig.suptitle(f"Fig. 5b / Fig. 12: each task on its dev split over pretraining, best step x ({run.name})",
                  fontsize=10)
     fig.tight_layout()
-    return save_figure(fig, out_dir or run_dir / "figures", "fig12_glue_tasks")
+    return save_figure(fig, out_dir or run / "figures", "fig12_glue_tasks")
 
 # %% ../../nbs/05_glue.ipynb #a6063aa6
-def write_table(run_dir, out_dir=None) -> list[Path]:
+def write_table(run, out_dir=None) -> list[Path]:
     "The scores table (x100) as Markdown and CSV."
-    run_dir = Path(run_dir); out = Path(out_dir or run_dir / "figures"); t = scores_table(run_dir)
+    run = Run.of(run); out = Path(out_dir or run / "figures"); t = scores_table(run)
     names = {c: (TASKS[c].title + ("" if TASKS[c].glue else " (not GLUE)")) if c in TASKS else
              {"glue": "GLUE score", "builtin": "built-in mean"}[c] for c in t.columns}
-    md = [f"# Fig. 5 in numbers: dev scores (x100) per pretraining step ({run_dir.name})", "",
+    md = [f"# Fig. 5 in numbers: dev scores (x100) per pretraining step ({run.name})", "",
           "Metrics: " + ", ".join(f"{names[c]} {TASKS[c].metric}" for c in t.columns if c in TASKS) + ". "
-          "Chance (a constant prediction): " + ", ".join(f"{names[c]} {v:.1f}" for c, v in _floor(run_dir).items()
+          "Chance (a constant prediction): " + ", ".join(f"{names[c]} {v:.1f}" for c, v in _floor(run).items()
                                                         if c in names) + ".", "",
           markdown_table(t.rename(columns=names).round(1), digits=4)]
     return [atomic_write(out / "table_glue_scores.md", "\n".join(md)),
             atomic_write(out / "table_glue_scores.csv", t.round(2).to_csv())]
 
 # %% ../../nbs/05_glue.ipynb #36a7719b
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "Fig. 5a, Fig. 5b/12 and the scores table of the run from every step in its database."
-    return plot_fig5(run_dir, out_dir) + plot_fig12(run_dir, out_dir) + write_table(run_dir, out_dir)
+    return plot_fig5(run, out_dir) + plot_fig12(run, out_dir) + write_table(run, out_dir)
 
 # %% ../../nbs/05_glue.ipynb #75596f48
 def clears_floor(seeds: pd.DataFrame, s: pd.Series, floor: float, min_margin: float = 2.0) -> bool:
@@ -326,17 +326,17 @@ def clears_floor(seeds: pd.DataFrame, s: pd.Series, floor: float, min_margin: fl
     return bool(s.iloc[-1] - floor > (2 * sd if np.isfinite(sd) else min_margin))
 
 # %% ../../nbs/05_glue.ipynb #2d0a44be
-def verdict(run_dir) -> str:
+def verdict(run) -> str:
     ("One sentence on this run, from the database: the gain of the last step over the first, weighed against the "
      "seeds' spread.")
-    t, chance = scores_table(run_dir), _floor(run_dir)
+    t, chance = scores_table(run), _floor(run)
     aggs = [a for a in AGGREGATES if a in t.columns]  # the one with the most steps (GLUE on a tie)
     agg = max(aggs, key=lambda a: t[a].notna().sum()) if aggs else "builtin"
     s = t[agg].dropna() if agg in t.columns else t.mean(axis=1)
     what = "GLUE score" if agg == "glue" else "mean score of the built-in tasks (not GLUE)"
     first, last, best = s.index[0], s.index[-1], s.idxmax()
     c = chance.get(agg, float("nan"))
-    seeds = seed_scores(run_dir, agg) if agg in t.columns else pd.DataFrame()
+    seeds = seed_scores(run, agg) if agg in t.columns else pd.DataFrame()
     spread = lambda st: (
         f" ({', '.join(f'{v:.1f}' for v in seeds.loc[st].dropna())} over "
         f"{seeds.loc[st].notna().sum()} finetuning seeds)"
@@ -356,7 +356,7 @@ def verdict(run_dir) -> str:
                 + ("pretraining helps downstream on this run" if apart and odds >= 20 and b.mean() - a.mean() >= 2 else
                    "too few finetuning seeds to tell the gain from finetuning noise" if apart and odds < 20 else
                    "a gain under 2 points" if apart else "no downstream gain beyond the finetuning seeds' spread"))
-    floor = _floor(run_dir, "bow").get(agg)
+    floor = _floor(run, "bow").get(agg)
     if floor is not None and not clears_floor(seeds, s, floor):
         return out + (f"; the last step does not clear the bag-of-words floor of {floor:.1f} (a logistic regression "
                       "on the word counts of the same training examples) by more than its finetuning seeds' spread, so a "

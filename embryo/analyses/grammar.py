@@ -247,11 +247,11 @@ def pll(model, tok, sentences: Sequence[str], device="cpu", batch_size: int = 51
     return out
 
 # %% ../../nbs/08c_grammar.ipynb #9d3dcf06
-def unigram_scores(run_dir, tok, sentences: Sequence[str]) -> np.ndarray | None:
+def unigram_scores(run, tok, sentences: Sequence[str]) -> np.ndarray | None:
     "Each sentence's summed log unigram probability of its pieces in the run's training corpus; None without one."
-    if not Run.of(run_dir).settings: return None
+    if not Run.of(run).settings: return None
     from embryo.analyses.ngram import corpus_counts
-    keys, n = corpus_counts(run_dir, tok)["unigram"]
+    keys, n = corpus_counts(run, tok)["unigram"]
     counts = np.ones(tok.vocab_size); counts[keys] += n
     lp = np.log(counts / counts.sum())
     return np.array([lp[ids].sum() for ids in tok.encode_batch(list(sentences))])
@@ -263,7 +263,7 @@ def pass_rate(diff: np.ndarray) -> float:
     return float(((d > 0) + 0.5 * (d == 0)).mean())
 
 # %% ../../nbs/08c_grammar.ipynb #1741db60
-def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer)
+def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
                   step: int | None = None, # the checkpoint to evaluate; None: the run's last
                   device="cpu",
                   pairs=None, # a BLiMP-format .jsonl file or a folder of them; None: the generated paradigms
@@ -272,15 +272,15 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer)
                   precision: str = "auto", # the forward's: 'auto' (bf16 where the device multiplies it natively) or 'fp32'
                  ) -> pd.DataFrame:
     "Per paradigm, the share of minimal pairs whose acceptable sentence checkpoint `step` gives the higher PLL."
-    run_dir, step, tok, model = masked_lm_at(run_dir, step, device)  # of an ELECTRA run, its generator
+    run, step, tok, model = masked_lm_at(run, step, device)  # of an ELECTRA run, its generator
     pr = read_pairs(pairs or paradigm_pairs(n_pairs))
     s = pll(model, tok, list(pr.good) + list(pr.bad), device, precision=precision)
-    u = unigram_scores(run_dir, tok, list(pr.good) + list(pr.bad))
+    u = unigram_scores(run, tok, list(pr.good) + list(pr.bad))
     rows, scores = pair_rows(pr, s[:len(pr)] - s[len(pr):], None if u is None else u[:len(pr)] - u[len(pr):])
     settings = [dict(task="all", name="generated", value=float(pairs is None)),
                 dict(task="all", name="pairs", value=len(pr)),
                 dict(task="all", name="bf16", value=float(resolve_precision(precision, torch.device(device)) == "bf16"))]
-    if write: write_results(run_dir, ANALYSIS, step, rows, settings=settings, scores=scores)
+    if write: write_results(run, ANALYSIS, step, rows, settings=settings, scores=scores)
     return pd.DataFrame(rows, columns=["task", "metric", "value", "n"])
 
 # %% ../../nbs/08c_grammar.ipynb #d884dc10
@@ -304,10 +304,10 @@ def applies_to(run) -> str | None:
     return series_lacks(run, "mlm_head")
 
 # %% ../../nbs/08c_grammar.ipynb #affc2bc9
-def grammar_results(run_dir) -> pd.DataFrame:
+def grammar_results(run) -> pd.DataFrame:
     "Every grammar row of the run (step, task, metric, value, n); a clear error when there is none."
-    df = read_results(run_dir, ANALYSIS)
-    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
+    df = read_results(run, ANALYSIS)
+    if df.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
     return df[["step", "task", "metric", "value", "n"]].sort_values(["step", "task", "metric"]).reset_index(drop=True)
 
 def curves(df: pd.DataFrame, metric: str = "accuracy") -> pd.DataFrame:
@@ -325,10 +325,10 @@ def stays_above(acc: np.ndarray, level, steps: np.ndarray) -> np.ndarray:
     return np.where(above.any(1), steps[above.argmax(1)].astype(float), np.inf)
 
 # %% ../../nbs/08c_grammar.ipynb #c1d7c6d0
-def acquisition(run_dir, key: str = "pll", resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
+def acquisition(run, key: str = "pll", resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
     ("Per paradigm: floor, first, best and last accuracy, whether it is acquired, and the step with its 95% interval "
      "over resampled pairs.")
-    sc, res, rng, rows = read_scores(run_dir, ANALYSIS), grammar_results(run_dir), np.random.default_rng(seed), []
+    sc, res, rng, rows = read_scores(run, ANALYSIS), grammar_results(run), np.random.default_rng(seed), []
     floors = res[res.metric == "accuracy_unigram"].groupby("task").value.last()
     for task, s in sc[sc.key == key].sort_values("step").groupby("task", sort=False):
         s = s[s.examples == s.examples.iloc[-1]]  # the pairs the last step was scored on
@@ -347,17 +347,17 @@ def acquisition(run_dir, key: str = "pll", resamples: int = 1000, seed: int = 0)
     return pd.DataFrame(rows).set_index("paradigm")
 
 # %% ../../nbs/08c_grammar.ipynb #26bd5ab3
-def plot_grammar(run_dir, acq: pd.DataFrame | None = None):
+def plot_grammar(run, acq: pd.DataFrame | None = None):
     "Fig. grammar: accuracy on each paradigm's minimal pairs over steps, with its floors and acquisition step."
     import matplotlib.pyplot as plt
-    df = grammar_results(run_dir)
+    df = grammar_results(run)
     acc, l2r, uni = curves(df), curves(df, "accuracy_l2r"), curves(df, "accuracy_unigram")
-    acq = acquisition(run_dir) if acq is None else acq
+    acq = acquisition(run) if acq is None else acq
     cols = 4; rows = -(-len(acc.columns) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.9 * rows), layout="constrained", sharey=True)
     for ax, t in zip(axes.flat, acc.columns):
-        plot_steps(ax, acc.index, acc[t] * 100, run_dir, color="k", label="original PLL")
-        plot_steps(ax, l2r.index, l2r[t] * 100, run_dir, color="C0", ls="--", marker="x", ms=3,
+        plot_steps(ax, acc.index, acc[t] * 100, run, color="k", label="original PLL")
+        plot_steps(ax, l2r.index, l2r[t] * 100, run, color="C0", ls="--", marker="x", ms=3,
                    label="within-word l2r PLL")
         ax.axhline(50, color="grey", ls=":", lw=1, label="chance")
         if t in uni: ax.axhline(uni[t].iloc[-1] * 100, color="C3", ls="--", lw=1, label="unigram baseline")
@@ -365,14 +365,14 @@ def plot_grammar(run_dir, acq: pd.DataFrame | None = None):
             hi = acq.high[t] if np.isfinite(acq.high[t]) else acc.index[-1]
             ax.axvspan(acq.low[t], hi, color="C2", alpha=0.15, label="acquired (95% interval)")
             ax.axvline(acq.acquired_at[t], color="C2", lw=1.2)
-        step_axis(ax, list(acc.index), label="step (symlog)", run_dir=run_dir, fontsize=8)
+        step_axis(ax, list(acc.index), label="step (symlog)", run=run, fontsize=8)
         ax.set_title(t.replace("_", " "), fontsize=9); ax.set_ylim(0, 100); ax.grid(alpha=0.3)
     for ax in axes[:, 0]: ax.set_ylabel("pairs passed, %", fontsize=9)
     for ax in axes.flat[len(acc.columns):]: ax.axis("off")
     fig.legend(*legend_entries(axes), fontsize=8, loc="outside lower center", ncol=6)
     n = int(df[(df.metric == "accuracy") & (df.task != "all")].n.max())
     fig.suptitle(f"Beyond the paper (BLiMP-style minimal pairs): grammatical preferences over pretraining "
-                 f"({Path(run_dir).name}; {n} pairs a paradigm)", fontsize=10)
+                 f"({Run.of(run).name}; {n} pairs a paradigm)", fontsize=10)
     return fig
 
 # %% ../../nbs/08c_grammar.ipynb #9f15a83a
@@ -400,10 +400,10 @@ def write_agreement(run_dirs: Sequence, out_dir) -> list[Path]:
                          + markdown_table(t, index=False) + "\n")]
 
 # %% ../../nbs/08c_grammar.ipynb #f673a16f
-def verdict(run_dir, acq: pd.DataFrame | None = None) -> str:
+def verdict(run, acq: pd.DataFrame | None = None) -> str:
     ("How many paradigms are acquired beyond their floor and interval, in which order and when; which never are "
      "(`acq`: `acquisition`'s table, when already computed).")
-    acq = acquisition(run_dir) if acq is None else acq
+    acq = acquisition(run) if acq is None else acq
     got = acq[acq.acquired].sort_values(["acquired_at", "high"])
     at = lambda v: f"{v:,.0f}" if np.isfinite(v) else "never"
     said = "; ".join(f"{t} at {at(r.acquired_at)} ({at(r.low)} to {at(r.high)}; {r.last:.0%} at the last step, floor "
@@ -430,13 +430,13 @@ REPORT = [
 ]
 
 # %% ../../nbs/08c_grammar.ipynb #76a6a13a
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "The grammar figure and the acquisition table, from every step in the run's database."
-    out_dir = figure_dir(run_dir, out_dir)
-    acq = acquisition(run_dir)
-    paths = save_figure(plot_grammar(run_dir, acq), out_dir, "fig_grammar_paradigms")
+    out_dir = figure_dir(run, out_dir)
+    acq = acquisition(run)
+    paths = save_figure(plot_grammar(run, acq), out_dir, "fig_grammar_paradigms")
     paths.append(atomic_write(out_dir / "table_grammar_acquisition.csv", acq.to_csv()))
     paths.append(atomic_write(out_dir / "table_grammar_acquisition.md",
-                              f"# Grammar by minimal pairs: when each paradigm is acquired ({Path(run_dir).name})\n\n"
-                              + markdown_table(acq, digits=6) + "\n" + verdict(run_dir, acq) + "\n"))
+                              f"# Grammar by minimal pairs: when each paradigm is acquired ({Run.of(run).name})\n\n"
+                              + markdown_table(acq, digits=6) + "\n" + verdict(run, acq) + "\n"))
     return paths

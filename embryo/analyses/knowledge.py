@@ -202,7 +202,7 @@ class ConstantModel(torch.nn.Module):
         return type("Output", (), dict(prediction_logits=self.scores.expand(*input_ids.shape, -1)))()
 
 # %% ../../nbs/06_knowledge.ipynb #92ec21ea
-def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
+def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to evaluate
                   device="cpu",
                   relations=None, # relation ids (list or "P36,P17"); None: all the facts have
@@ -213,10 +213,10 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
                   write: bool = True # write the rows and samples to the run's results database
                  ) -> list[dict]:
     "World-knowledge P@1 per relation of one checkpoint (full and common vocabulary), written to the results database."
-    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
-    run_dir = Path(run_dir)
-    model = load_checkpoint(run_dir, int(step), device, mlm=True)
-    tok = load_tokenizer(run_dir)
+    step = resolve_step(run, step)  # None: the run's last step, as in the notebook
+    run = Run.of(run)
+    model = load_checkpoint(run, int(step), device, mlm=True)
+    tok = load_tokenizer(run)
     allrels = load_facts(facts)
     chosen = select_relations(allrels, relations)
     cache = {}
@@ -243,7 +243,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
         text = dict(query=render(allrels[q.relation].template, q.subject), answers=list(q.answers), output=sentence,
                     prediction=tok.decode([p]), correct=p in q.answer_ids)
         samples.append(dict(task=q.relation, item=q.subject, text=json.dumps(text, ensure_ascii=False)))
-    if write: write_results(run_dir, ANALYSIS, int(step), rows, samples, scores=scores)
+    if write: write_results(run, ANALYSIS, int(step), rows, samples, scores=scores)
     return rows
 
 # %% ../../nbs/06_knowledge.ipynb #4da4e9b9
@@ -258,10 +258,10 @@ def applies_to(run) -> str | None:
     return None
 
 # %% ../../nbs/06_knowledge.ipynb #99b29671
-def knowledge_results(run_dir) -> pd.DataFrame:
+def knowledge_results(run) -> pd.DataFrame:
     "The knowledge rows of the run's database, or an error saying how to make them."
-    df = read_results(run_dir, ANALYSIS)
-    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
+    df = read_results(run, ANALYSIS)
+    if df.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
     return df
 
 # %% ../../nbs/06_knowledge.ipynb #8256f110
@@ -272,15 +272,15 @@ def fig6_relations(available: Sequence[str], k: int = 7) -> list[str]:
     return ([r for r in FIG6_RELATIONS if r in available] + rest)[:k]
 
 # %% ../../nbs/06_knowledge.ipynb #d8c4fcac
-def constant_floor(run_dir) -> pd.DataFrame:
+def constant_floor(run) -> pd.DataFrame:
     ("Per relation: the P@1 of always giving its most frequent answer, on the queries of the last step scored "
      "(`floor`, `answer`, `n`).")
     from collections import Counter
-    s = read_scores(run_dir, ANALYSIS); s = s[s.key == METRICS[0]]
+    s = read_scores(run, ANALYSIS); s = s[s.key == METRICS[0]]
     rows = []
     for r, g in s.groupby("task"):
         last = g.sort_values("step").iloc[-1]
-        answers = [set(e.split(" -> ", 1)[1].split(" | ")) for e in read_examples(run_dir, ANALYSIS, r, last.examples)]
+        answers = [set(e.split(" -> ", 1)[1].split(" | ")) for e in read_examples(run, ANALYSIS, r, last.examples)]
         top, _ = Counter(a for ans in answers for a in ans).most_common(1)[0]
         rows.append(dict(task=r, floor=sum(top in a for a in answers) / len(answers), answer=top, n=len(answers)))
     return pd.DataFrame(rows, columns=["task", "floor", "answer", "n"]).set_index("task")
@@ -295,14 +295,14 @@ def _style_entries(floor: bool) -> list:
                                                                                                          "vocabulary"),
             *([Line2D([], [], color="k", **FLOOR_STYLE, label="floor: its most frequent answer")] if floor else [])]
 
-def _curves(ax, df, relation, label=True, run_dir=None, floor=None):
+def _curves(ax, df, relation, label=True, run=None, floor=None):
     for metric, ls in zip(METRICS, ("-", "--")):
         d = df[(df.task == relation) & (df.metric == metric)].sort_values("step")
         name = f"{relation} {RELATION_LABELS.get(relation, '')}".strip() if label and metric == METRICS[0] else None
-        plot_steps(ax, d.step, d.value, run_dir, ls=ls, color=relation_colour(relation), label=name)
+        plot_steps(ax, d.step, d.value, run, ls=ls, color=relation_colour(relation), label=name)
     if floor is not None and relation in floor.index:
         ax.axhline(floor.floor[relation], color=relation_colour(relation), **FLOOR_STYLE)
-    step_axis(ax, df.step.unique(), label=None, run_dir=run_dir)
+    step_axis(ax, df.step.unique(), label=None, run=run)
 
 # %% ../../nbs/06_knowledge.ipynb #a5c97f70
 def _ylim(df, floors=()) -> tuple[float, float]:
@@ -310,15 +310,15 @@ def _ylim(df, floors=()) -> tuple[float, float]:
     return 0.0, min(1.0, max(0.05, 1.15 * max([float(df.value.max()), *map(float, floors)])))
 
 # %% ../../nbs/06_knowledge.ipynb #b9b47847
-def plot_fig6(run_dir, out_dir=None) -> list[Path]:
+def plot_fig6(run, out_dir=None) -> list[Path]:
     "Fig. 6: P@1 over pretraining steps for the paper's Fig. 6 relations (or the available ones)."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run_dir = Path(run_dir); df = knowledge_results(run_dir)
+    run = Run.of(run); df = knowledge_results(run)
     rels = fig6_relations(sorted(df.task.unique()))
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    floor = constant_floor(run_dir)
-    for r in rels: _curves(ax, df, r, run_dir=run_dir, floor=floor)
+    floor = constant_floor(run)
+    for r in rels: _curves(ax, df, r, run=run, floor=floor)
     ax.set_ylim(*_ylim(df[df.task.isin(rels)], floor.floor[floor.index.isin(rels)]))
     ax.set_xlabel(STEP_LABEL)
     ax.set_ylabel("P@1 (fraction of cloze queries, 0-1)")
@@ -326,24 +326,24 @@ def plot_fig6(run_dir, out_dir=None) -> list[Path]:
     ax.legend(*legend_entries(ax, ax.get_legend_handles_labels()[0] + _style_entries(floor.index.isin(rels).any())),
               fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     n_paper = sum(r in FIG6_RELATIONS for r in rels)
-    ax.set_title(f"Fig. 6: world knowledge during pretraining ({run_dir.name}; {len(rels)} relations drawn, "
+    ax.set_title(f"Fig. 6: world knowledge during pretraining ({run.name}; {len(rels)} relations drawn, "
                  f"{n_paper} of them among the paper's {len(FIG6_RELATIONS)})", fontsize=10)
-    return save_figure(fig, out_dir or run_dir / "figures", "fig6_world_knowledge")
+    return save_figure(fig, out_dir or run / "figures", "fig6_world_knowledge")
 
 # %% ../../nbs/06_knowledge.ipynb #72ea377e
-def plot_fig14(run_dir, out_dir=None) -> list[Path]:
+def plot_fig14(run, out_dir=None) -> list[Path]:
     "Fig. 14: P@1 over pretraining steps for every relation evaluated, one panel each."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run_dir = Path(run_dir); df = knowledge_results(run_dir)
+    run = Run.of(run); df = knowledge_results(run)
     order = {r: i for i, r in enumerate(TABLE8)}
     rels = sorted(df.task.unique(), key=lambda r: (order.get(r, 99), r))
     cols = min(4, len(rels)); nrows = math.ceil(len(rels) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 2.4 * nrows + 0.6), sharex=True, sharey=True,
                              squeeze=False)
-    floor = constant_floor(run_dir)
+    floor = constant_floor(run)
     for ax, r in zip(axes.flat, rels):
-        _curves(ax, df, r, label=False, run_dir=run_dir, floor=floor)
+        _curves(ax, df, r, label=False, run=run, floor=floor)
         n = df[(df.task == r) & (df.metric == METRICS[0])].sort_values("step").n.iloc[-1]
         label = RELATION_LABELS.get(r, "")
         label = label if len(label) <= 28 else label[:label.rfind(" ", 0, 27)] + "…"
@@ -352,19 +352,19 @@ def plot_fig14(run_dir, out_dir=None) -> list[Path]:
     for ax in axes.flat[len(rels):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel("step (symlog)")
     for ax in axes[:, 0]: ax.set_ylabel("P@1 (0-1)")
-    fig.suptitle(f"Fig. 14: all world knowledge during pretraining ({run_dir.name}; {len(rels)} relations)",
+    fig.suptitle(f"Fig. 14: all world knowledge during pretraining ({run.name}; {len(rels)} relations)",
                  fontsize=10)
     fig.tight_layout()
     fig.legend(*legend_entries(axes, _style_entries(len(floor) > 0)), fontsize=8, loc="center left",
                bbox_to_anchor=(1.0, 0.5))
-    return save_figure(fig, out_dir or run_dir / "figures", "fig14_world_knowledge_all")
+    return save_figure(fig, out_dir or run / "figures", "fig14_world_knowledge_all")
 
 # %% ../../nbs/06_knowledge.ipynb #d1133132
-def table9(run_dir, out_dir=None) -> list[Path]:
+def table9(run, out_dir=None) -> list[Path]:
     "Table 9: the sentence the model writes for each tracked query at every evaluated step (Markdown and CSV)."
-    run_dir = Path(run_dir); out_dir = Path(out_dir or run_dir / "figures")
-    s = read_samples(run_dir, ANALYSIS)
-    if s.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} samples yet; run evaluate_step(run_dir, step) first")
+    run = Run.of(run); out_dir = Path(out_dir or run / "figures")
+    s = read_samples(run, ANALYSIS)
+    if s.empty: raise LookupError(f"{run} has no {ANALYSIS} samples yet; run evaluate_step(run, step) first")
     recs = [dict(relation=r.task, item=r.item, step=int(r.step), **json.loads(r.text)) for r in s.itertuples()]
     for r in recs: r["answers"] = " / ".join(r["answers"])
     order = {r: i for i, r in enumerate(TABLE8)}
@@ -375,7 +375,7 @@ def table9(run_dir, out_dir=None) -> list[Path]:
     w.writeheader(); w.writerows(recs)
     esc = lambda x: str(x).replace("|", "\\|")
     md = [
-        f"# Table 9: world-knowledge queries and what the model writes at each step ({run_dir.name})",
+        f"# Table 9: world-knowledge queries and what the model writes at each step ({run.name})",
         "",
         "Each cell is the model's top token at every position, decoded; ✓ marks a correct top prediction at [MASK].",
         "",
@@ -399,9 +399,9 @@ def table9(run_dir, out_dir=None) -> list[Path]:
             atomic_write(out_dir / "table9_knowledge_examples.csv", buf.getvalue())]
 
 # %% ../../nbs/06_knowledge.ipynb #c4950b33
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "Fig. 6, Fig. 14 and Table 9 of the run from every step in its database."
-    return plot_fig6(run_dir, out_dir) + plot_fig14(run_dir, out_dir) + table9(run_dir, out_dir)
+    return plot_fig6(run, out_dir) + plot_fig14(run, out_dir) + table9(run, out_dir)
 
 # %% ../../nbs/06_knowledge.ipynb #38fa7b86
 REPORT = [
@@ -430,13 +430,13 @@ def forgotten(p: pd.Series, n: pd.Series, floor: float, z: float = Z, drop: floa
     return bool(learned(p[top], se_top, floor, z) and p[top] - p[end] >= max(drop, z * math.hypot(se_top, se_end)))
 
 # %% ../../nbs/06_knowledge.ipynb #b3eab92f
-def verdict(run_dir) -> str:
+def verdict(run) -> str:
     "One sentence on this run's world knowledge against the constant-answer floor, computed from the database."
-    df = knowledge_results(run_dir)
+    df = knowledge_results(run)
     p = df[df.metric == METRICS[0]].pivot(index="step", columns="task", values="value")
     c = df[df.metric == METRICS[1]].pivot(index="step", columns="task", values="value")
     n = df[df.metric == METRICS[0]].pivot(index="step", columns="task", values="n")
-    fl = constant_floor(run_dir).floor.reindex(p.columns)
+    fl = constant_floor(run).floor.reindex(p.columns)
     last, mean = p.index.max(), p.mean(axis=1)
     se = lambda r, s: math.sqrt(max(p[r][s] * (1 - p[r][s]), 1e-12) / n[r][s])  # binomial standard error
     above = [r for r in p.columns if any(p[r][s] - fl[r] > 2 * se(r, s) for s in p.index if pd.notna(p[r][s]))]

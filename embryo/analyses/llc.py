@@ -18,7 +18,7 @@ from ..text.corpora import detokenize
 from ..text.sentences import tagged_sentences
 from ..config import atomic_write
 from ..model.model import autocast, resolve_precision
-from ..runs.run import masked_lm_at, list_steps, resolve_step, notebook_run
+from ..runs.run import masked_lm_at, list_steps, resolve_step, notebook_run, Run
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, fill_steps, legend_below, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import markdown_table, read_results, read_scores, read_settings, score_rows, write_results
@@ -136,7 +136,7 @@ def calibration(model, batches, lrs=CALIBRATION_LRS, nbetas=CALIBRATION_NBETAS, 
     return pd.DataFrame(rows)
 
 # %% ../../nbs/08e_llc.ipynb #02ba65de
-def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer)
+def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
                   step: int | None = None, # the checkpoint to evaluate; None: the run's last
                   device="cpu",
                   lr: float = LR, nbeta: float = NBETA, gamma: float = GAMMA, # the sampler
@@ -146,7 +146,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer)
                   precision: str = "auto", # the forward's: 'auto' (bf16 where the device multiplies it natively) or 'fp32'
                  ) -> pd.DataFrame:
     "The LLC estimate at checkpoint `step` with its diagnostics (and, where asked, the calibration sweep)."
-    run_dir, step, tok, model = masked_lm_at(run_dir, step, device)  # of an ELECTRA run, its generator
+    run, step, tok, model = masked_lm_at(run, step, device)  # of an ELECTRA run, its generator
     batches = [{k: v.to(device) for k, v in b.items()} for b in mlm_batches(tok)]
     loss = partial(mlm_loss, precision=precision)
     e = estimate_llc(model, loss, batches, lr, nbeta, gamma, chains, draws)
@@ -154,11 +154,11 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer)
     sampler = dict(lr=lr, nbeta=nbeta, gamma=gamma, chains=chains, draws=draws, batch_size=BATCH_SIZE, seq_len=SEQ_LEN,
                    bf16=float(resolve_precision(precision, torch.device(device)) == "bf16"))
     settings = [dict(task=TASK, name=k, value=v) for k, v in sampler.items()]
-    if calibrate or (calibrate is None and step == list_steps(run_dir)[-1]):
+    if calibrate or (calibrate is None and step == list_steps(run)[-1]):
         cal = calibration(model, batches, gamma=gamma, draws=max(4, draws // 2), loss_fn=loss)
         rows += calibration_rows(cal); settings += [dict(task="calibration", name="draws", value=max(4, draws // 2))]
     scores = score_rows(TASK, {"llc": np.array(e["per_chain"])}, [f"chain {k}" for k in range(chains)])
-    if write: write_results(run_dir, ANALYSIS, step, rows, settings=settings, scores=scores)
+    if write: write_results(run, ANALYSIS, step, rows, settings=settings, scores=scores)
     return pd.DataFrame(rows, columns=["task", "metric", "value", "n"])
 
 # %% ../../nbs/08e_llc.ipynb #6c4b3a16
@@ -169,9 +169,9 @@ def calibration_rows(cal: pd.DataFrame) -> list[dict]:
     return [dict(task="calibration", metric=f"{k} lr={r.lr:g} nbeta={r.nbeta:g}", value=float(r[k]), n=1)
             for _, r in cal.iterrows() for k in ("llc", "acceptance", "drift", "failed")]
 
-def read_calibration(run_dir) -> pd.DataFrame:
+def read_calibration(run) -> pd.DataFrame:
     "The stored calibration sweep(s): step, lr, nbeta and the diagnostics, a row per point."
-    db = read_results(run_dir, ANALYSIS, task="calibration")
+    db = read_results(run, ANALYSIS, task="calibration")
     if db.empty: return pd.DataFrame(columns=["step", "lr", "nbeta", "llc", "acceptance", "drift", "failed"])
     parts = db.metric.str.extract(r"^(\w+) lr=(\S+) nbeta=(\S+)$")
     db = db.assign(what=parts[0], lr=parts[1].astype(float), nbeta=parts[2].astype(float))
@@ -184,13 +184,13 @@ def applies_to(run) -> str | None:
     return series_lacks(run, "mlm_head")
 
 # %% ../../nbs/08e_llc.ipynb #14e6d604
-def llc_curve(run_dir) -> pd.DataFrame:
+def llc_curve(run) -> pd.DataFrame:
     "Per step: llc, llc_sd, se, acceptance, drift, failed, init_loss (steps sampled as the last one was)."
-    db = read_results(run_dir, ANALYSIS, task=TASK)
-    if db.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
+    db = read_results(run, ANALYSIS, task=TASK)
+    if db.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
     c = db.pivot_table(index="step", columns="metric", values="value").sort_index()
     c["chains"] = db.groupby("step").n.max()
-    st = read_settings(run_dir, ANALYSIS, task=TASK).pivot_table(index="step", columns="name", values="value")
+    st = read_settings(run, ANALYSIS, task=TASK).pivot_table(index="step", columns="name", values="value")
     st = st.drop(columns="bf16", errors="ignore")  # the forward's precision moves no estimate (bench/llc_precision.py)
     last = st.iloc[-1]  # a setting a row lacks (written before it was recorded) matches only its lack
     same = ((st == last) | (st.isna() & last.isna())).all(axis=1)
@@ -212,10 +212,10 @@ def critical_points(curve: pd.DataFrame, z: float = Z) -> pd.DataFrame:
     return pd.DataFrame(out, columns=["step", "kind", "llc", "prominence"]).sort_values("step", ignore_index=True)
 
 # %% ../../nbs/08e_llc.ipynb #397a1b0d
-def diagonal_emergence(run_dir) -> float:
+def diagonal_emergence(run) -> float:
     "The first step at which a layer's most diagonal head has half its rise (notebook 08); NaN without its results."
     from embryo.analyses import attention
-    try: return float(np.nanmin(attention.emergence_table(run_dir)["emergence step"]))
+    try: return float(np.nanmin(attention.emergence_table(run)["emergence step"]))
     except (LookupError, KeyError, ValueError, IndexError): return np.nan
 
 # %% ../../nbs/08e_llc.ipynb #a70a3d0d
@@ -228,30 +228,30 @@ def _marks(ax, cp: pd.DataFrame, heads: float):
     if np.isfinite(heads): ax.axvline(heads, **HEADS_STYLE, label="diagonal heads emerge (nb 08)")
 
 # %% ../../nbs/08e_llc.ipynb #20309a8b
-def plot_llc(run_dir, curve: pd.DataFrame | None = None):
+def plot_llc(run, curve: pd.DataFrame | None = None):
     "Fig. LLC: the estimate over steps with the stage boundaries, the loss, the diagnostics, the calibration sweep."
     import matplotlib.pyplot as plt
-    c = llc_curve(run_dir) if curve is None else curve
-    cp, heads, cal, steps = critical_points(c), diagonal_emergence(run_dir), read_calibration(run_dir), list(c.index)
+    c = llc_curve(run) if curve is None else curve
+    cp, heads, cal, steps = critical_points(c), diagonal_emergence(run), read_calibration(run), list(c.index)
     fig, ax = plt.subplots(2, 2, figsize=(13, 10), layout="constrained"); ax = ax.ravel()
-    plot_steps(ax[0], c.index, c.llc, run_dir, color="C0", label="LLC estimate (mean over chains)")
-    fill_steps(ax[0], c.index, c.llc - c.llc_sd, c.llc + c.llc_sd, run_dir, color="C0", alpha=0.2,
+    plot_steps(ax[0], c.index, c.llc, run, color="C0", label="LLC estimate (mean over chains)")
+    fill_steps(ax[0], c.index, c.llc - c.llc_sd, c.llc + c.llc_sd, run, color="C0", alpha=0.2,
                label="chains' spread (1 sd)")
     if 0 in c.index: ax[0].axhline(c.llc[0], color="0.4", ls=":", lw=1, label="untrained (step 0)")
     ax[0].set(ylabel="LLC estimate (dimensionless)"); ax[0].set_title("(a) local learning coefficient", fontsize=10)
-    plot_steps(ax[1], c.index, c.init_loss, run_dir, color="C1", label="masked-LM loss on the sampler's batches")
+    plot_steps(ax[1], c.index, c.init_loss, run, color="C1", label="masked-LM loss on the sampler's batches")
     ax[1].set(ylabel="loss at the checkpoint, nats"); ax[1].set_title("(b) the loss on the same batches", fontsize=10)
-    plot_steps(ax[2], c.index, c.acceptance, run_dir, color="C2", label="MALA acceptance of the SGLD steps")
-    plot_steps(ax[2], c.index, c.drift / c.llc_sd.where(c.llc_sd > 0), run_dir, color="C3",
+    plot_steps(ax[2], c.index, c.acceptance, run, color="C2", label="MALA acceptance of the SGLD steps")
+    plot_steps(ax[2], c.index, c.drift / c.llc_sd.where(c.llc_sd > 0), run, color="C3",
                label="drift / chains' spread")
     ax[2].axhline(0.574, color="C2", ls=":", lw=1, label="MALA's optimal acceptance (0.574)")
     ax[2].set(ylabel="acceptance (0-1); drift in chain sds"); ax[2].set_title("(c) sampler diagnostics", fontsize=10)
     for a in ax[:3]:
-        _marks(a, cp, heads); step_axis(a, steps, run_dir=run_dir); a.grid(alpha=0.3)
+        _marks(a, cp, heads); step_axis(a, steps, run=run); a.grid(alpha=0.3)
         legend_below(a, *legend_entries(a), fontsize=7, ncol=2)
     plot_calibration(ax[3], cal)
     fig.suptitle(f"Embryology Fig. 2a's training in stages (beyond the paper: Hoogland et al. 2024's local learning "
-                 f"coefficient; {Path(run_dir).name}, {len(c)} steps, {len(cp)} critical points)", fontsize=10)
+                 f"coefficient; {Run.of(run).name}, {len(c)} steps, {len(cp)} critical points)", fontsize=10)
     return fig
 
 # %% ../../nbs/08e_llc.ipynb #467d3c3d
@@ -271,9 +271,9 @@ def plot_calibration(ax, cal: pd.DataFrame):
     ax.grid(alpha=0.3); legend_below(ax, fontsize=7, ncol=2)
 
 # %% ../../nbs/08e_llc.ipynb #0e3f99a2
-def step_size_sensitivity(run_dir, lr: float = LR, nbeta: float = NBETA) -> dict:
+def step_size_sensitivity(run, lr: float = LR, nbeta: float = NBETA) -> dict:
     "The last calibration sweep's estimates at the grid's step sizes below and above `lr`, as shares of `lr`'s."
-    cal = read_calibration(run_dir)
+    cal = read_calibration(run)
     g = cal[(cal.step == cal.step.max()) & np.isclose(cal.nbeta, nbeta)].set_index("lr").llc.sort_index()
     if not np.isclose(g.index, lr).any(): return {}
     at = int(np.flatnonzero(np.isclose(g.index, lr))[0]); base = g.iloc[at]
@@ -283,17 +283,17 @@ def step_size_sensitivity(run_dir, lr: float = LR, nbeta: float = NBETA) -> dict
     return out
 
 # %% ../../nbs/08e_llc.ipynb #dc0ae3f6
-def verdict(run_dir, curve: pd.DataFrame | None = None) -> str:
+def verdict(run, curve: pd.DataFrame | None = None) -> str:
     "What the LLC curve shows on this run, with its noise and diagnostics."
     from embryo.runs.run import run_transitions
-    c = llc_curve(run_dir) if curve is None else curve
+    c = llc_curve(run) if curve is None else curve
     c = c[c.llc.notna()]
     if len(c) < 3: return f"Not testable on this run: {len(c)} evaluated steps with an estimate (3 are needed)."
     first, last = c.iloc[0], c.iloc[-1]; noise = Z * math.hypot(first.se, last.se)
     diag = (f"Diagnostics: acceptance {c.acceptance.min():.2f}-{c.acceptance.max():.2f} (MALA's optimum 0.574); the "
             f"drift exceeds the chains' spread at {int((c.drift.abs() > c.llc_sd).sum())} of {len(c)} steps; "
             f"{int((c.failed > 0).sum())} steps had a failed chain.")
-    s = step_size_sensitivity(run_dir)
+    s = step_size_sensitivity(run)
     if "smaller" in s and "larger" in s:
         diag += (f" In the calibration sweep at step {s['step']:,} (one chain a point, half as long) "
                  f"the estimate at step size {s['smaller_lr']:g} and {s['larger_lr']:g} is {s['smaller']:.2f}x and "
@@ -303,7 +303,7 @@ def verdict(run_dir, curve: pd.DataFrame | None = None) -> str:
     if abs(last.llc - first.llc) <= noise:
         return (f"Not testable on this run: the LLC estimate moves from {first.llc:.1f} (step {int(c.index[0]):,}) to "
                 f"{last.llc:.1f} (step {int(c.index[-1]):,}), within {Z:g} standard errors ({noise:.1f}). " + diag)
-    cp, heads, drops = critical_points(c), diagonal_emergence(run_dir), [t["step"] for t in run_transitions(run_dir)]
+    cp, heads, drops = critical_points(c), diagonal_emergence(run), [t["step"] for t in run_transitions(run)]
     near = lambda s: (f"the nearest loss change point at step {min(drops, key=lambda d: abs(d - s)):,}" if drops
                       else "no loss change point")
     stages = "; ".join(f"a {r.kind} at step {r.step:,} (LLC {r.llc:.1f}, prominence {r.prominence:.1f}; "
@@ -326,13 +326,13 @@ REPORT = [
 ]
 
 # %% ../../nbs/08e_llc.ipynb #33ef88ed
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "The LLC figure, the per-step estimates, the stage boundaries and the calibration sweep, from the run's database."
-    out_dir = figure_dir(run_dir, out_dir)
-    c = llc_curve(run_dir)
-    paths = save_figure(plot_llc(run_dir, c), out_dir, "fig_llc")
+    out_dir = figure_dir(run, out_dir)
+    c = llc_curve(run)
+    paths = save_figure(plot_llc(run, c), out_dir, "fig_llc")
     paths.append(atomic_write(out_dir / "table_llc.csv", c.round(4).to_csv()))
     paths.append(atomic_write(out_dir / "table_llc_stages.csv", critical_points(c).round(3).to_csv(index=False)))
-    cal = read_calibration(run_dir).round({"llc": 3, "acceptance": 4, "drift": 3})  # the step sizes as they are
+    cal = read_calibration(run).round({"llc": 3, "acceptance": 4, "drift": 3})  # the step sizes as they are
     paths.append(atomic_write(out_dir / "table_llc_calibration.csv", cal.to_csv(index=False)))
     return paths

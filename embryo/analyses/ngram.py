@@ -58,12 +58,12 @@ def ngram_counts(seqs, V: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {o: np.unique(k * V + b, return_counts=True) for o, k in context_keys(a, c, V).items()}
 
 # %% ../../nbs/08b_ngram.ipynb #f889b569
-def corpus_counts(run_dir, tok=None, corpus=None, cache: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    "`ngram_counts` of the run's training corpus (or `corpus`) with its tokenizer, cached in `<run_dir>/cache/ngram`."
-    tok = tok or load_tokenizer(run_dir)
-    corpus = corpus or corpus_file(read_run_config(run_dir)[2])
+def corpus_counts(run, tok=None, corpus=None, cache: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    "`ngram_counts` of the run's training corpus (or `corpus`) with its tokenizer, cached in `<run>/cache/ngram`."
+    tok = tok or load_tokenizer(run)
+    corpus = corpus or corpus_file(read_run_config(run)[2])
     key = hashlib.sha256(f"{tok.sha256}|{corpus_fingerprint(corpus)}|{ANALYSIS}-1".encode()).hexdigest()[:16]
-    f = Path(run_dir) / "cache" / ANALYSIS / f"counts_{key}.npz"
+    f = Run.of(run) / "cache" / ANALYSIS / f"counts_{key}.npz"
     if cache and f.exists():
         z = np.load(f); return {o: (z[f"{o}_keys"], z[f"{o}_counts"]) for o in ORDERS}
     seqs = [tok.wrap(x) for x in tok.encode_batch([s for doc in read_corpus(corpus) for s in doc]) if x]
@@ -161,7 +161,7 @@ def step_measures(lq: np.ndarray, masked: Masked, est: dict[str, Estimate]) -> t
     return rows, kl
 
 # %% ../../nbs/08b_ngram.ipynb #f9dbe4fa
-def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer, pretrain_config.json naming its corpus)
+def evaluate_step(run, # a run folder (checkpoints/, its tokenizer, pretrain_config.json naming its corpus)
                   step: int | None = None, # the checkpoint to evaluate; None: the run's last
                   device="cpu",
                   max_sentences: int = 1000, # held-out Brown sentences whose masked pieces are compared
@@ -170,16 +170,16 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, its tokenizer, pretrain
                   write: bool = True, # write the rows and scores to the run's results database
                  ) -> pd.DataFrame:
     "Distances from each n-gram estimate of the training corpus to the masked predictions of checkpoint `step`."
-    run_dir, step, tok, model = masked_lm_at(run_dir, step, device)  # of an ELECTRA run, its generator
+    run, step, tok, model = masked_lm_at(run, step, device)  # of an ELECTRA run, its generator
     masked = masked_positions(tok, max_sentences, seed, max_length(model))
-    counts = corpus_counts(run_dir, tok, corpus)
+    counts = corpus_counts(run, tok, corpus)
     V = tok.vocab_size
     est = {o: estimates(counts[o], k, V) for o, k in context_keys(masked.before, masked.after, V).items()}
     rows, kl = step_measures(masked_logprobs(model, masked, device), masked, est)
     scores = [s for o in ORDERS
               for s in score_rows(TASK, {o: kl[o]}, [e for e, k in zip(masked.examples, est[o].kept) if k])]
     settings = [dict(task=TASK, name="max_sentences", value=max_sentences), dict(task=TASK, name="seed", value=seed)]
-    if write: write_results(run_dir, ANALYSIS, step, rows, settings=settings, scores=scores)
+    if write: write_results(run, ANALYSIS, step, rows, settings=settings, scores=scores)
     return pd.DataFrame(rows, columns=["task", "metric", "value", "n"])
 
 # %% ../../nbs/08b_ngram.ipynb #29c0e01d
@@ -190,10 +190,10 @@ def applies_to(run) -> str | None:
     return None
 
 # %% ../../nbs/08b_ngram.ipynb #01d62e88
-def ngram_results(run_dir) -> pd.DataFrame:
+def ngram_results(run) -> pd.DataFrame:
     "Every n-gram row of the run (step, metric, value, n); a clear error when there is none."
-    df = read_results(run_dir, ANALYSIS, task=TASK)
-    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
+    df = read_results(run, ANALYSIS, task=TASK)
+    if df.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
     return df[["step", "metric", "value", "n"]].sort_values(["step", "metric"]).reset_index(drop=True)
 
 # %% ../../nbs/08b_ngram.ipynb #41ab544a
@@ -215,10 +215,10 @@ def leave_steps(means: np.ndarray, steps: np.ndarray, share: float = LEAVE_SHARE
     return np.where(after.any(1), steps[after.argmax(1)].astype(float), np.inf)
 
 # %% ../../nbs/08b_ngram.ipynb #0ac38aec
-def closest_steps(run_dir, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
+def closest_steps(run, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
     ("Per order: the steps of lowest KL and of leaving it, each with its 95% interval over resampled positions; the "
      "floor.")
-    sc = read_scores(run_dir, ANALYSIS, TASK)
+    sc = read_scores(run, ANALYSIS, TASK)
     rows, rng = [], np.random.default_rng(seed)
     for o in ORDERS:
         s = sc[sc.key == o].sort_values("step")
@@ -242,22 +242,22 @@ def closest_steps(run_dir, resamples: int = 1000, seed: int = 0) -> pd.DataFrame
 # %% ../../nbs/08b_ngram.ipynb #cc6ea26c
 ORDER_COLOURS = {"unigram": "#1b9e77", "left": "#d95f02", "right": "#7570b3", "trigram": "#e7298a"}
 
-def plot_ngram(run_dir):
+def plot_ngram(run):
     "Fig. n-gram phases: KL from each estimate to the predictions, top-1 accuracy with the n-gram baselines, agreement."
     import matplotlib.pyplot as plt
-    df = ngram_results(run_dir)
+    df = ngram_results(run)
     kl, acc, agree = curves(df, "kl"), curves(df, "accuracy"), curves(df, "agree")
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.3), layout="constrained")
     for o in ORDERS:
-        plot_steps(axes[0], kl.index, kl[o], run_dir, marker=".", color=ORDER_COLOURS[o], label=f"{o}: {ORDERS[o]}")
+        plot_steps(axes[0], kl.index, kl[o], run, marker=".", color=ORDER_COLOURS[o], label=f"{o}: {ORDERS[o]}")
         axes[0].axhline(kl[o].iloc[0], color=ORDER_COLOURS[o], ls=":", lw=0.9)
         axes[0].plot(kl[o].idxmin(), kl[o].min(), "*", color=ORDER_COLOURS[o], ms=11)
         left = leave_steps(kl[o].to_numpy(), kl.index.to_numpy())[0]
         if np.isfinite(left): axes[0].plot(left, kl[o][left], "X", color=ORDER_COLOURS[o], ms=8, mec="k", mew=0.6)
         axes[1].axhline(acc[o].iloc[-1], color=ORDER_COLOURS[o], ls="--", lw=1)
-        plot_steps(axes[2], agree.index, agree[o], run_dir, marker=".", color=ORDER_COLOURS[o])
+        plot_steps(axes[2], agree.index, agree[o], run, marker=".", color=ORDER_COLOURS[o])
     model_acc = df[df.metric == "accuracy"].set_index("step").value.sort_index()
-    plot_steps(axes[1], model_acc.index, model_acc, run_dir, marker=".", color="k", label="the model (top-1)")
+    plot_steps(axes[1], model_acc.index, model_acc, run, marker=".", color="k", label="the model (top-1)")
     axes[0].plot([], [], "k:", lw=0.9, label="each order at the first step (untrained)")
     axes[0].plot([], [], "k*", ms=9, label="closest step")
     axes[0].plot([], [], "X", color="w", mec="k", ms=8, label=f"phase left ({LEAVE_SHARE:.0%} back up)")
@@ -267,12 +267,12 @@ def plot_ngram(run_dir):
     titles = ["(a) distance to each n-gram estimate", "(b) accuracy against the n-gram baselines",
               "(c) agreement with each estimate's most likely piece"]
     for ax, y, t in zip(axes, labels, titles):
-        step_axis(ax, sorted(df.step.unique()), label="pretraining step (symlog)", run_dir=run_dir)
+        step_axis(ax, sorted(df.step.unique()), label="pretraining step (symlog)", run=run)
         ax.set_ylabel(y, fontsize=9); ax.set_title(t, fontsize=10); ax.grid(alpha=0.3); ax.set_ylim(bottom=0)
     fig.legend(*legend_entries(axes), fontsize=8, loc="outside lower center", ncol=4)
     n = int(df[df.metric == "accuracy"].n.max())
     fig.suptitle(f"Beyond the paper (Chang & Bergen 2024): masked predictions against n-gram statistics of the "
-                 f"training corpus ({Path(run_dir).name}; {n:,} held-out masked pieces)", fontsize=10)
+                 f"training corpus ({Run.of(run).name}; {n:,} held-out masked pieces)", fontsize=10)
     return fig
 
 # %% ../../nbs/08b_ngram.ipynb #b0f5bb15
@@ -296,10 +296,10 @@ def phase_order(cs: pd.DataFrame) -> tuple[str, str]:
     return "not reproduced", "the phases do not come in that order"
 
 # %% ../../nbs/08b_ngram.ipynb #3f3cd267
-def verdict(run_dir, cs: pd.DataFrame | None = None) -> str:
+def verdict(run, cs: pd.DataFrame | None = None) -> str:
     ("Each order's closest step and leaving step with their intervals, and whether Chang & Bergen's order holds "
      "(`cs`: `closest_steps`' table, when already computed).")
-    cs = closest_steps(run_dir) if cs is None else cs
+    cs = closest_steps(run) if cs is None else cs
     step = lambda v: "never" if not np.isfinite(v) else f"{v:,.0f}"
     said = "; ".join(f"{o} {r.closest_step:,} ({r.low:,} to {r.high:,}; KL {r.kl_closest:.2f} from {r.kl_first:.2f}"
                      + (", never below its first-step value by 2 SE" if not r.approached else "")
@@ -329,13 +329,13 @@ REPORT = [
 ]
 
 # %% ../../nbs/08b_ngram.ipynb #4010eaf4
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "The n-gram figure and the closest-step table, from every step in the run's database."
-    out_dir = figure_dir(run_dir, out_dir)
-    paths = save_figure(plot_ngram(run_dir), out_dir, "fig_ngram_phases")
-    t = closest_steps(run_dir)
+    out_dir = figure_dir(run, out_dir)
+    paths = save_figure(plot_ngram(run), out_dir, "fig_ngram_phases")
+    t = closest_steps(run)
     paths.append(atomic_write(out_dir / "table_ngram_phases.csv", t.to_csv()))
     paths.append(atomic_write(out_dir / "table_ngram_phases.md",
                               "# n-gram phases: where the predictions come closest to each estimate "
-                              f"({Path(run_dir).name})\n\n" + markdown_table(t) + "\n" + verdict(run_dir, t) + "\n"))
+                              f"({Run.of(run).name})\n\n" + markdown_table(t) + "\n" + verdict(run, t) + "\n"))
     return paths

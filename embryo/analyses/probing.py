@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..text.tokenizer import load_tokenizer
 from ..config import atomic_write
-from ..runs.run import find_checkpoint, load_checkpoint, train_log, resolve_step, notebook_run
+from ..runs.run import find_checkpoint, load_checkpoint, train_log, resolve_step, notebook_run, Run
 from ..runs.series import series_lacks
 from ..runs.figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
                             step_axis)
@@ -81,7 +81,7 @@ def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequenc
                             {f"layer{l}": (Y[0, te] == pred[0, j]).astype(float) for j, l in enumerate(layers)}, keys)
 
 # %% ../../nbs/07_probing.ipynb #74d9738a
-def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
+def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to evaluate
                   device="cpu",
                   tasks=None, # task names (list or "a,b"); None: every task the data provides
@@ -90,17 +90,17 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
                   max_sentences: int = 1500, # held-out Brown sentences for the built-in tasks
                   max_train: int = 3000, max_dev: int = 500, max_test: int = 1000, # targets per split and task at most
                   seed: int = 0,
-                  cache: bool = True, # keep span vectors in <run_dir>/cache/probing
+                  cache: bool = True, # keep span vectors in <run>/cache/probing
                   write: bool = True, # write the rows to the run's results database
                   **train_kw # passed to train_probes (lr, batch_size, max_epochs, patience)
                  ) -> pd.DataFrame:
     "Edge-probing F1, control F1 and selectivity per (task, layer) of one checkpoint, written to the results database."
-    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
-    run_dir, step = Path(run_dir), int(step)
-    find_checkpoint(run_dir, step)  # a clear error listing the steps there are
+    step = resolve_step(run, step)  # None: the run's last step, as in the notebook
+    run, step = Run.of(run), int(step)
+    find_checkpoint(run, step)  # a clear error listing the steps there are
     names = select_tasks(tasks, ontonotes)
-    model = load_checkpoint(run_dir, step, device).eval()
-    tok = load_tokenizer(run_dir)
+    model = load_checkpoint(run, step, device).eval()
+    tok = load_tokenizer(run)
     lays = _layers(layers, model.config.num_hidden_layers)
     caps = dict(max_train=max_train, max_dev=max_dev, max_test=max_test)
     built = {}
@@ -110,12 +110,12 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     empty = [n for n, t in built.items() if len(t) == 0]
     for n in empty: print(f"probing: {n} skipped: the data has no {n} targets")
     built = {n: t for n, t in built.items() if len(t)}
-    feats = task_features(model, tok, built, device, run_dir if cache else None, step)
+    feats = task_features(model, tok, built, device, run if cache else None, step)
     rows, scores = [], []
     for n, t in built.items():
         r, s = probe_task(t, *feats[n], lays, seed, **train_kw)
         rows += r; scores += s
-    if write and rows: write_results(run_dir, ANALYSIS, step, rows, scores=scores)
+    if write and rows: write_results(run, ANALYSIS, step, rows, scores=scores)
     return pd.DataFrame(rows,
                         columns=["task", "layer", "metric", "value", "n"]).fillna({"layer": -1}).astype({"layer": int})
 
@@ -148,10 +148,10 @@ REPORT = [
 ]
 
 # %% ../../nbs/07_probing.ipynb #e8252daf
-def probing_results(run_dir) -> pd.DataFrame:
+def probing_results(run) -> pd.DataFrame:
     "The probing rows of the run's database, or an error saying how to make them."
-    df = read_results(run_dir, ANALYSIS)
-    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
+    df = read_results(run, ANALYSIS)
+    if df.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
     return df
 
 # %% ../../nbs/07_probing.ipynb #c277770e
@@ -200,15 +200,15 @@ def reference_f1(df: pd.DataFrame) -> pd.DataFrame:
     return f.loc[f.groupby("task").value.idxmax()].set_index("task")[["layer", "value"]].rename(columns={"value": "f1"})
 
 # %% ../../nbs/07_probing.ipynb #e2c6ae12
-def _layer_panel(ax, df, task, title, n_layers, control=False, run_dir=None, ref=None):
+def _layer_panel(ax, df, task, title, n_layers, control=False, run=None, ref=None):
     for metric, ls in (("f1", "-"),) + ((("control_f1", ":"),) if control else ()):
         t = layer_curves(df, task, metric)
         for l in t.columns:
-            plot_steps(ax, t.index, t[l], run_dir, ls=ls, marker=".", color=layer_colour(l, n_layers),
+            plot_steps(ax, t.index, t[l], run, ls=ls, marker=".", color=layer_colour(l, n_layers),
                        label=f"layer {l}" if ls == "-" else None)
     if task in (fl := floors(df)): ax.axhline(fl[task], color="tab:red", ls="--", lw=1)
     if ref is not None and task in ref.index: ax.axhline(ref.f1[task], **REFERENCE_STYLE)
-    step_axis(ax, label=None, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
+    step_axis(ax, label=None, run=run); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_title(textwrap.fill(title, 48), fontsize=9)
 
 # %% ../../nbs/07_probing.ipynb #31c8fb21
@@ -220,14 +220,14 @@ def _absent(ax, title, text):
 def _n_layers(df) -> int: return int(df[df.layer >= 0].layer.max())
 
 # %% ../../nbs/07_probing.ipynb #ae334140
-def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
+def plot_fig2b(run, out_dir=None, layer: int | None = None) -> list[Path]:
     "Fig. 2b: MLM accuracy (training log) and each task's F1 at one layer over steps, with class counts beside."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run_dir = Path(run_dir); df = probing_results(run_dir)
+    run = Run.of(run); df = probing_results(run)
     layer = _n_layers(df) if layer is None else int(layer)
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
-    log = [r for r in train_log(run_dir) if "mlm_accuracy" in r]  # a Trainer's log has the loss only
+    log = [r for r in train_log(run) if "mlm_accuracy" in r]  # a Trainer's log has the loss only
     if log:
         ax.plot(
             [r["step"] for r in log],
@@ -239,24 +239,24 @@ def plot_fig2b(run_dir, out_dir=None, layer: int | None = None) -> list[Path]:
         )
     for i, t in enumerate(_task_order(df.task.unique())):
         c = layer_curves(df, t)
-        if layer in c: plot_steps(ax, c.index, c[layer], run_dir, color=f"C{i}", label=f"{t} F1")
+        if layer in c: plot_steps(ax, c.index, c[layer], run, color=f"C{i}", label=f"{t} F1")
         if t in (fl := floors(df)): ax.axhline(fl[t], color=f"C{i}", ls="--", lw=0.8, label=f"{t} word-identity floor "
                                                                                             f"{fl[t]:.2f}")
-    step_axis(ax, run_dir=run_dir); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
+    step_axis(ax, run=run); ax.set_ylim(0, 1); ax.grid(alpha=0.3)
     ax.set_ylabel("micro-F1 / MLM accuracy (fraction, 0-1)")
     legend_below(ax, fontsize=7, ncol=3, below=0.55)
     sizes = task_sizes(df)
     txt = "task: classes, train/dev/test\n" + "\n".join(f"{t}: {r.n_classes}, {r.n_train}/{r.n_dev}/{r.n_test}"
                                                         for t, r in sizes.iterrows())
-    why = "no MLM accuracy in the training log" if train_log(run_dir) else "no training log"
+    why = "no MLM accuracy in the training log" if train_log(run) else "no training log"
     if not log: txt += f"\n\n({why}: MLM accuracy not shown)"
     fig.text(0.99, 0.5, txt, fontsize=7, va="center", ha="left", family="monospace")
-    ax.set_title(f"Fig. 2b: MLM accuracy and probing F1 at layer {layer} over pretraining ({run_dir.name})",
+    ax.set_title(f"Fig. 2b: MLM accuracy and probing F1 at layer {layer} over pretraining ({run.name})",
                  fontsize=10)
-    return save_figure(fig, out_dir or run_dir / "figures", "fig2b_probing_mlm")
+    return save_figure(fig, out_dir or run / "figures", "fig2b_probing_mlm")
 
 # %% ../../nbs/07_probing.ipynb #85fe1da2
-def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False):
+def _grid(panels, n_layers, df, suptitle, name, run, out_dir, control=False):
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     cols = min(3, len(panels)); rows = -(-len(panels) // cols)
@@ -264,7 +264,7 @@ def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False)
     ref = reference_f1(df)
     for ax, (task, title, absent) in zip(axes.flat, panels):
         if absent: _absent(ax, title, absent)
-        else: _layer_panel(ax, df, task, title, n_layers, control, run_dir, ref)
+        else: _layer_panel(ax, df, task, title, n_layers, control, run, ref)
     for ax in axes.flat[len(panels):]: ax.axis("off")
     for ax in axes[-1]: ax.set_xlabel("pretraining step (symlog)")
     for ax in axes[:, 0]: ax.set_ylabel("test micro-F1 (0-1)")
@@ -285,42 +285,42 @@ def _grid(panels, n_layers, df, suptitle, name, run_dir, out_dir, control=False)
         title="layer (0 = embeddings)",
     )
     fig.suptitle(suptitle, fontsize=10); fig.tight_layout()
-    return save_figure(fig, out_dir or Path(run_dir) / "figures", name)
+    return save_figure(fig, out_dir or Run.of(run) / "figures", name)
 
 # %% ../../nbs/07_probing.ipynb #7a4a4ca6
 _NO_DATA = ("no {what} results in this run:\n{what} needs OntoNotes 5.0\nCoNLL-2012 files, passed as\n"
             "evaluate_step(..., ontonotes=<folder>);\nno such data ships with the project")
 
 # %% ../../nbs/07_probing.ipynb #caefd48f
-def plot_fig3(run_dir, out_dir=None) -> list[Path]:
+def plot_fig3(run, out_dir=None) -> list[Path]:
     "Fig. 3: POS F1 per layer over pretraining steps, one panel per POS task present."
-    run_dir = Path(run_dir); df = probing_results(run_dir)
+    run = Run.of(run); df = probing_results(run)
     have = [t for t in ("pos", "pos_brown", "pos_silver") if t in set(df.task)]
     panels = [(t, f"{t}: {TASKS[t]}", None) for t in have] or [("pos", "POS", _NO_DATA.format(what="POS"))]
-    return _grid(panels, _n_layers(df), df, f"Fig. 3: POS probing per layer during pretraining ({run_dir.name})",
-                 "fig3_probing_pos_layers", run_dir, out_dir)
+    return _grid(panels, _n_layers(df), df, f"Fig. 3: POS probing per layer during pretraining ({run.name})",
+                 "fig3_probing_pos_layers", run, out_dir)
 
 # %% ../../nbs/07_probing.ipynb #22a7274c
-def plot_fig10(run_dir, out_dir=None) -> list[Path]:
+def plot_fig10(run, out_dir=None) -> list[Path]:
     "Fig. 10: constituent, SRL and coreference F1 per layer; panels say where the data is absent."
-    run_dir = Path(run_dir); df = probing_results(run_dir); have = set(df.task)
+    run = Run.of(run); df = probing_results(run); have = set(df.task)
     c = "const" if "const" in have else "const_silver" if "const_silver" in have else None
     panels = [(c, f"(c) {c}: {TASKS[c]}", None) if c else ("const", "(c) const", _NO_DATA.format(what="constituent"))]
     panels = [(t, f"({k}) {t}: {TASKS[t]}", None) if t in have
               else (t, f"({k}) {t}", _NO_DATA.format(what=t.upper() if t == "srl" else "coreference"))
               for k, t in (("a", "srl"), ("b", "coref"))] + panels
     return _grid(panels, _n_layers(df), df, "Fig. 10: SRL, coreference and constituent probing per layer "
-                                            f"({run_dir.name})",
-                 "fig10_probing_const_srl_coref", run_dir, out_dir)
+                                            f"({run.name})",
+                 "fig10_probing_const_srl_coref", run, out_dir)
 
 # %% ../../nbs/07_probing.ipynb #69cf3552
-def plot_fig11(run_dir, out_dir=None) -> list[Path]:
+def plot_fig11(run, out_dir=None) -> list[Path]:
     "Fig. 11a for this run: every task, F1 (solid) and control-task F1 (dotted) per layer over steps."
-    run_dir = Path(run_dir); df = probing_results(run_dir)
+    run = Run.of(run); df = probing_results(run)
     panels = [(t, f"{t} (n_test={task_sizes(df).n_test.get(t)})", None) for t in _task_order(df.task.unique())]
-    return _grid(panels, _n_layers(df), df, f"Fig. 11a: probing results of every task, {run_dir.name} (dotted: control "
+    return _grid(panels, _n_layers(df), df, f"Fig. 11a: probing results of every task, {run.name} (dotted: control "
                                             "task)",
-                 "fig11_probing_all_tasks", run_dir, out_dir, control=True)
+                 "fig11_probing_all_tasks", run, out_dir, control=True)
 
 # %% ../../nbs/07_probing.ipynb #7d791693
 PLATEAU_STEPS = 3  # a plateau: the last 3 evaluated steps within 2 combined standard errors (rule 3 of notebook 03b)
@@ -342,10 +342,10 @@ def _plateau_text(y: pd.Series, ses: np.ndarray) -> tuple[bool | None, str]:
                   + ("lie within 2 standard errors of each other, a plateau" if flat else
                      "differ by more than 2 standard errors, no plateau"))
 
-def verdict(run_dir) -> str:
+def verdict(run) -> str:
     ("One sentence on this run's probes, computed from the database, testing the paper's 'fast rise, then plateau' "
      "by the rules of notebook 03b.")
-    df = probing_results(run_dir)
+    df = probing_results(run)
     L = _n_layers(df); last = int(df.step.max())
     parts, early, low, flats, fl = [], [], [], {}, floors(df)
     for t in _task_order(df.task.unique()):
@@ -397,10 +397,10 @@ def best_layer_gain(df: pd.DataFrame, task: str) -> str:
                 + _plateau_text(y, _curve_ses(df, task, layer, y))[1] + ".")
 
 # %% ../../nbs/07_probing.ipynb #6e50e1d8
-def layer_verdict(run_dir) -> str:
+def layer_verdict(run) -> str:
     ("Fig. 3's claim on this run: does the top layer start below layer 1 on POS and later surpass it, beyond 2 "
      "standard errors?")
-    df = probing_results(run_dir); L = _n_layers(df)
+    df = probing_results(run); L = _n_layers(df)
     task = next((t for t in ("pos", "pos_brown", "pos_silver") if t in set(df.task)), None)
     if task is None or L < 2: return ("No POS probe on two layers or more: Fig. 3's claim about layers is not testable "
                                       "on this run.")
@@ -420,28 +420,28 @@ def layer_verdict(run_dir) -> str:
                 "this run.")
 
 # %% ../../nbs/07_probing.ipynb #33607dbe
-def verdicts(run_dir) -> dict[str, str]:
+def verdicts(run) -> dict[str, str]:
     "The figures whose verdict is their own: Fig. 3's layer claim."
-    return {"fig3_probing_pos_layers": layer_verdict(run_dir)}
+    return {"fig3_probing_pos_layers": layer_verdict(run)}
 
 # %% ../../nbs/07_probing.ipynb #65a7e8ed
-def selectivity_table(run_dir, out_dir=None) -> list[Path]:
+def selectivity_table(run, out_dir=None) -> list[Path]:
     "The last step's F1, control F1 and selectivity per task and layer (Markdown and CSV)."
-    run_dir = Path(run_dir); out_dir = Path(out_dir or run_dir / "figures"); df = probing_results(run_dir)
+    run = Run.of(run); out_dir = Path(out_dir or run / "figures"); df = probing_results(run)
     last = df.step.max(); d = df[(df.step == last) & df.metric.isin(METRICS)]
     t = d.pivot_table(index=["task", "layer"], columns="metric", values="value").reindex(columns=list(METRICS))
     t = t.join(task_sizes(df[df.step == last]), on="task")
     t = t.reindex(_task_order(t.index.get_level_values(0).unique()), level=0)
     flat = t.reset_index()
-    md = (f"# Probing at step {last} ({run_dir.name}): F1, control-task F1 and selectivity per layer\n\n"
+    md = (f"# Probing at step {last} ({run.name}): F1, control-task F1 and selectivity per layer\n\n"
           "Selectivity = F1 - control F1 (Hewitt & Liang 2019). Sizes are targets per split; "
           "layer 0 is the embedding output.\n\n"
-          + markdown_table(flat, index=False) + "\n" + verdict(run_dir) + "\n")
+          + markdown_table(flat, index=False) + "\n" + verdict(run) + "\n")
     return [atomic_write(out_dir / "table_probing_selectivity.md", md),
             atomic_write(out_dir / "table_probing_selectivity.csv", flat.to_csv(index=False))]
 
 # %% ../../nbs/07_probing.ipynb #52ab2082
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "Figs. 2b, 3, 10, 11a and the selectivity table, from every step in the run's database."
-    return (plot_fig2b(run_dir, out_dir) + plot_fig3(run_dir, out_dir) + plot_fig10(run_dir, out_dir)
-            + plot_fig11(run_dir, out_dir) + selectivity_table(run_dir, out_dir))
+    return (plot_fig2b(run, out_dir) + plot_fig3(run, out_dir) + plot_fig10(run, out_dir)
+            + plot_fig11(run, out_dir) + selectivity_table(run, out_dir))

@@ -40,13 +40,13 @@ ANALYSIS = "reconstruction"  # the `analysis` name of this notebook's rows in th
 FREQ_BINS = ((50, 99), (300, 349), (1550, 1599))  # ranks of tokens by count in the pretraining corpus (appendix C.3)
 
 # %% ../../nbs/04_reconstruction.ipynb #00524e2f
-def token_counts(run_dir, tok) -> np.ndarray:
+def token_counts(run, tok) -> np.ndarray:
     "How often each piece occurs in the run's pretraining corpus (cached in the run folder)."
-    f = Path(run_dir) / "token_counts.npy"
+    f = Run.of(run) / "token_counts.npy"
     if f.exists():
         c = np.load(f)
         if len(c) == tok.vocab_size: return c
-    settings = Run.of(run_dir).settings
+    settings = Run.of(run).settings
     from embryo.config import TrainConfig
     # checkpoints we did not train have no settings: count on the evaluation text instead
     corpus = corpus_file(TrainConfig(**settings["train"])) if settings else None
@@ -213,20 +213,20 @@ def floor_rows(items: Sequence[Item], ids_all: list[list[int]], ranks: np.ndarra
     return [dict(r, task=FLOOR) for r in accuracy_rows(items, hits, hits) if r["task"] == "reconstruction"]
 
 # %% ../../nbs/04_reconstruction.ipynb #2dd290ab
-def evaluate_step(run_dir, step: int | None = None, device: str = "cpu", max_words: int = 300,
+def evaluate_step(run, step: int | None = None, device: str = "cpu", max_words: int = 300,
                   sentences=None) -> pd.DataFrame:
-    ("Evaluate the checkpoint at `step` of `run_dir` and write its rows, and every word's score, to the run's results "
+    ("Evaluate the checkpoint at `step` of `run` and write its rows, and every word's score, to the run's results "
      "database.")
-    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
-    find_checkpoint(run_dir, step)  # a clear error listing the steps that exist
-    tok = load_tokenizer(run_dir)
+    step = resolve_step(run, step)  # None: the run's last step, as in the notebook
+    find_checkpoint(run, step)  # a clear error listing the steps that exist
+    tok = load_tokenizer(run)
     sentences = sentences if sentences is not None else tagged_sentences()
-    ranks = token_ranks(token_counts(run_dir, tok), tok.special_ids)
-    model = load_checkpoint(run_dir, step, device, mlm=True)
+    ranks = token_ranks(token_counts(run, tok), tok.special_ids)
+    model = load_checkpoint(run, step, device, mlm=True)
     ids_all, items = select_words(sentences, tok, ranks, max_words, max_tokens=max_length(model) - 2)  # [CLS], [SEP]
     recon, masked = score_words(model, tok, ids_all, items, device)
     rows = accuracy_rows(items, recon, masked) + floor_rows(items, ids_all, ranks)
-    write_results(run_dir, ANALYSIS, step, rows, scores=word_scores(items, recon, masked))
+    write_results(run, ANALYSIS, step, rows, scores=word_scores(items, recon, masked))
     return pd.DataFrame(rows)
 
 # %% ../../nbs/04_reconstruction.ipynb #e09d4bfa
@@ -238,9 +238,9 @@ def applies_to(run) -> str | None:
 GROUP_SETS = {"fig1": ("pos", POS_CLASSES, "part of speech"), "fig7": ("verb", VERB_FORMS, "verb form"),
               "fig8": ("freq", tuple(f"{lo}-{hi}" for lo, hi in FREQ_BINS), "token frequency rank")}
 
-def curves(run_dir, task: str, kind: str) -> pd.DataFrame:
+def curves(run, task: str, kind: str) -> pd.DataFrame:
     "Accuracy over steps (rows) per group of `kind` (columns: 'pos', 'verb' or 'freq') for `task`."
-    df = read_results(run_dir, ANALYSIS, task=task)
+    df = read_results(run, ANALYSIS, task=task)
     df = df[df.metric.str.startswith(kind + "/")]
     if df.empty: return pd.DataFrame()
     t = df.pivot_table(index="step", columns="metric", values="value")
@@ -248,18 +248,18 @@ def curves(run_dir, task: str, kind: str) -> pd.DataFrame:
     return t.sort_index()
 
 # %% ../../nbs/04_reconstruction.ipynb #f220d3ce
-def floors(run_dir, kind: str) -> pd.Series:
+def floors(run, kind: str) -> pd.Series:
     ("Per group of `kind` ('pos', 'verb', 'freq'), the most-frequent-token floor (mean over steps); empty where none "
      "is stored.")
-    df = read_results(run_dir, ANALYSIS, task=FLOOR)
+    df = read_results(run, ANALYSIS, task=FLOOR)
     df = df[df.metric.str.startswith(kind + "/")]
     return df.groupby(df.metric.str.split("/", n=1).str[1]).value.mean()
 
 # %% ../../nbs/04_reconstruction.ipynb #a280b5cf
-def learned_groups(run_dir, task: str, kind: str, t: pd.DataFrame) -> list[str]:
+def learned_groups(run, task: str, kind: str, t: pd.DataFrame) -> list[str]:
     ("The groups (columns of `t`) whose last accuracy reaches `LEARNED` and clears their floor by more than 2 binomial "
      "standard errors (rule 1, `embryo.runs.verdicts.learned`).")
-    fl, out, rows = floors(run_dir, kind), [], read_results(run_dir, ANALYSIS, task=task)  # one read for every group
+    fl, out, rows = floors(run, kind), [], read_results(run, ANALYSIS, task=task)  # one read for every group
     for g in t:
         v = t[g].dropna()
         if v.empty: continue
@@ -294,15 +294,15 @@ def _order_text(fw: Rise, cw: Rise, steps) -> str:
                "spacing on this run"}
     return said[order(fw, cw, gap=True, steps=steps)]
 
-def learning_order(run_dir) -> tuple[pd.DataFrame, str]:
+def learning_order(run) -> tuple[pd.DataFrame, str]:
     ("The half-rise step (above the floor) of every POS class for both tasks, and the verdict on 'function words are "
      "learned first'.")
     table, verdicts = {}, []
-    fl = floors(run_dir, "pos")
+    fl = floors(run, "pos")
     for task in ("reconstruction", "mask_prediction"):
-        t = curves(run_dir, task, "pos")
+        t = curves(run, task, "pos")
         if t.empty: continue
-        learned = learned_groups(run_dir, task, "pos", t)
+        learned = learned_groups(run, task, "pos", t)
         rises = half_rises(t[learned], fl)
         table[f"{task} half-rise step"] = pd.Series({c: r.step for c, r in rises.items()},
                                                     dtype=float).reindex(list(POS_CLASSES))
@@ -321,45 +321,45 @@ def learning_order(run_dir) -> tuple[pd.DataFrame, str]:
     return pd.DataFrame(table), "\n".join(verdicts)
 
 # %% ../../nbs/04_reconstruction.ipynb #1efbc510
-def _plot_set(run_dir, fig_id: str):
+def _plot_set(run, fig_id: str):
     import matplotlib.pyplot as plt
     kind, groups, what = GROUP_SETS[fig_id]
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
-    fl = floors(run_dir, kind)
+    fl = floors(run, kind)
     for row, task in enumerate(("reconstruction", "mask_prediction")):
-        t = curves(run_dir, task, kind)
-        learned = learned_groups(run_dir, task, kind, t) if len(t) else []
+        t = curves(run, task, kind)
+        learned = learned_groups(run, task, kind, t) if len(t) else []
         for col, rescale in enumerate((True, False)):
             ax = axes[row, col]
             for i, g in enumerate(groups):  # one colour per group in every panel
                 if g not in t or (rescale and g not in learned): continue  # rescaled: only the groups above their floor
                 y = t[g] / t[g].iloc[-1] if rescale else t[g]
-                plot_steps(ax, t.index, y, run_dir, marker=".", color=f"C{i}", label=g.replace("_", " "))
+                plot_steps(ax, t.index, y, run, marker=".", color=f"C{i}", label=g.replace("_", " "))
                 if not rescale and g in fl: ax.axhline(fl[g], color=f"C{i}", ls=":", lw=1)
             if not ax.lines: ax.text(0.5, 0.5, "no group clears its most-frequent-token floor:\nnothing to rescale",
                                      ha="center", va="center", transform=ax.transAxes, color="0.4")
-            step_axis(ax, t.index, label="pretraining step (symlog)" if row == 1 else None, run_dir=run_dir)
+            step_axis(ax, t.index, label="pretraining step (symlog)" if row == 1 else None, run=run)
             ax.set_ylabel(("accuracy / accuracy at last step" if rescale else "accuracy") + " (fraction)")
             ax.set_title(f"({'ab'[row]}) {task.replace('_', ' ')}, {'rescaled' if rescale else 'raw'}")
             ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=f"C{i}", marker=".", label=g.replace("_", " ")) for i, g in enumerate(groups)]
     if len(fl): handles.append(plt.Line2D([], [], color="0.3", ls=":", label="floor: always the most frequent token"))
     num = {"fig1": "1", "fig7": "7", "fig8": "8"}[fig_id]
-    fig.suptitle(f"Fig. {num}: token reconstruction and mask prediction by {what} ({Path(run_dir).name})")
+    fig.suptitle(f"Fig. {num}: token reconstruction and mask prediction by {what} ({Run.of(run).name})")
     fig.tight_layout()
     # beside the panels, not over their curves
     fig.legend(*legend_entries(axes, handles), title=what, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
 
 # %% ../../nbs/04_reconstruction.ipynb #e18bd884
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "Redraw Figs. 1, 7 and 8 and the learning-order table from every step in the run's database."
-    out_dir = figure_dir(run_dir, out_dir)
+    out_dir = figure_dir(run, out_dir)
     paths = []
     for fig_id, name in (("fig1", "fig1_reconstruction_by_pos"), ("fig7", "fig7_verb_forms"),
                          ("fig8", "fig8_frequency")):
-        fig = _plot_set(run_dir, fig_id); paths += save_figure(fig, out_dir, name)
-    table, verdict = learning_order(run_dir)
+        fig = _plot_set(run, fig_id); paths += save_figure(fig, out_dir, name)
+    table, verdict = learning_order(run)
     paths.append(atomic_write(out_dir / "table_fig1_learning_order.csv", table.to_csv()))
     paths.append(atomic_write(out_dir / "table_fig1_learning_order.md",
                               "# Fig. 1: first step at half of the rise above the most-frequent-token floor, per part of speech\n\n"
@@ -384,35 +384,35 @@ REPORT = [
 ]
 
 # %% ../../nbs/04_reconstruction.ipynb #19358753
-def verdict(run_dir) -> str:
+def verdict(run) -> str:
     "The measured verdict on 'function words are learned before content words' for this run."
-    return learning_order(run_dir)[1]
+    return learning_order(run)[1]
 
 # %% ../../nbs/04_reconstruction.ipynb #68ec2901
-def group_order(run_dir, fig_id: str) -> dict[str, tuple[pd.Series, list]]:
+def group_order(run, fig_id: str) -> dict[str, tuple[pd.Series, list]]:
     "Per task: each learned group's half-rise step above its floor (in Fig. 7's or 8's group order), and the groups not learned."
     kind, groups, _ = GROUP_SETS[fig_id]
     out = {}
     for task in ("reconstruction", "mask_prediction"):
-        t = curves(run_dir, task, kind)
+        t = curves(run, task, kind)
         if t.empty: continue
         t = t.reindex(columns=[g for g in groups if g in t])
-        learned = learned_groups(run_dir, task, kind, t)
-        out[task] = (half_steps(t[learned], floors(run_dir, kind)), [g for g in t if g not in learned])
+        learned = learned_groups(run, task, kind, t)
+        out[task] = (half_steps(t[learned], floors(run, kind)), [g for g in t if g not in learned])
     return out
 
 # %% ../../nbs/04_reconstruction.ipynb #40fc5154
 def _steps_text(h: pd.Series) -> str: return ", ".join(f"{g.replace('_', ' ')} at {s:.0f}" for g, s in h.items())
 
-def verdicts(run_dir) -> dict[str, str]:
+def verdicts(run) -> dict[str, str]:
     "The verdicts of Figs. 7 and 8 (Fig. 1's and its table's is `verdict`), each computed from its own curves."
     out = {}
     for fig_id, file, claim in (("fig7", "fig7_verb_forms", "verb forms are learned at different times"),
                                 ("fig8", "fig8_frequency", "frequent tokens are learned before rare ones")):
         parts = []
-        kind, groups, _ = GROUP_SETS[fig_id]; fl_ = floors(run_dir, kind)
-        t_ = {task: curves(run_dir, task, kind) for task in ("reconstruction", "mask_prediction")}
-        for task, (h, unlearned) in group_order(run_dir, fig_id).items():
+        kind, groups, _ = GROUP_SETS[fig_id]; fl_ = floors(run, kind)
+        t_ = {task: curves(run, task, kind) for task in ("reconstruction", "mask_prediction")}
+        for task, (h, unlearned) in group_order(run, fig_id).items():
             off = (f"; below {LEARNED:.0%} or not above the most-frequent-token floor at the last step: "
                    f"{', '.join(unlearned)}"
                    if unlearned else "")

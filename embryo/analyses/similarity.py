@@ -20,7 +20,8 @@ from ..text.tokenizer import load_tokenizer
 from ..text.sentences import brown_sentences
 from ..config import atomic_write
 from ..runs.series import REFERENCE, reference_run, series_lacks
-from ..runs.run import SeriesError, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length, notebook_run
+from ..runs.run import (
+    SeriesError, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length, notebook_run, Run)
 from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, legend_entries, plot_steps, reference_label, save_figure, step_axis)
 from .span_features import weights_id, span_means
@@ -137,9 +138,9 @@ def token_sample(max_tokens: int = 4096, seed: int = 0) -> tuple[list[list[str]]
     return [sents[t] for t in used], [(new[where[k][0]], where[k][1], where[k][1] + 1) for k in pick]
 
 # %% ../../nbs/07a_similarity.ipynb #00000017
-def cache_file(run_dir, step: int) -> Path:
+def cache_file(run, step: int) -> Path:
     "Where the representations of a checkpoint are cached."
-    return Path(run_dir) / "cache" / ANALYSIS / f"step_{int(step):07d}.npz"
+    return Run.of(run) / "cache" / ANALYSIS / f"step_{int(step):07d}.npz"
 
 # %% ../../nbs/07a_similarity.ipynb #98b25d8a
 def _sample_key(texts, spans) -> str:
@@ -155,20 +156,20 @@ def _read_cache(f: Path, key: str) -> tuple[np.ndarray, np.ndarray] | None:
     except (OSError, KeyError, ValueError, zipfile.BadZipFile): return None  # a damaged cache is rebuilt
 
 # %% ../../nbs/07a_similarity.ipynb #f2557d7e
-def representations(run_dir, step: int, device="cpu", max_tokens: int = 4096, seed: int = 0, cache: bool = True,
+def representations(run, step: int, device="cpu", max_tokens: int = 4096, seed: int = 0, cache: bool = True,
                     batch_tokens: int = 8192) -> tuple[np.ndarray, np.ndarray]:
     ("(n, L+1, H) float16 representations of the sampled words at every layer of checkpoint `step`, and the kept mask "
      "(cached).")
-    run_dir, step = Path(run_dir), int(step)
-    tok = load_tokenizer(run_dir)
+    run, step = Run.of(run), int(step)
+    tok = load_tokenizer(run)
     texts, spans = token_sample(max_tokens, seed)
-    key = f"{weights_id(run_dir, step, tok)}|{_sample_key(texts, spans)}"
-    if cache and (got := _read_cache(cache_file(run_dir, step), key)) is not None: return got
-    model = load_checkpoint(run_dir, step, device).eval()
+    key = f"{weights_id(run, step, tok)}|{_sample_key(texts, spans)}"
+    if cache and (got := _read_cache(cache_file(run, step), key)) is not None: return got
+    model = load_checkpoint(run, step, device).eval()
     reps, kept = span_means(model, tok, texts, spans, device, batch_tokens, max_length(model))
     if cache:
         buf = io.BytesIO(); np.savez(buf, reps=reps, kept=kept, key=np.array(key))
-        atomic_write(cache_file(run_dir, step), buf.getvalue())
+        atomic_write(cache_file(run, step), buf.getvalue())
     return reps, kept
 
 # %% ../../nbs/07a_similarity.ipynb #0000001a
@@ -176,10 +177,10 @@ REFERENCES = ("final", "previous")
 TRAINED = "trained"  # the metric suffix of the final checkpoint against the trained reference (below)
 METRICS = tuple(f"{m}_{r}" for m in MEASURES for r in (*REFERENCES, TRAINED))
 
-def reference_steps(run_dir, step: int) -> dict[str, int | None]:
+def reference_steps(run, step: int) -> dict[str, int | None]:
     ("The checkpoints `step` is compared with: the run's final saved step and the saved step before `step` (None for "
      "the first).")
-    steps = list_steps(run_dir)
+    steps = list_steps(run)
     before = [s for s in steps if s < step]
     return {"final": steps[-1], "previous": before[-1] if before else None}
 
@@ -218,21 +219,21 @@ def trained_representations(device="cpu", max_tokens: int = 4096, seed: int = 0,
     return representations(ref, list_steps(ref)[0], device, max_tokens, seed, cache)
 
 # %% ../../nbs/07a_similarity.ipynb #75b8a18d
-def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
+def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to evaluate
                   device="cpu",
                   max_tokens: int = 4096, # held-out Brown words compared (the same at every step)
                   seed: int = 0, # which sentences and words
-                  cache: bool = True, # keep each checkpoint's representations in <run_dir>/cache/similarity
+                  cache: bool = True, # keep each checkpoint's representations in <run>/cache/similarity
                   write: bool = True, # write the rows to the run's results database
                  ) -> pd.DataFrame:
     ("CKA, SVCCA and PWCCA per layer between checkpoint `step` and the final and previous checkpoints (the final one "
      "also against the trained reference), written to the database.")
-    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
-    run_dir, step = Path(run_dir), int(step)
-    find_checkpoint(run_dir, step)  # a clear error listing the steps there are
-    refs = reference_steps(run_dir, step)
-    get = lambda s: representations(run_dir, s, device, max_tokens, seed, cache)
+    step = resolve_step(run, step)  # None: the run's last step, as in the notebook
+    run, step = Run.of(run), int(step)
+    find_checkpoint(run, step)  # a clear error listing the steps there are
+    refs = reference_steps(run, step)
+    get = lambda s: representations(run, s, device, max_tokens, seed, cache)
     here = get(step)
     rows = []
     for name, s in refs.items():
@@ -242,7 +243,7 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
     rows.sort(key=lambda r: (r["layer"], METRICS.index(r["metric"])))
     settings = [dict(task=TASK, name=f"{k}_step", value=v) for k, v in refs.items() if v is not None]
     settings += [dict(task=TASK, name="max_tokens", value=max_tokens), dict(task=TASK, name="seed", value=seed)]
-    if write: write_results(run_dir, ANALYSIS, step, rows, settings=settings)
+    if write: write_results(run, ANALYSIS, step, rows, settings=settings)
     return pd.DataFrame(rows, columns=["task", "layer", "metric", "value", "n"])
 
 # %% ../../nbs/07a_similarity.ipynb #bb752b69
@@ -251,12 +252,12 @@ def applies_to(run) -> str | None:
     return series_lacks(run, "encoder")
 
 # %% ../../nbs/07a_similarity.ipynb #00000020
-def similarity_results(run_dir) -> pd.DataFrame:
+def similarity_results(run) -> pd.DataFrame:
     ("Every similarity row of the run (step, layer, metric, value, n) with the final and previous steps each step was "
      "compared with.")
-    df = read_results(run_dir, ANALYSIS, task=TASK)
-    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
-    st = read_settings(run_dir, ANALYSIS, task=TASK).pivot_table(index="step", columns="name", values="value")
+    df = read_results(run, ANALYSIS, task=TASK)
+    if df.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
+    st = read_settings(run, ANALYSIS, task=TASK).pivot_table(index="step", columns="name", values="value")
     st = st.reindex(columns=["final_step", "previous_step"])
     return df[["step", "layer", "metric", "value", "n"]].join(st,
                                                               on="step").sort_values(["step",
@@ -271,13 +272,13 @@ def curves(df: pd.DataFrame, metric: str) -> pd.DataFrame:
 TITLES = {"cka": "linear CKA", "svcca": "SVCCA (mean CCA, 99% variance)", "pwcca": "PWCCA"}
 SETTLED_CKA = 0.9  # a layer has settled from the first step after which its CKA to the final checkpoint stays >= this
 
-def plot_similarity(run_dir, reference: str = "final"):
+def plot_similarity(run, reference: str = "final"):
     ("Similarity of each checkpoint's representations to the final (or previous) checkpoint per layer over steps, a "
      "panel per measure.")
     import matplotlib.pyplot as plt
     if reference not in REFERENCES: raise ValueError(f"reference must be one of {', '.join(REFERENCES)}; got "
                                                      f"{reference!r}")
-    df = similarity_results(run_dir)
+    df = similarity_results(run)
     L = int(df.layer.max())
     # the previous checkpoint is close: zoom in to where the values are
     low = df[df.metric.str.endswith(f"_{reference}")].value.min()
@@ -287,7 +288,7 @@ def plot_similarity(run_dir, reference: str = "final"):
     for ax, m in zip(axes, MEASURES):
         t = curves(df, f"{m}_{reference}")
         for l in t.columns:
-            plot_steps(ax, t.index, t[l], run_dir, marker=".", color=layer_colour(l, L),
+            plot_steps(ax, t.index, t[l], run, marker=".", color=layer_colour(l, L),
                        label=f"layer {l}" + (" (embeddings)" if l == 0 else ""))
         if m == "cka" and reference == "final":
             ax.axhline(SETTLED_CKA, color="0.4", ls="--", lw=1, label=f"settled: CKA >= {SETTLED_CKA}")
@@ -300,7 +301,7 @@ def plot_similarity(run_dir, reference: str = "final"):
                     transform=ax.transAxes, color="0.4")
         step_axis(ax, sorted(df.step.unique()),
                   label="pretraining step" + (" of the later checkpoint" if reference == "previous" else "")
-                  + " (symlog)", run_dir=run_dir)
+                  + " (symlog)", run=run)
         ax.set_ylim(lo, 1.005 if reference == "previous" else 1.02); ax.grid(alpha=0.3); ax.set_title(TITLES[m],
                                                                                                       fontsize=10)
     # on two lines: one would be taller than the panel
@@ -310,7 +311,7 @@ def plot_similarity(run_dir, reference: str = "final"):
     what = {"final": f"to the final checkpoint (step {int(df.final_step.max())})",
             "previous": "to the previous saved checkpoint"}[reference]
     fig.suptitle(f"Beyond the paper (cf. embryology repository's SVCCA plots): similarity of each layer's word "
-                 f"representations {what} ({Path(run_dir).name}; {int(df.n.max())} held-out words)", fontsize=10)
+                 f"representations {what} ({Run.of(run).name}; {int(df.n.max())} held-out words)", fontsize=10)
     return fig
 
 # %% ../../nbs/07a_similarity.ipynb #00000027
@@ -346,10 +347,10 @@ def above_trained(cka_final: pd.DataFrame, trained: pd.DataFrame) -> dict[int, f
     return {l: settle_steps(cka_final[[l]], trained[l].iloc[-1])[l] for l in trained.columns}
 
 # %% ../../nbs/07a_similarity.ipynb #11daa6a1
-def settle_table(run_dir) -> pd.DataFrame:
+def settle_table(run) -> pd.DataFrame:
     ("Per layer: the step it settles at (CKA to final >= SETTLED_CKA from then on), the measures at the first step, "
      "the biggest change.")
-    df = similarity_results(run_dir)
+    df = similarity_results(run)
     ck = curves(df, "cka_final")
     first = ck.index[0]
     t = pd.DataFrame({"settles at step": pd.Series(settle_steps(ck))}).rename_axis("layer")
@@ -365,10 +366,10 @@ def settle_table(run_dir) -> pd.DataFrame:
     return t
 
 # %% ../../nbs/07a_similarity.ipynb #6d1a65d7
-def verdict(run_dir) -> str:
+def verdict(run) -> str:
     ("One or two sentences, from the database: which layers settle first (CKA to the final checkpoint), and where they "
      "change most.")
-    df = similarity_results(run_dir)
+    df = similarity_results(run)
     ck = curves(df, "cka_final")
     steps, final = list(ck.index), int(df.final_step.max())
     stale = sorted(int(s) for s in df[df.final_step < final].step.unique())
@@ -438,14 +439,14 @@ REPORT = [
 ]
 
 # %% ../../nbs/07a_similarity.ipynb #53fc35f1
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "The similarity figures and the settle table, from every step in the run's database."
-    out_dir = figure_dir(run_dir, out_dir)
-    paths = save_figure(plot_similarity(run_dir, "final"), out_dir, "fig_similarity_final")
-    paths += save_figure(plot_similarity(run_dir, "previous"), out_dir, "fig_similarity_previous")
-    t = settle_table(run_dir)
+    out_dir = figure_dir(run, out_dir)
+    paths = save_figure(plot_similarity(run, "final"), out_dir, "fig_similarity_final")
+    paths += save_figure(plot_similarity(run, "previous"), out_dir, "fig_similarity_previous")
+    t = settle_table(run)
     paths.append(atomic_write(out_dir / "table_similarity_settle.csv", t.to_csv()))
     paths.append(atomic_write(out_dir / "table_similarity_settle.md",
-                              f"# Representational similarity: when each layer settles ({Path(run_dir).name})\n\n"
-                              + markdown_table(t) + "\n" + verdict(run_dir) + "\n"))
+                              f"# Representational similarity: when each layer settles ({Run.of(run).name})\n\n"
+                              + markdown_table(t) + "\n" + verdict(run) + "\n"))
     return paths

@@ -16,7 +16,7 @@ import torch
 
 from ..text.sentences import align
 from ..config import atomic_write
-from ..runs.run import find_checkpoint, encoder_states, max_length
+from ..runs.run import find_checkpoint, encoder_states, max_length, Run
 from .probe_tasks import ProbeTask
 
 # %% auto #0
@@ -79,17 +79,17 @@ def span_means(model, tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple
     return out, kept
 
 # %% ../../nbs/06c_span_features.ipynb #88e783b0
-def weights_id(run_dir, step: int, tok) -> str:
+def weights_id(run, step: int, tok) -> str:
     "What the cached vectors depend on: the checkpoint's weights file (size, mtime) and the tokenizer."
-    f = find_checkpoint(run_dir, step)
+    f = find_checkpoint(run, step)
     w = next((f / n for n in ("model.safetensors", "pytorch_model.bin") if (f / n).exists()), f)
     st = w.stat()
     return f"{w.name}:{st.st_size}:{st.st_mtime_ns}:{tok.sha256}"
 
 # %% ../../nbs/06c_span_features.ipynb #8220300c
-def cache_file(run_dir, step: int) -> Path:
+def cache_file(run, step: int) -> Path:
     "Where the span vectors of a checkpoint are cached."
-    return Path(run_dir) / "cache" / "probing" / f"step_{int(step):07d}.npz"
+    return Run.of(run) / "cache" / "probing" / f"step_{int(step):07d}.npz"
 
 # %% ../../nbs/06c_span_features.ipynb #a0f73e56
 def _load_cache(f: Path, wid: str) -> tuple[dict, np.ndarray | None, np.ndarray | None]:
@@ -102,7 +102,7 @@ def _load_cache(f: Path, wid: str) -> tuple[dict, np.ndarray | None, np.ndarray 
     except (OSError, KeyError, ValueError, zipfile.BadZipFile): return {}, None, None  # a damaged cache is rebuilt
 
 # %% ../../nbs/06c_span_features.ipynb #187e7159
-def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run_dir=None, step=None,
+def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run=None, step=None,
                   batch_tokens: int = 8192) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     "Per task: (n, L+1, D) float16 features of its targets (two spans concatenated) and the mask of targets kept."
     texts, tindex, spans, sindex = [], {}, [], {}
@@ -119,8 +119,8 @@ def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run_dir
         ref[name] = (np.array(a, dtype=np.int64), np.array(b, dtype=np.int64))
     keys = [k for *_, k in spans]
     cached, cfeats, ckept, wid, f = {}, None, None, None, None
-    if run_dir is not None:
-        wid, f = weights_id(run_dir, step, tok), cache_file(run_dir, step)
+    if run is not None:
+        wid, f = weights_id(run, step, tok), cache_file(run, step)
         cached, cfeats, ckept = _load_cache(f, wid)
     todo = [i for i, k in enumerate(keys) if k not in cached]
     max_len = max_length(model)  # RoBERTa's position table holds two fewer inputs than its size
@@ -132,7 +132,7 @@ def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run_dir
         if k in cached: feats[i] = cfeats[cached[k]]; kept[i] = ckept[cached[k]]
     if todo:
         feats[todo] = new; kept[todo] = kept_new
-        if run_dir is not None:  # add the new spans (kept or not: a span that does not align never will) to the cache
+        if run is not None:  # add the new spans (kept or not: a span that does not align never will) to the cache
             allk = list(cached) + [keys[i] for i in todo]
             buf = io.BytesIO()
             np.savez(buf, feats=np.concatenate([cfeats, feats[todo]]) if cfeats is not None else feats[todo],

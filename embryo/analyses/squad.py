@@ -29,7 +29,7 @@ from .finetune import collate, finetune, max_seq_length
 from .glue import SETTINGS, seed_rows, subsample
 from ..model.model import EMBEDDING_PROJECTION, add_identity_projection, autocast
 from ..model.electra import ElectraEncoder
-from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, notebook_run
+from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, notebook_run, Run
 from ..runs.series import series_lacks
 from ..runs.figures import plot_steps, save_figure, step_axis
 from ..runs.results import markdown_table, read_results, write_results
@@ -374,7 +374,7 @@ def predict_answers(examples: Sequence[QAExample], feats: Sequence[Feature], log
 # %% ../../nbs/05a_squad.ipynb #08992924
 WINDOW_SETTINGS = ("doc_stride", "max_query_length", "max_answer_length", "train_windows", "train_unread")
 
-def evaluate_step(run_dir, step: int | None = None, device="cpu",
+def evaluate_step(run, step: int | None = None, device="cpu",
                   squad_dir=None, # a folder with train-v2.0.json and dev-v2.0.json, or "datasets" (online)
                   seed: int = 0, # the head's initialisation and the order of the training windows
                   # training questions at most (a seeded sample); None: all
@@ -385,14 +385,14 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
                   max_answer_length: int = MAX_ANSWER_LENGTH, progress: bool = True) -> pd.DataFrame:
     ("Finetune checkpoint `step` on SQuAD 2.0, score the dev questions, and store the rows in the run's results "
      "database.")
-    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
-    run_dir = Path(run_dir)
-    find_checkpoint(run_dir, step)
+    step = resolve_step(run, step)  # None: the run's last step, as in the notebook
+    run = Run.of(run)
+    find_checkpoint(run, step)
     data = load_squad(squad_dir)
     train, dev = subsample(data["train"], max_train_examples, seed), subsample(data["dev"], max_dev_examples,
                                                                                SPLIT_SEED)
-    pre, tok = load_checkpoint(run_dir, step, device), load_tokenizer(run_dir)
-    max_len = max_seq_length(run_dir, pre, SQUAD)
+    pre, tok = load_checkpoint(run, step, device), load_tokenizer(run)
+    max_len = max_seq_length(run, pre, SQUAD)
     q_len, stride = window_settings(max_len, doc_stride, max_query_length)
     train_f, unread = features(tok, train, max_len, doc_stride, max_query_length)
     # as transformers' example: not trained on a misplaced answer
@@ -421,7 +421,7 @@ def evaluate_step(run_dir, step: int | None = None, device="cpu",
     sets = [dict(task=TASK, name=k, value=float(settings[k])) for k in SETTINGS + WINDOW_SETTINGS]
     samples = [dict(task=TASK, item="settings", text=json.dumps(settings)),
                dict(task=TASK, item="predictions", text=json.dumps(preds))]
-    write_results(run_dir, ANALYSIS, step, rows, samples, sets)
+    write_results(run, ANALYSIS, step, rows, samples, sets)
     return pd.DataFrame([dict(r, seed=r.get("seed", -1)) for r in rows]).assign(step=step)
 
 # %% ../../nbs/05a_squad.ipynb #ad286f5e
@@ -444,53 +444,53 @@ REPORT = [dict(zip(("file", "paper", "caption", "finding"), r)) for r in (
 METRICS = ("score", "exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "chance")
 
 # %% ../../nbs/05a_squad.ipynb #c6b4c52c
-def scores_table(run_dir) -> pd.DataFrame:
+def scores_table(run) -> pd.DataFrame:
     "Step x metric table (x100) of the stored SQuAD 2.0 results."
-    df = read_results(run_dir, ANALYSIS, task=TASK, seed=-1)  # the finetuning seeds' mean (one seed: its score)
-    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet: run evaluate_step(run_dir, step, "
+    df = read_results(run, ANALYSIS, task=TASK, seed=-1)  # the finetuning seeds' mean (one seed: its score)
+    if df.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet: run evaluate_step(run, step, "
                                    "squad_dir=...) first")
     t = df.pivot_table(index="step", columns="metric", values="value")
     return t[[c for c in METRICS if c in t.columns]] * 100
 
 # %% ../../nbs/05a_squad.ipynb #939492b3
-def plot_fig12_squad(run_dir, out_dir=None) -> list[Path]:
+def plot_fig12_squad(run, out_dir=None) -> list[Path]:
     "Fig. 12's SQuAD 2.0 panel: the score over pretraining steps, its best step marked, the all-null baseline dashed."
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run_dir = Path(run_dir); t = scores_table(run_dir)
+    run = Run.of(run); t = scores_table(run)
     fig, ax = plt.subplots(figsize=(5.2, 3.8))
-    plot_steps(ax, t.index, t["score"], run_dir, marker="o", color="tab:blue", label="score = (EM + F1) / 2")
+    plot_steps(ax, t.index, t["score"], run, marker="o", color="tab:blue", label="score = (EM + F1) / 2")
     for k, style in (("exact", ":"), ("f1", "--")):
-        plot_steps(ax, t.index, t[k], run_dir, ls=style, marker=".", color="tab:blue", lw=1, alpha=0.7, label=k)
+        plot_steps(ax, t.index, t[k], run, ls=style, marker=".", color="tab:blue", lw=1, alpha=0.7, label=k)
     best = t["score"].idxmax()
     ax.plot([best], [t["score"].max()], "x", color="tab:red", ms=10, mew=2, label=f"best: step {best}")
     ax.axhline(t["chance"].iloc[-1], ls="--", color="grey", lw=1, label="no answer to every question: "
                                                                         f"{t['chance'].iloc[-1]:.1f}")
-    step_axis(ax, t.index, run_dir=run_dir)
+    step_axis(ax, t.index, run=run)
     ax.set_ylabel("SQuAD 2.0 dev (x100)"); ax.legend(fontsize=7); ax.grid(alpha=0.3)
-    ax.set_title(f"Fig. 12 (SQuAD 2.0 panel): dev score over pretraining ({run_dir.name})", fontsize=9)
-    return save_figure(fig, out_dir or run_dir / "figures", "fig12_squad")
+    ax.set_title(f"Fig. 12 (SQuAD 2.0 panel): dev score over pretraining ({run.name})", fontsize=9)
+    return save_figure(fig, out_dir or run / "figures", "fig12_squad")
 
 # %% ../../nbs/05a_squad.ipynb #57bc1b3e
-def write_table(run_dir, out_dir=None) -> list[Path]:
+def write_table(run, out_dir=None) -> list[Path]:
     "Every stored metric (x100) per step, as Markdown and CSV."
-    run_dir = Path(run_dir); out = Path(out_dir or run_dir / "figures"); t = scores_table(run_dir)
-    md = [f"# Fig. 12, SQuAD 2.0 in numbers: dev metrics (x100) per pretraining step ({run_dir.name})", "",
+    run = Run.of(run); out = Path(out_dir or run / "figures"); t = scores_table(run)
+    md = [f"# Fig. 12, SQuAD 2.0 in numbers: dev metrics (x100) per pretraining step ({run.name})", "",
           "score = mean of exact match (EM) and F1; HasAns/NoAns: the answerable / unanswerable questions; chance: "
           "answering no question.", "", markdown_table(t.round(1), digits=4)]
     return [atomic_write(out / "table_squad_scores.md", "\n".join(md)),
             atomic_write(out / "table_squad_scores.csv", t.round(2).to_csv())]
 
 # %% ../../nbs/05a_squad.ipynb #71fa80dc
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "The SQuAD panel of Fig. 12 and the metrics table of the run, from every step in its database."
-    return plot_fig12_squad(run_dir, out_dir) + write_table(run_dir, out_dir)
+    return plot_fig12_squad(run, out_dir) + write_table(run, out_dir)
 
 # %% ../../nbs/05a_squad.ipynb #0024794d
-def verdict(run_dir) -> str:
+def verdict(run) -> str:
     ("One sentence on this run from the database: the score's course over steps, against the all-null baseline, "
      "judged where it ends (rules 1 and 2 of `03b_verdicts`).")
-    t = scores_table(run_dir); s, chance = t["score"].dropna(), float(t["chance"].iloc[-1])
+    t = scores_table(run); s, chance = t["score"].dropna(), float(t["chance"].iloc[-1])
     where = lambda st: f"{s[st]:.1f} at step {st}"
     out = (f"The SQuAD 2.0 score (mean of EM and F1) is {where(s.index[0])}" + (
            f" and {where(s.index[-1])}, best {where(s.idxmax())}" if len(s) > 1 else "") + f", against {chance:.1f} "

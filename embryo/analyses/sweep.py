@@ -23,12 +23,11 @@ from typing import Sequence
 import pandas as pd
 
 from ..config import clean_stale_temps, temp_tag, check_value
-from ..runs.run import list_steps, find_checkpoint, run_transitions, check_device, CannotDraw
+from ..runs.run import list_steps, find_checkpoint, run_transitions, check_device, CannotDraw, DB_NAME, Run
 from ..runs.settings import complete_run
 from ..runs.series import as_run
 from ..runs.series_check import check_series
 from ..runs.lock import sweep_lock, training_holder, holder_text
-from ..runs.run import DB_NAME
 from ..runs.results import (UNRECORDED, db_path, connect, log_job, read_log, computed_with, options_digest, set_computed_with)
 
 # %% auto #0
@@ -93,12 +92,12 @@ def shard_db_name(shard: tuple[int, int] | None) -> str:
     return DB_NAME if shard is None else f"results.shard-{shard[0]}-of-{shard[1]}.sqlite"
 
 # %% ../../nbs/10_sweep.ipynb #d5826259
-def select_steps(run_dir, steps: Sequence[int] | None = None, shard: tuple[int, int] | None = None) -> list[int]:
+def select_steps(run, steps: Sequence[int] | None = None, shard: tuple[int, int] | None = None) -> list[int]:
     "The checkpoints to sweep: `steps` (each must exist) or all, then this shard's share."
-    have = list_steps(run_dir)
+    have = list_steps(run)
     if steps is None: chosen = have
     else:
-        for s in steps: find_checkpoint(run_dir, int(s))  # CheckpointNotFound lists the steps there are
+        for s in steps: find_checkpoint(run, int(s))  # CheckpointNotFound lists the steps there are
         chosen = sorted({int(s) for s in steps})
     return chosen if shard is None else chosen[shard[0]::shard[1]]
 
@@ -116,11 +115,11 @@ def log_spaced(steps: Sequence[int], k: int) -> list[int]:
     return sorted(picked)
 
 # %% ../../nbs/10_sweep.ipynb #782d9ee8
-def evaluation_steps(run_dir, early: int, dense: int = 12) -> list[int]:
+def evaluation_steps(run, early: int, dense: int = 12) -> list[int]:
     ("`early` log-spaced checkpoints before the loss leaves its plateau, its last one, `dense` evenly spaced ones "
      "through the drop, `early` log-spaced after.")
-    steps = list_steps(run_dir)
-    found = run_transitions(run_dir) if steps else []
+    steps = list_steps(run)
+    found = run_transitions(run) if steps else []
     if not found: return log_spaced(steps, early + dense)
     # leaving the plateau; a later drop (a final decay) is not the window
     first = min(found, key=lambda t: t["start_step"])
@@ -134,11 +133,11 @@ def evaluation_steps(run_dir, early: int, dense: int = 12) -> list[int]:
     return sorted({end, *picked, *log_spaced([s for s in steps if s < end], early), *after})
 
 # %% ../../nbs/10_sweep.ipynb #49a734ea
-def applicable(run_dir, analyses: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    "The `analyses` that apply to the series in `run_dir`, and for each one that does not, why (its `applies_to`)."
+def applicable(run, analyses: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    "The `analyses` that apply to the series in `run`, and for each one that does not, why (its `applies_to`)."
     keep, why = [], {}
     for a in analyses:
-        reason = analysis_module(a).applies_to(run_dir)
+        reason = analysis_module(a).applies_to(run)
         if reason: why[a] = reason
         else: keep.append(a)
     return keep, why
@@ -150,8 +149,8 @@ class Job:
     step: int
 
 # %% ../../nbs/10_sweep.ipynb #22b964f4
-def notebook_path(run_dir, job: Job) -> Path:
-    return Path(run_dir) / "notebooks" / job.analysis / f"step_{job.step:07d}.ipynb"
+def notebook_path(run, job: Job) -> Path:
+    return Run.of(run) / "notebooks" / job.analysis / f"step_{job.step:07d}.ipynb"
 
 # %% ../../nbs/10_sweep.ipynb #3f825eb6
 SWEEP_TAG = "sweep"  # the tag of the analysis cells a sweep runs, besides exported code and parameters
@@ -282,17 +281,17 @@ def _resolved(v):
     return str(p) if p else v
 
 # %% ../../nbs/10_sweep.ipynb #93da2216
-def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None = None, pool: KernelPool | None = None,
+def run_papermill(run, job: Job, device: str = "cpu", options: dict | None = None, pool: KernelPool | None = None,
                   examples: bool = False) -> Path:
     ("Execute the analysis notebook of `job` for its step (in a kernel from `pool`); the executed notebook is kept, "
      "even when it fails.")
     import papermill as pm
     _register_engine()
     nb = sweep_notebook(nbs_dir() / f"{ANALYSES[job.analysis]}.ipynb", examples)
-    out = notebook_path(run_dir, job); out.parent.mkdir(parents=True, exist_ok=True)
+    out = notebook_path(run, job); out.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_temps(out.parent, f".{out.stem}.")  # a killed sweep's notebook of this job
     tmp = out.with_name(f".{out.stem}.{temp_tag()}.{threading.get_ident()}.ipynb")
-    params = dict(run_dir=str(Path(run_dir).resolve()), step=job.step, device=device, redraw_figures=False,
+    params = dict(run_dir=str(Run.of(run).resolve()), step=job.step, device=device, redraw_figures=False,
                   **{k: _resolved(v) for k, v in (options or {}).items()})
     km = pool.take() if pool is not None else start_kernel(nbs_dir())
     try:
@@ -304,9 +303,9 @@ def run_papermill(run_dir, job: Job, device: str = "cpu", options: dict | None =
     return out
 
 # %% ../../nbs/10_sweep.ipynb #f7b2fb1a
-def run_inprocess(run_dir, job: Job, device: str = "cpu", options: dict | None = None):
+def run_inprocess(run, job: Job, device: str = "cpu", options: dict | None = None):
     "Call the analysis's `evaluate_step` for the step of `job` in this process."
-    return analysis_module(job.analysis).evaluate_step(run_dir, job.step, device=device, **(options or {}))
+    return analysis_module(job.analysis).evaluate_step(run, job.step, device=device, **(options or {}))
 
 # %% ../../nbs/10_sweep.ipynb #3171160f
 def error_text(e: BaseException) -> str:
@@ -384,18 +383,18 @@ def options_text(analysis: str, options: dict | None) -> str:
     return json.dumps(out, sort_keys=True, default=str)
 
 # %% ../../nbs/10_sweep.ipynb #89deb085
-def plan(run_dir, analyses=None, steps=None, force=False, shard=None, options: dict | None = None,
+def plan(run, analyses=None, steps=None, force=False, shard=None, options: dict | None = None,
          redo: dict | None = None) -> tuple[list[Job], list[Job]]:
     ("The jobs to run and the jobs skipped because their results exist, computed with the same `options`; `redo` gets "
      "the others.")
     analyses = list(available_analyses() if analyses is None else analyses)
     for a in analyses: analysis_module(a)
-    chosen = select_steps(run_dir, steps, shard)
+    chosen = select_steps(run, steps, shard)
     todo, skipped = [], []
     for a in analyses:
         want = options_digest(options_text(a, (options or {}).get(a)))
-        done = computed_with(run_dir, a)
-        if shard is not None: done = {**computed_with(db_path(run_dir, DB_NAME), a), **done}  # done before the split
+        done = computed_with(run, a)
+        if shard is not None: done = {**computed_with(db_path(run, DB_NAME), a), **done}  # done before the split
         for s in chosen:
             if s not in done or force: todo.append(Job(a, s))
             elif done[s][0] == want: skipped.append(Job(a, s))
@@ -425,34 +424,34 @@ def summary_table(todo, skipped, outcome: dict) -> pd.DataFrame:
     return df.pivot(index="analysis", columns="step", values="status").fillna("")
 
 # %% ../../nbs/10_sweep.ipynb #ac58116c
-def rows_at(run_dir, analysis: str, step: int) -> int:
+def rows_at(run, analysis: str, step: int) -> int:
     "How many result rows `analysis` has at `step` in the run's database (its shard's, in a sharded sweep)."
-    if not db_path(run_dir).exists(): return 0
-    with connect(run_dir) as con:
+    if not db_path(run).exists(): return 0
+    with connect(run) as con:
         return con.execute("SELECT COUNT(*) FROM results WHERE analysis=? AND step=?", (analysis, step)).fetchone()[0]
 
 # %% ../../nbs/10_sweep.ipynb #01bb0577
-def run_job(run_dir, job: Job, mode: str, device: str, options: dict, kernels=None, examples: bool = False):
+def run_job(run, job: Job, mode: str, device: str, options: dict, kernels=None, examples: bool = False):
     "Run one (analysis, step) job of a sweep and log it; returns (job, 'done' or 'failed', the error's text or None)."
     t0 = time.time()
     try:
         text = options_text(job.analysis, options.get(job.analysis))
-        set_computed_with(run_dir, job.analysis, job.step, None)  # under way: matches no options until it ends
-        if mode == "papermill": run_papermill(run_dir, job, device, options.get(job.analysis), kernels, examples)
-        else: run_inprocess(run_dir, job, device, options.get(job.analysis))
-        if not rows_at(run_dir, job.analysis, job.step):  # finished, but measured nothing: never "done"
+        set_computed_with(run, job.analysis, job.step, None)  # under way: matches no options until it ends
+        if mode == "papermill": run_papermill(run, job, device, options.get(job.analysis), kernels, examples)
+        else: run_inprocess(run, job, device, options.get(job.analysis))
+        if not rows_at(run, job.analysis, job.step):  # finished, but measured nothing: never "done"
             raise SweepError(f"{job.analysis} wrote no results for step {job.step}: its options selected nothing "
                              "to measure on this run; check them (--option)")
-        set_computed_with(run_dir, job.analysis, job.step, text)
+        set_computed_with(run, job.analysis, job.step, text)
         status, err = "done", None
     except Exception as e:  # one failing job is recorded; the others go on
         status, err = "failed", error_text(e)
-    nb = str(notebook_path(run_dir, job)) if mode == "papermill" else None
-    log_job(run_dir, job.analysis, job.step, status, time.time() - t0, err, nb, mode)
+    nb = str(notebook_path(run, job)) if mode == "papermill" else None
+    log_job(run, job.analysis, job.step, status, time.time() - t0, err, nb, mode)
     return job, status, err
 
 # %% ../../nbs/10_sweep.ipynb #61ff6f07
-def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by step (`as_run`)
+def sweep(run, # a run folder, or a folder of checkpoint folders named by step (`as_run`)
           analyses: Sequence[str] | None = None, # default: every analysis this version has
           steps: Sequence[int] | None = None, # default: every checkpoint
           workers: int = 1, # (analysis, step) jobs at once
@@ -469,35 +468,35 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
     if mode not in ("papermill", "inprocess"): raise SweepError(f"mode {mode!r}: use 'papermill' or 'inprocess'")
     if not isinstance(workers, int) or workers < 1: raise SweepError(f"--workers {workers}: pass 1 or more (jobs at once)")
     check_device(device)
-    run_dir = as_run(run_dir)
-    complete_run(run_dir)  # a run made by an older version: settings renamed, tokenizer files into every checkpoint
-    for line in check_series(run_dir): print(f"{run_dir}: {line}", flush=True)  # copies and jumps, said first
+    run = Run.of(as_run(run))  # the edge: a folder (or a series of checkpoint folders) becomes the run
+    complete_run(run)  # a run made by an older version: settings renamed, tokenizer files into every checkpoint
+    for line in check_series(run): print(f"{run}: {line}", flush=True)  # copies and jumps, said first
     shard = parse_shard(shard) if isinstance(shard, str) else shard
     options = options or {}
-    analyses, not_applicable = applicable(run_dir, available_analyses() if analyses is None else analyses)
+    analyses, not_applicable = applicable(run, available_analyses() if analyses is None else analyses)
     for a, why in not_applicable.items(): print(f"{a}: not run: {why}", flush=True)
     for a in options:
         if a not in ANALYSES:
             raise SweepError(f"options for unknown analysis {a!r}; the analyses are {', '.join(ANALYSES)}")
         check_options(a, options[a], mode)
     threads = worker_threads(workers)
-    with sweep_lock(run_dir, shard_db_name(shard) if shard else None), \
+    with sweep_lock(run, shard_db_name(shard) if shard else None), \
          scoped_env(EMBRYO_RESULTS=shard_db_name(shard) if shard else None, OMP_NUM_THREADS=threads):
         redo = {}
-        todo, skipped = plan(run_dir, analyses, steps, force, shard, options, redo)
-        if (h := training_holder(run_dir)) is not None:
-            print(f"{run_dir} is still training ({holder_text(h)}): this sweep evaluates the checkpoints saved so far "
-                  f"(up to step {max(list_steps(run_dir), default=0)}) and its figures show those; the steps saved "
+        todo, skipped = plan(run, analyses, steps, force, shard, options, redo)
+        if (h := training_holder(run)) is not None:
+            print(f"{run} is still training ({holder_text(h)}): this sweep evaluates the checkpoints saved so far "
+                  f"(up to step {max(list_steps(run), default=0)}) and its figures show those; the steps saved "
                   "after it are left for later: rerun the same sweep when training ends (what is done is skipped)",
                   flush=True)
         for a in {j.analysis for j in todo + skipped}:  # notebooks a killed sweep left under temporary names
-            if (run_dir / "notebooks" / a).is_dir(): clean_stale_temps(run_dir / "notebooks" / a, ".step_")
+            if (run / "notebooks" / a).is_dir(): clean_stale_temps(run / "notebooks" / a, ".step_")
         say_recomputed(redo, options)
         kernels = (KernelPool(len(todo), workers + 1, preload=sorted({f"embryo.analyses.{j.analysis}" for j in todo}))
                    if mode == "papermill" and todo else None)
         outcome = {}
 
-        bar = tqdm(total=len(todo), desc=f"sweep {Path(run_dir).name}", disable=not progress or not todo)
+        bar = tqdm(total=len(todo), desc=f"sweep {Run.of(run).name}", disable=not progress or not todo)
         failures = []
         torch_threads = None
         if mode == "inprocess" and threads:
@@ -507,9 +506,9 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
             # this process ran 1.5x slower on their two threads (the LLC: 41 s a step against 27 s in this thread)
             inline = mode == "inprocess" and workers <= 1
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                run = lambda j: run_job(run_dir, j, mode, device, options, kernels, examples)
-                for job, status, err in (map(run, todo) if inline else
-                                         (f.result() for f in as_completed([pool.submit(run, j) for j in todo]))):
+                one = lambda j: run_job(run, j, mode, device, options, kernels, examples)
+                for job, status, err in (map(one, todo) if inline else
+                                         (f.result() for f in as_completed([pool.submit(one, j) for j in todo]))):
                     outcome[job] = status
                     if err: failures.append((job, err))
                     bar.update(1); bar.set_postfix_str(f"{job.analysis} step {job.step}: {status}")
@@ -519,7 +518,7 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
         bar.close()
         if redraw:
             for a in sorted({j.analysis for j in todo if outcome.get(j) == "done"}):
-                try: analysis_module(a).redraw(run_dir)
+                try: analysis_module(a).redraw(run)
                 except CannotDraw as e: print(f"{a}: figures not drawn: {e}")  # the series is too short, say: no failure
                 except Exception as e: failures.append((Job(a, -1), f"redraw: {error_text(e)}"))
     table = summary_table(todo, skipped, outcome)
@@ -527,6 +526,6 @@ def sweep(run_dir, # a run folder, or a folder of checkpoint folders named by st
     if failures:
         print(f"{len(failures)} failed:")
         for job, err in sorted(failures, key=lambda f: (f[0].analysis, f[0].step)):
-            where = f" (notebook {notebook_path(run_dir, job)})" if mode == "papermill" and job.step >= 0 else ""
+            where = f" (notebook {notebook_path(run, job)})" if mode == "papermill" and job.step >= 0 else ""
             print(f"  {job.analysis} step {job.step}: {err}{where}")
     return table

@@ -18,7 +18,7 @@ from ..text.tokenizer import load_tokenizer
 from ..text.sentences import align, brown_sentences, silver_annotation
 from .attention import attention_maps, layer_colours
 from ..config import atomic_write
-from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length, notebook_run
+from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length, notebook_run, Run
 from ..runs.series import series_lacks
 from ..runs.figures import REFERENCE_STYLE, figure_dir, plot_steps, reference_label, save_figure, step_axis
 from ..runs.results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
@@ -226,7 +226,7 @@ def uas_scores(counts: dict, task: str) -> list[dict]:
                       counts["word_names"])
 
 # %% ../../nbs/08a_syntax.ipynb #53eb6988
-def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.sqlite)
+def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to score
                   device: str = "cpu",
                   # a CoNLL-U file or a folder of *.conllu files: gold arcs (task "gold"); None: silver only
@@ -234,18 +234,18 @@ def evaluate_step(run_dir, # a run folder (checkpoints/, spiece.model, results.s
                   max_sentences: int = 500, # sentences scored per task
                  ) -> pd.DataFrame:
     "UAS of every head of every layer at `step` against silver (and gold) arcs, written to the run's database."
-    step = resolve_step(run_dir, step)  # None: the run's last step, as in the notebook
-    find_checkpoint(run_dir, step)  # a clear error listing the steps that exist
+    step = resolve_step(run, step)  # None: the run's last step, as in the notebook
+    find_checkpoint(run, step)  # a clear error listing the steps that exist
     gold = read_treebank(treebank) if treebank is not None else None  # a bad treebank fails before the model loads
-    model = load_checkpoint(run_dir, step, device)
-    tok = load_tokenizer(run_dir)
+    model = load_checkpoint(run, step, device)
+    tok = load_tokenizer(run)
     rows, scores = [], []
     for task, sents in (("silver", silver_sentences()), ("gold", gold)):
         if sents is None: continue
         inputs, _ = sentence_inputs(tok, sents, max_sentences, max_length(model))
         counts = syntax_counts(model, inputs, device, tok.prefix)
         rows += step_rows(counts, task); scores += uas_scores(counts, task)
-    write_results(run_dir, ANALYSIS, step, rows, scores=scores)
+    write_results(run, ANALYSIS, step, rows, scores=scores)
     return pd.DataFrame(rows)
 
 # %% ../../nbs/08a_syntax.ipynb #8fbbb72b
@@ -254,26 +254,26 @@ def applies_to(run) -> str | None:
     return series_lacks(run, "encoder")
 
 # %% ../../nbs/08a_syntax.ipynb #c4e32a95
-def syntax_results(run_dir, task: str = "silver") -> pd.DataFrame:
+def syntax_results(run, task: str = "silver") -> pd.DataFrame:
     "Every stored row of `task` (silver or gold); a clear error when there is none."
     if task not in TASKS: raise LookupError(f"unknown syntax task {task!r}; the tasks are {', '.join(TASKS)}")
-    df = read_results(run_dir, ANALYSIS, task=task)
-    if df.empty: raise LookupError(f"{run_dir} has no {ANALYSIS} results for task {task!r} yet; "
-                                   "run evaluate_step(run_dir, step) first" + (" with a treebank" if task == "gold"
+    df = read_results(run, ANALYSIS, task=task)
+    if df.empty: raise LookupError(f"{run} has no {ANALYSIS} results for task {task!r} yet; "
+                                   "run evaluate_step(run, step) first" + (" with a treebank" if task == "gold"
                                                                                else ""))
     return df
 
 # %% ../../nbs/08a_syntax.ipynb #45694678
-def stored_tasks(run_dir) -> list[str]:
+def stored_tasks(run) -> list[str]:
     "The tasks with stored rows, silver first."
-    have = set(read_results(run_dir, ANALYSIS).task)
+    have = set(read_results(run, ANALYSIS).task)
     return [t for t in TASKS if t in have]
 
 # %% ../../nbs/08a_syntax.ipynb #5be4aeb6
-def best_curves(run_dir, task: str = "silver") -> pd.DataFrame:
+def best_curves(run, task: str = "silver") -> pd.DataFrame:
     ("Per step: each layer's best-head UAS (columns 1..L), the best over layers (`best`) and the adjacent baseline "
      "(`adjacent`).")
-    df = syntax_results(run_dir, task)
+    df = syntax_results(run, task)
     t = df[df.metric == "uas_best"].pivot_table(index="step", columns="layer", values="value").sort_index()
     t["best"] = t.max(axis=1)
     t["adjacent"] = df[df.metric == "uas_adjacent"].groupby("step").value.mean()
@@ -287,40 +287,40 @@ def reference_uas(task: str) -> tuple[int, float] | None:
     return (int(r.layer[r.value.idxmax()]), float(r.value.max())) if len(r) else None
 
 # %% ../../nbs/08a_syntax.ipynb #af76f646
-def plot_syntax(run_dir):
+def plot_syntax(run):
     "The best head's UAS over steps, one line per layer, the adjacent baseline dashed; one panel per task."
     import matplotlib.pyplot as plt
-    tasks = stored_tasks(run_dir)
-    if not tasks: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
+    tasks = stored_tasks(run)
+    if not tasks: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.4 * len(tasks), 4.4), squeeze=False, layout="constrained")
     for ax, task in zip(axes[0], tasks):
-        t = best_curves(run_dir, task)
+        t = best_curves(run, task)
         layers = [c for c in t.columns if isinstance(c, (int, np.integer))]
         colours = layer_colours(layers)
-        for l in layers: plot_steps(ax, t.index, t[l], run_dir, marker=".", color=colours[l], label=f"layer {l}, best "
+        for l in layers: plot_steps(ax, t.index, t[l], run, marker=".", color=colours[l], label=f"layer {l}, best "
                                                                                                     "head")
-        plot_steps(ax, t.index, t["adjacent"], run_dir, ls="--", marker=".", ms=3, color="0.4", label="baseline: "
+        plot_steps(ax, t.index, t["adjacent"], run, ls="--", marker=".", ms=3, color="0.4", label="baseline: "
                                                                                                       "always the "
                                                                                                       "adjacent word")
-        plot_steps(ax, t.index, t["random"], run_dir, ls=":", marker=".", ms=3, color="0.4", label="chance: a random "
+        plot_steps(ax, t.index, t["random"], run, ls=":", marker=".", ms=3, color="0.4", label="chance: a random "
                                                                                                    "other word")
         if (ref := reference_uas(task)): ax.axhline(ref[1], **REFERENCE_STYLE, label=reference_label("its best head "
                                                                                                      "(layer "
                                                                                                      f"{ref[0]})"))
-        n = int(read_results(run_dir, ANALYSIS, task=task, metric="uas_adjacent").n.iloc[-1])
+        n = int(read_results(run, ANALYSIS, task=task, metric="uas_adjacent").n.iloc[-1])
         ax.set_title(f"{'silver arcs (spaCy, held-out Brown)' if task == 'silver' else 'gold arcs (treebank)'}, {n:,} "
                      "words",
                      fontsize=10)
-        step_axis(ax, t.index, run_dir=run_dir); ax.grid(alpha=0.3); ax.legend(fontsize=8)
+        step_axis(ax, t.index, run=run); ax.grid(alpha=0.3); ax.legend(fontsize=8)
         ax.set_ylabel("UAS: share of words whose most-attended word\nis their parent or child (fraction)")
     fig.suptitle("Beyond the paper: syntactic attention (Chen et al. 2023), quantitative Fig. 4 "
-                 f"({Path(run_dir).name})")
+                 f"({Run.of(run).name})")
     return fig
 
 # %% ../../nbs/08a_syntax.ipynb #b6626b19
-def syntax_table(run_dir, task: str = "silver") -> pd.DataFrame:
+def syntax_table(run, task: str = "silver") -> pd.DataFrame:
     "Per layer: the best head at the last step, its UAS at the first and last step, and the baseline at the last step."
-    df = syntax_results(run_dir, task)
+    df = syntax_results(run, task)
     u = df[df.metric == "uas"]
     first, last = u.step.min(), u.step.max()
     rows = {}
@@ -335,9 +335,9 @@ def syntax_table(run_dir, task: str = "silver") -> pd.DataFrame:
     return t
 
 # %% ../../nbs/08a_syntax.ipynb #09c69225
-def task_sentence(run_dir, task: str = "silver") -> str:
+def task_sentence(run, task: str = "silver") -> str:
     "One sentence on `task`: the best head's UAS first and last, its largest rise, and the adjacent baseline."
-    t = best_curves(run_dir, task)
+    t = best_curves(run, task)
     b, a = t["best"], t["adjacent"]
     s0, s1 = int(t.index[0]), int(t.index[-1])
     last_layer = int(t.loc[s1, [c for c in t.columns if isinstance(c, (int, np.integer))]].astype(float).idxmax())
@@ -349,7 +349,7 @@ def task_sentence(run_dir, task: str = "silver") -> str:
                 f"({a.iloc[0]:.3f}); evaluate more steps to see when syntax appears in the attention.")
     d = b.diff().iloc[1:]
     up = int(d.idxmax())
-    n = syntax_results(run_dir, task).query("metric == 'uas_best'").groupby("step").n.max().reindex(t.index)
+    n = syntax_results(run, task).query("metric == 'uas_best'").groupby("step").n.max().reindex(t.index)
     clears = pd.Series([learned(b[s], binomial_se(b[s], n[s]), a[s]) for s in t.index], index=t.index)  # rule 1
     above = t.index[clears.values]
     s = (f"Against {what}, the best head's UAS goes from {b.iloc[0]:.3f} at step {s0} to {b.iloc[-1]:.3f} at step {s1} "
@@ -365,11 +365,11 @@ def task_sentence(run_dir, task: str = "silver") -> str:
                    else "no head shows syntax beyond what attending to a neighbour gives."))
 
 # %% ../../nbs/08a_syntax.ipynb #8db14b0f
-def verdict(run_dir) -> str:
+def verdict(run) -> str:
     "One or two sentences on this run's syntactic attention, computed from the database."
-    tasks = stored_tasks(run_dir)
-    if not tasks: raise LookupError(f"{run_dir} has no {ANALYSIS} results yet; run evaluate_step(run_dir, step) first")
-    return " ".join(task_sentence(run_dir, t) for t in tasks)
+    tasks = stored_tasks(run)
+    if not tasks: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
+    return " ".join(task_sentence(run, t) for t in tasks)
 
 # %% ../../nbs/08a_syntax.ipynb #aafa0b67
 REPORT = [
@@ -388,16 +388,16 @@ REPORT = [
 ]
 
 # %% ../../nbs/08a_syntax.ipynb #15461f21
-def redraw(run_dir, out_dir=None) -> list[Path]:
+def redraw(run, out_dir=None) -> list[Path]:
     "The UAS curves and the per-layer table, from every step in the run's database."
-    out_dir = figure_dir(run_dir, out_dir)
-    paths = save_figure(plot_syntax(run_dir), out_dir, "syntax_uas")
-    tables = {t: syntax_table(run_dir, t) for t in stored_tasks(run_dir)}
+    out_dir = figure_dir(run, out_dir)
+    paths = save_figure(plot_syntax(run), out_dir, "syntax_uas")
+    tables = {t: syntax_table(run, t) for t in stored_tasks(run)}
     paths.append(atomic_write(out_dir / "table_syntax_uas.csv",
                               pd.concat(tables, names=["task"]).to_csv()))
     paths.append(atomic_write(out_dir / "table_syntax_uas.md",
                               "# Syntactic attention (Chen et al. 2023): best head per layer "
-                              f"({Path(run_dir).name})\n\n"
+                              f"({Run.of(run).name})\n\n"
                               + "\n".join(f"## {t} arcs\n\n{markdown_table(tab)}\n" for t, tab in tables.items())
-                              + "\n" + verdict(run_dir) + "\n"))
+                              + "\n" + verdict(run) + "\n"))
     return paths

@@ -28,11 +28,11 @@ def _judged(step: dict) -> dict:
     return dict(step, floor=floor, clears=bool(step["mean"] - floor > 3 * step["sd"]))
 
 # %% ../../nbs/05b_word_order.ipynb #28e4d083
-def word_order_check(run_dir, out_dir, seeds: int = 5, learning_rate: float = CPU_FINETUNE["learning_rate"],
+def word_order_check(run, out_dir, seeds: int = 5, learning_rate: float = CPU_FINETUNE["learning_rate"],
                      steps=None, device="cpu", max_train_examples: int | None = None) -> Path:
     ("Finetune `steps` (default: 0 and the last) on the full word-order split `seeds` times; add them to "
      "word_order_check.json (returned).")
-    steps = steps or [list_steps(run_dir)[0], list_steps(run_dir)[-1]]
+    steps = steps or [list_steps(run)[0], list_steps(run)[-1]]
     f = Path(out_dir) / "word_order_check.json"
     out = dict(task="word_order", seeds=seeds, learning_rate=learning_rate, train_examples=max_train_examples or "all",
                steps={})
@@ -41,7 +41,7 @@ def word_order_check(run_dir, out_dir, seeds: int = 5, learning_rate: float = CP
     # add steps
     if {k: v for k, v in old.items() if k != "steps"} == {k: v for k, v in out.items() if k != "steps"}: out = old
     for s in steps:
-        df = evaluate_step(run_dir, s, device, tasks="word_order", max_train_examples=max_train_examples,
+        df = evaluate_step(run, s, device, tasks="word_order", max_train_examples=max_train_examples,
                            learning_rate=learning_rate,
                            seeds=seeds, progress=False, write=False)
         per = df[(df.task == "word_order") & (df.metric == "score") & (df.seed >= 0)].value.mul(100).tolist()
@@ -54,12 +54,12 @@ def word_order_check(run_dir, out_dir, seeds: int = 5, learning_rate: float = CP
     return f
 
 # %% ../../nbs/05b_word_order.ipynb #75b654b6
-def word_order_floors(run_dir, out_dir) -> Path:
+def word_order_floors(run, out_dir) -> Path:
     ("Add the n-gram floor (`ngram_score` on the run's pretraining text, the full word-order split) to each step of "
      "`out_dir`'s word_order_check.json, and judge each step against the higher floor; no finetuning.")
     f = Path(out_dir) / "word_order_check.json"
-    out, corpus = json.loads(f.read_text()), pretraining_text(run_dir)
-    if corpus is None: raise FileNotFoundError(f"{run_dir} records no pretraining text on this machine")
+    out, corpus = json.loads(f.read_text()), pretraining_text(run)
+    if corpus is None: raise FileNotFoundError(f"{run} records no pretraining text on this machine")
     data = load_task("word_order")
     train = subsample(data["train"], None if out["train_examples"] == "all" else int(out["train_examples"]), 0)
     ng = 100 * float(np.mean([ngram_score(TASKS["word_order"], train, data[s], corpus) for s in TASKS["word_order"].dev]))

@@ -26,8 +26,7 @@ from ..train import pretrain as P
 from ..analyses import glue
 from ..runs.results import markdown_table, binomial_se
 from ..runs.verdicts import readable
-from ..runs.run import read_run_config
-from ..runs.run import list_steps
+from ..runs.run import read_run_config, list_steps, Run
 from ..runs.settings import corpus_file
 from ..train.batches import run_config
 from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
@@ -64,7 +63,9 @@ SCALES = {
                  table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge",
                          "xxlarge"), table3_seq=64),
     # the quick run itself (`tiny`'s model and recipe unchanged, 8,000 steps): Table 6 past the loss transition
-    "quick": dict(preset="tiny", model={}, train={}, warmup_steps=100, E4=(64, 128, 256), E5=(128,), steps=8000,
+    # every held-out sequence scored (not the first 256), a checkpoint every 1,000 steps for the rows' curves
+    "quick": dict(preset="tiny", model={}, train=dict(eval_sequences=10**6), warmup_steps=100, E4=(64, 128, 256),
+                  E5=(128,), steps=8000, checkpoint_every=1000,
                   finetune=CPU_FINETUNE, table3=("bert-base", "bert-large", "bert-xlarge", "base", "large", "xlarge",
                                                  "xxlarge"),
                   table3_seq=64),
@@ -106,7 +107,8 @@ def run_configs(variant: Variant, scale: dict, seed: int, steps: int):
                     **{**scale["model"], "sharing": variant.sharing, "embedding_size": variant.embedding_size})
     train = {**scale["train"], "total_steps": steps,
              "warmup_steps": min(steps, scale.get("warmup_steps", max(1, steps // 10))), "seed": seed,
-             "sentence_task": variant.sentence_task, "checkpoint_pow2_until": 0, "checkpoint_every": [[steps, None]],
+             "sentence_task": variant.sentence_task, "checkpoint_pow2_until": 0,
+             "checkpoint_every": [[min(steps, scale.get("checkpoint_every", steps)), None]],
              "resume_every": max(1, min(steps, 1000)), "log_every": max(1, steps // 20)}
     if scale["name"] == "micro": train["corpus"] = str(corpus_slice())
     return scale["preset"], mc, get_train_config(scale["preset"], **train)
@@ -140,31 +142,31 @@ def pretrain_variant(root, variant: Variant, scale: dict, seed: int, steps: int,
 # the built-in tasks Tables 3-6 average (their cached scores hold these two)
 DOWNSTREAM_TASKS = ("polarity", "uncertainty")
 
-def downstream_scores(run_dir, step: int, device: str = "cpu", **finetune) -> dict[str, float]:
+def downstream_scores(run, step: int, device: str = "cpu", **finetune) -> dict[str, float]:
     ("Dev score (percent) of each of `DOWNSTREAM_TASKS` after finetuning checkpoint `step` with `finetune` "
      "(`glue.evaluate_step`'s options).")
-    df = glue.evaluate_step(run_dir, step, device=device, tasks=DOWNSTREAM_TASKS, progress=False, **finetune)
+    df = glue.evaluate_step(run, step, device=device, tasks=DOWNSTREAM_TASKS, progress=False, **finetune)
     # the mean over finetuning seeds
     score = df[(df["metric"] == "score") & (df["seed"] == -1)].set_index("task")["value"]
     return {t: 100 * float(score[t]) for t in DOWNSTREAM_TASKS}
 
 # %% ../../nbs/09_albert_ablations.ipynb #f6083751
-def run_scores(run_dir, device: str = "cpu", downstream: bool = False, finetune: dict | None = None) -> dict:
+def run_scores(run, device: str = "cpu", downstream: bool = False, finetune: dict | None = None) -> dict:
     ("A finished run's scores: MLM, SOP, NSP accuracy (percent), parameters; downstream if cached with `finetune`'s "
      "settings, or if `downstream`.")
-    run_dir = Path(run_dir)
-    f = run_dir / "logs" / "eval.json"
+    run = Run.of(run)
+    f = run / "logs" / "eval.json"
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: the run has not finished training")
-    ev, (_, mc, _) = json.loads(f.read_text()), read_run_config(run_dir)
+    ev, (_, mc, _) = json.loads(f.read_text()), read_run_config(run)
     out = dict(mlm=100 * ev["mlm_accuracy"], sop=100 * ev["sop_accuracy"], nsp=100 * ev.get("nsp_accuracy", math.nan),
                params=count_parameters(mc), n_eval=int(ev["heldout_sequences"]))
-    cache, step = run_dir / "logs" / "downstream.json", list_steps(run_dir)[-1]
+    cache, step = run / "logs" / "downstream.json", list_steps(run)[-1]
     finetune = finetune or {}
     settings = dict(step=step, **finetune)
     got = json.loads(cache.read_text()) if cache.exists() else {}
     if got.get("settings") != settings: got = {}  # made with other settings (or none): not these scores
     if downstream and not got:
-        got = dict(settings=settings, scores=downstream_scores(run_dir, step, device, **finetune))
+        got = dict(settings=settings, scores=downstream_scores(run, step, device, **finetune))
         atomic_write(cache, json.dumps(got, indent=2) + "\n")
     if got:
         out.update({f"down_{k}": v for k, v in got["scores"].items()},
@@ -353,8 +355,9 @@ def run_ablations(preset: str | None = None,
     # only after the names are checked
     root = Path(root or default_root(preset)); root.mkdir(parents=True, exist_ok=True)
     atomic_write(root / "ablations.json", json.dumps(dict(preset=preset, steps=steps, seeds=seeds), indent=2) + "\n")
-    todo = list(dict.fromkeys((v, s) for t in tables if t != "table3" for v in table_variants(t, scale)
-                              for s in range(seeds)))
+    # each row's first seed before any row's second: a sweep stopped half-way has every row
+    todo = list(dict.fromkeys((v, s) for s in range(seeds) for t in tables if t != "table3"
+                              for v in table_variants(t, scale)))
     for i, (v, s) in enumerate(todo):
         t0 = time.time(); done = (v.run_dir(root, s) / "logs" / "eval.json").exists()
         pretrain_variant(root, v, scale, s, steps, device)
@@ -377,10 +380,10 @@ def run_ablations(preset: str | None = None,
     return redraw(root, figures_dir, tables=tables)
 
 # %% ../../nbs/09_albert_ablations.ipynb #69590595
-def redraw(run_dir, out_dir=None, tables: Sequence[str] | None = None) -> list[Path]:
-    ("Rewrite every table of the ablation folder `run_dir` from its finished runs (no training); out_dir default "
-     "`<run_dir>/figures`.")
-    root = Path(run_dir); st = _state(root)
+def redraw(run, out_dir=None, tables: Sequence[str] | None = None) -> list[Path]:
+    ("Rewrite every table of the ablation folder `run` from its finished runs (no training); out_dir default "
+     "`<run>/figures`.")
+    root = Path(run); st = _state(root)
     if not st: raise FileNotFoundError(f"{root / 'ablations.json'} does not exist: run "
                                        f"`run_ablations(root={str(root)!r})` first")
     scale, steps = get_scale(st["preset"]), st["steps"]
@@ -546,12 +549,12 @@ def table_verdicts(out_dir) -> dict[str, str]:
     return out
 
 # %% ../../nbs/09_albert_ablations.ipynb #7b3d7821
-def verdict(run_dir) -> str:
+def verdict(run) -> str:
     ("Table 6's verdict (`table_verdict`) from the finished NSP, SOP and no-sentence-loss runs under the ablation "
-     "folder `run_dir`.")
-    st = _state(run_dir)
-    if not st: return f"no ablation runs under {run_dir}"
+     "folder `run`.")
+    st = _state(run)
+    if not st: return f"no ablation runs under {run}"
     scale = get_scale(st["preset"])
-    df = collect(run_dir, "table6", scale, seeds=range(st["seeds"]), downstream=False)
+    df = collect(run, "table6", scale, seeds=range(st["seeds"]), downstream=False)
     if not len(df): return "ALBERT Table 6 is incomplete: train its NSP and SOP rows first."
     return table_verdict("table6", table_frame(df, "table6", scale), st["steps"], int(df.n_eval.min()))

@@ -150,11 +150,11 @@ RUN_BUNDLE = "run"  # under a figures folder: the run's results, settings and tr
 FAMILIES = {"albert": "ALBERT", "bert": "BERT", "roberta": "RoBERTa", "electra": "ELECTRA", "distilbert": "DistilBERT",
             "deberta": "DeBERTa", "deberta-v2": "DeBERTa"}  # a series' config.json model_type, as the figures name it
 
-def model_family(run_dir) -> str:
+def model_family(run) -> str:
     """ALBERT, BERT or ELECTRA: what a run trained, from its settings (BERT is our model with no sharing and E = H);
     for a series we did not train (no settings), its checkpoints' model type (BERT, RoBERTa, ...)."""
     from embryo.runs.run import Run, read_run_config
-    run = Run(run_dir)
+    run = Run.of(run)
     if not run.settings:
         kind = (
             json.loads((run.checkpoint(run.steps[-1]) / "config.json").read_text()).get("model_type")
@@ -162,7 +162,7 @@ def model_family(run_dir) -> str:
             else None
         )
         return FAMILIES.get(kind, kind or "a series")
-    _, mc, _ = read_run_config(run_dir)
+    _, mc, _ = read_run_config(run)
     if mc.model_type == "electra": return "ELECTRA"
     return "BERT" if mc.sharing == "none" and mc.embedding_size == mc.hidden_size else "ALBERT"
 
@@ -180,15 +180,14 @@ def swept_run(r: Path) -> Path:
     raise SweepError(f"{r} has no {DB_NAME}: sweep it first (embryo sweep --run {r})")
 
 # %% ../../nbs/10a_compare.ipynb #6cb15cfb
-def run_length(run_dir) -> int:
+def run_length(run) -> int:
     "The steps a run was trained for: its settings' total_steps; a series we did not train: its last step."
     from embryo.runs.run import Run, read_run_config
     from embryo.runs.results import read_results
-    run = Run(run_dir)
-    if run.settings: return read_run_config(run_dir)[2].total_steps
-    steps = run.steps or sorted(read_results(run_dir).step.unique())
+    run = Run.of(run)
+    if run.settings: return read_run_config(run)[2].total_steps
+    steps = run.steps or sorted(read_results(run).step.unique())
     return int(max(steps)) if len(steps) else 0
-
 
 # %% ../../nbs/10a_compare.ipynb #9da9a781
 def shared_floors(floors: dict, names: dict) -> dict:

@@ -16,7 +16,7 @@ from ..config import atomic_write
 from ..analyses.sweep import SweepError, available_analyses
 from .compare import EARLY, RISE, SIDE_BY_SIDE, gain_and_step90, swept_run
 from ..runs.verdicts import Z, plateau  # rule 3 of notebook 03b: a plateau is a test
-
+from ..runs.run import Run
 
 # %% auto #0
 __all__ = ['SEED_RESAMPLES', 'ROUNDING', 'PLATEAU_STEPS', 'SEED_PANELS', 'BEST_LAYER', 'SEED_MEAN', 'EXAMPLE_PARTS',
@@ -27,9 +27,9 @@ __all__ = ['SEED_RESAMPLES', 'ROUNDING', 'PLATEAU_STEPS', 'SEED_PANELS', 'BEST_L
 SEED_RESAMPLES = 2000  # bootstrap resamples of the seeds
 ROUNDING = 1e-9  # a gain of a mean over seeds this small is rounding, no gain
 
-def seed_run_dirs(run_dir, seeds: int) -> list[Path]:
+def seed_run_dirs(run, seeds: int) -> list[Path]:
     "The sibling runs of `seeds` seeds: the run itself (seed 0, the default) and `<run>-seed<k>` beside it."
-    run = Path(run_dir)
+    run = Run.of(run)
     return [run] + [run.parent / f"{run.name}-seed{k}" for k in range(1, seeds)]
 
 # %% ../../nbs/10b_seeds.ipynb #8484985e
@@ -111,17 +111,17 @@ def band_verdict(b: dict, steps, curves, level: float) -> str:
                   f"moves by more than {Z:g} standard errors (from its band): no plateau.")))
 
 # %% ../../nbs/10b_seeds.ipynb #5f5ca711
-def plot_band(steps, curves, b: dict, seeds, run_dir, what: str, title: str, level: float):
+def plot_band(steps, curves, b: dict, seeds, run, what: str, title: str, level: float):
     "One figure over steps: each seed's curve, the mean and its band (`curve_band`'s `b`); `what` labels the y-axis."
     import matplotlib.pyplot as plt
     from embryo.runs.figures import fill_steps, legend_below, plot_steps, step_axis
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for s, c in zip(seeds, curves):
-        plot_steps(ax, steps, c, run_dir, marker=".", ms=3, lw=0.8, alpha=0.6, label=f"seed {s}")
-    fill_steps(ax, steps, b["lo"], b["hi"], run_dir, color="k", alpha=0.15, lw=0,
+        plot_steps(ax, steps, c, run, marker=".", ms=3, lw=0.8, alpha=0.6, label=f"seed {s}")
+    fill_steps(ax, steps, b["lo"], b["hi"], run, color="k", alpha=0.15, lw=0,
                label=f"{level:.0%} band (bootstrap over {b['resampled']})")
-    plot_steps(ax, steps, b["mean"], run_dir, color="k", lw=1.6, label=f"mean of {len(curves)} seeds")
-    step_axis(ax, steps, run_dir=run_dir); ax.set_ylabel(textwrap.fill(what, 36))  # on lines no taller than the panel
+    plot_steps(ax, steps, b["mean"], run, color="k", lw=1.6, label=f"mean of {len(curves)} seeds")
+    step_axis(ax, steps, run=run); ax.set_ylabel(textwrap.fill(what, 36))  # on lines no taller than the panel
     legend_below(ax, fontsize=7, ncol=2, below=0.55); ax.set_title(title, fontsize=10)
     return fig
 
@@ -375,7 +375,7 @@ def seed_panels(runs, name: str, out, seed: dict, total: int, resamples: int = S
             plot_steps(ax, steps, c, runs[0], marker=".", ms=2, lw=0.7, alpha=0.6, label=f"seed {seed[r]}")
         fill_steps(ax, steps, b["lo"], b["hi"], runs[0], color="k", alpha=0.15, lw=0, label=f"{level:.0%} band")
         plot_steps(ax, steps, b["mean"], runs[0], color="k", ms=2, lw=1.4, label=f"mean of {len(tabs)}")
-        step_axis(ax, steps, fontsize=7, run_dir=runs[0]); ax.tick_params(labelsize=7)
+        step_axis(ax, steps, fontsize=7, run=runs[0]); ax.tick_params(labelsize=7)
         ax.set_title(str(g), fontsize=9); ax.set_ylabel(textwrap.fill(what, 30), fontsize=7)
     for ax in axes.flat[len(panels):]: ax.set_visible(False)
     alone = [str(g) for g, (_, _, b) in panels.items() if b["resampled"] == "seeds"]

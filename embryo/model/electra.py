@@ -17,7 +17,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..config import ModelConfig, get_config, atomic_write, fsync_dir
-from .model import AlbertForPreTraining, CheckpointError, PretrainingOutput, load_safetensors, write_safetensors
+from .model import (
+    AlbertForPreTraining, CheckpointError, PretrainingOutput, load_safetensors, write_safetensors)
 
 # %% auto #0
 __all__ = ['GENERATOR', 'quiet_transformers', 'electra_configs', 'ElectraOutput', 'gumbel_sample', 'ElectraPair', 'save_electra',

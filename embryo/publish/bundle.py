@@ -15,10 +15,10 @@ import numpy as np
 from ..config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag
 from ..text.tokenizer import HF_TOKENIZER_FILES
 from ..model.model import load_safetensors, write_safetensors
-from ..runs.run import checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, MODEL_CARD
+from ..runs.run import (
+    checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, MODEL_CARD, DB_NAME, Run)
 from ..runs.series_check import check_series
 from ..train.cards import model_card
-from ..runs.run import DB_NAME
 from ..runs.results import connect, db_path, done_steps
 from ..analyses.sweep import available_analyses, analysis_module, sweep
 from ..experiments.compare import RUN_BUNDLE, compare_runs
@@ -32,7 +32,7 @@ __all__ = ['BUNDLED', 'SHIP_BUDGET', 'SHIPPED_FILES', 'REFERENCE_ANALYSES', 'cop
            'verdict_texts', 'refresh_comparisons', 'build_reference']
 
 # %% ../../nbs/10e_bundle.ipynb #958d1f2e
-def copy_database(run_dir, out: Path) -> Path:
+def copy_database(run, out: Path) -> Path:
     "A consistent, compacted copy of the run's results database as `out/results.sqlite` (SQLite's backup API)."
     import sqlite3
     out.mkdir(parents=True, exist_ok=True)
@@ -40,7 +40,7 @@ def copy_database(run_dir, out: Path) -> Path:
     # the temporary name atomic_write gives, so a killed copy is cleaned alike
     tmp = out / f".{DB_NAME}.{temp_tag()}.tmp"
     try:
-        with connect(run_dir) as con:
+        with connect(run) as con:
             dst = sqlite3.connect(tmp, isolation_level=None)
             try: con.backup(dst); dst.execute("VACUUM")
             finally: dst.close()
@@ -50,38 +50,37 @@ def copy_database(run_dir, out: Path) -> Path:
 
 BUNDLED = ("pretrain_config.json", "logs/train.jsonl", "logs/eval.json", "facts.jsonl")  # besides the results database
 
-def bundle_run(run_dir, figures_dir="figures") -> list[Path]:
+def bundle_run(run, figures_dir="figures") -> list[Path]:
     ("Copy the run's results database, settings and training log into `figures_dir/run/`, a folder that reads as the "
      "run for its results.")
-    run_dir, out = Path(run_dir), Path(figures_dir) / RUN_BUNDLE
-    if out.resolve() == run_dir.resolve(): return []  # the bundle itself: nothing to copy
+    run, out = Run.of(run), Path(figures_dir) / RUN_BUNDLE
+    if out.resolve() == run.resolve(): return []  # the bundle itself: nothing to copy
     paths = []
     for name in BUNDLED:
         # an old run's config.json too
-        src = run_config_file(run_dir) if name == "pretrain_config.json" else run_dir / name
+        src = run_config_file(run) if name == "pretrain_config.json" else run / name
         if src.exists(): paths.append(atomic_write(out / name, src.read_text(encoding="utf-8")))
-    if db_path(run_dir, DB_NAME).exists(): paths.append(copy_database(run_dir, out))
-    if done_steps(run_dir, "aoa"):  # its AoA fits, so that a report of the bundle reads them (notebook 08d)
+    if db_path(run, DB_NAME).exists(): paths.append(copy_database(run, out))
+    if done_steps(run, "aoa"):  # its AoA fits, so that a report of the bundle reads them (notebook 08d)
         from embryo.analyses.aoa import bundle_fits
-        paths += bundle_fits(run_dir, out)
-    return paths + ship_checkpoints(run_dir, out, shipped_steps(run_dir))
-
+        paths += bundle_fits(run, out)
+    return paths + ship_checkpoints(run, out, shipped_steps(run))
 
 # %% ../../nbs/10e_bundle.ipynb #edd895e6
 SHIP_BUDGET = 10_000_000  # bytes of 16-bit weights a bundle carries at most (three checkpoints of `tiny`: 9.6 MB)
 
-def shipped_steps(run_dir, budget: int = SHIP_BUDGET) -> list[int]:
+def shipped_steps(run, budget: int = SHIP_BUDGET) -> list[int]:
     ("The checkpoints a bundle carries: the last one, where the loss falls fastest, where it leaves its plateau, while "
      "they fit `budget`.")
-    steps = list_steps(run_dir)
+    steps = list_steps(run)
     if not steps: return []
     near = lambda s: min(steps, key=lambda x: (abs(x - s), x))
-    t = run_transitions(run_dir)[:1]
+    t = run_transitions(run)[:1]
     out, used = [], 0
     for s in dict.fromkeys([steps[-1],
                             *([near(t[0]["step"]), near(t[0]["start_step"])] if t else [near(steps[-1] // 2)])]):
         # 32 -> 16 bits
-        used += sum(f.stat().st_size for f in find_checkpoint(run_dir, s).rglob("model.safetensors")) // 2
+        used += sum(f.stat().st_size for f in find_checkpoint(run, s).rglob("model.safetensors")) // 2
         if used > budget: break
         out.append(s)
     return sorted(out)
@@ -90,16 +89,16 @@ def shipped_steps(run_dir, budget: int = SHIP_BUDGET) -> list[int]:
 SHIPPED_FILES = ("config.json", *(n for n in HF_TOKENIZER_FILES if n != "tokenizer.json"))  # beside the 16-bit weights
 # (no tokenizer.json, 0.6 MB a checkpoint: transformers builds the fast tokenizer from spiece.model, the same ids)
 
-def ship_checkpoints(run_dir, out, steps) -> list[Path]:
+def ship_checkpoints(run, out, steps) -> list[Path]:
     """Copy checkpoints `steps` of the run into the bundle `out`, their floating-point weights in 16 bits, with the
     tokenizer and a model card of their own (`embryo.train.pretrain.model_card`: this folder, these weights)."""
     import shutil
-    paths = [atomic_write(Path(out) / n, (Path(run_dir) / n).read_bytes()) for n in HF_TOKENIZER_FILES
-             if (Path(run_dir) / n).exists()]
+    paths = [atomic_write(Path(out) / n, (Run.of(run) / n).read_bytes()) for n in HF_TOKENIZER_FILES
+             if (Run.of(run) / n).exists()]
     for old in list_steps(out):
         if old not in steps: shutil.rmtree(checkpoint_dir(out, old))  # the bundle holds these steps only
     for step in steps:
-        src, dst = find_checkpoint(run_dir, step), checkpoint_dir(out, step)
+        src, dst = find_checkpoint(run, step), checkpoint_dir(out, step)
         tmp = dst.with_name(f".{dst.name}.{temp_tag()}.tmp")
         # an ELECTRA's generator/ too
         for sub in [p.parent.relative_to(src) for p in sorted(src.rglob("model.safetensors"))]:
@@ -107,19 +106,19 @@ def ship_checkpoints(run_dir, out, steps) -> list[Path]:
             write_safetensors({k: v.half() if v.is_floating_point() else v for k, v in sd.items()}, tmp / sub)
             for n in SHIPPED_FILES:
                 if (src / sub / n).exists(): shutil.copyfile(src / sub / n, tmp / sub / n)
-        if run_config_file(run_dir).exists(): atomic_write(tmp / MODEL_CARD, model_card(run_dir, step, dst, tmp))
+        if run_config_file(run).exists(): atomic_write(tmp / MODEL_CARD, model_card(run, step, dst, tmp))
         replace_dir(tmp, dst); paths.append(dst)
     return paths
 
 # %% ../../nbs/10e_bundle.ipynb #643c87c9
-def publish_report(run_dir, figures_dir="figures", drawn: Drawn | None = None) -> list[Path]:
+def publish_report(run, figures_dir="figures", drawn: Drawn | None = None) -> list[Path]:
     ("Write the report (index.html, report.json), the run's results beside it (`bundle_run`) and, when `figures_dir` "
      "is the checkout's figures, the notebooks' results cells; `drawn`: what `redraw_all` drew, its notes in the report.")
-    flags = check_series(run_dir, write=False)  # copies and jumps, said first in the report and here
+    flags = check_series(run, write=False)  # copies and jumps, said first in the report and here
     for f in flags: print(f"series check: {f}", flush=True)
-    paths = [write_report(run_dir, figures_dir, notes=drawn.lines() if drawn else None, series=flags),
-             *bundle_run(run_dir, figures_dir)]
-    paths.append(write_findings(figures_dir, run_dir))
+    paths = [write_report(run, figures_dir, notes=drawn.lines() if drawn else None, series=flags),
+             *bundle_run(run, figures_dir)]
+    paths.append(write_findings(figures_dir, run))
     if (root := checkout_figures(figures_dir)) is not None:
         paths += sync_notebooks(root) + sync_findings(root) + sync_prose(root) + write_readme(root.parent / "nbs")
     for p in paths: print(f"wrote {p}")

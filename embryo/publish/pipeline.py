@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 from ..config import atomic_write, CPU_FINETUNE
-from ..runs.run import list_steps
-from ..runs.run import DB_NAME
+from ..runs.run import list_steps, DB_NAME, Run
 from ..runs.results import db_path
 from ..analyses.sweep import (ANALYSES, SweepError, applicable, available_analyses, error_text, evaluation_steps,
                                    nbs_dir, sweep, scoped_env, worker_threads)
@@ -92,15 +91,15 @@ def reproduce_seeds(args, seeds: int) -> list[Path]:
     return paths
 
 # %% ../../nbs/10f_pipeline.ipynb #0c1b0b95
-def _scratch_run(run_dir: Path, dst: Path) -> Path:
-    "A folder that reads as `run_dir` (its files linked) with a copy of its results database, so a notebook may write."
+def _scratch_run(run: Path, dst: Path) -> Path:
+    "A folder that reads as `run` (its files linked) with a copy of its results database, so a notebook may write."
     import sqlite3
     dst.mkdir(parents=True)
-    for p in run_dir.iterdir():
+    for p in run.iterdir():
         if not (p.name.startswith(DB_NAME) or p.name in ("figures", "notebooks")):
             (dst / p.name).symlink_to(p.resolve())
-    if db_path(run_dir).exists():
-        with sqlite3.connect(db_path(run_dir)) as src, sqlite3.connect(dst / DB_NAME) as out: src.backup(out)
+    if db_path(run).exists():
+        with sqlite3.connect(db_path(run)) as src, sqlite3.connect(dst / DB_NAME) as out: src.backup(out)
     return dst
 
 # %% ../../nbs/10f_pipeline.ipynb #5fd9d8af
@@ -118,7 +117,7 @@ def page_exporter():
                         template_file="offline.html.j2")
 
 # %% ../../nbs/10f_pipeline.ipynb #a310c266
-def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None, device: str = "cpu",
+def notebook_pages(run, out_dir, analyses=None, options: dict | None = None, device: str = "cpu",
                    workers: int = 1, # notebooks run at once, each kernel on its share of the cores
                   ) -> list[Path]:
     ("Run each analysis notebook whole (papermill) on the run's last step and write it as HTML to `out_dir`, outputs "
@@ -132,8 +131,8 @@ def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None,
     except ImportError:
         print("notebook pages skipped: they need nbconvert, a development requirement (pip install -e '.[dev]')")
         return []
-    run_dir, out_dir = Path(run_dir).resolve(), Path(out_dir)
-    step, nbs = list_steps(run_dir)[-1], nbs_dir()
+    run, out_dir = Run.of(run).resolve(), Path(out_dir)
+    step, nbs = list_steps(run)[-1], nbs_dir()
     # where ../figures/ of a notebook's links points from a page
     figs = os.path.relpath(nbs.parent / "figures", out_dir.resolve())
 
@@ -143,7 +142,7 @@ def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None,
         t0 = time.time()
         try: pm.execute_notebook(str(src), str(executed), parameters=params, kernel_name="python3", cwd=str(nbs),
                                  progress_bar=False)
-        except Exception as e: print(f"{src.name} failed on {run_dir} step {step} ({error_text(e)}): its page "
+        except Exception as e: print(f"{src.name} failed on {run} step {step} ({error_text(e)}): its page "
                                      "shows where")
         nb = nbformat.read(executed, as_version=4)
         for c in nb.cells:
@@ -154,6 +153,6 @@ def notebook_pages(run_dir, out_dir, analyses=None, options: dict | None = None,
 
     with tempfile.TemporaryDirectory() as d, scoped_env(OMP_NUM_THREADS=worker_threads(workers)), \
          ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        scratch = _scratch_run(run_dir, Path(d) / run_dir.name)  # the run's name, as figure titles print it
-        todo = analyses or applicable(run_dir, available_analyses())[0]
+        scratch = _scratch_run(run, Path(d) / run.name)  # the run's name, as figure titles print it
+        todo = analyses or applicable(run, available_analyses())[0]
         return list(pool.map(lambda a: page(a, d, scratch), todo))

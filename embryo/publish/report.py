@@ -17,7 +17,7 @@ import pandas as pd
 from ..config import atomic_write, run_config_file
 from ..runs.run import (CannotDraw, SeriesError, run_transitions, train_log, sentence_name, run_sentence_task,
                              run_model_type, loss_pace, read_run_config)
-from ..runs.run import DB_NAME
+from ..runs.run import DB_NAME, Run
 from ..runs.results import done_steps, write_transitions
 from ..analyses.sweep import available_analyses, analysis_module, error_text
 
@@ -59,19 +59,19 @@ def pace_sentence(rows, tc) -> str:
                                  "it stops while still falling (more than a third of its peak pace)."))
 
 # %% ../../nbs/10c_report.ipynb #df4344e7
-def _pretraining_verdict(run_dir) -> str:
-    f = Path(run_dir) / "logs" / "eval.json"
+def _pretraining_verdict(run) -> str:
+    f = Run.of(run) / "logs" / "eval.json"
     if not f.exists(): return ""
     e = json.loads(f.read_text())
-    task = sentence_name(run_sentence_task(run_dir), run_model_type(run_dir))
+    task = sentence_name(run_sentence_task(run), run_model_type(run))
     s = (f"Held-out masked-LM accuracy {e['mlm_accuracy']:.1%} against {e['baseline_accuracy']:.1%} for always "
          f"predicting the most frequent token; " + (
          f"replaced-token detection accuracy {e['rtd_accuracy']:.1%} (always answering 'original': "
          f"{e['rtd_baseline']:.1%})."
          if task == "rtd" else f"{'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy "
                                f"{e[f'{task}_accuracy']:.1%} (chance 50%)."))
-    s += pace_sentence(train_log(run_dir), read_run_config(run_dir)[2])
-    ts = run_transitions(run_dir)
+    s += pace_sentence(train_log(run), read_run_config(run)[2])
+    ts = run_transitions(run)
     if ts: s += (f" The MLM loss has {len(ts)} phase transition{'s' * (len(ts) > 1)}, where it drops faster than "
                  "before and after, or until the log ends (change points of its pace per log-step, marked in every "
                  "figure over steps): " + "; ".join(
@@ -80,22 +80,22 @@ def _pretraining_verdict(run_dir) -> str:
                  f"at its fastest" + (f"; steps {t['start_step']:,} to {t['end_step']:,}, still dropping when the log "
                                       "ends)"
                                       if t.get("open") else ")") for t in ts) + ".")
-    elif n := len(train_log(run_dir)): s += (f" No phase transition: in its {n} logged records the MLM loss never "
+    elif n := len(train_log(run)): s += (f" No phase transition: in its {n} logged records the MLM loss never "
                                              "drops faster than before and after.")
     return s
 
 # %% ../../nbs/10c_report.ipynb #41df7621
-def report_sections(run_dir, figures_dir=None) -> list[dict]:
+def report_sections(run, figures_dir=None) -> list[dict]:
     ("Each figure or table for the report, with its verdict on this run (its own, or its module's; Tables 4-6 from "
      "`figures_dir`).")
-    out = [dict(r, verdict=_pretraining_verdict(run_dir) if r["file"].startswith("fig2a") else "") for r in CORE_REPORT]
+    out = [dict(r, verdict=_pretraining_verdict(run) if r["file"].startswith("fig2a") else "") for r in CORE_REPORT]
     for a in available_analyses():
         m = analysis_module(a)
-        if not done_steps(run_dir, a) and m.applies_to(run_dir): continue  # not for this series
+        if not done_steps(run, a) and m.applies_to(run): continue  # not for this series
         try:  # the module's verdict, or a figure's own (`verdicts`) where the module has one
             v, own = (
-                (m.verdict(run_dir), getattr(m, "verdicts", lambda _: {})(run_dir))
-                if done_steps(run_dir, a)
+                (m.verdict(run), getattr(m, "verdicts", lambda _: {})(run))
+                if done_steps(run, a)
                 else ("not run on this run yet", {})
             )
         except Exception as e:
@@ -129,13 +129,13 @@ TWINS = {"bert-tiny": "The BERT twin", "electra-tiny": "The ELECTRA twin", "fact
 
 
 # %% ../../nbs/10c_report.ipynb #c4509f80
-def write_report(run_dir, figures_dir="figures", name=None, notes: list[str] | None = None,
+def write_report(run, figures_dir="figures", name=None, notes: list[str] | None = None,
                  series: list[str] | None = None) -> Path:
     ("Write `figures_dir/index.html` (every figure and table present, its paper reference, finding and verdict) and "
-     "`report.json`; `name`: the run as the report names it (default `run_dir`); `notes`: a line per section not drawn "
+     "`report.json`; `name`: the run as the report names it (default `run`); `notes`: a line per section not drawn "
      "and why (`Drawn.lines`); `series`: the series check's flags (copied or jumping checkpoints, `check_series`), "
      "shown first.")
-    figures_dir, name = Path(figures_dir), str(name or run_dir)
+    figures_dir, name = Path(figures_dir), str(name or run)
     e = html.escape
     parts = ["<!doctype html><meta charset='utf-8'><title>embryo report</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}img{max-width:100%}"
@@ -147,7 +147,7 @@ def write_report(run_dir, figures_dir="figures", name=None, notes: list[str] | N
     if series: parts.append("<section id='series-check'><h2>Series check: checkpoints to read with care</h2><ul>"
                             + "".join(f"<li>{e(n)}</li>" for n in series) + "</ul></section>")
     missing, shown = [], []
-    for r in report_sections(run_dir, figures_dir):
+    for r in report_sections(run, figures_dir):
         png, csv = figures_dir / f"{r['file']}.png", figures_dir / f"{r['file']}.csv"
         if not png.exists() and not csv.exists(): missing.append(r["file"]); continue
         shown.append({k: r.get(k, "") for k in ("file", "paper", "caption", "finding", "verdict", "analysis")})
@@ -200,30 +200,30 @@ class Drawn(list):
         return ([f"{s}: not drawn: {why}" for s, why in self.not_drawn.items()]
                 + [f"{s}: failed: {err}" for s, err in self.failed.items()])
 
-def _pretraining(run_dir, figures_dir) -> list[Path]:
+def _pretraining(run, figures_dir) -> list[Path]:
     from embryo.runs.figures import plot_pretraining
-    if not train_log(run_dir):  # a series trained elsewhere (MultiBERTs' folders, say) may record none
-        raise CannotDraw(f"no training log in {run_dir} (logs/train.jsonl): Fig. 2a needs the losses it records")
-    write_transitions(run_dir)  # stored with the run's other results
-    return plot_pretraining(run_dir, figures_dir)
+    if not train_log(run):  # a series trained elsewhere (MultiBERTs' folders, say) may record none
+        raise CannotDraw(f"no training log in {run} (logs/train.jsonl): Fig. 2a needs the losses it records")
+    write_transitions(run)  # stored with the run's other results
+    return plot_pretraining(run, figures_dir)
 
-def redraw_all(run_dir, figures_dir="figures") -> Drawn:
-    ("Redraw the pretraining figure and every analysis's figures of `run_dir` into `figures_dir`; a section that "
+def redraw_all(run, figures_dir="figures") -> Drawn:
+    ("Redraw the pretraining figure and every analysis's figures of `run` into `figures_dir`; a section that "
      "cannot be drawn or fails is noted (`Drawn.lines`) and the rest drawn.")
     from embryo.runs.figures import plot_recipe_curves
-    if not (Path(run_dir) / DB_NAME).exists() and not (Path(run_dir) / "logs").is_dir():
-        where = f"{run_dir} holds no {DB_NAME} and no logs/" if Path(run_dir).is_dir() else ("no run folder at "
-                                                                                             f"{run_dir}")
+    if not (Run.of(run) / DB_NAME).exists() and not (Run.of(run) / "logs").is_dir():
+        where = f"{run} holds no {DB_NAME} and no logs/" if Run.of(run).is_dir() else ("no run folder at "
+                                                                                             f"{run}")
         raise SeriesError(f"{where}: nothing to report; pass a run that was trained or swept (embryo sweep --run "
                           "<run>), or a bundle like figures/run")
     drawn = Drawn()
-    drawn.draw("pretraining", lambda: _pretraining(run_dir, figures_dir))
+    drawn.draw("pretraining", lambda: _pretraining(run, figures_dir))
     recipes = Path(figures_dir) / "recipe_curves.csv"  # committed with the figures: the recipe search behind `tiny`
-    mature = run_config_file(run_dir).exists() and read_run_config(run_dir)[0].endswith("-mature")
+    mature = run_config_file(run).exists() and read_run_config(run)[0].endswith("-mature")
     goal = dict(goal=0.30, goal_label="the mature run's goal") if mature else {}  # issue "findings"
     if recipes.exists(): drawn.draw("recipes", lambda: plot_recipe_curves(recipes, figures_dir, **goal))
     for a in available_analyses():
-        if done_steps(run_dir, a): drawn.draw(a, lambda: analysis_module(a).redraw(run_dir, figures_dir))
+        if done_steps(run, a): drawn.draw(a, lambda: analysis_module(a).redraw(run, figures_dir))
     return drawn
 
 # %% ../../nbs/10c_report.ipynb #856aa6cb

@@ -30,10 +30,10 @@ def save_figure(fig, out_dir, name: str) -> list[Path]:
     return paths
 
 # %% ../../nbs/02b_figures.ipynb #b8d2e3f5
-def figure_dir(run_dir, out_dir=None) -> Path:
+def figure_dir(run, out_dir=None) -> Path:
     "Where a `redraw` writes: `out_dir`, else the run's `figures/`; matplotlib set to draw off-screen (Agg)."
     import matplotlib; matplotlib.use("Agg")
-    return Path(out_dir or Path(run_dir) / "figures")
+    return Path(out_dir or Path(run) / "figures")
 
 # %% ../../nbs/02b_figures.ipynb #f678d503
 STEP_LABEL = "pretraining step (optimizer updates, symlog scale)"
@@ -42,9 +42,9 @@ TRANSITION_LABEL = "loss drop (change point)"
 TRANSITION_STYLE = dict(color="tab:red", ls=":", lw=1.2, alpha=0.8, zorder=1)
 TRANSITION_GID = "loss-transition"  # the marks' id, in the figure and in its SVG
 
-def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run_dir=None):
+def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run=None):
     ("Pretraining steps on `ax`'s x-axis, the same in every figure: symlog (step 0 shows), no negative side, room for "
-     "the first and last markers; `run_dir`'s loss transitions marked.")
+     "the first and last markers; `run`'s loss transitions marked.")
     from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
     hi = max(steps) if steps is not None and len(steps) else ax.dataLim.x1  # the last step drawn
     ax.set_xscale("symlog", linthresh=1, linscale=0.5)
@@ -55,7 +55,7 @@ def step_axis(ax, steps=None, label: str | None = STEP_LABEL, fontsize=None, run
     if label: ax.set_xlabel(label, fontsize=fontsize)
     # a second call on the same axes draws nothing twice
     marked = any(l.get_gid() == TRANSITION_GID for l in ax.lines)
-    for i, t in enumerate(run_transitions(run_dir) if run_dir is not None and not marked else []):
+    for i, t in enumerate(run_transitions(run) if run is not None and not marked else []):
         ax.axvline(t["step"], **TRANSITION_STYLE, label=TRANSITION_LABEL if i == 0 else None, gid=TRANSITION_GID)
     return ax
 
@@ -96,17 +96,17 @@ def gapped(saved, steps, *values) -> tuple[np.ndarray, ...]:
     return (np.insert(s, at, (s[at - 1] + s[at]) / 2), *(np.insert(v, at, np.nan) for v in vs))
 
 # %% ../../nbs/02b_figures.ipynb #1171208a
-def plot_steps(ax, steps, values, run_dir, **kw):
+def plot_steps(ax, steps, values, run, **kw):
     ("Draw `values` over `steps` on `ax`: a marker at every measured step, a line only between consecutive measured "
-     "steps with no checkpoint of `run_dir` unevaluated between them (`gapped`; `run_dir` None: only at NaN values).")
+     "steps with no checkpoint of `run` unevaluated between them (`gapped`; `run` None: only at NaN values).")
     if "marker" not in kw: kw = {"marker": "o", "ms": 3, **kw}
-    line, = ax.plot(*gapped(saved_steps(run_dir) if run_dir is not None else (), steps, values), **kw)
+    line, = ax.plot(*gapped(saved_steps(run) if run is not None else (), steps, values), **kw)
     return line
 
-def fill_steps(ax, steps, lo, hi, run_dir, **kw):
+def fill_steps(ax, steps, lo, hi, run, **kw):
     ("Shade between `lo` and `hi` over `steps` on `ax`, with the gaps `plot_steps` leaves; at a step measured alone, a "
      "bar from `lo` to `hi`.")
-    x, lo, hi = gapped(saved_steps(run_dir) if run_dir is not None else (), steps, lo, hi)
+    x, lo, hi = gapped(saved_steps(run) if run is not None else (), steps, lo, hi)
     band = ax.fill_between(x, lo, hi, **kw)
     ok = np.isfinite(lo); beside = np.r_[False, ok, False]
     alone = ok & ~beside[:-2] & ~beside[2:]  # no measured neighbour: a shade of no width would not show
@@ -122,15 +122,15 @@ def reference_label(what: str) -> str:
 
 
 # %% ../../nbs/02b_figures.ipynb #49fb59af
-def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
+def plot_pretraining(run, out_dir=None) -> list[Path]:
     ("Fig. 2a of the embryology paper for this run: losses and MLM accuracy over steps, the MLM loss's transitions "
      "marked.")
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    run_dir = Path(run_dir)
-    rows = log_records(run_dir / "logs" / "train.jsonl")
-    if not rows: raise FileNotFoundError(f"{run_dir / 'logs' / 'train.jsonl'} has no records: train the run first")
-    sentence = run_sentence_task(run_dir)
+    run = Path(run)
+    rows = log_records(run / "logs" / "train.jsonl")
+    if not rows: raise FileNotFoundError(f"{run / 'logs' / 'train.jsonl'} has no records: train the run first")
+    sentence = run_sentence_task(run)
     step = [r["step"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4))
     # the second loss the log recorded
@@ -140,8 +140,8 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
                         ("mlm_loss", "tab:blue", "mlm loss"),
                         (key, "tab:orange", f"{sentence} loss")):
         if k in rows[0]: ax.plot(step, [r[k] for r in rows], c, label=label)  # a Trainer's log: its loss only
-    step_axis(ax, step, run_dir=run_dir); ax.set_ylabel("loss (nats per prediction)")
-    for t in run_transitions(run_dir):  # the same marks as every figure over steps, with what each drop was
+    step_axis(ax, step, run=run); ax.set_ylabel("loss (nats per prediction)")
+    for t in run_transitions(run):  # the same marks as every figure over steps, with what each drop was
         ax.annotate(f"{t['before']:.2f} -> {t['after']:.2f}", (t["step"], 1), xycoords=("data", "axes fraction"),
                     rotation=90,
                     va="top", ha="right", fontsize=7, color=TRANSITION_STYLE["color"])
@@ -151,8 +151,8 @@ def plot_pretraining(run_dir, out_dir=None) -> list[Path]:
         ax2.set_ylabel("MLM accuracy (fraction of masked tokens)"); ax2.set_ylim(0, 1)
         h2 = ax2.get_legend_handles_labels()[0]
     ax.legend(*legend_entries(ax, h1 + h2), loc="center left", fontsize=8)
-    ax.set_title(f"Fig. 2a: pretraining loss over steps ({run_dir.name})")
-    return save_figure(fig, out_dir or run_dir / "figures", "fig2a_pretraining_loss")
+    ax.set_title(f"Fig. 2a: pretraining loss over steps ({run.name})")
+    return save_figure(fig, out_dir or run / "figures", "fig2a_pretraining_loss")
 
 # %% ../../nbs/02b_figures.ipynb #409f023a
 def recipe_panels(curves) -> list[tuple]:

@@ -72,47 +72,47 @@ def _flocked(target: Path, info: Path, busy, wait: bool = False):
 
 # %% ../../nbs/02a1_lock.ipynb #705197e4
 @contextmanager
-def run_lock(run_dir, wait: bool = False):
-    ("Hold the writer lock of `run_dir` for the block; a second writer gets `RunLocked` naming the holder (or waits, "
+def run_lock(run, wait: bool = False):
+    ("Hold the writer lock of `run` for the block; a second writer gets `RunLocked` naming the holder (or waits, "
      "if `wait`).")
-    run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
-    key = run_dir.resolve()
+    run = Path(run); run.mkdir(parents=True, exist_ok=True)
+    key = run.resolve()
     if key in _held:  # this process holds it already (fixture_run around train)
         _held[key] += 1
         try: yield {}
         finally: _held[key] -= 1
         return
-    f = run_dir / LOCK_FILE
-    busy = lambda h: RunLocked(f"{run_dir} is being written by {holder_text(h)} ({f}); wait for it to finish, or stop "
+    f = run / LOCK_FILE
+    busy = lambda h: RunLocked(f"{run} is being written by {holder_text(h)} ({f}); wait for it to finish, or stop "
                                "it "
                                f"(kill {h.get('pid', '<pid>')}) and rerun: training resumes from its last saved step")
-    with _flocked(run_dir, f, busy, wait) as (before, fd):
+    with _flocked(run, f, busy, wait) as (before, fd):
         _held[key], _lock_fds[key] = 1, fd
         try: yield before
         finally: del _held[key], _lock_fds[key]
 
 # %% ../../nbs/02a1_lock.ipynb #acec6c60
-def training_holder(run_dir) -> dict | None:
-    "Who is training `run_dir` now (pid, host, since; {} if unnamed), or None when nobody is."
+def training_holder(run) -> dict | None:
+    "Who is training `run` now (pid, host, since; {} if unnamed), or None when nobody is."
     import fcntl
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir() or run_dir.resolve() in _held: return None
-    fd = os.open(run_dir, os.O_RDONLY)
+    run = Path(run)
+    if not run.is_dir() or run.resolve() in _held: return None
+    fd = os.open(run, os.O_RDONLY)
     try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError: return _lock_holder(run_dir / LOCK_FILE)
+    except BlockingIOError: return _lock_holder(run / LOCK_FILE)
     finally: os.close(fd)
     return None
 
 # %% ../../nbs/02a1_lock.ipynb #7ec0a4db
 @contextmanager
-def sweep_lock(run_dir, shard: str | None = None):
-    ("Hold the lock of one sweep of `run_dir` (of its `shard`'s results); a second gets `RunLocked` naming the first. "
+def sweep_lock(run, shard: str | None = None):
+    ("Hold the lock of one sweep of `run` (of its `shard`'s results); a second gets `RunLocked` naming the first. "
      "The lock is on what the sweep reads or writes, not on a file of its own that deleting would bypass: the run's "
      "checkpoints/ folder, or the shard's database; `.sweep.lock` only names the holder.")
-    f = Path(run_dir) / (SWEEP_LOCK if shard is None else f".sweep.{shard}.lock")
-    target = Path(run_dir) / ("checkpoints" if shard is None else shard)
+    f = Path(run) / (SWEEP_LOCK if shard is None else f".sweep.{shard}.lock")
+    target = Path(run) / ("checkpoints" if shard is None else shard)
     if shard is None and not target.is_dir(): target = f  # no checkpoints/ to lock: the file is all there is
-    busy = lambda h: RunLocked(f"{run_dir} is being swept by {holder_text(h)} ({f}): wait for it to finish and rerun, "
+    busy = lambda h: RunLocked(f"{run} is being swept by {holder_text(h)} ({f}): wait for it to finish and rerun, "
                                f"which skips what it did, or stop it (kill {h.get('pid', '<pid>')}) and rerun: "
                                "finished jobs are kept")
     with _flocked(target, f, busy) as (before, _): yield before
@@ -121,20 +121,20 @@ def sweep_lock(run_dir, shard: str | None = None):
 TENSORBOARD_DIR = "tensorboard"  # the run's TensorBoard event files (`embryo pretrain --tensorboard`, notebook 03)
 
 # %% ../../nbs/02a1_lock.ipynb #7fc5040b
-def clean_run(run_dir) -> list[str]:
+def clean_run(run) -> list[str]:
     ("Under the run's lock: remove what killed writers of the run left, and restore a `step_N.old` whose new copy is "
      "missing.")
-    run_dir, done = Path(run_dir), []
-    ck = run_dir / "checkpoints"
-    for folder in [run_dir, run_dir / "logs", run_dir / "resume", run_dir / TENSORBOARD_DIR, ck,
+    run, done = Path(run), []
+    ck = run / "checkpoints"
+    for folder in [run, run / "logs", run / "resume", run / TENSORBOARD_DIR, ck,
                    *(ck.glob("step_*") if ck.is_dir() else [])]:
         if not folder.is_dir() or folder.is_symlink(): continue
         for p in folder.glob(".*"):
             if p.name == LOCK_FILE: continue
             # the lock: no other writer here
-            if p.name.endswith(".tmp") and (stale_temp(p.name) or folder in (run_dir, ck)):
+            if p.name.endswith(".tmp") and (stale_temp(p.name) or folder in (run, ck)):
                 shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True); done.append(f"removed {p}")
-    for old in [*(ck.glob("step_*.old") if ck.is_dir() else []), run_dir / "resume.old"]:
+    for old in [*(ck.glob("step_*.old") if ck.is_dir() else []), run / "resume.old"]:
         if not old.is_dir(): continue
         final = old.with_name(old.name[:-4])
         if (final / "model.safetensors").exists(): shutil.rmtree(old); done.append(f"removed {old} ({final.name} is "

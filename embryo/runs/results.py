@@ -60,10 +60,10 @@ created_at REAL NOT NULL,
 """
 
 # %% ../../nbs/03a_results.ipynb #897ae19f
-def db_path(run_dir, name: str | None = None) -> Path:
+def db_path(run, name: str | None = None) -> Path:
     ("The results database of a run: `name`, else `$EMBRYO_RESULTS` (a shard's own file), else results.sqlite; a "
      "`.sqlite` path as is.")
-    p = Path(run_dir)
+    p = Path(run)
     return p if p.suffix == ".sqlite" else p / (name or os.environ.get("EMBRYO_RESULTS") or DB_NAME)
 
 # Databases written by earlier versions: before `head` and `settings` existed, heads were packed into metric names
@@ -151,9 +151,9 @@ def _foreign_tables(con) -> list[str]:
     return names if names and "results" not in names else []
 
 @contextmanager
-def connect(run_dir, timeout: float = 60.0):
+def connect(run, timeout: float = 60.0):
     "A connection to the run's database (created on first use) in WAL mode; commits on success, rolls back on error."
-    path = db_path(run_dir)
+    path = db_path(run)
     path.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(path, timeout=timeout, isolation_level=None)  # explicit BEGIN/COMMIT below
     try:
@@ -231,23 +231,23 @@ def _insert_scores(con, analysis: str, step: int, scores: list[dict], now: float
                     [(analysis, step, s["task"], s["key"], s["digest"], s["scores"], now) for s in scores])
 
 # %% ../../nbs/03a_results.ipynb #482dbcf8
-def read_scores(run_dir, analysis: str, task: str | None = None) -> pd.DataFrame:
+def read_scores(run, analysis: str, task: str | None = None) -> pd.DataFrame:
     ("The examples' scores of `analysis` (optionally one task): a row per (step, task, key), `scores` an array, "
      "`examples` its digest.")
     cols = ["step", "task", "key", "examples", "scores"]
-    if not db_path(run_dir).exists(): return pd.DataFrame(columns=cols)
+    if not db_path(run).exists(): return pd.DataFrame(columns=cols)
     sql, args = "SELECT step, task, key, examples, scores FROM scores WHERE analysis=?", [analysis]
     if task is not None: sql += " AND task=?"; args.append(task)
-    with connect(run_dir) as con: df = pd.read_sql_query(sql + " ORDER BY task, key, step", con, params=args)
+    with connect(run) as con: df = pd.read_sql_query(sql + " ORDER BY task, key, step", con, params=args)
     return df.assign(scores=[decode_scores(t) for t in df.scores])
 
 # %% ../../nbs/03a_results.ipynb #40a0f371
-def read_examples(run_dir, analysis: str, task: str, digest: str) -> list[str]:
+def read_examples(run, analysis: str, task: str, digest: str) -> list[str]:
     "The descriptions of the examples that scores with `digest` scored."
-    with connect(run_dir) as con:
+    with connect(run) as con:
         got = con.execute("SELECT items FROM examples WHERE analysis=? AND task=? AND digest=?",
                           (analysis, task, digest)).fetchone()
-    if got is None: raise LookupError(f"{db_path(run_dir)} has no examples {digest} of {analysis}/{task}; the database "
+    if got is None: raise LookupError(f"{db_path(run)} has no examples {digest} of {analysis}/{task}; the database "
                                       f"is incomplete: sweep {analysis} again")
     return json.loads(got[0])
 
@@ -286,14 +286,14 @@ def _insert_results(con, analysis: str, rows: list[tuple[int, dict]], now: float
 TABLES = dict(results=COLUMNS, samples=SAMPLE_COLUMNS, settings=SETTING_COLUMNS, scores=SCORE_COLUMNS)
 UNRECORDED = "unrecorded"  # the options of rows written outside a sweep: not known, so they match no options
 
-def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], samples: Iterable[dict] = (),
+def write_results(run, analysis: str, step: int, rows: Iterable[dict], samples: Iterable[dict] = (),
                   settings: Iterable[dict] = (), scores: Iterable[dict] = ()) -> int:
     """Replace every result, text `samples` (task, item, text), `settings` (task, name, value) and examples' `scores`
     (task, key, scores, examples: `score_rows`) of `analysis` at `step`, in one transaction."""
     rows, samples, settings, scores = list(rows), list(samples), list(settings), [_check_scores(s) for s in scores]
     _check_rows(rows)
     now, step = time.time(), int(step)
-    with connect(run_dir) as con:
+    with connect(run) as con:
         con.execute("BEGIN IMMEDIATE")
         try:
             for t in TABLES: con.execute(f"DELETE FROM {t} WHERE analysis=? AND step=?", (analysis, step))
@@ -313,11 +313,10 @@ def write_results(run_dir, analysis: str, step: int, rows: Iterable[dict], sampl
             con.execute("ROLLBACK"); raise
     return len(rows)
 
-
 # %% ../../nbs/03a_results.ipynb #051449f6
-def read_results(run_dir, analysis: str | None = None, **where) -> pd.DataFrame:
+def read_results(run, analysis: str | None = None, **where) -> pd.DataFrame:
     "The results as a DataFrame (columns as the table), filtered by `analysis` and any column=value (lists allowed)."
-    if not db_path(run_dir).exists(): return pd.DataFrame(columns=COLUMNS)
+    if not db_path(run).exists(): return pd.DataFrame(columns=COLUMNS)
     if analysis is not None: where["analysis"] = analysis
     bad = set(where) - set(COLUMNS)
     if bad: raise ValueError(f"unknown results column(s) {', '.join(sorted(bad))}; the columns are "
@@ -328,13 +327,13 @@ def read_results(run_dir, analysis: str | None = None, **where) -> pd.DataFrame:
         vs = list(v) if isinstance(v, (list, tuple, set)) else [v]
         conds.append(f"{k} IN ({','.join('?' * len(vs))})"); args += vs
     if conds: sql += " WHERE " + " AND ".join(conds)
-    with connect(run_dir) as con:
+    with connect(run) as con:
         return pd.read_sql_query(sql + " ORDER BY analysis, task, metric, layer, head, seed, step", con, params=args)
 
 # %% ../../nbs/03a_results.ipynb #ee0311b4
-def read_settings(run_dir, analysis: str, **where) -> pd.DataFrame:
+def read_settings(run, analysis: str, **where) -> pd.DataFrame:
     "The settings `analysis` ran with, one row per (step, task, name), filtered by any column=value."
-    if not db_path(run_dir).exists(): return pd.DataFrame(columns=SETTING_COLUMNS)
+    if not db_path(run).exists(): return pd.DataFrame(columns=SETTING_COLUMNS)
     bad = set(where) - set(SETTING_COLUMNS)
     if bad: raise ValueError(f"unknown settings column(s) {', '.join(sorted(bad))}; the columns are "
                              f"{', '.join(SETTING_COLUMNS)}")
@@ -342,24 +341,24 @@ def read_settings(run_dir, analysis: str, **where) -> pd.DataFrame:
     for k, v in where.items():
         vs = list(v) if isinstance(v, (list, tuple, set)) else [v]
         conds.append(f"{k} IN ({','.join('?' * len(vs))})"); args += vs
-    with connect(run_dir) as con:
+    with connect(run) as con:
         return pd.read_sql_query(f"SELECT * FROM settings WHERE {' AND '.join(conds)} ORDER BY task, name, step", con,
                                  params=args)
 
 # %% ../../nbs/03a_results.ipynb #e1c788fc
-def read_samples(run_dir, analysis: str, task: str | None = None) -> pd.DataFrame:
+def read_samples(run, analysis: str, task: str | None = None) -> pd.DataFrame:
     "The text samples of `analysis` (optionally one task) as a DataFrame."
-    if not db_path(run_dir).exists(): return pd.DataFrame(columns=SAMPLE_COLUMNS)
+    if not db_path(run).exists(): return pd.DataFrame(columns=SAMPLE_COLUMNS)
     sql, args = "SELECT * FROM samples WHERE analysis=?", [analysis]
     if task is not None: sql += " AND task=?"; args.append(task)
-    with connect(run_dir) as con:
+    with connect(run) as con:
         return pd.read_sql_query(sql + " ORDER BY item, step", con, params=args)
 
 # %% ../../nbs/03a_results.ipynb #98182cc7
-def done_steps(run_dir, analysis: str) -> list[int]:
+def done_steps(run, analysis: str) -> list[int]:
     "The steps that have results of `analysis`."
-    if not db_path(run_dir).exists(): return []
-    with connect(run_dir) as con:
+    if not db_path(run).exists(): return []
+    with connect(run) as con:
         return [r[0]
                 for r in con.execute("SELECT DISTINCT step FROM results WHERE analysis=? ORDER BY step", (analysis,))]
 
@@ -415,10 +414,10 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
 }
 
 # %% ../../nbs/03a_results.ipynb #b4cdf77a
-def describe_results(run_dir) -> pd.DataFrame:
+def describe_results(run) -> pd.DataFrame:
     ("What a run's database holds: per (analysis, task), the steps, layers, heads, seeds and metrics, and what `task` "
      "names there.")
-    df = read_results(run_dir)
+    df = read_results(run)
     if df.empty:
         return pd.DataFrame(columns=["analysis", "task", "steps", "layers", "heads", "seeds", "metrics", "task names"])
     g = df.groupby(["analysis", "task"], sort=True)
@@ -436,14 +435,14 @@ TRANSITION_METRICS = {"drop": "drop", "loss_before": "before", "loss_after": "af
                       # metric -> the field of `embryo.runs.run.transitions`' dicts
                       "end_step": "end_step", "open": "open"}
 
-def write_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
+def write_transitions(run, key: str = "mlm_loss") -> list[dict]:
     ("Store the run's loss transitions (`embryo.runs.run.run_transitions`) as analysis `pretraining`, replacing those "
      "stored before.")
     from embryo.runs.run import run_transitions
-    found, now = run_transitions(run_dir, key), time.time()
+    found, now = run_transitions(run, key), time.time()
     rows = [(t["step"], dict(task=key, metric=m, value=t[f])) for t in found for m, f in TRANSITION_METRICS.items()]
     same = lambda stored: sorted(stored, key=str) == sorted(((s, r["metric"], r["value"]) for s, r in rows), key=str)
-    with connect(run_dir) as con:
+    with connect(run) as con:
         # as stored already (a report of a committed bundle): the file is left as it is
         if same(con.execute("SELECT step, metric, value FROM results WHERE analysis='pretraining' AND task=?", (key,))):
             return found
@@ -456,22 +455,21 @@ def write_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
             con.execute("ROLLBACK"); raise
     return found
 
-
 # %% ../../nbs/03a_results.ipynb #0037fa71
-def log_job(run_dir, analysis: str, step: int, status: str, seconds: float | None = None, error: str | None = None,
+def log_job(run, analysis: str, step: int, status: str, seconds: float | None = None, error: str | None = None,
             notebook: str | None = None, mode: str | None = None):
     "Record the latest attempt of (analysis, step) in the run's `sweep_log`."
-    with connect(run_dir) as con:
+    with connect(run) as con:
         con.execute("INSERT OR REPLACE INTO sweep_log VALUES (?,?,?,?,?,?,?,?)",
                     (analysis, int(step), status, seconds, error, notebook, mode, time.time()))
 
 # %% ../../nbs/03a_results.ipynb #87b3b8d2
-def read_log(run_dir) -> pd.DataFrame:
+def read_log(run) -> pd.DataFrame:
     "The sweep log of the run (latest attempt per analysis and step)."
-    if not db_path(run_dir).exists():
+    if not db_path(run).exists():
         return pd.DataFrame(columns=["analysis", "step", "status", "seconds", "error", "notebook", "mode",
                                      "created_at"])
-    with connect(run_dir) as con:
+    with connect(run) as con:
         return pd.read_sql_query("SELECT * FROM sweep_log ORDER BY analysis, step", con)
 
 # %% ../../nbs/03a_results.ipynb #ec5d2cd9
@@ -483,22 +481,22 @@ def options_digest(options_text: str) -> str:
     return text_digest(options_text)
 
 # %% ../../nbs/03a_results.ipynb #5f90bc33
-def set_computed_with(run_dir, analysis: str, step: int, options_text: str | None):
+def set_computed_with(run, analysis: str, step: int, options_text: str | None):
     "Record what the results of (analysis, step) were computed with; `None` marks the job as running."
     digest = RUNNING if options_text is None else options_digest(options_text)
-    with connect(run_dir) as con:
+    with connect(run) as con:
         con.execute("INSERT OR REPLACE INTO computed_with VALUES (?,?,?,?,?)",
                     (analysis, int(step), digest, options_text or "", time.time()))
 
 # %% ../../nbs/03a_results.ipynb #2d3e0c06
-def computed_with(run_dir, analysis: str) -> dict[int, tuple[str, str]]:
+def computed_with(run, analysis: str) -> dict[int, tuple[str, str]]:
     ("For each step with results of `analysis`: (digest, options text) they were computed with (the defaults where "
      "unrecorded).")
-    if not db_path(run_dir).exists(): return {}
-    with connect(run_dir) as con:
+    if not db_path(run).exists(): return {}
+    with connect(run) as con:
         rec = {s: (d, o) for s, d, o in con.execute("SELECT step, digest, options FROM computed_with WHERE analysis=?",
                                                     (analysis,))}
-    return {s: rec.get(s, (options_digest(DEFAULTS), DEFAULTS)) for s in done_steps(run_dir, analysis)}
+    return {s: rec.get(s, (options_digest(DEFAULTS), DEFAULTS)) for s in done_steps(run, analysis)}
 
 # %% ../../nbs/03a_results.ipynb #19ef89f5
 def _step_groups(con, db: str = "main") -> dict:
@@ -522,10 +520,10 @@ def _copy_step(con, g: tuple, counts: dict):
 
 
 # %% ../../nbs/03a_results.ipynb #e946e69e
-def merge_results(run_dir, sources: Iterable) -> dict:
-    ("Copy the results, samples, settings and sweep log of each source database (or run folder) into `run_dir`'s main "
+def merge_results(run, sources: Iterable) -> dict:
+    ("Copy the results, samples, settings and sweep log of each source database (or run folder) into `run`'s main "
      "database.")
-    target = db_path(run_dir, DB_NAME)  # the main file, whatever shard this process writes
+    target = db_path(run, DB_NAME)  # the main file, whatever shard this process writes
     counts = dict(results=0, samples=0, settings=0, scores=0, sweep_log=0)
     for src in sources:
         src = db_path(src, DB_NAME)

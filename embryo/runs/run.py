@@ -32,9 +32,9 @@ class CheckpointNotFound(LookupError):
     "A step that has no checkpoint in the run; the message lists the steps that exist."
 
 # %% ../../nbs/02a_run.ipynb #4c835b4c
-def _checkpoint_folders(run_dir) -> dict[int, Path]:
+def _checkpoint_folders(run) -> dict[int, Path]:
     "Each step's complete checkpoint folder: `step_N`, or `step_N.old` where a save was killed between its two renames."
-    ck, out = Path(run_dir) / "checkpoints", {}
+    ck, out = Path(run) / "checkpoints", {}
     if not ck.is_dir(): return out
     for p in sorted(ck.iterdir(), key=lambda p: p.name.endswith(".old")):  # step_N first, its .old only in its place
         name = p.name[:-4] if p.name.endswith(".old") else p.name
@@ -43,12 +43,12 @@ def _checkpoint_folders(run_dir) -> dict[int, Path]:
     return out
 
 # %% ../../nbs/02a_run.ipynb #8d5b54fc
-def checkpoint_dir(run_dir, step: int) -> Path: return Path(run_dir) / "checkpoints" / f"step_{step:07d}"
+def checkpoint_dir(run, step: int) -> Path: return Path(run) / "checkpoints" / f"step_{step:07d}"
 
 # %% ../../nbs/02a_run.ipynb #332b8cf8
-def list_steps(run_dir) -> list[int]:
-    "The steps that have a complete checkpoint in `run_dir` (a `step_N.old` left by a killed save counts as step N)."
-    return sorted(_checkpoint_folders(run_dir))
+def list_steps(run) -> list[int]:
+    "The steps that have a complete checkpoint in `run` (a `step_N.old` left by a killed save counts as step N)."
+    return sorted(_checkpoint_folders(run))
 
 # %% ../../nbs/02a_run.ipynb #b34fa8b4
 def _steps_text(steps):
@@ -59,38 +59,38 @@ def _steps_text(steps):
     )
 
 # %% ../../nbs/02a_run.ipynb #bd29f43e
-def _no_checkpoints(run_dir) -> str:
-    "Why `run_dir` has no checkpoint to give: it is not there, or nothing was trained into it yet."
-    if not Path(run_dir).is_dir(): return (f"no run folder at {run_dir}: pass the folder of a run (embryo pretrain "
+def _no_checkpoints(run) -> str:
+    "Why `run` has no checkpoint to give: it is not there, or nothing was trained into it yet."
+    if not Path(run).is_dir(): return (f"no run folder at {run}: pass the folder of a run (embryo pretrain "
                                            "makes one)")
-    return f"{run_dir} has no checkpoints; train it first (embryo pretrain --run-dir {run_dir})"
+    return f"{run} has no checkpoints; train it first (embryo pretrain --run-dir {run})"
 
 # %% ../../nbs/02a_run.ipynb #86f581a1
-def find_checkpoint(run_dir, step: int) -> Path:
+def find_checkpoint(run, step: int) -> Path:
     "The checkpoint folder of `step`, or `CheckpointNotFound` naming the steps that exist."
-    p = checkpoint_dir(run_dir, step)
+    p = checkpoint_dir(run, step)
     if (p / "model.safetensors").exists(): return p
-    if step in (found := _checkpoint_folders(run_dir)): return found[step]
+    if step in (found := _checkpoint_folders(run)): return found[step]
     if (p / "pytorch_model.bin").exists():
         raise CheckpointNotFound(f"{p} holds only pytorch_model.bin, a pickle file that can run code when loaded, so "
                                  "embryo refuses it; convert it once to safetensors (transformers: from_pretrained, "
                                  "then save_pretrained(folder, safe_serialization=True)) if you trust its source")
-    steps = list_steps(run_dir)
-    if not steps: raise CheckpointNotFound(_no_checkpoints(run_dir))
-    raise CheckpointNotFound(f"{run_dir} has no checkpoint for step {step}; it has {_steps_text(steps)}. "
+    steps = list_steps(run)
+    if not steps: raise CheckpointNotFound(_no_checkpoints(run))
+    raise CheckpointNotFound(f"{run} has no checkpoint for step {step}; it has {_steps_text(steps)}. "
                              "Pass one of those, or run the pretraining further.")
 
 # %% ../../nbs/02a_run.ipynb #9eafbeac
-def load_checkpoint(run_dir, step: int, device="cpu", mlm: bool = False) -> torch.nn.Module:
+def load_checkpoint(run, step: int, device="cpu", mlm: bool = False) -> torch.nn.Module:
     """The model saved at `step` of the run, in eval mode: ours (ALBERT, BERT-shaped ALBERT; of an ELECTRA run the
     discriminator, or the generator with `mlm`), or any other transformers encoder (`load_hf_model`, below)."""
-    folder = find_checkpoint(run_dir, step)
+    folder = find_checkpoint(run, step)
     kind = checkpoint_kind(folder)
     if kind == "electra": model = load_electra(folder, GENERATOR if mlm else "discriminator", device)
     elif kind == "albert": model = load_pretrained(folder, map_location=device)
     else: model = load_hf_model(folder, device)
     check_weights(model, folder)  # below: a model its weights fill, and a tokenizer that fits it
-    if (n := _vocabulary_size(run_dir)) is not None: check_vocabulary(n, model.config.vocab_size, run_dir)
+    if (n := _vocabulary_size(run)) is not None: check_vocabulary(n, model.config.vocab_size, run)
     return model
 
 # %% ../../nbs/02a_run.ipynb #1949e4c3
@@ -129,47 +129,47 @@ def replace_dir(tmp: Path, final: Path):
 MODEL_CARD = "README.md"
 
 # %% ../../nbs/02a_run.ipynb #82431ac8
-def save_checkpoint(model, run_dir, step: int, card=None) -> Path:
+def save_checkpoint(model, run, step: int, card=None) -> Path:
     """Write the weights of `step` and the run's tokenizer files as a complete Hugging Face checkpoint folder,
     atomically (a temporary name of this writer's own); `card(folder)`, if given, is the text of its model card
     (`MODEL_CARD`), made from the finished folder before it is renamed into place."""
-    final = checkpoint_dir(run_dir, step)
+    final = checkpoint_dir(run, step)
     tmp = final.with_name(f".{final.name}.{temp_tag()}.tmp")
     if tmp.exists(): shutil.rmtree(tmp)
     model.save_pretrained(tmp)
     for folder in (tmp, tmp / GENERATOR):  # an ELECTRA checkpoint's generator is a model folder of its own
         for name in HF_TOKENIZER_FILES if (folder / "config.json").exists() else ():
-            if (Path(run_dir) / name).exists(): shutil.copyfile(Path(run_dir) / name, folder / name)
+            if (Path(run) / name).exists(): shutil.copyfile(Path(run) / name, folder / name)
     if card is not None: atomic_write(tmp / MODEL_CARD, card(tmp))
     replace_dir(tmp, final)
     return final
 
 # %% ../../nbs/02a_run.ipynb #0bb182b6
-def resolve_step(run_dir, step: int | str | None = None) -> int:
+def resolve_step(run, step: int | str | None = None) -> int:
     ("`step` as an int, once its checkpoint is found; None: the run's last one (`CheckpointNotFound` naming those "
      "there are).")
     if step is not None:
-        find_checkpoint(run_dir, int(step))  # a step that is not there: one line, with the steps that are
+        find_checkpoint(run, int(step))  # a step that is not there: one line, with the steps that are
         return int(step)
-    steps = list_steps(run_dir)
-    if not steps: raise CheckpointNotFound(_no_checkpoints(run_dir))
+    steps = list_steps(run)
+    if not steps: raise CheckpointNotFound(_no_checkpoints(run))
     return steps[-1]
 
 # %% ../../nbs/02a_run.ipynb #7b22023d
-def notebook_run(run_dir, step, figures_dir, fixture) -> tuple[Path, int, Path]:
-    ("A papermill notebook's parameters as the run they name: (`run_dir`, or `fixture()` where None; its step, "
-     "`resolve_step`'s; `figures_dir`, or `<run_dir>/figures`), printed on one line.")
-    run_dir = Path(run_dir) if run_dir else Path(fixture())
-    step, figures_dir = resolve_step(run_dir, step), Path(figures_dir) if figures_dir else run_dir / "figures"
-    print(f"run {run_dir}, step {step}, figures in {figures_dir}")
-    return run_dir, step, figures_dir
+def notebook_run(run, step, figures_dir, fixture) -> tuple[Path, int, Path]:
+    ("A papermill notebook's parameters as the run they name: (`run`, or `fixture()` where None; its step, "
+     "`resolve_step`'s; `figures_dir`, or `<run>/figures`), printed on one line.")
+    run = Path(run) if run else Path(fixture())
+    step, figures_dir = resolve_step(run, step), Path(figures_dir) if figures_dir else run / "figures"
+    print(f"run {run}, step {step}, figures in {figures_dir}")
+    return run, step, figures_dir
 
 # %% ../../nbs/02a_run.ipynb #b2e4d6f8
-def masked_lm_at(run_dir, step: int | str | None = None, device="cpu") -> tuple[Path, int, "Tokenizer", torch.nn.Module]:
+def masked_lm_at(run, step: int | str | None = None, device="cpu") -> tuple[Path, int, "Tokenizer", torch.nn.Module]:
     ("(run folder, step, tokenizer, masked LM in eval mode) of checkpoint `step` (None: the last; a step that is not "
      "there: `CheckpointNotFound`).")
-    step = resolve_step(run_dir, step)
-    return Path(run_dir), step, load_tokenizer(run_dir), load_checkpoint(run_dir, step, device, mlm=True).eval()
+    step = resolve_step(run, step)
+    return Path(run), step, load_tokenizer(run), load_checkpoint(run, step, device, mlm=True).eval()
 
 # %% ../../nbs/02a_run.ipynb #a17076c4
 def read_config(f: Path) -> dict:
@@ -183,11 +183,11 @@ def read_config(f: Path) -> dict:
         ) from None
 
 # %% ../../nbs/02a_run.ipynb #88f56226
-def read_run_config(run_dir) -> tuple[str, ModelConfig, TrainConfig]:
+def read_run_config(run) -> tuple[str, ModelConfig, TrainConfig]:
     ("The preset, model and training config a run was made with (its `pretrain_config.json`, or an old run's "
      "`config.json`).")
-    f = run_config_file(run_dir)
-    if not f.exists(): raise FileNotFoundError(f"{f} does not exist: {run_dir} is not a pretraining run folder")
+    f = run_config_file(run)
+    if not f.exists(): raise FileNotFoundError(f"{f} does not exist: {run} is not a pretraining run folder")
     cfg = read_config(f)
     return cfg["preset"], ModelConfig(**cfg["model"]), TrainConfig(**cfg["train"])
 
@@ -209,12 +209,12 @@ def log_records(f: Path, upto: int = 1 << 62) -> list[dict]:
     return rows
 
 # %% ../../nbs/02a_run.ipynb #342bbff4
-def train_log(run_dir) -> list[dict]:
+def train_log(run) -> list[dict]:
     "Every record of the run's training log (`logs/train.jsonl`): step, losses, accuracies, learning rate, tokens/s."
-    return log_records(Path(run_dir) / "logs" / "train.jsonl", 1 << 62)
+    return log_records(Path(run) / "logs" / "train.jsonl", 1 << 62)
 
 # %% ../../nbs/02a_run.ipynb #52563944
-def transitions(run_dir_or_rows, key: str = "mlm_loss",
+def transitions(run_or_rows, key: str = "mlm_loss",
                 per_decade: int = 20,      # grid points per decade of steps
                 smooth: float = 0.1,       # Gaussian smoothing, in decades of steps
                 penalty: float = 3.0,      # PELT's cost of one more change point (variance of the pace x grid points)
@@ -229,7 +229,7 @@ def transitions(run_dir_or_rows, key: str = "mlm_loss",
      "drop): change points in its pace per log-step (PELT, L2 cost).")
     import ruptures
     from scipy.ndimage import gaussian_filter1d
-    rows = train_log(run_dir_or_rows) if isinstance(run_dir_or_rows, (str, Path)) else list(run_dir_or_rows)
+    rows = train_log(run_or_rows) if isinstance(run_or_rows, (str, os.PathLike)) else list(run_or_rows)
     rows = [r for r in rows if r["step"] > 0 and key in r and np.isfinite(r[key])]  # step 0 has no log-step
     if len(rows) < 4: return []
     steps, loss = np.array([r["step"] for r in rows], dtype=float), np.array([r[key] for r in rows], dtype=float)
@@ -283,10 +283,10 @@ TRANSITIONS_METHOD = ("PELT, L2 cost on the pace per log10 step, open drops at t
                       "(embryo.runs.run.transitions)")
 
 # %% ../../nbs/02a_run.ipynb #7298fb33
-def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
+def run_transitions(run, key: str = "mlm_loss") -> list[dict]:
     ("The run's `transitions` with default settings, cached in `logs/transitions.json` and recomputed when the log has "
      "grown.")
-    log = Path(run_dir) / "logs" / "train.jsonl"
+    log = Path(run) / "logs" / "train.jsonl"
     if not log.exists(): return []
     f, size = log.parent / TRANSITIONS_FILE, log.stat().st_size
     try:
@@ -294,7 +294,7 @@ def run_transitions(run_dir, key: str = "mlm_loss") -> list[dict]:
         if cached["log_bytes"] == size and cached["key"] == key and cached["method"] == TRANSITIONS_METHOD:
             return cached["transitions"]
     except (OSError, ValueError, KeyError): pass
-    found = transitions(run_dir, key)
+    found = transitions(run, key)
     try: atomic_write(f, json.dumps(dict(key=key, log_bytes=size, method=TRANSITIONS_METHOD,
                                          transitions=found), indent=1) + "\n")
     except OSError: pass  # a run folder we may not write to: the transitions are still drawn
@@ -435,16 +435,16 @@ def check_weights(model, folder):
                               "step out (--steps) or train again from an earlier checkpoint")
 
 # %% ../../nbs/02a_run.ipynb #bcad9bf8
-def check_vocabulary(n_pieces: int, rows: int, run_dir):
+def check_vocabulary(n_pieces: int, rows: int, run):
     "A `TokenizerError` where a tokenizer of `n_pieces` cannot be the one of a model with `rows` embedding rows."
     if n_pieces > rows or n_pieces < rows // 2:
-        raise TokenizerError(f"the tokenizer of {run_dir} has {n_pieces:,} pieces but its model has {rows:,} "
+        raise TokenizerError(f"the tokenizer of {run} has {n_pieces:,} pieces but its model has {rows:,} "
                                f"embedding rows: they belong to different models; put the series' own tokenizer in "
-                               f"{run_dir} (tokenizer.save_pretrained)")
+                               f"{run} (tokenizer.save_pretrained)")
 
-def _vocabulary_size(run_dir) -> int | None:
+def _vocabulary_size(run) -> int | None:
     "The number of pieces of the run's tokenizer, or None where it has none (a model made by hand)."
-    try: return len(load_tokenizer(run_dir))
+    try: return len(load_tokenizer(run))
     except TokenizerError: return None
 
 # %% ../../nbs/02a_run.ipynb #fb8ba9b4
@@ -471,11 +471,15 @@ class Run(os.PathLike):
     def of(cls, run) -> Run: return run if isinstance(run, Run) else cls(run)
     def __fspath__(self): return str(self.path)
     def __truediv__(self, other): return self.path / other
-    def __eq__(self, other): return isinstance(other, Run) and self.path == other.path
+    # equal to its own folder, as a Run, a Path or a str
+    def __eq__(self, other): return isinstance(other, (Run, str, os.PathLike)) and self.path == Path(other)
     def __hash__(self): return hash(self.path)
     def __repr__(self): return f"Run({str(self.path)!r})"
     def __str__(self): return str(self.path)  # messages name the folder
     name = property(lambda self: self.path.name)
+    def __getattr__(self, attr):  # a Run reads as its folder: run.exists(), run.parent, run.glob("*.json")
+        if attr.startswith("_") or attr == "path": raise AttributeError(attr)
+        return getattr(self.path, attr)
 
     @property
     def settings(self) -> dict:
@@ -505,13 +509,13 @@ class Run(os.PathLike):
     figures = property(lambda self: self.path / FIGURES_DIR)
 
 # %% ../../nbs/02a_run.ipynb #96d40a63
-def run_model_type(run_dir) -> str:
+def run_model_type(run) -> str:
     ("The model type a run trained (albert, which includes BERT, or electra); albert for a folder without readable "
      "settings.")
-    try: return Run.of(run_dir).model_type
+    try: return Run.of(run).model_type
     except (OSError, ValueError): return "albert"
 
-def run_sentence_task(run_dir) -> str:
+def run_sentence_task(run) -> str:
     "The sentence-level task the run trained (sop, nsp or none); sop for a folder without readable settings."
-    try: return Run.of(run_dir).sentence_task
+    try: return Run.of(run).sentence_task
     except (OSError, ValueError): return "sop"

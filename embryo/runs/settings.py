@@ -10,9 +10,8 @@ from ..config import TrainConfig, atomic_write, run_config_file, migrate_run_con
 from .run import checkpoint_dir, list_steps, read_config, read_run_config
 from ..text import data as D
 from ..text.corpora import CORPORA, fetch
-from ..text.corpus import CorpusError
+from ..text.corpus import CorpusError, DATASET_EXT
 from ..text.tokenizer import HF_TOKENIZER_FILES, hf_tokenizer_files
-from ..text.corpus import DATASET_EXT
 
 # %% auto #0
 __all__ = ['CORPUS_FORMS', 'checkpoint_steps', 'saved_steps', 'corpus_file', 'write_tokenizer_files', 'complete_run']
@@ -31,11 +30,11 @@ def checkpoint_steps(tc: TrainConfig) -> list[int]:
     return sorted(steps)
 
 # %% ../../nbs/02a2_settings.ipynb #6db73e21
-def saved_steps(run_dir) -> list[int]:
-    ("The steps `run_dir` saves a checkpoint at: its settings' schedule (`checkpoint_steps`), and the checkpoints its "
+def saved_steps(run) -> list[int]:
+    ("The steps `run` saves a checkpoint at: its settings' schedule (`checkpoint_steps`), and the checkpoints its "
      "folder holds (all there are, for a series without settings).")
-    steps = set(list_steps(run_dir))
-    if run_config_file(run_dir).exists(): steps.update(checkpoint_steps(read_run_config(run_dir)[2]))
+    steps = set(list_steps(run))
+    if run_config_file(run).exists(): steps.update(checkpoint_steps(read_run_config(run)[2]))
     return sorted(steps)
 
 # %% ../../nbs/02a2_settings.ipynb #4c07f483
@@ -66,30 +65,30 @@ def corpus_file(tc: TrainConfig) -> Path | str:
     raise CorpusError(f"corpus {tc.corpus!r} does not exist; pass {CORPUS_FORMS} (embryo pretrain --set corpus=...)")
 
 # %% ../../nbs/02a2_settings.ipynb #d1e2a5c7
-def write_tokenizer_files(run_dir, model_max_length: int = 512) -> list[str]:
+def write_tokenizer_files(run, model_max_length: int = 512) -> list[str]:
     ("Write the Hugging Face tokenizer files of the run's `spiece.model` into the run folder (those missing); returns "
      "their names.")
-    run_dir = Path(run_dir)
-    missing = [n for n in HF_TOKENIZER_FILES if not (run_dir / n).exists()]
+    run = Path(run)
+    missing = [n for n in HF_TOKENIZER_FILES if not (run / n).exists()]
     if missing:
-        for name, b in hf_tokenizer_files(run_dir, model_max_length).items():
-            if name in missing: atomic_write(run_dir / name, b)
+        for name, b in hf_tokenizer_files(run, model_max_length).items():
+            if name in missing: atomic_write(run / name, b)
     return missing
 
 # %% ../../nbs/02a2_settings.ipynb #5fc5c1da
-def complete_run(run_dir) -> dict:
+def complete_run(run) -> dict:
     ("Bring a run made by an older embryo up to date: settings in `pretrain_config.json`, tokenizer files in the run "
      "and every checkpoint.")
-    run_dir = Path(run_dir)
-    done = dict(renamed_config=migrate_run_config(run_dir) is not None, checkpoints=0)
-    if not (run_dir / "spiece.model").exists(): return done  # not our run: nothing to copy from
-    f = run_config_file(run_dir)
+    run = Path(run)
+    done = dict(renamed_config=migrate_run_config(run) is not None, checkpoints=0)
+    if not (run / "spiece.model").exists(): return done  # not our run: nothing to copy from
+    f = run_config_file(run)
     n_pos = read_config(f)["model"].get("max_position_embeddings", 512) if f.exists() else 512
-    done["run_files"] = write_tokenizer_files(run_dir, n_pos)
-    for step in list_steps(run_dir):
-        ck = checkpoint_dir(run_dir, step)
+    done["run_files"] = write_tokenizer_files(run, n_pos)
+    for step in list_steps(run):
+        ck = checkpoint_dir(run, step)
         if ck.is_symlink(): continue  # a user's own checkpoint folder, linked in by the sweep: not ours to write into
         missing = [n for n in HF_TOKENIZER_FILES if not (ck / n).exists()]
-        for n in missing: atomic_write(ck / n, (run_dir / n).read_bytes())
+        for n in missing: atomic_write(ck / n, (run / n).read_bytes())
         done["checkpoints"] += bool(missing)
     return done

@@ -426,25 +426,25 @@ def injections(facts: Sequence[Fact], tok, batch_size: int, steps: range) -> dic
     return out
 
 # %% ../../nbs/02c_facts.ipynb #209fdbe2
-def write_facts(run_dir, facts: Sequence[Fact]) -> Path:
-    "Write the run's facts (with their steps) to `<run_dir>/facts.jsonl`."
-    path = Path(run_dir) / FACTS_FILE
+def write_facts(run, facts: Sequence[Fact]) -> Path:
+    "Write the run's facts (with their steps) to `<run>/facts.jsonl`."
+    path = Path(run) / FACTS_FILE
     atomic_write(path, "".join(json.dumps(asdict(f), ensure_ascii=False) + "\n" for f in facts))
     return path
 
-def read_facts(run_dir) -> list[Fact]:
+def read_facts(run) -> list[Fact]:
     "The run's injected facts, or a clear error if it was trained without them."
-    path = Path(run_dir) / FACTS_FILE
-    if not path.exists(): raise FileNotFoundError(f"{path} does not exist: {run_dir} was trained without facts "
+    path = Path(run) / FACTS_FILE
+    if not path.exists(): raise FileNotFoundError(f"{path} does not exist: {run} was trained without facts "
                                                   "(TrainConfig.facts=0); train one with --preset tiny-facts")
     return [Fact(**json.loads(l)) for l in path.read_text().splitlines() if l.strip()]
 
 # %% ../../nbs/02c_facts.ipynb #54cd2cb1
-def prepare_facts(run_dir, tok, tc) -> list[Fact]:
+def prepare_facts(run, tok, tc) -> list[Fact]:
     ("The facts of a run with `TrainConfig` `tc`: read from `facts.jsonl` if it is there, else chosen, scheduled "
      "and written.")
-    if (Path(run_dir) / FACTS_FILE).exists(): return read_facts(run_dir)
+    if (Path(run) / FACTS_FILE).exists(): return read_facts(run)
     chosen = choose_facts(tok, tc.facts, tc.seed, tc.phase1_seq_length or tc.max_seq_length)
     facts = schedule(chosen, tc.total_steps, tc.batch_size, tc.seed)
-    write_facts(run_dir, facts)
+    write_facts(run, facts)
     return facts

@@ -91,56 +91,56 @@ def _diff(old: dict, new: dict, prefix="") -> list[str]:
 FIXED_SETTINGS = ("corpus", "tokenizer_vocab_size", "max_seq_length", "seed", "sentence_task", "short_seq_prob")
 
 # %% ../../nbs/02e_batches.ipynb #54bec905
-def _progress(run_dir) -> bool:
+def _progress(run) -> bool:
     "Whether the run has saved anything to resume from (a checkpoint or a resume point)."
-    return bool(list_steps(run_dir)) or any((Path(run_dir) / n).exists() for n in ("resume", "resume.old"))
+    return bool(list_steps(run)) or any((Path(run) / n).exists() for n in ("resume", "resume.old"))
 
 # %% ../../nbs/02e_batches.ipynb #92aa3464
-def _resume_step(run_dir) -> int | None:
-    f = Path(run_dir) / "resume" / "trainer_state.pt"
+def _resume_step(run) -> int | None:
+    f = Path(run) / "resume" / "trainer_state.pt"
     try: return int(torch.load(f, map_location="cpu", weights_only=True)["step"])
     except Exception: return None
 
 # %% ../../nbs/02e_batches.ipynb #4404786b
-def run_config(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False) -> dict:
+def run_config(run, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False) -> dict:
     ("Write `pretrain_config.json` for a new run (or one with no checkpoint yet), or check that an existing run has "
      "the same settings.")
     cfg = dict(preset=preset, model=mc.to_dict(), train=json.loads(json.dumps(tc.to_dict())))
-    migrate_run_config(run_dir)  # a run made before the rename keeps its settings under the new name
-    f = run_config_file(run_dir)
+    migrate_run_config(run)  # a run made before the rename keeps its settings under the new name
+    f = run_config_file(run)
     if not f.exists():
-        old_file = Path(run_dir) / "config.json"
+        old_file = Path(run) / "config.json"
         # an old run whose settings file is garbage: say so
-        if old_file.exists() and _progress(run_dir): read_config(old_file)
+        if old_file.exists() and _progress(run): read_config(old_file)
         atomic_write(f, json.dumps(cfg, indent=2) + "\n"); return cfg
     old = read_config(f)
     old.get("train", {}).setdefault("precision", "auto")  # runs made before the setting existed: bf16 on a GPU, as auto
     history = old.pop("history", [])
     diff = _diff(old, cfg)
     if not diff: return dict(cfg, history=history) if history else cfg
-    if not _progress(run_dir):  # nothing trained with the old settings: take the new ones
-        print(f"{run_dir} has no checkpoint yet, so it is reconfigured ({'; '.join(diff)})", flush=True)
+    if not _progress(run):  # nothing trained with the old settings: take the new ones
+        print(f"{run} has no checkpoint yet, so it is reconfigured ({'; '.join(diff)})", flush=True)
         if any(d.startswith(("train.corpus:", "train.tokenizer_vocab_size:")) for d in diff):
-            (Path(run_dir) / "spiece.model").unlink(missing_ok=True)  # trained on the old corpus, used by no checkpoint
+            (Path(run) / "spiece.model").unlink(missing_ok=True)  # trained on the old corpus, used by no checkpoint
     elif override:
         fixed = [d for d in diff if not d.startswith("train.") or d.split(":")[0][6:] in FIXED_SETTINGS]
         if fixed: raise ConfigError(f"--override cannot change {'; '.join(fixed)}: they define the run's model and "
                                     "data. Pass a new --run folder instead")
-        history = history + [dict(from_step=_resume_step(run_dir) or 0, changed=diff,
+        history = history + [dict(from_step=_resume_step(run) or 0, changed=diff,
                                   at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))]
-        print(f"{run_dir}: overriding {'; '.join(diff)} from step {history[-1]['from_step']} (recorded in {f})",
+        print(f"{run}: overriding {'; '.join(diff)} from step {history[-1]['from_step']} (recorded in {f})",
               flush=True)
     else:
         raise ConfigError(f"{f} was written with other settings ({'; '.join(diff)}). Resume with the same settings; or "
                           "change training settings from the last resume point with `embryo pretrain --run-dir "
-                          f"{run_dir} --override --set NAME=VALUE`, which records the change in {f.name}; or pass a "
+                          f"{run} --override --set NAME=VALUE`, which records the change in {f.name}; or pass a "
                           "new --run folder.")
     if history: cfg = dict(cfg, history=history)
     atomic_write(f, json.dumps(cfg, indent=2) + "\n")
     return cfg
 
 # %% ../../nbs/02e_batches.ipynb #307ce2c4
-def run_corpus(run_dir, corpus, save: bool = True) -> str:
+def run_corpus(run, corpus, save: bool = True) -> str:
     ("`corpus` as the run's config records it: a `datasets.Dataset` is saved into the run as `corpus-<fingerprint>/` "
      "(if `save`).")
     if isinstance(corpus, (str, os.PathLike)): return str(corpus)
@@ -154,7 +154,7 @@ def run_corpus(run_dir, corpus, save: bool = True) -> str:
     if "text" not in corpus.column_names:
         raise CorpusError(f"the corpus Dataset has no 'text' column (its columns are {corpus.column_names}); "
                             "rename the column of one document a row to 'text'")
-    out = Path(run_dir) / f"corpus-{corpus._fingerprint}"
+    out = Path(run) / f"corpus-{corpus._fingerprint}"
     if save and not (out / "dataset_info.json").exists():
         tmp = out.with_name(f".{out.name}.{temp_tag()}.tmp")
         if tmp.exists(): shutil.rmtree(tmp)
@@ -162,27 +162,27 @@ def run_corpus(run_dir, corpus, save: bool = True) -> str:
     return str(out)
 
 # %% ../../nbs/02e_batches.ipynb #753885f5
-def say(on: bool, run_dir, what: str, t0: float | None = None):
+def say(on: bool, run, what: str, t0: float | None = None):
     "One line of what the start of a run is building (or how long it took), when `on`."
     if on:
-        print(f"pretrain {Path(run_dir)}: {what}" + ("" if t0 is None else f" ({time.perf_counter() - t0:.1f} s)"),
+        print(f"pretrain {Path(run)}: {what}" + ("" if t0 is None else f" ({time.perf_counter() - t0:.1f} s)"),
               flush=True)
 
 # %% ../../nbs/02e_batches.ipynb #c68ab5e2
-def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False, verbose: bool = False):
+def prepare_run(run, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False, verbose: bool = False):
     "Config, tokenizer (and its Hugging Face files) and example dataset of a run; returns (tokenizer, dataset)."
-    run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
+    run = Path(run); run.mkdir(parents=True, exist_ok=True)
     given = tc.corpus
-    if not isinstance(given, str): tc = replace(tc, corpus=run_corpus(run_dir, given, save=False))
-    run_config(run_dir, preset, mc, tc, override)
-    if not isinstance(given, str): run_corpus(run_dir, given)  # saved once the config has accepted it
-    t0 = time.perf_counter(); say(verbose, run_dir, f"reading the corpus {tc.corpus} ...")
+    if not isinstance(given, str): tc = replace(tc, corpus=run_corpus(run, given, save=False))
+    run_config(run, preset, mc, tc, override)
+    if not isinstance(given, str): run_corpus(run, given)  # saved once the config has accepted it
+    t0 = time.perf_counter(); say(verbose, run, f"reading the corpus {tc.corpus} ...")
     text = corpus_file(tc)
-    if not (run_dir / "spiece.model").exists():
+    if not (run / "spiece.model").exists():
         cache = tokenizer_cache(text, tc.tokenizer_vocab_size); cached = cache.is_file()  # the corpus hashed once
-        t1 = time.perf_counter(); say(verbose, run_dir, f"{'copying the cached' if cached else 'training a'} "
+        t1 = time.perf_counter(); say(verbose, run, f"{'copying the cached' if cached else 'training a'} "
                                                          f"{tc.tokenizer_vocab_size:,}-piece SentencePiece vocabulary ...")
-        try: cached_tokenizer(text, run_dir, tc.tokenizer_vocab_size, cache)
+        try: cached_tokenizer(text, run, tc.tokenizer_vocab_size, cache)
         except (ValueError, RuntimeError) as e:
             if isinstance(e, CorpusError): raise
             # SentencePiece's own words, without its source line
@@ -190,24 +190,24 @@ def prepare_run(run_dir, preset: str, mc: ModelConfig, tc: TrainConfig, override
             raise CorpusError(f"corpus {text}: no tokenizer of {tc.tokenizer_vocab_size} pieces can be trained on it "
                                 f"(SentencePiece: {why}); give it more text, or a smaller vocabulary "
                                 "(--set vocab_size=N, which sets tokenizer_vocab_size too)") from None
-        say(verbose, run_dir, f"vocabulary {'copied' if cached else 'trained'}", t1)
-    tok = load_tokenizer(run_dir)
+        say(verbose, run, f"vocabulary {'copied' if cached else 'trained'}", t1)
+    tok = load_tokenizer(run)
     if tok.vocab_size != mc.vocab_size:
-        raise ConfigError(f"{run_dir / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is "
+        raise ConfigError(f"{run / 'spiece.model'} has {tok.vocab_size} pieces but the model's vocab_size is "
                           f"{mc.vocab_size}; set vocab_size and tokenizer_vocab_size to the same number")
     # model_max_length: the positions it is trained on, not the table's
-    write_tokenizer_files(run_dir, tc.max_seq_length)
+    write_tokenizer_files(run, tc.max_seq_length)
     if verbose:
         key = D.dataset_key(text, tok, tc.max_seq_length, tc.seed, 1, tc.short_seq_prob, tc.sentence_task)
         cached = (data_dir() / "datasets" / key / "dataset_info.json").exists()
-        say(verbose, run_dir, f"{'loading the cached' if cached else 'building the'} "
+        say(verbose, run, f"{'loading the cached' if cached else 'building the'} "
                                f"{sentence_name(tc.sentence_task)} examples of {tc.max_seq_length} "
                                f"tokens{'' if cached else ' (tokenising the whole corpus, once)'} ...")
     ds = examples_of(tok, tc, tc.max_seq_length)
-    say(verbose, run_dir, f"{len(ds):,} examples ready; corpus, vocabulary and examples took", t0)
+    say(verbose, run, f"{len(ds):,} examples ready; corpus, vocabulary and examples took", t0)
     if tc.facts:  # facts shown at known steps (notebook 06a): chosen once, from this vocabulary and the seed
-        fs = prepare_facts(run_dir, tok, tc)
-        say(verbose, run_dir, f"{len(fs)} facts injected, {sum(f.exposures for f in fs):,} exposures (facts.jsonl)")
+        fs = prepare_facts(run, tok, tc)
+        say(verbose, run, f"{len(fs)} facts injected, {sum(f.exposures for f in fs):,} exposures (facts.jsonl)")
     return tok, ds
 
 # %% ../../nbs/02e_batches.ipynb #85ae62c2

@@ -144,14 +144,14 @@ def _metrics(rec: dict | None, step: int, heldout: dict | None) -> list[str]:
     return out
 
 # %% ../../nbs/02f_cards.ipynb #4ab887e1
-def _loading(folder: Path, files: Path, run_dir: Path, step: int, mc: ModelConfig, tc: TrainConfig) -> list[str]:
+def _loading(folder: Path, files: Path, run: Path, step: int, mc: ModelConfig, tc: TrainConfig) -> list[str]:
     "The card's code that loads the checkpoint, the tokenizer taken from where its files are."
     electra = mc.model_type == "electra"
     has_tok = lambda d: all((Path(d) / n).exists() for n in ("spiece.model", "tokenizer_config.json"))
-    tok = "folder" if has_tok(files) else json.dumps(_shown(run_dir)) if has_tok(run_dir) else None
+    tok = "folder" if has_tok(files) else json.dumps(_shown(run)) if has_tok(run) else None
     if tok is None:
         return [
-            f"No tokenizer files here or in the run folder: `embryo.runs.settings.complete_run({_shown(run_dir)!r})` writes them."
+            f"No tokenizer files here or in the run folder: `embryo.runs.settings.complete_run({_shown(run)!r})` writes them."
         ]
     where = "this folder" if tok == "folder" else "the run folder"
     code = [
@@ -186,7 +186,7 @@ def _loading(folder: Path, files: Path, run_dir: Path, step: int, mc: ModelConfi
         code += [f"`AlbertForPreTraining.from_pretrained(folder)` adds the sentence head ({s}"
                  + (", never trained" if tc.sentence_task == "none"
                     else "") + "); `AutoModel` gives the encoder alone."]
-    code += ["", f"In embryo: `embryo.runs.run.load_checkpoint({_shown(run_dir)!r}, {step})`"
+    code += ["", f"In embryo: `embryo.runs.run.load_checkpoint({_shown(run)!r}, {step})`"
              + (f" (the discriminator; `mlm=True`: the generator)" if electra else "") + "."]
     return code
 
@@ -200,18 +200,18 @@ def _files(files: Path) -> list[str]:
                                 and (d / "config.json").exists()]
 
 # %% ../../nbs/02f_cards.ipynb #5a3f2188
-def model_card(run_dir, step: int, folder=None, files_in=None) -> str:
+def model_card(run, step: int, folder=None, files_in=None) -> str:
     """The model card (`MODEL_CARD`) of checkpoint `step` of the run, from its `pretrain_config.json`, its logs and the
     folder's files: `folder` is where the checkpoint is (by default the run's), `files_in` where its files are while
     they are being written (by default `folder`)."""
-    run_dir = Path(run_dir)
-    folder = Path(folder) if folder is not None else checkpoint_dir(run_dir, step)
+    run = Path(run)
+    folder = Path(folder) if folder is not None else checkpoint_dir(run, step)
     files = Path(files_in) if files_in is not None else folder
-    preset, mc, tc = read_run_config(run_dir)
-    history = read_config(run_config_file(run_dir)).get("history", [])
-    rows = log_records(run_dir / "logs" / "train.jsonl", step)
+    preset, mc, tc = read_run_config(run)
+    history = read_config(run_config_file(run)).get("history", [])
+    rows = log_records(run / "logs" / "train.jsonl", step)
     rec = rows[-1] if rows and step else None
-    ev = run_dir / "logs" / "eval.json"
+    ev = run / "logs" / "eval.json"
     heldout = json.loads(ev.read_text()) if step == tc.total_steps and ev.exists() else None
     electra = mc.model_type == "electra"
     family = "ELECTRA" if electra else "ALBERT in BERT's shape" if bert_shaped(mc) else "ALBERT"
@@ -220,35 +220,35 @@ def model_card(run_dir, step: int, folder=None, files_in=None) -> str:
              *([f"language: {lang}"] if lang else []), "tags:", "- embryo", f"- {mc.model_type}",
              f"- {'replaced-token-detection' if electra else 'masked-lm'}", "- pretrained-from-scratch", "---", ""]
     when = "at step 0, the initialisation" if step == 0 else f"after step {step:,} of {tc.total_steps:,}"
-    intro = [f"# {run_dir.name} at step {step:,}", "",
-             f"A checkpoint of the embryo run `{run_dir.name}` (preset `{preset}`): {family} pretrained from scratch, "
+    intro = [f"# {run.name} at step {step:,}", "",
+             f"A checkpoint of the embryo run `{run.name}` (preset `{preset}`): {family} pretrained from scratch, "
              f"saved {when}, having seen {tokens_seen(step, tc):,} tokens ({batch_at(max(step, 1), tc)} sequences of up to "
              f"{seq_length_at(max(step, 1), tc)} positions a step). embryo reproduces \"Pretrained Language Model "
              "Embryology: The Birth of ALBERT\" and ALBERT, and analyses every checkpoint of such a run. This card is "
              "written by embryo from the run's own settings and logs.", ""]
     recipe = ["## How it was trained", "", "| setting | value |", "|---|---|",
               *[f"| {k} | {v} |" for k, v in _recipe(mc, tc, history, step, rec)], ""]
-    return "\n".join(front + intro + ["## Loading it", "", *_loading(folder, files, run_dir, step, mc, tc), "",
+    return "\n".join(front + intro + ["## Loading it", "", *_loading(folder, files, run, step, mc, tc), "",
                                       "## Files", "", *_files(files), ""] + recipe
                      + ["## At this step", "", *_metrics(rec, step, heldout)]) + "\n"
 
 # %% ../../nbs/02f_cards.ipynb #a50e4b08
-def write_model_card(run_dir, step: int) -> Path:
+def write_model_card(run, step: int) -> Path:
     "Write (or rewrite) the model card of checkpoint `step` of the run into its folder, atomically; returns the card."
-    found = find_checkpoint(run_dir, step)
-    return atomic_write(found / MODEL_CARD, model_card(run_dir, step, checkpoint_dir(run_dir, step), found))
+    found = find_checkpoint(run, step)
+    return atomic_write(found / MODEL_CARD, model_card(run, step, checkpoint_dir(run, step), found))
 
 # %% ../../nbs/02f_cards.ipynb #9acd61fc
-def write_model_cards(run_dir) -> list[Path]:
+def write_model_cards(run) -> list[Path]:
     """Give each checkpoint of the run the card `model_card` makes now, where its card is missing or says something else
     (a run trained before cards existed, or before their latest form); returns the cards written. A series we did not
     train (no `pretrain_config.json`) and checkpoint folders linked in from elsewhere are left alone."""
-    if not run_config_file(run_dir).exists(): return []
+    if not run_config_file(run).exists(): return []
     out = []
-    for step in list_steps(run_dir):
-        found = find_checkpoint(run_dir, step)
+    for step in list_steps(run):
+        found = find_checkpoint(run, step)
         if found.is_symlink(): continue
         f = found / MODEL_CARD
-        if not f.exists() or f.read_text() != model_card(run_dir, step, checkpoint_dir(run_dir, step), found):
-            out.append(write_model_card(run_dir, step))
+        if not f.exists() or f.read_text() != model_card(run, step, checkpoint_dir(run, step), found):
+            out.append(write_model_card(run, step))
     return out

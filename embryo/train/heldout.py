@@ -132,17 +132,17 @@ def training_sample(ds, tc: TrainConfig) -> list[dict]:
     return [ds[int(i)] for i in np.random.default_rng([tc.seed, 1]).choice(len(ds), min(len(ds), tc.eval_sequences),
                                                                             replace=False)]
 
-def heldout_curve(run_dir, steps=None, device: str = "cpu", mask_seed: int | None = None) -> list[dict]:
+def heldout_curve(run, steps=None, device: str = "cpu", mask_seed: int | None = None) -> list[dict]:
     """Held-out MLM accuracy (and its baseline) at each checkpoint of the run (or at `steps`), with the tokens seen by
     then, and the same accuracy on as many training examples (a fixed sample, masked alike): the gap between the two.
     The held-out examples and masks come from `mask_seed` (default: the run's seed), so runs of other seeds can be
     scored on the same masks."""
-    preset, mc, tc = read_run_config(run_dir)
-    tok, ds = prepare_run(run_dir, preset, mc, tc)
+    preset, mc, tc = read_run_config(run)
+    tok, ds = prepare_run(run, preset, mc, tc)
     seen, held = training_sample(ds, tc), replace(tc, seed=tc.seed if mask_seed is None else mask_seed)
     out = []
-    for step in steps if steps is not None else list_steps(run_dir):
-        model = load_checkpoint(run_dir, step, device, mlm=True)
+    for step in steps if steps is not None else list_steps(run):
+        model = load_checkpoint(run, step, device, mlm=True)
         e = evaluate_heldout(model, tok, held, torch.device(device), ds)
         t = evaluate_heldout(model, tok, tc, torch.device(device), ds, examples=seen)
         out.append(dict(step=step, tokens=tokens_seen(step, tc), mlm_accuracy=e["mlm_accuracy"],

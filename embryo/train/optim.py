@@ -148,9 +148,9 @@ def set_rng_state(st: dict):
     if "cuda" in st and torch.cuda.is_available(): torch.cuda.set_rng_state_all(st["cuda"])
 
 # %% ../../nbs/02d_optim.ipynb #ef0673d4
-def save_resume(model, opt, run_dir, step: int, rng: dict | None = None):
+def save_resume(model, opt, run, step: int, rng: dict | None = None):
     "Write `resume/`: the weights and `trainer_state.pt` (optimizer, RNG states `rng` or now, step), atomically."
-    final = Path(run_dir) / "resume"
+    final = Path(run) / "resume"
     tmp = final.with_name(f".resume.{temp_tag()}.tmp")
     if tmp.exists(): shutil.rmtree(tmp)
     model.save_pretrained(tmp)
@@ -159,9 +159,9 @@ def save_resume(model, opt, run_dir, step: int, rng: dict | None = None):
     replace_dir(tmp, final)
 
 # %% ../../nbs/02d_optim.ipynb #7677531a
-def load_resume(model, opt, run_dir) -> int:
+def load_resume(model, opt, run) -> int:
     "Restore weights, optimizer and RNG states from `resume/` (or its `.old` copy after a crash); returns the step."
-    for cand in (Path(run_dir) / "resume", Path(run_dir) / "resume.old"):
+    for cand in (Path(run) / "resume", Path(run) / "resume.old"):
         if (cand / "trainer_state.pt").exists() and (cand / "model.safetensors").exists(): break
     else: return -1
     restart = (f"delete {cand} and rerun the same command: the run restarts from step 0 and, being deterministic, "

@@ -46,10 +46,10 @@ __all__ = ['SANE_MARGIN', 'batch_source', 'loss_counts', 'batches_of_step', 'tra
            'pretrain_from_args', 'main']
 
 # %% ../../nbs/03_pretrain.ipynb #56cdb729
-def batch_source(run_dir, tok, ds, tc: TrainConfig):
+def batch_source(run, tok, ds, tc: TrainConfig):
     "step -> (the `Batches` of its phase, the step within that phase), injected facts (notebook 06a) in their places."
     T1 = phase1_steps(tc)
-    facts = read_facts(run_dir) if tc.facts else []  # chosen and written by prepare_run
+    facts = read_facts(run) if tc.facts else []  # chosen and written by prepare_run
     inject = lambda steps: injections(facts, tok, tc.batch_size, steps) if facts else None
     data = Batches(ds, tok, tc, inject(range(T1 + 1, tc.total_steps + 1)))
     if not T1: return lambda step: (data, step)
@@ -63,7 +63,6 @@ def loss_counts(batches, electra: bool) -> torch.Tensor:
     second = lambda b: int(b["attention_mask"].sum()) if electra else int((b["sentence_order_label"] != -100).sum())
     return torch.tensor([sum(int((b["labels"] != -100).sum()) for b in batches), sum(second(b) for b in batches)],
                         dtype=torch.float64)
-
 
 # %% ../../nbs/03_pretrain.ipynb #0795d74f
 def batches_of_step(source, step: int, tc: TrainConfig, rank: int = 0, world: int = 1) -> list[dict]:
@@ -203,22 +202,21 @@ def sane_loss(vocab_size: int) -> float:
 class TrainingDiverged(RuntimeError):
     "The loss (or the weights) became NaN or infinite."
 
-def diverged(run_dir, what: str, step: int, saved: int, tc: TrainConfig) -> TrainingDiverged:
+def diverged(run, what: str, step: int, saved: int, tc: TrainConfig) -> TrainingDiverged:
     "The error for `what` went wrong at `step` ('the loss became nan'): what was saved last, and how to train again."
-    good = [s for s in list_steps(run_dir) if s <= max(saved, 0)]
-    return TrainingDiverged(f"{run_dir}: {what} at step {step}; nothing was saved "
+    good = [s for s in list_steps(run) if s <= max(saved, 0)]
+    return TrainingDiverged(f"{run}: {what} at step {step}; nothing was saved "
                             f"after step {max(saved, 0)} (the last checkpoint is step {good[-1] if good else 'none'}). "
                             f"To train again from step {max(saved, 0)} with a lower learning rate, run: embryo "
-                            f"pretrain --run-dir {run_dir} --override --set learning_rate={tc.learning_rate / 2:g} (or "
+                            f"pretrain --run-dir {run} --override --set learning_rate={tc.learning_rate / 2:g} (or "
                             "raise warmup_steps the same way); the change is recorded in its pretrain_config.json")
-
 
 # %% ../../nbs/03_pretrain.ipynb #18234981
 class Saves:
     """A run's checkpoints (each with its model card) and resume points, each written one step late: the save of step s
     waits until step s+1's loss is finite and its own weights are, so no save ever holds weights that broke."""
-    def __init__(self, model, opt, run_dir, tc: TrainConfig, last: int, saved: int):
-        self.model, self.opt, self.run_dir, self.tc, self.last, self.saved = model, opt, run_dir, tc, last, saved
+    def __init__(self, model, opt, run, tc: TrainConfig, last: int, saved: int):
+        self.model, self.opt, self.run, self.tc, self.last, self.saved = model, opt, run, tc, last, saved
         self.checkpoints, self.pending = set(checkpoint_steps(tc)), None
 
     def after_update(self, step: int):
@@ -231,28 +229,28 @@ class Saves:
         if self.pending is None: return
         (step, rng), self.pending = self.pending, None
         if not all(torch.isfinite(p).all() for p in self.model.parameters()):
-            raise diverged(self.run_dir, "the weights became non-finite", step, self.saved, self.tc)
+            raise diverged(self.run, "the weights became non-finite", step, self.saved, self.tc)
         if step in self.checkpoints:
-            save_checkpoint(self.model, self.run_dir, step,
-                            card=lambda tmp: model_card(self.run_dir, step, files_in=tmp))
-        save_resume(self.model, self.opt, self.run_dir, step, rng); self.saved = step
+            save_checkpoint(self.model, self.run, step,
+                            card=lambda tmp: model_card(self.run, step, files_in=tmp))
+        save_resume(self.model, self.opt, self.run, step, rng); self.saved = step
 
 # %% ../../nbs/03_pretrain.ipynb #106741c2
 class DiskFull(OSError):
     "The disk holding the run filled up while training wrote to it."
 
 # %% ../../nbs/03_pretrain.ipynb #9f74bf9a
-def _disk_full(e: BaseException, run_dir: Path) -> bool:
+def _disk_full(e: BaseException, run: Path) -> bool:
     "Whether `e` (an OSError, or torch's RuntimeError from a failed write) means the run's disk is full."
     import errno
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT): return True
     text = str(e)
     if "No space left" in text: return True
     return isinstance(e, RuntimeError) and ("inline_container" in text or "file write failed" in text) and \
-        shutil.disk_usage(run_dir).free < 64 << 20
+        shutil.disk_usage(run).free < 64 << 20
 
 # %% ../../nbs/03_pretrain.ipynb #688280ae
-def check_settings(run_dir, mc: ModelConfig, tc: TrainConfig, override: bool = False):
+def check_settings(run, mc: ModelConfig, tc: TrainConfig, override: bool = False):
     "A `ConfigError` naming the first pairing of settings (model with training, or with the run's steps) that cannot be."
     if tc.max_seq_length > mc.max_position_embeddings:
         raise ConfigError(f"TrainConfig.max_seq_length={tc.max_seq_length} is longer than the model's "
@@ -260,15 +258,15 @@ def check_settings(run_dir, mc: ModelConfig, tc: TrainConfig, override: bool = F
     if tc.sentence_task != "none" and mc.type_vocab_size < 2:
         raise ConfigError(f"TrainConfig.sentence_task={tc.sentence_task!r} needs two segment types, but "
                           f"type_vocab_size={mc.type_vocab_size}: set type_vocab_size=2, or sentence_task=none")
-    last = max(list_steps(run_dir), default=0) if Path(run_dir).is_dir() else 0
+    last = max(list_steps(run), default=0) if Path(run).is_dir() else 0
     if override and tc.total_steps < last:
-        raise ConfigError(f"--set total_steps={tc.total_steps} is below step {last:,}, which {run_dir} has already "
+        raise ConfigError(f"--set total_steps={tc.total_steps} is below step {last:,}, which {run} has already "
                           f"trained to; pass total_steps={last} or more, or train a new --run-dir")
-    resumable = any((Path(run_dir) / n / "trainer_state.pt").exists() for n in ("resume", "resume.old"))
-    if last and not resumable and (Path(run_dir) / "results.sqlite").exists():
-        raise ConfigError(f"{run_dir} has checkpoints up to step {last:,} and results measured on them, but no resume "
+    resumable = any((Path(run) / n / "trainer_state.pt").exists() for n in ("resume", "resume.old"))
+    if last and not resumable and (Path(run) / "results.sqlite").exists():
+        raise ConfigError(f"{run} has checkpoints up to step {last:,} and results measured on them, but no resume "
                           "point: training would start again from step 0 and replace those checkpoints, leaving "
-                          f"results of other weights; train a new --run-dir, or move {Path(run_dir) / 'results.sqlite'} "
+                          f"results of other weights; train a new --run-dir, or move {Path(run) / 'results.sqlite'} "
                           "away first")
 
 # %% ../../nbs/03_pretrain.ipynb #c8f29b3f
@@ -296,15 +294,15 @@ def log_record(step: int, mlm_loss: float, sop_loss: float, stats, counts, weigh
             **({"seq_length": max(b["input_ids"].shape[1] for b in batches)} if phase1_steps(tc) else {})}
 
 # %% ../../nbs/03_pretrain.ipynb #f82d3f7d
-def finish_run(run_dir, model, tok, tc, dev, ds) -> dict:
+def finish_run(run, model, tok, tc, dev, ds) -> dict:
     "The end of a run: the held-out evaluation into `logs/eval.json`, and the last checkpoint's card with its numbers."
     result = evaluate_heldout(model, tok, tc, dev, ds)
-    atomic_write(run_dir / "logs" / "eval.json", json.dumps(result, indent=2) + "\n")
-    write_model_card(run_dir, tc.total_steps)
+    atomic_write(run / "logs" / "eval.json", json.dumps(result, indent=2) + "\n")
+    write_model_card(run, tc.total_steps)
     return result
 
 # %% ../../nbs/03_pretrain.ipynb #7c13a818
-def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, workers, tensorboard=False) -> dict:
+def _train(run, preset, mc, tc, device, stop_after, progress, override, workers, tensorboard=False) -> dict:
     from tqdm.auto import tqdm
     mc, tc = mc or get_config(preset), tc or get_train_config(preset)
     rank, world = _dist()
@@ -313,22 +311,22 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     if tc.batch_size % (world * tc.grad_accum):
         raise ConfigError(f"batch_size={tc.batch_size} is not divisible by processes x grad_accum = "
                           f"{world} x {tc.grad_accum}")
-    if rank == 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override, verbose=progress)
+    if rank == 0: tok, ds = prepare_run(run, preset, mc, tc, override, verbose=progress)
     if world > 1: dist.barrier()
-    if rank != 0: tok, ds = prepare_run(run_dir, preset, mc, tc, override)  # reads what rank 0 cached
-    source = batch_source(run_dir, tok, ds, tc)
+    if rank != 0: tok, ds = prepare_run(run, preset, mc, tc, override)  # reads what rank 0 cached
+    source = batch_source(run, tok, ds, tc)
     torch.manual_seed(tc.seed)
     t0, model = time.perf_counter(), pretraining_model(mc).to(dev)
-    if rank == 0: say(progress, run_dir, f"model built on {dev}: {model.num_parameters():,} parameters", t0)
+    if rank == 0: say(progress, run, f"model built on {dev}: {model.num_parameters():,} parameters", t0)
     precision = resolve_precision(tc.precision, dev)
-    if rank == 0 and progress: print(f"pretrain {run_dir}: precision {precision} (setting {tc.precision!r} on "
+    if rank == 0 and progress: print(f"pretrain {run}: precision {precision} (setting {tc.precision!r} on "
                                      f"{dev.type})" + (", torch.compile" if tc.compile else ""), flush=True)
     opt = make_optimizer(model, tc)
-    start = saved = load_resume(model, opt, run_dir)
-    log_file = run_dir / "logs" / "train.jsonl"
+    start = saved = load_resume(model, opt, run)
+    log_file = run / "logs" / "train.jsonl"
     if start < 0:
         start = 0
-        if rank == 0: save_checkpoint(model, run_dir, 0, card=lambda tmp: model_card(run_dir, 0, files_in=tmp))
+        if rank == 0: save_checkpoint(model, run, 0, card=lambda tmp: model_card(run, 0, files_in=tmp))
     kept = log_records(log_file, start) if rank == 0 else []  # a resumed run logs again from its resume point
     if rank == 0: atomic_write(log_file, "".join(json.dumps(r) + "\n" for r in kept))
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else None
@@ -337,12 +335,12 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     electra = mc.model_type == "electra"
     weight = tc.rtd_weight if electra else float(tc.sentence_task != "none")
     last = min(tc.total_steps, stop_after or tc.total_steps)
-    saver = Saves(model, opt, run_dir, tc, last, saved)
-    bar = tqdm(total=tc.total_steps, initial=start, desc=f"pretrain {run_dir.name}", disable=not progress or rank != 0)
+    saver = Saves(model, opt, run, tc, last, saved)
+    bar = tqdm(total=tc.total_steps, initial=start, desc=f"pretrain {run.name}", disable=not progress or rank != 0)
     t0, tokens, acc = time.perf_counter(), 0, "-"
     model.train()
     step_batches = lambda step: batches_of_step(source, step, tc, rank, world)
-    board = TensorBoardLog(run_dir, kept) if tensorboard and rank == 0 else nullcontext()
+    board = TensorBoardLog(run, kept) if tensorboard and rank == 0 else nullcontext()
     with open(log_file, "a") as log, deterministic_kernels(tc.compile), board:
         workers = resolve_data_workers(workers, dev, world)
         for step, batches in prefetched(step_batches, range(start + 1, last + 1), workers, dev.type == "cuda"):
@@ -354,9 +352,9 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
             if world > 1: dist.all_reduce(stats)
             mlm_loss, sop_loss = (stats[0] / counts[0]).item(), (stats[1] / counts[1]).item()
             if not math.isfinite(mlm_loss + sop_loss):
-                raise diverged(run_dir, f"the loss became {mlm_loss + sop_loss}", step, saver.saved, tc)
+                raise diverged(run, f"the loss became {mlm_loss + sop_loss}", step, saver.saved, tc)
             if mlm_loss > (limit := sane_loss(mc.vocab_size)):  # finite but exploded: its weights are saved nowhere
-                raise diverged(run_dir, f"the MLM loss became {mlm_loss:.4g} nats, above {limit:.3g} (a uniform guess "
+                raise diverged(run, f"the MLM loss became {mlm_loss:.4g} nats, above {limit:.3g} (a uniform guess "
                                f"over {mc.vocab_size:,} pieces plus {SANE_MARGIN:g})", step, saver.saved, tc)
             if rank == 0: saver.write()  # the previous step's save, now that its weights gave a finite loss
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
@@ -381,36 +379,36 @@ def _train(run_dir, preset, mc, tc, device, stop_after, progress, override, work
     bar.close()
     if world > 1: dist.barrier()
     if rank != 0 or last < tc.total_steps: return {}
-    return finish_run(run_dir, model, tok, tc, dev, ds)
+    return finish_run(run, model, tok, tc, dev, ds)
 
 # %% ../../nbs/03_pretrain.ipynb #ba9e4bd0
-def train(run_dir, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,
+def train(run, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainConfig | None = None,
           device: str = "auto", stop_after: int | None = None, progress: bool = True,
           override: bool = False, data_workers="auto", tensorboard: bool = False) -> dict:
-    """Pretrain (or resume) the run in `run_dir`, its only writer; returns the final held-out evaluation. `stop_after`
+    """Pretrain (or resume) the run in `run`, its only writer; returns the final held-out evaluation. `stop_after`
     ends early at that step; `data_workers` processes mask the coming batches (`resolve_data_workers`: 'auto', or a
     number); `tensorboard` also writes the log as TensorBoard event files (`TensorBoardLog`)."""
-    run_dir = Path(run_dir)
+    run = Path(run)
     rank, world = _dist()
     check_device(device); resolve_data_workers(data_workers, "cpu")  # bad values refused before the run folder is made
-    if mc is not None and tc is not None: check_settings(run_dir, mc, tc, override)
+    if mc is not None and tc is not None: check_settings(run, mc, tc, override)
     if tensorboard: tensorboard_module()  # and a missing package
-    with run_lock(run_dir) if rank == 0 else nullcontext({}) as before:
+    with run_lock(run) if rank == 0 else nullcontext({}) as before:
         if rank == 0:
-            if before: print(f"pretrain {run_dir}: taking over the lock of pid {before.get('pid')} on "
+            if before: print(f"pretrain {run}: taking over the lock of pid {before.get('pid')} on "
                              f"{before.get('host')} "
                              f"(since {before.get('since')}), which ended without releasing it", flush=True)
-            for line in clean_run(run_dir): print(f"pretrain {run_dir}: {line} (left by a killed writer)", flush=True)
+            for line in clean_run(run): print(f"pretrain {run}: {line} (left by a killed writer)", flush=True)
         try:
-            return _train(run_dir, preset, mc, tc, device, stop_after, progress, override, data_workers, tensorboard)
+            return _train(run, preset, mc, tc, device, stop_after, progress, override, data_workers, tensorboard)
         except (OSError, RuntimeError) as e:
-            if not _disk_full(e, run_dir):
+            if not _disk_full(e, run):
                 raise
             if rank == 0:
-                clean_run(run_dir)  # this writer's half-written temporary folders
-            steps = list_steps(run_dir)
+                clean_run(run)  # this writer's half-written temporary folders
+            steps = list_steps(run)
             raise DiskFull(
-                f"no space left on the disk holding {run_dir} ({shutil.disk_usage(run_dir).free >> 20} MB free): free "
+                f"no space left on the disk holding {run} ({shutil.disk_usage(run).free >> 20} MB free): free "
                 "some space (or pass a --run folder on another disk) and rerun the same command; training resumes "
                 f"from its last resume point (last checkpoint: step {steps[-1] if steps else 'none'})"
             ) from None

@@ -33,11 +33,11 @@ def tensorboard_module():
 class TensorBoardLog:
     """The run's `tensorboard/` event file: rebuilt at each start from the records of `train.jsonl` the run keeps
     (`rows`), then one event a logged record, flushed as it is written (`add`). A context manager: the file closes."""
-    def __init__(self, run_dir, rows: list[dict]):
+    def __init__(self, run, rows: list[dict]):
         tensorboard_module()
         from tensorboardX.record_writer import RecordWriter
         from tensorboardX.proto.event_pb2 import Event, SessionLog
-        folder = Path(run_dir) / TENSORBOARD_DIR
+        folder = Path(run) / TENSORBOARD_DIR
         folder.mkdir(parents=True, exist_ok=True)
         # TensorBoard reads them in name order
         final = folder / f"events.out.tfevents.{int(time.time()):010d}.{temp_tag()}"
@@ -70,14 +70,14 @@ class TensorBoardLog:
     def __exit__(self, *_): self.close()
 
 # %% ../../nbs/02h_tensorboard.ipynb #ea34885b
-def tensorboard_log(run_dir) -> list[dict]:
+def tensorboard_log(run) -> list[dict]:
     """The records of the run's TensorBoard event files, as `train_log` gives those of `train.jsonl` ({step, field:
     value}), read as TensorBoard reads them: files in name order, a `SessionLog.START` at step s dropping what was read
     from step s on, a record cut short at the end of a file left out."""
     tensorboard_module()
     from tensorboardX.proto.event_pb2 import Event, SessionLog
     rows = {}
-    for f in sorted((Path(run_dir) / TENSORBOARD_DIR).glob("events.out.tfevents.*")):
+    for f in sorted((Path(run) / TENSORBOARD_DIR).glob("events.out.tfevents.*")):
         data, i = f.read_bytes(), 0
         while i + 12 <= len(data):  # TFRecord: length (8 bytes), its CRC (4), the event, its CRC (4)
             n = int.from_bytes(data[i:i + 8], "little")
