@@ -77,7 +77,7 @@ def test_old_run_layout_is_read_then_completed(fixture_copy, tmp_path):
     assert run_sentence_task(run) == "sop"
     done = complete_run(run)  # what the next sweep does
     assert done["renamed_config"] and done["checkpoints"] == len(list_steps(run))
-    assert not (run / "config.json").exists() and read_run_config(run)[0] == "tiny"
+    assert not (run / "config.json").exists() and read_run_config(run).preset == "tiny"
     assert_same_ids(transformers.AutoTokenizer.from_pretrained(run), load_tokenizer(run))
     assert_same_ids(transformers.AutoTokenizer.from_pretrained(checkpoint_dir(run, 30)), load_tokenizer(run))
     assert complete_run(run) == dict(renamed_config=False, checkpoints=0, run_files=[])  # a second pass changes nothing

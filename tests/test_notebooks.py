@@ -75,7 +75,7 @@ def test_other_runs_read_a_corpus_of_their_own(other_run):
     import sentencepiece as spm
     from embryo.train.fixtures import fixture_run
     from embryo.runs.run import read_run_config
-    mine, theirs = (read_run_config(r)[2].corpus for r in (fixture_run(), other_run))
+    mine, theirs = (read_run_config(r).train.corpus for r in (fixture_run(), other_run))
     assert mine != theirs and Path(theirs).read_text()[:2000] != Path(mine).read_text()[:2000], (mine, theirs)
     pieces = [set(spm.SentencePieceProcessor(model_file=str(r / "spiece.model")).id_to_piece(i) for i in range(600))
               for r in (fixture_run(), other_run)]

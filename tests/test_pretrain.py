@@ -550,7 +550,7 @@ def test_bench_recipe_curves_and_pair_score_runs_on_the_held_out_text(tmp_path):
     r = bench("recipe_curves.py", f"twin={twin}", "--steps", str(step), "--mask-seed", str(seed), "--out", str(curves))
     assert r.returncode == 0, r.stderr
     assert next(csv.DictReader(curves.open()))["heldout_mlm_accuracy"] == rows[0]["heldout_mlm_accuracy"]
-    half = read_run_config(run)[2].max_seq_length // 2  # both scored on held-out sequences of another length
+    half = read_run_config(run).train.max_seq_length // 2  # both scored on held-out sequences of another length
     r = bench("recipe_pair.py", f"micro={run}", f"twin={twin}", "--seq-length", str(half), "--out", str(pairs))
     assert r.returncode == 0, r.stderr
     (short,) = csv.DictReader(pairs.open())

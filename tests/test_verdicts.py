@@ -165,7 +165,7 @@ def test_compare_step90_is_90_percent_of_the_rise_to_the_end():
     checked = 0
     for d in ("compare", "compare-mature"):
         rep = json.loads((FIG / d / "compare.json").read_text())
-        names = {f"{C.model_family(ROOT / r)} ({read_run_config(ROOT / r)[0] if Path(r).name == C.RUN_BUNDLE else Path(r).name})": r
+        names = {f"{C.model_family(ROOT / r)} ({read_run_config(ROOT / r).preset if Path(r).name == C.RUN_BUNDLE else Path(r).name})": r
                  for r in rep["runs"]}
         for a, r in rep["analyses"].items():
             for n, t in r["runs"].items():

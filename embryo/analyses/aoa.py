@@ -19,7 +19,7 @@ from ..text.corpus import corpus_fingerprint, read_corpus
 from ..text.sentences import align, FUNCTION_WORDS, tagged_sentences
 from ..config import atomic_write
 from ..runs.run import (
-    Run, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step, notebook_run, CannotDraw)
+    Run, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step, CannotDraw)
 from ..runs.settings import corpus_file
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, plot_steps, save_figure, step_axis
@@ -156,7 +156,7 @@ def word_frequencies(run) -> Counter:
     "How often each lowercased alphabetic word occurs in the run's training corpus (cached), else in held-out Brown."
     import json, re
     settings = Run.of(run).settings
-    corpus = corpus_file(read_run_config(run)[2]) if settings else None
+    corpus = corpus_file(read_run_config(run).train) if settings else None
     # under the data folder, by the corpus's checksum: a run folder (a committed bundle) is only read
     f = data_dir() / ANALYSIS / f"frequencies-{corpus_fingerprint(corpus)[:16] if corpus else 'heldout'}.json"
     if f.exists(): return Counter(json.loads(f.read_text()))

@@ -19,7 +19,6 @@ from ..text.tokenizer import load_tokenizer
 from ..text.sentences import sentence_text, tagged_sentences
 from ..config import atomic_write
 from ..runs.run import (Run, checkpoint_kind, find_checkpoint, list_steps, load_checkpoint, resolve_step, encoder_states)
-from ..runs.run import notebook_run
 from ..runs.series import series_lacks
 from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, fill_steps, plot_steps, reference_label, save_figure, step_axis)

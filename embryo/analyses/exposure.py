@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..text.tokenizer import load_tokenizer
-from ..runs.run import load_checkpoint, resolve_step, run_transitions, Run, notebook_run
+from ..runs.run import load_checkpoint, resolve_step, run_transitions, Run
 from ..config import atomic_write
 from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_scores, read_examples, score_rows, binomial_se, markdown_table

@@ -50,7 +50,8 @@ def collate(encoded: Sequence[tuple[list[int], list[int]]], device="cpu") -> dic
 # %% ../../nbs/04b_finetune.ipynb #8949e458
 def max_seq_length(run, model, task: Task) -> int:
     "Table 7's maximum length, capped at the run's pretraining sequence length (else the model's position table)."
-    pre = Run.of(run).settings.get("train", {}).get("max_seq_length")  # None for a series without settings
+    cfg = Run.of(run).config  # None for a series without settings
+    pre = cfg.train.max_seq_length if cfg else None
     return min(task.max_seq_length, pre or model.config.max_position_embeddings)
 
 # %% ../../nbs/04b_finetune.ipynb #2179296a

@@ -96,6 +96,6 @@ def pretraining_text(run):
     "The run's pretraining text (the corpus its settings name), or None where it records none or it is not on disk."
     from embryo.runs.settings import corpus_file
     from embryo.runs.run import read_run_config
-    try: c = corpus_file(read_run_config(run)[2])
+    try: c = corpus_file(read_run_config(run).train)
     except Exception: return None
     return c if c is not None and Path(c).exists() else None

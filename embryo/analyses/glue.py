@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from ..text import data as D
 from ..config import atomic_write
-from ..runs.run import load_checkpoint, find_checkpoint, resolve_step, notebook_run, Run
+from ..runs.run import load_checkpoint, find_checkpoint, resolve_step, Run
 from ..runs.series import series_lacks
 from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_results, markdown_table, score_rows

@@ -21,7 +21,7 @@ from ..text.packages import data_dir, download
 from ..text.corpora import detokenize, read_brown, SOURCES
 from ..text.sentences import align
 from ..config import ConfigError, atomic_write
-from ..runs.run import Run, load_checkpoint, masked_lm_at, resolve_step, notebook_run
+from ..runs.run import Run, load_checkpoint, masked_lm_at, resolve_step
 from ..runs.series import series_lacks
 from ..model.model import autocast, resolve_precision
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis

@@ -22,7 +22,7 @@ import torch
 
 from ..text.tokenizer import load_tokenizer
 from ..config import atomic_write
-from ..runs.run import load_checkpoint, resolve_step, Run, notebook_run
+from ..runs.run import load_checkpoint, resolve_step, Run
 from ..runs.series import series_lacks
 from ..runs.figures import legend_entries, plot_steps, save_figure, step_axis, STEP_LABEL
 from ..runs.results import (

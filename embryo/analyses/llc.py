@@ -18,7 +18,7 @@ from ..text.corpora import detokenize
 from ..text.sentences import tagged_sentences
 from ..config import atomic_write
 from ..model.model import autocast, resolve_precision
-from ..runs.run import masked_lm_at, list_steps, resolve_step, notebook_run, Run
+from ..runs.run import masked_lm_at, list_steps, resolve_step, Run
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, fill_steps, legend_below, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import markdown_table, read_results, read_scores, read_settings, score_rows, write_results

@@ -20,7 +20,7 @@ from ..text.corpora import detokenize
 from ..text.tokenizer import load_tokenizer
 from ..text.sentences import brown_sentences
 from ..config import atomic_write
-from ..runs.run import Run, masked_lm_at, max_length, read_run_config, resolve_step, notebook_run
+from ..runs.run import Run, masked_lm_at, max_length, read_run_config, resolve_step
 from ..runs.settings import corpus_file
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
@@ -61,7 +61,7 @@ def ngram_counts(seqs, V: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def corpus_counts(run, tok=None, corpus=None, cache: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     "`ngram_counts` of the run's training corpus (or `corpus`) with its tokenizer, cached in `<run>/cache/ngram`."
     tok = tok or load_tokenizer(run)
-    corpus = corpus or corpus_file(read_run_config(run)[2])
+    corpus = corpus or corpus_file(read_run_config(run).train)
     key = hashlib.sha256(f"{tok.sha256}|{corpus_fingerprint(corpus)}|{ANALYSIS}-1".encode()).hexdigest()[:16]
     f = Run.of(run) / "cache" / ANALYSIS / f"counts_{key}.npz"
     if cache and f.exists():

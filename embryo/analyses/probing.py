@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..text.tokenizer import load_tokenizer
 from ..config import atomic_write
-from ..runs.run import find_checkpoint, load_checkpoint, train_log, resolve_step, notebook_run, Run
+from ..runs.run import find_checkpoint, load_checkpoint, train_log, resolve_step, Run
 from ..runs.series import series_lacks
 from ..runs.figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
                             step_axis)

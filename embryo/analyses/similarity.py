@@ -21,7 +21,7 @@ from ..text.sentences import brown_sentences
 from ..config import atomic_write
 from ..runs.series import REFERENCE, reference_run, series_lacks
 from ..runs.run import (
-    SeriesError, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length, notebook_run, Run)
+    SeriesError, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length, Run)
 from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, legend_entries, plot_steps, reference_label, save_figure, step_axis)
 from .span_features import weights_id, span_means

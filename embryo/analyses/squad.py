@@ -29,7 +29,7 @@ from .finetune import collate, finetune, max_seq_length
 from .glue import SETTINGS, seed_rows, subsample
 from ..model.model import EMBEDDING_PROJECTION, add_identity_projection, autocast
 from ..model.electra import ElectraEncoder
-from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, notebook_run, Run
+from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, Run
 from ..runs.series import series_lacks
 from ..runs.figures import plot_steps, save_figure, step_axis
 from ..runs.results import markdown_table, read_results, write_results

@@ -18,7 +18,7 @@ from ..text.tokenizer import load_tokenizer
 from ..text.sentences import align, brown_sentences, silver_annotation
 from .attention import attention_maps, layer_colours
 from ..config import atomic_write
-from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length, notebook_run, Run
+from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length, Run
 from ..runs.series import series_lacks
 from ..runs.figures import REFERENCE_STYLE, figure_dir, plot_steps, reference_label, save_figure, step_axis
 from ..runs.results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se

@@ -185,7 +185,7 @@ def run_length(run) -> int:
     from embryo.runs.run import Run, read_run_config
     from embryo.runs.results import read_results
     run = Run.of(run)
-    if run.settings: return read_run_config(run)[2].total_steps
+    if run.settings: return read_run_config(run).train.total_steps
     steps = run.steps or sorted(read_results(run).step.unique())
     return int(max(steps)) if len(steps) else 0
 
@@ -195,7 +195,7 @@ def shared_floors(floors: dict, names: dict) -> dict:
      "and vocabulary.")
     from embryo.runs.run import read_run_config
     def key(r):
-        tc = read_run_config(r)[2]; return (str(tc.corpus), tc.tokenizer_vocab_size, tc.max_seq_length)
+        tc = read_run_config(r).train; return (str(tc.corpus), tc.tokenizer_vocab_size, tc.max_seq_length)
     out = {}
     for r, f in floors.items():
         donor = None if not np.isnan(f) else next((d for d, g in floors.items() if not np.isnan(g)
@@ -217,7 +217,7 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
                                        "--run runs/electra-tiny)")
     for r in runs: swept_run(r)
     # a bundle by its preset
-    names = {r: f"{model_family(r)} ({read_run_config(r)[0] if r.name == RUN_BUNDLE else r.name})" for r in runs}
+    names = {r: f"{model_family(r)} ({read_run_config(r).preset if r.name == RUN_BUNDLE else r.name})" for r in runs}
     total = {r: run_length(r) for r in runs}
     out, paths, report = Path(out_dir), [], {}
     count = {2: "Two", 3: "Three", 4: "Four"}.get(len(runs), str(len(runs)))

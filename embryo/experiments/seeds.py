@@ -136,7 +136,7 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("seed bands need two seeds or more (embryo reproduce --seeds 3, or --run "
                                        "runs/tiny --run runs/tiny-seed1 ...)")
-    train = {swept_run(r): read_run_config(r)[2] for r in runs}
+    train = {swept_run(r): read_run_config(r).train for r in runs}
     seed, total = {r: tc.seed for r, tc in train.items()}, train[runs[0]].total_steps
     out, paths, report = Path(out_dir), [], {}
     md = ["# Seeds and confidence", "",

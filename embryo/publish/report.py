@@ -70,7 +70,7 @@ def _pretraining_verdict(run) -> str:
          f"{e['rtd_baseline']:.1%})."
          if task == "rtd" else f"{'next-sentence' if task == 'nsp' else 'sentence-order'} accuracy "
                                f"{e[f'{task}_accuracy']:.1%} (chance 50%)."))
-    s += pace_sentence(train_log(run), read_run_config(run)[2])
+    s += pace_sentence(train_log(run), read_run_config(run).train)
     ts = run_transitions(run)
     if ts: s += (f" The MLM loss has {len(ts)} phase transition{'s' * (len(ts) > 1)}, where it drops faster than "
                  "before and after, or until the log ends (change points of its pace per log-step, marked in every "
@@ -219,7 +219,7 @@ def redraw_all(run, figures_dir="figures") -> Drawn:
     drawn = Drawn()
     drawn.draw("pretraining", lambda: _pretraining(run, figures_dir))
     recipes = Path(figures_dir) / "recipe_curves.csv"  # committed with the figures: the recipe search behind `tiny`
-    mature = run_config_file(run).exists() and read_run_config(run)[0].endswith("-mature")
+    mature = run_config_file(run).exists() and read_run_config(run).preset.endswith("-mature")
     goal = dict(goal=0.30, goal_label="the mature run's goal") if mature else {}  # issue "findings"
     if recipes.exists(): drawn.draw("recipes", lambda: plot_recipe_curves(recipes, figures_dir, **goal))
     for a in available_analyses():

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -21,11 +22,11 @@ from ..text.tokenizer import HF_TOKENIZER_FILES, TokenizerError, load_tokenizer
 # %% auto #0
 __all__ = ['MODEL_CARD', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR',
            'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'check_device',
-           'replace_dir', 'save_checkpoint', 'resolve_step', 'notebook_run', 'masked_lm_at', 'read_config',
+           'replace_dir', 'save_checkpoint', 'resolve_step', 'masked_lm_at', 'read_config', 'RunSettings',
            'read_run_config', 'sentence_name', 'log_records', 'train_log', 'transitions', 'loss_pace',
            'run_transitions', 'SeriesError', 'CannotDraw', 'refuse_remote_code', 'checkpoint_kind', 'HFEncoder',
            'HFMaskedLM', 'load_hf_model', 'check_filled', 'check_weights', 'check_vocabulary', 'encoder_states',
-           'max_length', 'Run', 'run_model_type', 'run_sentence_task']
+           'max_length', 'Run', 'notebook_run', 'run_model_type', 'run_sentence_task']
 
 # %% ../../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -155,15 +156,6 @@ def resolve_step(run, step: int | str | None = None) -> int:
     if not steps: raise CheckpointNotFound(_no_checkpoints(run))
     return steps[-1]
 
-# %% ../../nbs/02a_run.ipynb #7b22023d
-def notebook_run(run, step, figures_dir, fixture) -> tuple[Path, int, Path]:
-    ("A papermill notebook's parameters as the run they name: (`run`, or `fixture()` where None; its step, "
-     "`resolve_step`'s; `figures_dir`, or `<run>/figures`), printed on one line.")
-    run = Path(run) if run else Path(fixture())
-    step, figures_dir = resolve_step(run, step), Path(figures_dir) if figures_dir else run / "figures"
-    print(f"run {run}, step {step}, figures in {figures_dir}")
-    return run, step, figures_dir
-
 # %% ../../nbs/02a_run.ipynb #b2e4d6f8
 def masked_lm_at(run, step: int | str | None = None, device="cpu") -> tuple[Path, int, "Tokenizer", torch.nn.Module]:
     ("(run folder, step, tokenizer, masked LM in eval mode) of checkpoint `step` (None: the last; a step that is not "
@@ -183,13 +175,19 @@ def read_config(f: Path) -> dict:
         ) from None
 
 # %% ../../nbs/02a_run.ipynb #88f56226
-def read_run_config(run) -> tuple[str, ModelConfig, TrainConfig]:
+class RunSettings(NamedTuple):
+    "What a run was made with, as one typed record (it unpacks as `preset, mc, tc`)."
+    preset: str
+    model: ModelConfig
+    train: TrainConfig
+
+def read_run_config(run) -> RunSettings:
     ("The preset, model and training config a run was made with (its `pretrain_config.json`, or an old run's "
      "`config.json`).")
     f = run_config_file(run)
     if not f.exists(): raise FileNotFoundError(f"{f} does not exist: {run} is not a pretraining run folder")
     cfg = read_config(f)
-    return cfg["preset"], ModelConfig(**cfg["model"]), TrainConfig(**cfg["train"])
+    return RunSettings(cfg["preset"], ModelConfig(**cfg["model"]), TrainConfig(**cfg["train"]))
 
 # %% ../../nbs/02a_run.ipynb #c39eba31
 def sentence_name(sentence_task: str, model_type: str = "albert") -> str:
@@ -488,7 +486,13 @@ class Run(os.PathLike):
             f = run_config_file(self.path)
             self._settings = read_config(f) if f.is_file() else {}
         return self._settings
+    @property
+    def config(self) -> RunSettings | None:
+        "The settings as one typed record (preset, model, train), or None for a series we did not train."
+        if "_config" not in self.__dict__: self._config = read_run_config(self.path) if self.settings else None
+        return self._config
     # albert (BERT too) | electra
+    # (these three read the settings leniently: they name any series, even one whose settings are partial)
     model_type = property(lambda self: self.settings.get("model", {}).get("model_type", "albert"))
     # sop | nsp | none
     sentence_task = property(lambda self: self.settings.get("train", {}).get("sentence_task", "sop"))
@@ -507,6 +511,16 @@ class Run(os.PathLike):
     transitions = property(lambda self: run_transitions(self.path))  # the loss's phase transitions
     database = property(lambda self: self.path / DB_NAME)
     figures = property(lambda self: self.path / FIGURES_DIR)
+
+# %% ../../nbs/02a_run.ipynb #7b22023d
+def notebook_run(run, step, figures_dir, fixture) -> tuple["Run", int, Path]:
+    ("A papermill notebook's parameters as the run they name (the edge where a folder becomes a `Run`): (`run`, or "
+     "`fixture()` where None; its step, "
+     "`resolve_step`'s; `figures_dir`, or `<run>/figures`), printed on one line.")
+    run = Run.of(run if run else fixture())
+    step, figures_dir = resolve_step(run, step), Path(figures_dir) if figures_dir else run / "figures"
+    print(f"run {run}, step {step}, figures in {figures_dir}")
+    return run, step, figures_dir
 
 # %% ../../nbs/02a_run.ipynb #96d40a63
 def run_model_type(run) -> str:

@@ -34,7 +34,7 @@ def saved_steps(run) -> list[int]:
     ("The steps `run` saves a checkpoint at: its settings' schedule (`checkpoint_steps`), and the checkpoints its "
      "folder holds (all there are, for a series without settings).")
     steps = set(list_steps(run))
-    if run_config_file(run).exists(): steps.update(checkpoint_steps(read_run_config(run)[2]))
+    if run_config_file(run).exists(): steps.update(checkpoint_steps(read_run_config(run).train))
     return sorted(steps)
 
 # %% ../../nbs/02a2_settings.ipynb #4c07f483
