@@ -545,8 +545,8 @@ def table3_verdict(frame: pd.DataFrame) -> str:
     slow = frame.model[frame.speedup.idxmin()]
     return (f"{head}, {n} rounds: {status}. {pairs}. BERT-xlarge the slowest: {slowest} (the median's slowest here: "
             f"{slow}). The gain grows with size: {grows}. One CPU communicates nothing, the paper's main source of "
-            "ALBERT's speed (TPUs); here ALBERT saves only the arithmetic of a smaller embedding (E < H) and an "
-            "optimiser step over fewer parameters (`fwd_bwd_speedup` leaves the step out).")
+            "ALBERT's speed (TPUs); here ALBERT saves only the arithmetic of a smaller embedding (E below H) and an "
+            "optimiser step over fewer parameters (the fwd_bwd columns leave the step out).")
 
 # %% ../../nbs/09_albert_ablations.ipynb #5ce2c2c5
 def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:

@@ -182,9 +182,16 @@ def cited_facts(nbs=None, docs=None) -> list[tuple[Path, re.Match]]:
              for m in FACT_SPAN.finditer("".join(c["source"]))]
     return spans + [(p, m) for p in prose_pages(nbs, docs) for m in FACT_SPAN.finditer(p.read_text(encoding="utf-8"))]
 
+def _kept(spec: str, value: str) -> str:
+    "`value`, if a span can hold it: a `<`, a backtick or a line break would hide the span from the next sync."
+    if any(ch in value for ch in "<`\n"): raise FactError(f"fact span {spec!r}: its value holds a '<', a backtick or a "
+                                                          "line break, which a span cannot keep; reword the source")
+    return value
+
 def _synced(text: str, figures_root) -> str:
     "`text` with each fact span's value read again from the committed files."
-    return FACT_SPAN.sub(lambda m: f"<!-- fact {m['spec']} -->{fact_value(m['spec'], figures_root)}<!-- /fact -->", text)
+    return FACT_SPAN.sub(lambda m: f"<!-- fact {m['spec']} -->{_kept(m['spec'], fact_value(m['spec'], figures_root))}"
+                                   "<!-- /fact -->", text)
 
 def sync_prose(figures_root="figures", nbs=None, docs=None) -> list[Path]:
     ("Rewrite every fact span in the notebooks' markdown and in the documentation's pages (`prose_pages`) from the "
