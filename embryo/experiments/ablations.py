@@ -573,8 +573,8 @@ def table_verdicts(out_dir) -> dict[str, str]:
     ("The verdict of each of Tables 3-6 written in `out_dir` (its CSV; its note's step and held-out counts, 256 where "
      "it has none), by file name.")
     out = {}
-    if (Path(out_dir) / f"{TITLES['table3'][0]}.csv").exists():
-        out[TITLES["table3"][0]] = table3_verdict(pd.read_csv(Path(out_dir) / f"{TITLES['table3'][0]}.csv"))
+    name3 = TITLES["table3"][0]
+    if (Path(out_dir) / f"{name3}.csv").exists(): out[name3] = table3_verdict(pd.read_csv(Path(out_dir) / f"{name3}.csv"))
     for t in TABLES:
         name = TITLES[t][0]; csv, md = Path(out_dir) / f"{name}.csv", Path(out_dir) / f"{name}.md"
         if not csv.exists() or not md.exists(): continue
