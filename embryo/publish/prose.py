@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..config import atomic_write
 from ..analyses.sweep import ANALYSES, SweepError, nbs_dir
-from .report import REPORT_JSON, PAGES_DIR, TWINS, findings_markdown
+from .report import REPORT_JSON, PAGES_DIR, TWINS, findings_overview
 
 # %% auto #0
 __all__ = ['NOTEBOOKS', 'RESULTS_MARK', 'USER_DATA', 'FINDINGS_MARKS', 'FACT_SPAN', 'results_markdown', 'sync_notebooks',
@@ -117,7 +117,7 @@ def sync_findings(figures_root="figures", nbs=None) -> list[Path]:
     cell = next((c for c in nb["cells"] if a in "".join(c["source"])), None)
     if cell is None: return []
     src = "".join(cell["source"]); head, rest = src.split(a, 1); tail = rest.split(b, 1)[1]
-    new = f"{head}{a}\n{findings_markdown(figures_root)}{b}{tail}"
+    new = f"{head}{a}\n{findings_overview(figures_root, link='../figures')}{b}{tail}"
     if new == src: return []
     cell["source"] = new.splitlines(keepends=True)
     return [_write_notebook(path, nb)]

@@ -22,9 +22,9 @@ from ..runs.results import done_steps, write_transitions
 from ..analyses.sweep import available_analyses, analysis_module, error_text
 
 # %% auto #0
-__all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'TWINS', 'FINDINGS', 'FINDINGS_FILE', 'pace_sentence',
-           'report_sections', 'write_report', 'Drawn', 'redraw_all', 'status_of', 'findings_markdown', 'findings_text',
-           'write_findings']
+__all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'TWINS', 'FINDINGS', 'FINDINGS_FILE', 'OVERVIEW',
+           'pace_sentence', 'report_sections', 'write_report', 'Drawn', 'redraw_all', 'status_of', 'finding_verdicts',
+           'findings_markdown', 'findings_text', 'write_findings', 'findings_overview']
 
 # %% ../../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -257,13 +257,18 @@ def status_of(verdict: str) -> str:
     return got[0] if len(set(got)) == 1 else "partly" if {"reproduced", "partly"} & set(got) else "not testable"
 
 # %% ../../nbs/10c_report.ipynb #3e3d1b27
-def findings_markdown(figures_dir="figures") -> str:
-    "The findings table of the report in `figures_dir` (its report.json) as Markdown: id, claim, status, verdict."
+def finding_verdicts(figures_dir="figures") -> list[str]:
+    "The verdict on each of `FINDINGS` in the report in `figures_dir` (its report.json), '' where it has none."
     shown = {s["file"]: s["verdict"] for s in json.loads((Path(figures_dir) / REPORT_JSON).read_text())["sections"]}
-    cell = lambda s: " ".join(s.split()).replace("|", "\\|")
     # injected facts before LAMA's
     pick = lambda f: next((shown[g] for g in ((f,) if isinstance(f, str) else f) if g in shown), "")
-    rows = [f"| {i} | {claim} | **{status_of(pick(f))}** | {cell(pick(f) or 'not run')} |" for i, claim, f in FINDINGS]
+    return [pick(f) for _, _, f in FINDINGS]
+
+def findings_markdown(figures_dir="figures") -> str:
+    "The findings table of the report in `figures_dir` as Markdown: id, claim, status, verdict."
+    cell = lambda s: " ".join(s.split()).replace("|", "\\|")
+    rows = [f"| {i} | {claim} | **{status_of(v)}** | {cell(v or 'not run')} |"
+            for (i, claim, _), v in zip(FINDINGS, finding_verdicts(figures_dir))]
     return "\n".join(["| | the paper's finding | on this run | the verdict, with its numbers |", "|---|---|---|---|",
                       *rows]) + "\n"
 
@@ -277,3 +282,15 @@ def findings_text(figures_dir, name) -> str:
 def write_findings(figures_dir, name) -> Path: return atomic_write(Path(figures_dir) / FINDINGS_FILE,
                                                                    findings_text(figures_dir, name))
 
+
+# %% ../../nbs/10c_report.ipynb #67ef0f01
+OVERVIEW = {"": "default run", "mature": "mature run", "facts": "facts run", "bert-tiny-mature": "mature BERT twin",
+            "electra-tiny-mature": "mature ELECTRA twin"}  # figures/<folder>/: the column the README gives it
+
+def findings_overview(figures_root="figures", link="figures") -> str:
+    "The status of each of `FINDINGS` on each run of `OVERVIEW` with a report under `figures_root`, as Markdown."
+    runs = {k: n for k, n in OVERVIEW.items() if (Path(figures_root) / k / REPORT_JSON).exists()}
+    got = {k: [status_of(v) if v else "–" for v in finding_verdicts(Path(figures_root) / k)] for k in runs}
+    head = [f"[{n}]({Path(link, k, FINDINGS_FILE).as_posix()})" for k, n in runs.items()]
+    rows = [f"| {i} | {claim} | " + " | ".join(got[k][j] for k in runs) + " |" for j, (i, claim, _) in enumerate(FINDINGS)]
+    return "\n".join(["| | the paper's finding | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(runs), *rows]) + "\n"
