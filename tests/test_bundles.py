@@ -2,6 +2,7 @@
 with their verdict) are what today's code says of the bundle's own committed database (`embryo.publish.bundle.refresh_bundle`
 rewrites them)."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,73 @@ def test_comparisons_and_seed_bands_are_what_todays_code_says(tmp_path, monkeypa
         for f in sorted(c.glob("*.json")):
             assert R.verdict_texts(json.loads(f.read_text())) == R.verdict_texts(json.loads((d / f.name).read_text())), (
                 f"{d / f.name}: its verdicts are stale")
+
+
+SHIPPED = [b for b in BUNDLES if (b / RUN_BUNDLE / "checkpoints").is_dir()]  # the bundles that carry checkpoints
+
+
+def _files(folder) -> dict:
+    "Every file under `folder` with its bytes (SQLite's -wal/-shm left out: git ignores them)."
+    return {p: p.read_bytes() for p in Path(folder).rglob("*") if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+
+
+def test_every_analysis_notebook_opens_its_run_with_notebook_run():
+    "Issue 76, item 2: the one prelude that turns a committed bundle into its writable stand-in opens every analysis notebook."
+    import nbformat
+    from test_notebooks import ANALYSIS_NBS
+    for nb in ANALYSIS_NBS:
+        cells = nbformat.read(nb, as_version=4).cells
+        assert any("notebook_run(" in c.source for c in cells if "sweep" in c.metadata.get("tags", [])), nb.name
+
+
+@pytest.mark.slow
+def test_a_notebook_on_each_shipped_checkpoint_leaves_the_checkout_as_committed(tmp_path):
+    """Issue 76, item 2: papermill on a shipped checkpoint rewrote the tracked figures/run/results.sqlite and added an untracked
+    figures/run/figures/. Each bundle's files stay byte for byte; its results and figures land in the stand-in under the data
+    folder, which starts from the bundle's results."""
+    import subprocess, papermill as pm
+    from jupyter_client.manager import KernelManager
+    from embryo.runs.results import done_steps
+    from embryo.runs.run import list_steps, scratch_dir
+    assert len(SHIPPED) >= 5, SHIPPED
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(ROOT), env={**os.environ, "EMBRYO_DATA": str(tmp_path / "data")})
+    try:
+        for b in SHIPPED:
+            run, before = b / RUN_BUNDLE, _files(b)
+            step = list_steps(run)[-1]
+            pm.execute_notebook(str(ROOT / "nbs" / "08b_ngram.ipynb"), str(tmp_path / f"{b.name}.ipynb"), km=km,
+                                kernel_name="python3", progress_bar=False,
+                                parameters=dict(run_dir=str(run), step=step, max_sentences=20))
+            after = _files(b)
+            assert set(after) == set(before) and all(after[p] == before[p] for p in after), sorted(set(after) ^ set(before))
+            os.environ["EMBRYO_DATA"] = str(tmp_path / "data")
+            try: stand_in = scratch_dir(run)
+            finally: del os.environ["EMBRYO_DATA"]
+            assert (stand_in / "figures" / "fig_ngram_phases.png").exists() and step in done_steps(stand_in, "ngram")
+            # the bundle's other results came along: the notebook reads them where they were
+            assert set(done_steps(run, "reconstruction")) <= set(done_steps(stand_in, "reconstruction"))
+    finally:
+        km.shutdown_kernel(now=True)
+    if (ROOT / ".git").exists():
+        status = subprocess.run(["git", "status", "--porcelain", "--", "figures"], cwd=ROOT, capture_output=True, text=True)
+        assert status.returncode == 0 and status.stdout == "", status.stdout
+
+
+@pytest.mark.slow
+def test_a_sweep_of_a_committed_bundle_writes_its_stand_in(tmp_path, monkeypatch):
+    "Issue 76, item 2: `embryo sweep --run figures/run` wrote into the bundle; it sweeps the stand-in and says so."
+    import shutil
+    from embryo.analyses.sweep import sweep
+    from embryo.runs.results import done_steps
+    from embryo.runs.run import list_steps
+    monkeypatch.setenv("EMBRYO_DATA", str(tmp_path / "data"))
+    b = tmp_path / "bundle"
+    shutil.copytree(FIG / RUN_BUNDLE, b / RUN_BUNDLE); shutil.copy(FIG / REPORT_JSON, b / REPORT_JSON)
+    before, step = _files(b), list_steps(b / RUN_BUNDLE)[-1]
+    sweep(b / RUN_BUNDLE, analyses=["ngram"], steps=[step], mode="inprocess", force=True,
+          options={"ngram": {"max_sentences": 20}}, progress=False)
+    after = _files(b)
+    assert set(after) == set(before) and all(after[p] == before[p] for p in after), sorted(set(after) ^ set(before))
+    stand_in = next((tmp_path / "data" / "scratch").iterdir())
+    assert step in done_steps(stand_in, "ngram") and (stand_in / "figures" / "fig_ngram_phases.png").exists()

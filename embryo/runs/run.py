@@ -21,12 +21,13 @@ from ..text.tokenizer import HF_TOKENIZER_FILES, TokenizerError, load_tokenizer
 
 # %% auto #0
 __all__ = ['MODEL_CARD', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR',
-           'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint', 'check_device',
-           'replace_dir', 'save_checkpoint', 'resolve_step', 'masked_lm_at', 'read_config', 'RunSettings',
-           'read_run_config', 'sentence_name', 'log_records', 'train_log', 'transitions', 'loss_pace',
+           'BUNDLE_REPORT', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint',
+           'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step', 'masked_lm_at', 'read_config',
+           'RunSettings', 'read_run_config', 'sentence_name', 'log_records', 'train_log', 'transitions', 'loss_pace',
            'run_transitions', 'SeriesError', 'CannotDraw', 'refuse_remote_code', 'checkpoint_kind', 'HFEncoder',
            'HFMaskedLM', 'load_hf_model', 'check_filled', 'check_weights', 'check_vocabulary', 'encoder_states',
-           'max_length', 'Run', 'notebook_run', 'run_model_type', 'run_sentence_task']
+           'max_length', 'Run', 'is_bundle', 'scratch_dir', 'scratch_run', 'writable_run', 'notebook_run',
+           'run_model_type', 'run_sentence_task']
 
 # %% ../../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -512,12 +513,58 @@ class Run(os.PathLike):
     database = property(lambda self: self.path / DB_NAME)
     figures = property(lambda self: self.path / FIGURES_DIR)
 
+# %% ../../nbs/02a_run.ipynb #68295310
+BUNDLE_REPORT = "report.json"  # beside a committed bundle's run/ (notebook 10c's REPORT_JSON)
+
+def is_bundle(run) -> bool:
+    "Whether `run` is a committed bundle's run: a folder `run/` beside its bundle's report.json."
+    p = Path(run)
+    return p.name == "run" and (p.parent / BUNDLE_REPORT).is_file() and (p / DB_NAME).is_file()
+
+def scratch_dir(run) -> Path:
+    "Where the stand-in of the bundle `run` lives: `scratch/<its last folders>-<a hash of its path>` in the data folder."
+    from embryo.text.packages import data_dir
+    from embryo.runs.results import text_digest
+    p = Path(run).resolve()
+    return data_dir() / "scratch" / f"{'-'.join(p.parts[-3:])}-{text_digest(str(p))[:8]}"
+
+# %% ../../nbs/02a_run.ipynb #ade03505
+def _link_tree(src: Path, dst: Path, skip=()):
+    "Mirror the folder `src` at `dst`: real folders, each file a link to its original; what exists at `dst` stays."
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name in skip or f.name.endswith(("-wal", "-shm")): continue
+        if f.is_dir(): _link_tree(f, dst / f.name)
+        elif not (dst / f.name).exists() and not (dst / f.name).is_symlink(): (dst / f.name).symlink_to(f.resolve())
+
+# %% ../../nbs/02a_run.ipynb #df2517b6
+def scratch_run(run) -> "Run":
+    ("The writable stand-in of the committed bundle `run` (`scratch_dir`): its files linked, its results database "
+     "copied when the stand-in has none or the bundle's has changed since the copy.")
+    import sqlite3
+    src, out = Path(run), scratch_dir(run)
+    _link_tree(src, out, skip={DB_NAME, FIGURES_DIR, "cache"})
+    st = (src / DB_NAME).stat(); stamp, mark = f"{st.st_size} {st.st_mtime_ns}", out / "bundle_database.txt"
+    if not (out / DB_NAME).exists() or not mark.exists() or mark.read_text() != stamp:
+        tmp = out / f".{DB_NAME}.{temp_tag()}"
+        with sqlite3.connect(f"file:{src / DB_NAME}?immutable=1", uri=True) as a, sqlite3.connect(tmp) as b: a.backup(b)
+        os.replace(tmp, out / DB_NAME); atomic_write(mark, stamp)
+    return Run(out)
+
+def writable_run(run) -> "Run":
+    "`run` as a `Run` to write results into: a committed bundle's `scratch_run` (said in one line), else itself."
+    if not is_bundle(run): return Run.of(run)
+    print(f"{run} is a committed bundle, kept as committed: results and figures go to {(s := scratch_run(run))}",
+          flush=True)
+    return s
+
 # %% ../../nbs/02a_run.ipynb #7b22023d
 def notebook_run(run, step, figures_dir, fixture) -> tuple["Run", int, Path]:
     ("A papermill notebook's parameters as the run they name (the edge where a folder becomes a `Run`): (`run`, or "
      "`fixture()` where None; its step, "
-     "`resolve_step`'s; `figures_dir`, or `<run>/figures`), printed on one line.")
-    run = Run.of(run if run else fixture())
+     "`resolve_step`'s; `figures_dir`, or `<run>/figures`), printed on one line; a committed bundle as its "
+     "`scratch_run`.")
+    run = writable_run(run if run else fixture())
     step, figures_dir = resolve_step(run, step), Path(figures_dir) if figures_dir else run / "figures"
     print(f"run {run}, step {step}, figures in {figures_dir}")
     return run, step, figures_dir
