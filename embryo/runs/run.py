@@ -523,10 +523,10 @@ def is_bundle(run) -> bool:
 
 def scratch_dir(run) -> Path:
     "Where the stand-in of the bundle `run` lives: `scratch/<its last folders>-<a hash of its path>` in the data folder."
+    import hashlib
     from embryo.text.packages import data_dir
-    from embryo.runs.results import text_digest
     p = Path(run).resolve()
-    return data_dir() / "scratch" / f"{'-'.join(p.parts[-3:])}-{text_digest(str(p))[:8]}"
+    return data_dir() / "scratch" / f"{'-'.join(p.parts[-3:])}-{hashlib.sha256(str(p).encode()).hexdigest()[:8]}"
 
 # %% ../../nbs/02a_run.ipynb #ade03505
 def _link_tree(src: Path, dst: Path, skip=()):
