@@ -50,6 +50,27 @@ def nbdev_cells(nb: dict) -> dict:
     return dict(nb, cells=cells)
 
 
+RESULTS = "<!-- embryo:results"  # the first line of an analysis notebook's results cell (embryo.publish.prose.RESULTS_MARK)
+
+
+def results_first(nb: dict) -> dict:
+    "An analysis page opens with its committed results: the results cell moved under the title, the code after it."
+    cells = nb["cells"]
+    i = next((k for k, c in enumerate(cells) if c["cell_type"] == "markdown" and c["source"].startswith(RESULTS)), None)
+    if i is None or i <= 1: return nb
+    head = dict(cell_type="markdown", id="embryo-results-first", metadata={},
+                source="## The results\n\nWhat the committed runs show; the code that measures it follows.")
+    return dict(nb, cells=[cells[0], head, cells[i], *cells[1:i], *cells[i + 1:]])
+
+
+IMAGE = re.compile(r"(?<!\[)!\[([^\]]*)\]\(([^)\s]+)\)")  # a Markdown image not already inside a link
+
+
+def images_open_full_size(text: str) -> str:
+    "Each image of a Markdown text wrapped in a link to its own file: the page shows it at column width, a click full size."
+    return IMAGE.sub(lambda m: f"[![{m[1]}]({m[2]})]({m[2]})", text)
+
+
 def toctree(caption: str, pages) -> str:
     "A hidden toctree of `pages`: the sidebar lists their titles, in this order, under `caption`."
     return f"```{{toctree}}\n:hidden:\n:titlesonly:\n:caption: {caption}\n\n" + "\n".join(pages) + "\n```\n"
@@ -87,9 +108,12 @@ def navigation(src: Path) -> dict:
 def on_source_read(app, docname, source):
     "Read each notebook as nbdev's docs show it, the front page with the site's navigation; a table of figures/ is a page of its own."
     if docname.startswith(f"{FIGURES}/"):
-        source[0] = "---\norphan: true\n---\n" + source[0]; return
-    if docname.startswith(f"{PAGES}/"): return  # a page of docs/: Markdown, in the front page's navigation
-    nb = nbdev_cells(json.loads(source[0]))
+        source[0] = "---\norphan: true\n---\n" + images_open_full_size(source[0]); return
+    if docname.startswith(f"{PAGES}/"):  # a page of docs/: Markdown, in the front page's navigation
+        source[0] = images_open_full_size(source[0]); return
+    nb = results_first(nbdev_cells(json.loads(source[0])))
+    for c in nb["cells"]:
+        if c["cell_type"] == "markdown": c["source"] = images_open_full_size(c["source"])
     if docname == root_doc: nb["cells"].append(navigation(Path(app.srcdir)))
     source[0] = json.dumps(nb)
 
