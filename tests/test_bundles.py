@@ -164,3 +164,18 @@ def test_a_sweep_of_a_committed_bundle_writes_its_stand_in(tmp_path, monkeypatch
     assert set(after) == set(before) and all(after[p] == before[p] for p in after), sorted(set(after) ^ set(before))
     stand_in = next((tmp_path / "data" / "scratch").iterdir())
     assert step in done_steps(stand_in, "ngram") and (stand_in / "figures" / "fig_ngram_phases.png").exists()
+
+
+@pytest.mark.parametrize("b", BUNDLES, ids=[b.relative_to(FIG).as_posix() for b in BUNDLES])
+def test_findings_read_without_the_code(b):
+    """Issue 76, item 5: verdicts were run-on strings with code keys ("reconstruction: ... mask_prediction: ...",
+    "pos_brown 0.81"). In findings.md and report.json no task is called by a key of the code, and each line of a verdict
+    (one claim) is a sentence: it opens with a capital and ends with a full stop."""
+    import re
+    keys = re.compile(r"\b[a-z]+(?:_[a-z0-9]+)+\b")  # snake_case: a name from the code, not from the paper
+    assert not keys.findall((b / FINDINGS_FILE).read_text()), keys.findall((b / FINDINGS_FILE).read_text())
+    for s in json.loads((b / REPORT_JSON).read_text())["sections"]:
+        for line in filter(str.strip, s["verdict"].splitlines()):
+            assert not keys.findall(line), (s["file"], keys.findall(line))
+            assert line[0].isupper() or line[0].isdigit(), (s["file"], line[:80])
+            assert line.rstrip().endswith("."), (s["file"], line[-80:])

@@ -36,7 +36,7 @@ def test_h1_no_class_is_aged_at_a_step_under_its_floor():
 def test_h1_mask_prediction_order_reverses_above_the_floor():
     "Item 8: measured above the floor, content words reach half their rise first on the mature run, beyond the grid."
     _, v = RC.learning_order(FIG / "mature" / "run")
-    line = next(l for l in v.splitlines() if l.startswith("mask_prediction"))
+    line = next(l for l in v.splitlines() if l.startswith("Mask prediction"))
     assert "is not reproduced" in line and "content words first" in line, line
 
 
@@ -97,13 +97,13 @@ def test_fig7_needs_half_steps_apart_beyond_the_grid_spacing():
     assert order(Rise(5000, 4500), Rise(5500, 5000), gap=True) == 0  # but one grid step apart: a tie
     assert order(Rise(128, 64), Rise(1000, 500), gap=True) == -1 and order(Rise(1000, 500), Rise(128, 64), gap=True) == 1
     v = RC.verdicts(FIG / "run")["fig7_verb_forms"].splitlines()
-    mp = next(l for l in v if l.startswith("mask_prediction"))
+    mp = next(l for l in v if l.startswith("Mask prediction"))
     assert "reproduced" not in mp and "not testable at this checkpoint spacing" in mp, mp
-    rec = next(l for l in v if l.startswith("reconstruction"))  # 3rd singular (64, 128] before past participle (500, 1000]
+    rec = next(l for l in v if l.startswith("Reconstruction"))  # 3rd singular (64, 128] before past participle (500, 1000]
     assert "is reproduced" in rec and "3rd singular" in rec, rec
     # the mature run: every form of reconstruction in (128, 1050]: a tie, not 'not shown'
     m = RC.verdicts(FIG / "mature" / "run")["fig7_verb_forms"].splitlines()[0]
-    assert m.startswith("reconstruction") and "not testable at this checkpoint spacing" in m, m
+    assert m.startswith("Reconstruction") and "not testable at this checkpoint spacing" in m, m
 
 
 def test_compare_names_each_runs_floor_and_rises_only_above_it():
@@ -137,10 +137,10 @@ def test_h1_order_needs_the_intervals_a_whole_evaluated_step_apart():
     mask prediction ((4000, 4500] against (5000, 5500]) still is."""
     from embryo.publish.report import status_of
     for run in ("run", "electra-tiny/run"):
-        rec = next(l for l in RC.verdict(FIG / run).splitlines() if l.startswith("reconstruction"))
+        rec = next(l for l in RC.verdict(FIG / run).splitlines() if l.startswith("Reconstruction"))
         assert "not testable at this checkpoint spacing" in rec and "is reproduced" not in rec, rec
         assert status_of(rec) == "not testable", rec
-    mp = next(l for l in RC.verdict(FIG / "run").splitlines() if l.startswith("mask_prediction"))
+    mp = next(l for l in RC.verdict(FIG / "run").splitlines() if l.startswith("Mask prediction"))
     assert "1.0 evaluated steps apart" in mp and "is reproduced" in mp, mp
     from embryo.runs.verdicts import Rise, apart, order
     grid = [64, 128, 500, 1000]

@@ -26,15 +26,16 @@ from ..runs.series import series_lacks
 from ..model.model import autocast, resolve_precision
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import done_steps, markdown_table, read_results, read_scores, score_rows, write_results
+from ..runs.verdicts import in_plain_words
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'MIN_COUNT', 'OBJECT_SHARE', 'OBJECT_TAGS', 'NOT_PAIRED', 'PRONOUNS', 'REFLEXIVE', 'ADVERBS',
-           'PREPOSITIONS', 'NUMERALS', 'OBJECT_PRONOUNS', 'PARADIGMS', 'PAIRS_FORMAT', 'REPORT', 'brown_counts',
-           'Lexicon', 'takes_object', 'brown_lexicon', 'det_noun_number', 'numeral_noun_number', 'agreement_0',
-           'agreement_1', 'agreement_2', 'copula_number', 'there_number', 'reflexive_number', 'a_an', 'irregular_past',
-           'generate_pairs', 'paradigm_pairs', 'read_pairs', 'masked_copies', 'pll', 'unigram_scores', 'pass_rate',
-           'evaluate_step', 'pair_rows', 'applies_to', 'grammar_results', 'curves', 'stays_above', 'acquisition',
-           'plot_grammar', 'agreement', 'write_agreement', 'verdict', 'redraw']
+           'PREPOSITIONS', 'NUMERALS', 'OBJECT_PRONOUNS', 'PARADIGMS', 'PAIRS_FORMAT', 'PLAIN_NAMES', 'REPORT',
+           'brown_counts', 'Lexicon', 'takes_object', 'brown_lexicon', 'det_noun_number', 'numeral_noun_number',
+           'agreement_0', 'agreement_1', 'agreement_2', 'copula_number', 'there_number', 'reflexive_number', 'a_an',
+           'irregular_past', 'generate_pairs', 'paradigm_pairs', 'read_pairs', 'masked_copies', 'pll', 'unigram_scores',
+           'pass_rate', 'evaluate_step', 'pair_rows', 'applies_to', 'grammar_results', 'curves', 'stays_above',
+           'acquisition', 'plot_grammar', 'agreement', 'write_agreement', 'verdict', 'redraw']
 
 # %% ../../nbs/08c_grammar.ipynb #939bee80
 ANALYSIS = "grammar"  # the `analysis` name of this notebook's rows in the results database
@@ -400,6 +401,12 @@ def write_agreement(run_dirs: Sequence, out_dir) -> list[Path]:
                          + markdown_table(t, index=False) + "\n")]
 
 # %% ../../nbs/08c_grammar.ipynb #f673a16f
+PLAIN_NAMES = {"det_noun_number": "determiner-noun number", "numeral_noun_number": "numeral-noun number",
+               "agreement_0": "subject-verb agreement", "agreement_1": "agreement across an adverb",
+               "agreement_2": "agreement across a prepositional phrase", "copula_number": "copula number",
+               "there_number": "there is/are", "reflexive_number": "reflexive number", "a_an": "a/an",
+               "irregular_past": "irregular past"}  # the paradigms' keys in a reader's words (`in_plain_words`)
+
 def verdict(run, acq: pd.DataFrame | None = None) -> str:
     ("How many paradigms are acquired beyond their floor and interval, in which order and when; which never are "
      "(`acq`: `acquisition`'s table, when already computed).")
@@ -409,11 +416,11 @@ def verdict(run, acq: pd.DataFrame | None = None) -> str:
     said = "; ".join(f"{t} at {at(r.acquired_at)} ({at(r.low)} to {at(r.high)}; {r.last:.0%} at the last step, floor "
                      f"{r.floor:.0%})" for t, r in got.iterrows())
     never = ", ".join(f"{t} ({r.last:.0%}, floor {r.floor:.0%})" for t, r in acq[~acq.acquired].iterrows())
-    return (f"{len(got)} of {len(acq)} paradigms are acquired (at the last step above their floor, the highest of "
+    return in_plain_words(f"{len(got)} of {len(acq)} paradigms are acquired (at the last step above their floor, the highest of "
             f"chance, the unigram baseline and the untrained model, beyond the 95% interval over resampled pairs); by "
             f"the step at the middle of their rise (95% interval), sorted by that step (two are in order only where "
             f"their intervals do not overlap): {said or 'none'}."
-            + (f" Not acquired on this run (not testable here): {never}." if never else ""))
+            + (f" Not acquired on this run (not testable here): {never}." if never else ""), PLAIN_NAMES)
 
 # %% ../../nbs/08c_grammar.ipynb #97f7d03c
 REPORT = [

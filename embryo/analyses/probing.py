@@ -21,17 +21,17 @@ from ..runs.series import series_lacks
 from ..runs.figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
                             step_axis)
 from ..runs.results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
-from ..runs.verdicts import Z, half_rise, learned, plateau  # the rules every verdict follows (notebook 03b)
+from ..runs.verdicts import Z, half_rise, learned, plateau, in_plain_words  # the rules every verdict follows (notebook 03b)
 from .probe_tasks import (BUILTIN_TASKS, ONTONOTES_TASKS, SPLITS, TASKS, ProbeTask, builtin_tasks,
                                          ontonotes_tasks, select_tasks)
 from .span_features import task_features
 from .probes import control_labels, micro_f1, train_probes, word_identity_f1
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'METRICS', 'REPORT', 'PLATEAU_STEPS', 'probe_task', 'evaluate_step', 'applies_to', 'probing_results',
-           'task_sizes', 'layer_curves', 'layer_colour', 'floors', 'reference_f1', 'plot_fig2b', 'plot_fig3',
-           'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain', 'layer_verdict', 'verdicts', 'selectivity_table',
-           'redraw']
+__all__ = ['ANALYSIS', 'METRICS', 'REPORT', 'PLAIN_NAMES', 'PLATEAU_STEPS', 'probe_task', 'evaluate_step', 'applies_to',
+           'probing_results', 'task_sizes', 'layer_curves', 'layer_colour', 'floors', 'reference_f1', 'plot_fig2b',
+           'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain', 'layer_verdict', 'verdicts',
+           'selectivity_table', 'redraw']
 
 # %% ../../nbs/07_probing.ipynb #4fbd71f6
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -323,6 +323,9 @@ def plot_fig11(run, out_dir=None) -> list[Path]:
                  "fig11_probing_all_tasks", run, out_dir, control=True)
 
 # %% ../../nbs/07_probing.ipynb #7d791693
+PLAIN_NAMES = {"pos_brown": "Brown POS", "pos_silver": "spaCy POS", "const_silver": "spaCy phrase labels",
+               "dep_silver": "spaCy dependency labels", "ner_silver": "spaCy named entities"}  # `in_plain_words`
+
 PLATEAU_STEPS = 3  # a plateau: the last 3 evaluated steps within 2 combined standard errors (rule 3 of notebook 03b)
 
 def _curve_ses(df: pd.DataFrame, task: str, layer: int, y: pd.Series) -> np.ndarray:
@@ -366,19 +369,19 @@ def verdict(run) -> str:
         fast = frac <= 0.25
         said = ("not reproduced" if not fast else "not testable" if any(f is None for f in flats.values())
                 else "partly reproduced (a fast rise, but no plateau)" if still else "reproduced")
-        s += (f"; the tasks learned gain half of their rise above the floor by step "
+        s += (f". The tasks learned gain half of their rise above the floor by step "
               f"{', '.join(f'{h} ({t})' for t, h in early)}, on average {frac:.0%} of the way through the run, and "
               + (f"{len(still)} of {len(flats)} ({', '.join(still)}) still move{'s' * (len(still) == 1)} beyond 2 "
                  "standard errors over their "
                  f"last {PLATEAU_STEPS} evaluated steps" if still else
                  f"all {len(flats)} stay within 2 standard errors over their last {PLATEAU_STEPS} evaluated steps")
               + f": the paper's 'fast rise in early steps, then a plateau' (section 4) is {said} on this run")
-    elif low: s += ("; no task's probe ends above its word-identity floor by 2 standard errors with a rise to read, so "
+    elif low: s += (". No task's probe ends above its word-identity floor by 2 standard errors with a rise to read, so "
                     "the paper's 'fast rise, then plateau' is not testable on this run")
     else: s += " (evaluate at least three steps to test the paper's 'fast rise, then plateau')"
     if low and early: s += (f" (left out, not above the word-identity floor by 2 standard errors at the last step: "
                             f"{', '.join(low)})")
-    return s + ". " + best_layer_gain(df, _task_order(df.task.unique())[0])
+    return in_plain_words(s + ". " + best_layer_gain(df, _task_order(df.task.unique())[0]), PLAIN_NAMES)
 
 # %% ../../nbs/07_probing.ipynb #93b39172
 def best_layer_gain(df: pd.DataFrame, task: str) -> str:
@@ -422,7 +425,7 @@ def layer_verdict(run) -> str:
 # %% ../../nbs/07_probing.ipynb #33607dbe
 def verdicts(run) -> dict[str, str]:
     "The figures whose verdict is their own: Fig. 3's layer claim."
-    return {"fig3_probing_pos_layers": layer_verdict(run)}
+    return {"fig3_probing_pos_layers": in_plain_words(layer_verdict(run), PLAIN_NAMES)}
 
 # %% ../../nbs/07_probing.ipynb #65a7e8ed
 def selectivity_table(run, out_dir=None) -> list[Path]:

@@ -27,13 +27,13 @@ from ..runs.settings import corpus_file
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_results, markdown_table, score_rows, binomial_se
-from ..runs.verdicts import Rise, apart, half_rise, learned, mean_rise, order  # the rules every verdict follows (03b)
+from ..runs.verdicts import Rise, apart, half_rise, learned, mean_rise, order, in_plain_words  # the rules every verdict follows (03b)
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'FREQ_BINS', 'LEARNED', 'FLOOR', 'GROUP_SETS', 'REPORT', 'token_counts', 'token_ranks', 'freq_bin', 'Item',
-           'select_words', 'accuracy_rows', 'word_scores', 'score_words', 'evaluate_words', 'evaluate_model',
-           'floor_rows', 'evaluate_step', 'applies_to', 'curves', 'floors', 'learned_groups', 'half_rises',
-           'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order', 'verdicts']
+__all__ = ['ANALYSIS', 'FREQ_BINS', 'LEARNED', 'FLOOR', 'GROUP_SETS', 'PLAIN_NAMES', 'REPORT', 'token_counts', 'token_ranks',
+           'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'word_scores', 'score_words', 'evaluate_words',
+           'evaluate_model', 'floor_rows', 'evaluate_step', 'applies_to', 'curves', 'floors', 'learned_groups',
+           'half_rises', 'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order', 'verdicts']
 
 # %% ../../nbs/04_reconstruction.ipynb #ca174f21
 ANALYSIS = "reconstruction"  # the `analysis` name of this notebook's rows in the results database
@@ -280,6 +280,9 @@ def half_steps(t: pd.DataFrame, fl: pd.Series | dict | None = None) -> pd.Series
     return pd.Series({c: r.step for c, r in half_rises(t, fl).items()}, index=list(t.columns), dtype=float)
 
 # %% ../../nbs/04_reconstruction.ipynb #52290254
+PLAIN_NAMES = {"mask_prediction": "mask prediction", "past_participle": "past participle",
+               "3rd_singular": "3rd singular"}  # the verdicts' keys, in the paper's words (`in_plain_words`)
+
 def _order_text(fw: Rise, cw: Rise, steps) -> str:
     ("Rule 4 (`embryo.runs.verdicts.order` on the evaluated `steps`): the order is read only where the two half-rise "
      "intervals lie at least one whole evaluated step apart.")
@@ -318,7 +321,7 @@ def learning_order(run) -> tuple[pd.DataFrame, str]:
                             f"{cw.step:.0f} (interval {cw.lo:.0f} to {cw.step:.0f}){off}: {_order_text(fw, cw, t.index)}")
         else: verdicts.append(f"{task}: no {'function' if not np.isfinite(fw.step) else 'content'}-word class is "
                               f"learned above its floor, so the order is not testable on this run{off}")
-    return pd.DataFrame(table), "\n".join(verdicts)
+    return pd.DataFrame(table), in_plain_words("\n".join(verdicts), PLAIN_NAMES)
 
 # %% ../../nbs/04_reconstruction.ipynb #1efbc510
 def _plot_set(run, fig_id: str):
@@ -431,5 +434,5 @@ def verdicts(run) -> dict[str, str]:
                         "not shown (tied)" if h.nunique() == 1 else "not reproduced")
             parts.append(f"{task}: half of the rise above the floor reached by step {_steps_text(h)}: the paper's claim that "
                          f"{claim} is {said} at the evaluated steps{off}")
-        out[file] = "\n".join(parts) or "not run on this run yet"
+        out[file] = in_plain_words("\n".join(parts) or "not run on this run yet", PLAIN_NAMES)
     return out

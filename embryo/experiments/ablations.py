@@ -546,7 +546,7 @@ def table3_verdict(frame: pd.DataFrame) -> str:
     return (f"{head}, {n} rounds: {status}. {pairs}. BERT-xlarge the slowest: {slowest} (the median's slowest here: "
             f"{slow}). The gain grows with size: {grows}. One CPU communicates nothing, the paper's main source of "
             "ALBERT's speed (TPUs); here ALBERT saves only the arithmetic of a smaller embedding (E below H) and an "
-            "optimiser step over fewer parameters (the fwd_bwd columns leave the step out).")
+            "optimiser step over fewer parameters (the forward-backward columns leave the step out).")
 
 # %% ../../nbs/09_albert_ablations.ipynb #5ce2c2c5
 def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:

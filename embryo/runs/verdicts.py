@@ -11,7 +11,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 # %% auto #0
-__all__ = ['Z', 'learned', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'apart', 'order', 'readable']
+__all__ = ['Z', 'learned', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'apart', 'order', 'readable', 'in_plain_words']
 
 # %% ../../nbs/03b_verdicts.ipynb #0142343c
 Z = 2.0  # standard errors that separate a value from its floor, or two values from each other
@@ -93,3 +93,15 @@ def readable(value: float, se: float, paper: float, floor=None, z: float = Z, sh
         return (f"our {value:.1f} has {(value - f) / (paper - f):.0%} of the paper's rise above the floor {f:.1f} "
                 f"(paper {paper:.1f}): learned too weakly to read")
     return None
+
+# %% ../../nbs/03b_verdicts.ipynb #a5c2886d
+def in_plain_words(text: str, names: dict[str, str]) -> str:
+    ("`text` (a verdict, one claim a line) as a reader reads it: each key of `names` by its name, each line a sentence "
+     "that opens with a capital and ends with a full stop.")
+    import re
+    key = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b") if names else None
+    out = []
+    for line in filter(str.strip, text.splitlines()):
+        line = (key.sub(lambda m: names[m[1]], line) if key else line).strip()
+        out.append(line[0].upper() + line[1:] + ("" if line.endswith(".") else "."))
+    return "\n".join(out)
