@@ -29,7 +29,8 @@ from ..runs.settings import complete_run
 from ..runs.series import as_run
 from ..runs.series_check import check_series
 from ..runs.lock import sweep_lock, training_holder, holder_text
-from ..runs.results import (UNRECORDED, db_path, connect, log_job, read_log, computed_with, options_digest, set_computed_with)
+from ..runs.results import (UNRECORDED, db_path, connect, log_job, read_log, computed_with, options_digest,
+                                 set_computed_with, canonical_options, options_said, path_option)
 
 # %% auto #0
 __all__ = ['ANALYSES', 'SWEEP_TAG', 'WARM_ENGINE', 'PATH_OPTIONS', 'SweepError', 'nbs_dir', 'available_analyses',
@@ -268,17 +269,10 @@ def _register_engine():
             return client.execute(cleanup_kc=True)
     papermill_engines.register(WARM_ENGINE, StartedKernelEngine)
 
-# %% ../../nbs/10_sweep.ipynb #e4a5a215
-def _path_option(v) -> Path | None:
-    ("The absolute path an option's value names, where it names an existing file or folder (relative to this process's "
-     "folder).")
-    if isinstance(v, (str, Path)) and str(v) and Path(v).expanduser().exists(): return Path(v).expanduser().resolve()
-    return None
-
 # %% ../../nbs/10_sweep.ipynb #114e2f0a
 def _resolved(v):
     "An option that names an existing path, made absolute (the notebook runs in nbs/); any other value as it is."
-    p = _path_option(v)
+    p = path_option(v)
     return str(p) if p else v
 
 # %% ../../nbs/10_sweep.ipynb #93da2216
@@ -362,26 +356,10 @@ def check_options(analysis: str, options: dict | None, mode: str):
         if k in sig and sig[k].default is not inspect.Parameter.empty:
             check_value(k, v, sig[k].default, f"--option {analysis}.{k}")
 
-# %% ../../nbs/10_sweep.ipynb #548f88e2
-def _data_fingerprint(p: Path) -> str:
-    ("Names, sizes and modification times of the files of a file or folder the options name: changed data, another "
-     "digest.")
-    files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
-    return options_digest(json.dumps([(str(f.relative_to(p)) if f != p else f.name, f.stat().st_size,
-                                       f.stat().st_mtime_ns)
-                                      for f in files]))
-
 # %% ../../nbs/10_sweep.ipynb #fe351bf0
 def options_text(analysis: str, options: dict | None) -> str:
-    "The canonical text of what `options` ask of `analysis`: defaults dropped, a path with a fingerprint of its data."
-    import inspect
-    sig = inspect.signature(analysis_module(analysis).evaluate_step).parameters
-    out = {}
-    for k, v in sorted((options or {}).items()):
-        if k in sig and sig[k].default is not inspect.Parameter.empty and sig[k].default == v: continue
-        if (p := _path_option(v)): v = dict(path=str(p), data=_data_fingerprint(p))
-        out[k] = v
-    return json.dumps(out, sort_keys=True, default=str)
+    "The canonical text of what `options` ask of `analysis` (`canonical_options` of its `evaluate_step`, notebook 03a)."
+    return canonical_options(analysis_module(analysis).evaluate_step, options)
 
 # %% ../../nbs/10_sweep.ipynb #89deb085
 def plan(run, analyses=None, steps=None, force=False, shard=None, options: dict | None = None,
@@ -406,8 +384,7 @@ def plan(run, analyses=None, steps=None, force=False, shard=None, options: dict 
 
 def say_recomputed(redo: dict, options: dict):
     "Print, per analysis, the steps a sweep recomputes because their results were computed with other options."
-    said = lambda o: {"{}": "the default options", "": "a job that never finished",
-                      UNRECORDED: "options nobody recorded (written outside a sweep)"}.get(o, o)
+    said = options_said
     for a in sorted({j.analysis for j in redo}):
         steps = sorted(j.step for j in redo if j.analysis == a)
         olds = sorted({redo[j] for j in redo if j.analysis == a})

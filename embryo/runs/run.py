@@ -21,13 +21,13 @@ from ..text.tokenizer import HF_TOKENIZER_FILES, TokenizerError, load_tokenizer
 
 # %% auto #0
 __all__ = ['MODEL_CARD', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR',
-           'BUNDLE_REPORT', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint', 'load_checkpoint',
-           'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step', 'masked_lm_at', 'read_config',
-           'RunSettings', 'read_run_config', 'sentence_name', 'log_records', 'train_log', 'transitions', 'loss_pace',
-           'run_transitions', 'SeriesError', 'CannotDraw', 'refuse_remote_code', 'checkpoint_kind', 'HFEncoder',
-           'HFMaskedLM', 'load_hf_model', 'check_filled', 'check_weights', 'check_vocabulary', 'encoder_states',
-           'max_length', 'Run', 'is_bundle', 'scratch_dir', 'scratch_run', 'writable_run', 'notebook_run',
-           'run_model_type', 'run_sentence_task']
+           'BUNDLE_REPORT', 'STAND_IN_MARK', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint',
+           'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step', 'masked_lm_at',
+           'read_config', 'RunSettings', 'read_run_config', 'sentence_name', 'log_records', 'train_log', 'transitions',
+           'loss_pace', 'run_transitions', 'SeriesError', 'CannotDraw', 'refuse_remote_code', 'checkpoint_kind',
+           'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'check_filled', 'check_weights', 'check_vocabulary',
+           'encoder_states', 'max_length', 'Run', 'is_bundle', 'scratch_dir', 'is_stand_in', 'scratch_run',
+           'writable_run', 'notebook_run', 'run_model_type', 'run_sentence_task']
 
 # %% ../../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -538,13 +538,17 @@ def _link_tree(src: Path, dst: Path, skip=()):
         elif not (dst / f.name).exists() and not (dst / f.name).is_symlink(): (dst / f.name).symlink_to(f.resolve())
 
 # %% ../../nbs/02a_run.ipynb #df2517b6
+STAND_IN_MARK = "bundle_database.txt"  # in a stand-in: which copy of the bundle's database it started from
+
+def is_stand_in(run) -> bool: return (Path(run) / STAND_IN_MARK).is_file()  # a committed bundle's `scratch_run`
+
 def scratch_run(run) -> "Run":
     ("The writable stand-in of the committed bundle `run` (`scratch_dir`): its files linked, its results database "
      "copied when the stand-in has none or the bundle's has changed since the copy.")
     import sqlite3
     src, out = Path(run), scratch_dir(run)
     _link_tree(src, out, skip={DB_NAME, FIGURES_DIR, "cache"})
-    st = (src / DB_NAME).stat(); stamp, mark = f"{st.st_size} {st.st_mtime_ns}", out / "bundle_database.txt"
+    st = (src / DB_NAME).stat(); stamp, mark = f"{st.st_size} {st.st_mtime_ns}", out / STAND_IN_MARK
     if not (out / DB_NAME).exists() or not mark.exists() or mark.read_text() != stamp:
         tmp = out / f".{DB_NAME}.{temp_tag()}"
         with sqlite3.connect(f"file:{src / DB_NAME}?immutable=1", uri=True) as a, sqlite3.connect(tmp) as b: a.backup(b)
