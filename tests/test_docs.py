@@ -109,3 +109,22 @@ def test_committed_pages_load_nothing_from_the_network():
         text = page.read_text(encoding="utf-8")
         assert not re.findall(r'(?:src|href)="https?://', text), page
         assert not re.findall(r"<script[^>]*>[^<]*?https?://", text), page
+
+
+def test_analysis_pages_show_results_before_code_and_figures_open_full_size(site):
+    """Issue 76, item 5: each analysis page put its imports before its results, and its figures were shrunk to column width
+    with no way to open them full size. Now the committed results come first (under the title) and each figure links to its
+    own file."""
+    from embryo.publish.prose import NOTEBOOKS
+    for a, name in NOTEBOOKS.items():
+        page = (site / "nbs" / f"{name}.html").read_text()
+        body = page[page.index("<h1"):]
+        code, results = body.find('class="highlight'), body.find('id="the-results"')
+        assert results != -1 and (code == -1 or results < code), f"{name}: code before its results"
+        for img in re.finditer(r"<img[^>]*>", body):
+            before = body[:img.start()]
+            link = before[before.rfind("<a "):]
+            assert "</a>" not in link and 'href="' in link, f"{name}: {img[0][:80]} opens no larger view"
+            target, shown = re.search(r'href="([^"]+)"', link)[1], re.search(r'src="([^"]+)"', img[0])[1]
+            pages = site / "nbs"
+            assert _digest(pages / target) == _digest(pages / shown), f"{name}: {target} is not the figure it shows"
