@@ -121,7 +121,8 @@ def test_notebooks_on_each_shipped_checkpoint_leave_the_checkout_as_committed(tm
     bundle's results, and a notebook asked for the options the bundle's results were computed with reads them."""
     import subprocess, time, papermill as pm
     from jupyter_client.manager import KernelManager
-    from embryo.runs.results import canonical_options, computed_with, options_digest
+    from embryo.runs.options import canonical_options
+    from embryo.runs.results import computed_with, options_digest
     from embryo.runs.run import list_steps
     from embryo.analyses.sweep import ANALYSES, analysis_module
     from test_notebooks import ANALYSIS_NBS, OPTIONS

@@ -30,7 +30,8 @@ from ..runs.series import as_run
 from ..runs.series_check import check_series
 from ..runs.lock import sweep_lock, training_holder, holder_text
 from ..runs.results import (UNRECORDED, db_path, connect, log_job, read_log, computed_with, options_digest,
-                                 set_computed_with, canonical_options, options_said, path_option)
+                                 set_computed_with)
+from ..runs.options import canonical_options, options_said, path_option
 
 # %% auto #0
 __all__ = ['ANALYSES', 'SWEEP_TAG', 'WARM_ENGINE', 'PATH_OPTIONS', 'SweepError', 'nbs_dir', 'available_analyses',

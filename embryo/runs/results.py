@@ -16,7 +16,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .run import DB_NAME, is_stand_in  # one name for the file, where the run (notebook 02a) defines it
+from .run import DB_NAME  # one name for the file, where the run (notebook 02a) defines it
 from .series import REFERENCE
 
 # %% auto #0
@@ -26,8 +26,7 @@ __all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCH
            'text_digest', 'encode_scores', 'decode_scores', 'binomial_se', 'score_rows', 'read_scores', 'read_examples',
            'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps', 'reference_results',
            'describe_results', 'write_transitions', 'log_job', 'read_log', 'options_digest', 'set_computed_with',
-           'computed_with', 'path_option', 'data_fingerprint', 'canonical_options', 'options_said', 'evaluate_or_read',
-           'merge_results', 'markdown_table']
+           'computed_with', 'merge_results', 'markdown_table']
 
 # %% ../../nbs/03a_results.ipynb #9a644065
 COLUMNS = ("analysis", "step", "task", "layer", "head", "seed", "metric", "value", "n", "created_at")
@@ -498,54 +497,6 @@ def computed_with(run, analysis: str) -> dict[int, tuple[str, str]]:
         rec = {s: (d, o) for s, d, o in con.execute("SELECT step, digest, options FROM computed_with WHERE analysis=?",
                                                     (analysis,))}
     return {s: rec.get(s, (options_digest(DEFAULTS), DEFAULTS)) for s in done_steps(run, analysis)}
-
-# %% ../../nbs/03a_results.ipynb #e67faadb
-def path_option(v) -> Path | None:
-    ("The absolute path an option's value names, where it names an existing file or folder (relative to this process's "
-     "folder).")
-    if isinstance(v, (str, Path)) and str(v) and Path(v).expanduser().exists(): return Path(v).expanduser().resolve()
-    return None
-
-def data_fingerprint(p: Path) -> str:
-    "Names, sizes and modification times of the files of a file or folder the options name: changed data, another digest."
-    files = [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())
-    return options_digest(json.dumps([(str(f.relative_to(p)) if f != p else f.name, f.stat().st_size,
-                                       f.stat().st_mtime_ns) for f in files]))
-
-# %% ../../nbs/03a_results.ipynb #da0d38d0
-def canonical_options(evaluate, options: dict | None) -> str:
-    "The canonical text of what `options` ask of `evaluate` (an `evaluate_step`): defaults dropped, paths fingerprinted."
-    import inspect
-    sig = inspect.signature(evaluate).parameters
-    out = {}
-    for k, v in sorted((options or {}).items()):
-        if k in sig and sig[k].default is not inspect.Parameter.empty and sig[k].default == v: continue
-        if (p := path_option(v)): v = dict(path=str(p), data=data_fingerprint(p))
-        out[k] = v
-    return json.dumps(out, sort_keys=True, default=str)
-
-# %% ../../nbs/03a_results.ipynb #f590e4fb
-def options_said(text: str) -> str:
-    "An options text as a sentence names it."
-    return {DEFAULTS: "the default options", "": "a job that never finished",
-            UNRECORDED: "options nobody recorded (written outside a sweep)"}.get(text, text)
-
-def evaluate_or_read(evaluate, analysis: str, run, step: int, as_rows: bool = False, **options):
-    ("`evaluate(run, step, **options)` (an `evaluate_step`), or on a bundle's stand-in the rows stored for `step` where "
-     "they were computed with `options` (a list of dicts with `as_rows`, else a frame); recorded there with them.")
-    if not is_stand_in(run): return evaluate(run, step, **options)
-    text = canonical_options(evaluate, {k: v for k, v in options.items() if k != "device"})
-    done = computed_with(run, analysis).get(step)
-    if done and done[0] == options_digest(text):
-        print(f"step {step}: the bundle's {analysis} results, computed with {options_said(text)}, are read, not "
-              "computed again (other parameters compute them anew)")
-        rows = read_results(run, analysis, step=step)
-        return rows.to_dict("records") if as_rows else rows
-    if done and done[0] != RUNNING: print(f"step {step}: the bundle's {analysis} results were computed with {options_said(done[1])}; these "
-                   f"parameters ask for {options_said(text)}, so they are computed anew")
-    out = evaluate(run, step, **options)
-    set_computed_with(run, analysis, step, text)
-    return out
 
 # %% ../../nbs/03a_results.ipynb #19ef89f5
 def _step_groups(con, db: str = "main") -> dict:
