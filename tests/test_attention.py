@@ -144,7 +144,7 @@ def test_verdict_tests_the_papers_order(tmp_path):
     _fake_run(tmp_path / "down", {1: 10, 2: 100, 3: 1000})
     assert A.verdict(tmp_path / "down").endswith("is not reproduced on this run.")
     _fake_run(tmp_path / "flat", {1: 10**6, 2: 10**6})
-    assert "no layer develops the diagonal pattern" in A.verdict(tmp_path / "flat")
+    assert "No layer develops the diagonal pattern" in A.verdict(tmp_path / "flat")
     t = A.emergence_table(tmp_path / "up")
     assert t["emergence step"].tolist() == [1000, 100, 10] and t["head"].tolist() == [0, 0, 0]
 
@@ -159,7 +159,7 @@ def test_redraw_from_the_database_only(fixture_copy, tmp_path):
     assert Image.open(tmp_path / "fig4_attention_maps.gif").n_frames == len(A.stored_maps(fixture_copy)[(1, 1)])
     assert "Fig. 4" in (tmp_path / "fig4_diagonal.svg").read_text()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left behind
-    assert A.verdict(fixture_copy).startswith("Between steps 0 and 30 ")
+    assert A.verdict(fixture_copy).startswith("Between steps 0 and 30, ")
     assert {r["file"] for r in A.REPORT} <= {p.stem for p in paths}
 
 

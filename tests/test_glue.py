@@ -295,7 +295,7 @@ def test_verdict_does_not_contradict_itself_on_the_bert_twin(tmp_path, root):
     import shutil
     run = shutil.copytree(root / "figures" / "bert-tiny" / "run", tmp_path / "bert-tiny", ignore=shutil.ignore_patterns("checkpoints"))
     v = G.verdict(run)
-    assert "every seed of step 8000 beats every seed of step 0" in v, v
+    assert "Every seed of step 8000 beats every seed of step 0" in v, v
     assert "beyond the finetuning seeds' spread" not in v and "1 time in 6" in v, v
 
 

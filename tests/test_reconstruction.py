@@ -112,5 +112,5 @@ def test_mask_prediction_verdict_names_the_classes_below_their_floor(tmp_path, r
     import shutil
     from embryo.analyses.reconstruction import verdict
     run = shutil.copytree(root / "figures" / "run", tmp_path / "tiny", ignore=shutil.ignore_patterns("checkpoints"))
-    mask = [l for l in verdict(run).splitlines() if l.startswith("mask_prediction")][0]
+    mask = [l for l in verdict(run).splitlines() if l.startswith("Mask prediction")][0]
     assert "not learned above the most-frequent-token floor" in mask and "noun" in mask and "adjective" in mask, mask

@@ -24,7 +24,7 @@ from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, fill_steps, plot_steps, reference_label, save_figure, step_axis)
 from ..runs.results import (
     write_results, read_results, read_samples, read_scores, reference_results, markdown_table, score_rows)
-from ..runs.verdicts import Rise, half_rise, order  # the rules every verdict follows (notebook 03b)
+from ..runs.verdicts import Rise, half_rise, order, sentences  # the rules every verdict follows (notebook 03b)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'PAPER_HEAD', 'PAPER_LAYERS', 'METRICS', 'MIN_RISE', 'NEIGHBOUR_RATIO', 'FIRST_HEAD_STYLE',
@@ -515,28 +515,29 @@ def verdict(run, task: str = "brown") -> str:
     u = (f["diagonal"] if f["causal"] else
          read_results(run, ANALYSIS, task=task, metric="uniform_diagonal").value.mean())
     best = ", ".join(f"layer {l}: {v:.3f}" for l, v in t["diagonal, last step"].items())
-    context = (f"diagonal mass of each layer's most diagonal head at step {steps[-1]}: {best}, against {u:.3f} for an "
-               f"even spread{special_clause(run, t, task)}")
+    sc = special_clause(run, t, task)  # a causal mask's words continue the sentence; [CLS]'s are a sentence of their own
+    context = (f"the diagonal mass of each layer's most diagonal head at step {steps[-1]} is {best}, against {u:.3f} "
+               f"for an even spread{'' if sc.startswith(';') else sc}")
     if len(steps) < 2:
-        return (f"Only step {steps[0]} is evaluated ({context}); evaluate more steps to see when the diagonal pattern "
-                "emerges.")
+        return sentences(f"only step {steps[0]} is evaluated: {context}", sc if sc.startswith(";") else "",
+                         "evaluate more steps to see when the diagonal pattern emerges")
     em = t["emergence step"].to_dict()
     when = ", ".join(f"layer {l} at step {v:.0f}" if not np.isnan(v) else f"layer {l} never" for l, v in em.items())
     ok = order_reproduced(em, len(t), steps)
-    s = (f"Between steps {steps[0]} and {steps[-1]} the most diagonal head of each layer reaches half of its rise "
-         f"above an even spread to its last value in attention on positions i-1, i, i+1 as follows: {when} ({context})")
-    s += neighbour_sentence(run, task)
+    s = [f"between steps {steps[0]} and {steps[-1]}, the most diagonal head of each layer (attention on positions i-1, "
+         f"i, i+1) reaches half of its rise above an even spread to its last value: {when}", context,
+         sc if sc.startswith(";") else "", neighbour_sentence(run, task)]
     ls = paper_layers(len(t))
     if len(ls) < 2 or all(np.isnan(em[l]) for l in ls):
-        return s + ("; no layer develops the diagonal pattern, so the paper's order cannot be tested on this run.")
+        return sentences(*s, "no layer develops the diagonal pattern, so the paper's order cannot be tested on this run")
     paper = (f"the paper's order (Fig. 4: layer 8 before layer 2, layer 1 last; here layers {', '.join(map(str, ls))})")
     if ok is None:  # a tie: two intervals (evaluated step before, emergence step] overlap
         ties = " and ".join(f"layers {a} and {b}" for a, b, o in layer_pairs(em, len(t), steps) if o == 0)
-        return (s + f"; {ties} reach half their rise without a whole evaluated step between their intervals (each from "
-                f"the evaluated step before it), so {paper} is not testable at this checkpoint spacing on this run.")
-    return (s + f"; judged on intervals (each emergence step from the evaluated step before it, a whole evaluated step "
-            f"apart), {paper} is "
-            f"{'reproduced' if ok else 'not reproduced'} on this run.")
+        return sentences(*s, f"{ties} reach half their rise without a whole evaluated step between their intervals "
+                         f"(each from the evaluated step before it), so {paper} is not testable at this checkpoint "
+                         "spacing on this run")
+    return sentences(*s, f"judged on intervals (each emergence step from the evaluated step before it, a whole evaluated "
+                     f"step apart), {paper} is {'reproduced' if ok else 'not reproduced'} on this run")
 
 # %% ../../nbs/08_attention.ipynb #0253346f
 REPORT = [

@@ -23,7 +23,7 @@ from ..runs.run import load_checkpoint, find_checkpoint, resolve_step, Run
 from ..runs.series import series_lacks
 from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_results, markdown_table, score_rows
-from ..runs.verdicts import half_rise
+from ..runs.verdicts import half_rise, sentences
 # the tasks and their data (04a), finetuning and metrics (04b), the floors (04c)
 from .downstream import (BUILTIN_NAME, BUILTIN_TASKS, SCORE_TASKS, SPLIT_SEED, TASKS, Task, load_task,
                                         schedule, select_tasks)
@@ -345,12 +345,13 @@ def verdict(run) -> str:
     )
     out = (f"The {what} goes from {s.iloc[0]:.1f}{spread(first)} at step {first} to {s.iloc[-1]:.1f}{spread(last)} at "
            f"step {last} (chance {c:.1f}; best {s.max():.1f} at step {best})")
-    if len(s) < 2: return out + "."
+    parts = [out]  # one claim a sentence
+    if len(s) < 2: return sentences(out)
     if first in seeds.index and last in seeds.index and seeds.loc[[first, last]].notna().sum(axis=1).min() > 1:
         a, b = seeds.loc[first].dropna(), seeds.loc[last].dropna()
         # all of b above all of a: 1 in `odds` by chance
         apart, odds = b.min() > a.max(), math.comb(len(a) + len(b), len(a))
-        out += (f"; {'every' if apart else 'not every'} seed of step {last} beats every seed of step {first}"
+        parts.append(f"; {'every' if apart else 'not every'} seed of step {last} beats every seed of step {first}"
                 + (f" (exchangeable seeds do so 1 time in {odds})" if apart else "")
                 + f", and the mean moves by {b.mean() - a.mean():+.1f} points: "
                 + ("pretraining helps downstream on this run" if apart and odds >= 20 and b.mean() - a.mean() >= 2 else
@@ -358,20 +359,21 @@ def verdict(run) -> str:
                    "a gain under 2 points" if apart else "no downstream gain beyond the finetuning seeds' spread"))
     floor = _floor(run, "bow").get(agg)
     if floor is not None and not clears_floor(seeds, s, floor):
-        return out + (f"; the last step does not clear the bag-of-words floor of {floor:.1f} (a logistic regression "
-                      "on the word counts of the same training examples) by more than its finetuning seeds' spread, so a "
-                      "downstream benefit of pretraining, and how early it comes (section 5), is not testable on this "
-                      "run.")
+        return sentences(*parts, f"the last step does not clear the bag-of-words floor of {floor:.1f} (a logistic "
+                         "regression on the word counts of the same training examples) by more than its "
+                         "finetuning seeds' spread, so a downstream benefit of pretraining, and how early it comes "
+                         "(section 5), is not testable on this run.")
     gain = s.iloc[-1] - s.iloc[0]
     if gain < 2:
-        return out + ("; the last step does not beat the first by 2 points, so this run shows no downstream benefit of "
-                      "pretraining that its finetunings can measure, unlike the paper's steady early rise (section 5).")
+        return sentences(*parts, "the last step does not beat the first by 2 points, so this run shows no "
+                         "downstream benefit of pretraining that its finetunings can measure, unlike the paper's "
+                         "steady early rise (section 5).")
     if len(s) >= 3:
         # rule 2: 90% of the rise above the floor (or the first step) to the LAST step
         early = int(half_rise(s.index, s.values, floor, share=0.9).step)
         base = ("the bag-of-words floor" if floor is not None and floor > s.iloc[0] else f"step {first}")
-        out += (f"; 90% of the rise above {base} to the last step is reached by step {early}, "
+        parts.append(f"; 90% of the rise above {base} to the last step is reached by step {early}, "
                 f"{100 * early / last:.0f}% of the run's steps" + (
                     ", as the paper finds most downstream ability early (section 5)" if early <= 0.5 * last
                     else ", later than the paper's finding that most downstream ability comes early (section 5)"))
-    return out + "."
+    return sentences(*parts)

@@ -11,7 +11,8 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 # %% auto #0
-__all__ = ['Z', 'learned', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'apart', 'order', 'readable', 'in_plain_words']
+__all__ = ['Z', 'learned', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'apart', 'order', 'readable', 'in_plain_words',
+           'sentences']
 
 # %% ../../nbs/03b_verdicts.ipynb #0142343c
 Z = 2.0  # standard errors that separate a value from its floor, or two values from each other
@@ -105,3 +106,12 @@ def in_plain_words(text: str, names: dict[str, str]) -> str:
         line = (key.sub(lambda m: names[m[1]], line) if key else line).strip()
         out.append(line[0].upper() + line[1:] + ("" if line.endswith(".") else "."))
     return "\n".join(out)
+
+# %% ../../nbs/03b_verdicts.ipynb #b0d96033
+def sentences(*clauses: str) -> str:
+    "`clauses` as sentences: each (a leading '; ' dropped) capitalised and ending in a full stop; empty ones left out."
+    out = []
+    for c in clauses:
+        c = c.strip().lstrip(";").strip()
+        if c: out.append(c[0].upper() + c[1:] + ("" if c.endswith(".") else "."))
+    return " ".join(out)
