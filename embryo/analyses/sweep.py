@@ -29,7 +29,7 @@ from ..runs.settings import complete_run
 from ..runs.series import as_run
 from ..runs.series_check import check_series
 from ..runs.lock import sweep_lock, training_holder, holder_text
-from ..runs.results import (UNRECORDED, db_path, connect, log_job, read_log, computed_with, options_digest,
+from ..runs.results import (db_path, connect, log_job, read_log, computed_with, options_digest,
                                  set_computed_with)
 from ..runs.options import canonical_options, options_said, path_option
 
@@ -385,13 +385,13 @@ def plan(run, analyses=None, steps=None, force=False, shard=None, options: dict 
 
 def say_recomputed(redo: dict, options: dict):
     "Print, per analysis, the steps a sweep recomputes because their results were computed with other options."
-    said = options_said
     for a in sorted({j.analysis for j in redo}):
         steps = sorted(j.step for j in redo if j.analysis == a)
         olds = sorted({redo[j] for j in redo if j.analysis == a})
         print(f"{a}: recomputing step(s) {', '.join(map(str, steps))}: their results were computed with "
-              f"{' / '.join(map(said, olds))}, this sweep asks for {said(options_text(a, options.get(a)))} "
-              "(the new results replace them; --force reruns whatever they were computed with)", flush=True)
+              f"{' / '.join(map(options_said, olds))}, this sweep asks for "
+              f"{options_said(options_text(a, options.get(a)))} (the new results replace them; --force reruns "
+              "whatever they were computed with)", flush=True)
 
 # %% ../../nbs/10_sweep.ipynb #bb350664
 def summary_table(todo, skipped, outcome: dict) -> pd.DataFrame:

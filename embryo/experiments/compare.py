@@ -14,14 +14,13 @@ import numpy as np
 import pandas as pd
 
 from ..config import atomic_write
-from ..runs.run import DB_NAME
+from ..runs.run import DB_NAME, RUN_BUNDLE
 from ..analyses.sweep import SweepError, available_analyses
 from ..runs.verdicts import half_rise, learned  # rules 1 and 2 of notebook 03b: the end counts
 
-
 # %% auto #0
-__all__ = ['SIDE_BY_SIDE', 'RISE', 'EARLY', 'FLOORS', 'RUN_BUNDLE', 'FAMILIES', 'gain_and_step90', 'trend',
-           'side_by_side_verdict', 'model_family', 'swept_run', 'run_length', 'shared_floors', 'compare_runs']
+__all__ = ['SIDE_BY_SIDE', 'RISE', 'EARLY', 'FLOORS', 'FAMILIES', 'gain_and_step90', 'trend', 'side_by_side_verdict',
+           'model_family', 'swept_run', 'run_length', 'shared_floors', 'compare_runs']
 
 # %% ../../nbs/10a_compare.ipynb #9b8bd093
 def _best_layer_mean(df):
@@ -146,7 +145,6 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
     return head + " " + "; ".join(parts) + "."
 
 # %% ../../nbs/10a_compare.ipynb #6c1e282f
-RUN_BUNDLE = "run"  # under a figures folder: the run's results, settings and training log (`bundle_run`, notebook 10e)
 FAMILIES = {"albert": "ALBERT", "bert": "BERT", "roberta": "RoBERTa", "electra": "ELECTRA", "distilbert": "DistilBERT",
             "deberta": "DeBERTa", "deberta-v2": "DeBERTa"}  # a series' config.json model_type, as the figures name it
 

@@ -16,7 +16,7 @@ from ..config import atomic_write, clean_stale_temps, fsync_dir, run_config_file
 from ..text.tokenizer import HF_TOKENIZER_FILES
 from ..model.model import load_safetensors, write_safetensors
 from ..runs.run import (
-    checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, MODEL_CARD, DB_NAME, Run)
+    checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, MODEL_CARD, DB_NAME, Run, is_bundle)
 from ..runs.series_check import check_series
 from ..train.cards import model_card
 from ..runs.results import connect, db_path, done_steps
@@ -129,7 +129,7 @@ def bundle_dirs(figures_root="figures") -> list[Path]:
     "Every committed bundle under `figures_root` (itself included): a folder with a report.json and a run/ database."
     root = Path(figures_root)
     return sorted({f.parent for f in [root / REPORT_JSON, *root.glob(f"**/{REPORT_JSON}")]
-                   if f.exists() and db_path(f.parent / RUN_BUNDLE, DB_NAME).exists()})
+                   if is_bundle(f.parent / RUN_BUNDLE)})
 
 def bundle_name(figures_dir) -> str:
     "The run a bundle's report names (the folder it was made from), read from its report.json."

@@ -17,7 +17,7 @@ import pandas as pd
 from ..config import atomic_write, run_config_file
 from ..runs.run import (CannotDraw, SeriesError, run_transitions, train_log, sentence_name, run_sentence_task,
                              run_model_type, loss_pace, read_run_config)
-from ..runs.run import DB_NAME, Run
+from ..runs.run import BUNDLE_REPORT, DB_NAME, Run
 from ..runs.results import done_steps, write_transitions
 from ..analyses.sweep import available_analyses, analysis_module, error_text
 
@@ -115,7 +115,7 @@ def _table_html(csv: Path) -> str:
 
 # %% ../../nbs/10c_report.ipynb #7575357d
 # beside index.html: its sections and verdicts, which the notebooks' results cells are written from
-REPORT_JSON = "report.json"
+REPORT_JSON = BUNDLE_REPORT  # (named where the run tells a bundle's run from others, notebook 02a)
 PAGES_DIR = "notebooks"  # under the figures folder: the analysis notebooks executed on the run, as HTML
 
 SEEDS_DIR = "seeds"  # under the figures folder: the seed bands, and each further seed's own figures in seed<k>/

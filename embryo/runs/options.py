@@ -55,8 +55,9 @@ def evaluate_or_read(evaluate, analysis: str, run, step: int, as_rows: bool = Fa
               "computed again (other parameters compute them anew)")
         rows = read_results(run, analysis, step=step)
         return rows.to_dict("records") if as_rows else rows
-    if done and done[0] != RUNNING: print(f"step {step}: the bundle's {analysis} results were computed with {options_said(done[1])}; these "
-                   f"parameters ask for {options_said(text)}, so they are computed anew")
+    if done and done[0] != RUNNING:  # a sweep's own job is marked running: nothing to say
+        print(f"step {step}: the bundle's {analysis} results were computed with {options_said(done[1])}; these "
+              f"parameters ask for {options_said(text)}, so they are computed anew")
     out = evaluate(run, step, **options)
     set_computed_with(run, analysis, step, text)
     return out

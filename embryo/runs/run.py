@@ -21,13 +21,13 @@ from ..text.tokenizer import HF_TOKENIZER_FILES, TokenizerError, load_tokenizer
 
 # %% auto #0
 __all__ = ['MODEL_CARD', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'MLM_HEADS', 'CAUSAL_HEADS', 'DB_NAME', 'FIGURES_DIR',
-           'BUNDLE_REPORT', 'STAND_IN_MARK', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps', 'find_checkpoint',
-           'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step', 'masked_lm_at',
-           'read_config', 'RunSettings', 'read_run_config', 'sentence_name', 'log_records', 'train_log', 'transitions',
-           'loss_pace', 'run_transitions', 'SeriesError', 'CannotDraw', 'refuse_remote_code', 'checkpoint_kind',
-           'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'check_filled', 'check_weights', 'check_vocabulary',
-           'encoder_states', 'max_length', 'Run', 'is_bundle', 'scratch_dir', 'is_stand_in', 'scratch_run',
-           'writable_run', 'notebook_run', 'run_model_type', 'run_sentence_task']
+           'BUNDLE_REPORT', 'RUN_BUNDLE', 'STAND_IN_MARK', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps',
+           'find_checkpoint', 'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step',
+           'masked_lm_at', 'read_config', 'RunSettings', 'read_run_config', 'sentence_name', 'log_records', 'train_log',
+           'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'CannotDraw', 'refuse_remote_code',
+           'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'check_filled', 'check_weights',
+           'check_vocabulary', 'encoder_states', 'max_length', 'Run', 'is_bundle', 'scratch_dir', 'is_stand_in',
+           'scratch_run', 'writable_run', 'notebook_run', 'run_model_type', 'run_sentence_task']
 
 # %% ../../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -514,12 +514,13 @@ class Run(os.PathLike):
     figures = property(lambda self: self.path / FIGURES_DIR)
 
 # %% ../../nbs/02a_run.ipynb #68295310
-BUNDLE_REPORT = "report.json"  # beside a committed bundle's run/ (notebook 10c's REPORT_JSON)
+BUNDLE_REPORT = "report.json"  # a committed bundle's report (notebook 10c writes it), beside its run
+RUN_BUNDLE = "run"  # under a bundle's figures folder: the run's results, settings and training log (notebook 10e)
 
 def is_bundle(run) -> bool:
-    "Whether `run` is a committed bundle's run: a folder `run/` beside its bundle's report.json."
+    "Whether `run` is a committed bundle's run: a folder `run/` with its results, beside its bundle's report.json."
     p = Path(run)
-    return p.name == "run" and (p.parent / BUNDLE_REPORT).is_file() and (p / DB_NAME).is_file()
+    return p.name == RUN_BUNDLE and (p.parent / BUNDLE_REPORT).is_file() and (p / DB_NAME).is_file()
 
 def scratch_dir(run) -> Path:
     "Where the stand-in of the bundle `run` lives: `scratch/<its last folders>-<a hash of its path>` in the data folder."
@@ -550,16 +551,20 @@ def scratch_run(run) -> "Run":
     _link_tree(src, out, skip={DB_NAME, FIGURES_DIR, "cache"})
     st = (src / DB_NAME).stat(); stamp, mark = f"{st.st_size} {st.st_mtime_ns}", out / STAND_IN_MARK
     if not (out / DB_NAME).exists() or not mark.exists() or mark.read_text() != stamp:
-        tmp = out / f".{DB_NAME}.{temp_tag()}"
-        with sqlite3.connect(f"file:{src / DB_NAME}?immutable=1", uri=True) as a, sqlite3.connect(tmp) as b: a.backup(b)
-        os.replace(tmp, out / DB_NAME); atomic_write(mark, stamp)
+        tmp = out / f".{DB_NAME}.{temp_tag()}.tmp"  # the temporary name atomic_write and the bundle's copy give
+        try:  # an immutable read: a read-only connection would still leave -wal/-shm files in the bundle
+            with sqlite3.connect(f"file:{src / DB_NAME}?immutable=1", uri=True) as a, sqlite3.connect(tmp) as b:
+                a.backup(b)
+            os.replace(tmp, out / DB_NAME)
+        finally: tmp.unlink(missing_ok=True)
+        atomic_write(mark, stamp)
     return Run(out)
 
 def writable_run(run) -> "Run":
     "`run` as a `Run` to write results into: a committed bundle's `scratch_run` (said in one line), else itself."
     if not is_bundle(run): return Run.of(run)
-    print(f"{run} is a committed bundle, kept as committed: results and figures go to {(s := scratch_run(run))}",
-          flush=True)
+    s = scratch_run(run)
+    print(f"{run} is a committed bundle, kept as committed: results and figures go to {s}", flush=True)
     return s
 
 # %% ../../nbs/02a_run.ipynb #7b22023d

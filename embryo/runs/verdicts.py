@@ -11,8 +11,8 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 # %% auto #0
-__all__ = ['Z', 'learned', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'apart', 'order', 'readable', 'in_plain_words',
-           'sentences']
+__all__ = ['Z', 'learned', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'apart', 'order', 'readable', 'sentences',
+           'in_plain_words']
 
 # %% ../../nbs/03b_verdicts.ipynb #0142343c
 Z = 2.0  # standard errors that separate a value from its floor, or two values from each other
@@ -95,18 +95,6 @@ def readable(value: float, se: float, paper: float, floor=None, z: float = Z, sh
                 f"(paper {paper:.1f}): learned too weakly to read")
     return None
 
-# %% ../../nbs/03b_verdicts.ipynb #a5c2886d
-def in_plain_words(text: str, names: dict[str, str]) -> str:
-    ("`text` (a verdict, one claim a line) as a reader reads it: each key of `names` by its name, each line a sentence "
-     "that opens with a capital and ends with a full stop.")
-    import re
-    key = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b") if names else None
-    out = []
-    for line in filter(str.strip, text.splitlines()):
-        line = (key.sub(lambda m: names[m[1]], line) if key else line).strip()
-        out.append(line[0].upper() + line[1:] + ("" if line.endswith(".") else "."))
-    return "\n".join(out)
-
 # %% ../../nbs/03b_verdicts.ipynb #b0d96033
 def sentences(*clauses: str) -> str:
     "`clauses` as sentences: each (a leading '; ' dropped) capitalised and ending in a full stop; empty ones left out."
@@ -115,3 +103,12 @@ def sentences(*clauses: str) -> str:
         c = c.strip().lstrip(";").strip()
         if c: out.append(c[0].upper() + c[1:] + ("" if c.endswith(".") else "."))
     return " ".join(out)
+
+# %% ../../nbs/03b_verdicts.ipynb #a5c2886d
+def in_plain_words(text: str, names: dict[str, str]) -> str:
+    ("`text` (a verdict, one claim a line) as a reader reads it: each key of `names` by its name, each line a sentence "
+     "that opens with a capital and ends with a full stop.")
+    import re
+    alternatives = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))  # the longest key first
+    key = re.compile(rf"\b({alternatives})\b") if names else None
+    return "\n".join(sentences(key.sub(lambda m: names[m[1]], l) if key else l) for l in text.splitlines() if l.strip())
