@@ -195,7 +195,7 @@ def test_ontonotes_tasks_run_and_figures_say_what_is_absent(fixture_copy, tmp_pa
     assert "no coreference results in this run" in svg and "const_silver" in svg  # srl is there, coref is not
     md = (tmp_path / "table_probing_selectivity.md").read_text()
     assert "| pos_brown | 0 |" in md and "selectivity" in md
-    assert PR.verdict(fixture_copy).startswith("At step 30, layer 2 probes reach test micro-F1")
+    assert PR.verdict(fixture_copy).startswith("At step 30 the probes on layer 2 are scored by test micro-F1")
 
 
 def test_best_layer_gain_names_the_layer_and_where_it_levels_off():
@@ -219,4 +219,4 @@ def test_verdict_leaves_out_probes_that_never_clear_their_floor(tmp_path, root):
                     "FROM results WHERE analysis = 'probing' AND metric = 'f1' AND layer = 0")
     v = PR.verdict(run)
     assert "not testable on this run" in v and "reproduced" not in v.split(". On ")[0], v
-    assert "floor 0.99" in v, v
+    assert "a floor of 0.99" in v, v

@@ -253,8 +253,8 @@ def test_syntax_clears_the_adjacent_baseline_only_by_two_standard_errors():
     clears = t.best - 2 * binomial_se(t.best, n.reindex(t.index)) > t.adjacent
     assert (t.best > t.adjacent).idxmax() == 2000 and clears.idxmax() == 4250, (t.best - t.adjacent)
     v = SY.verdict(run)
-    assert "first clears the adjacent-word baseline (0.475) by 2 standard errors at step 4250" in v, v
-    assert "at step 8000 it beats that baseline by 2 standard errors (0.503" in v, v
+    assert "It first clears the adjacent-word baseline (0.475) by 2 standard errors at step 4250" in v, v
+    assert "At step 8000 it beats that baseline by 2 standard errors (0.503" in v, v
 
 
 def test_knowledge_forgotten_needs_the_drop_beyond_the_difference_of_two_errors(monkeypatch):

@@ -413,14 +413,15 @@ def verdict(run, acq: pd.DataFrame | None = None) -> str:
     acq = acquisition(run) if acq is None else acq
     got = acq[acq.acquired].sort_values(["acquired_at", "high"])
     at = lambda v: f"{v:,.0f}" if np.isfinite(v) else "never"
-    said = "; ".join(f"{t} at {at(r.acquired_at)} ({at(r.low)} to {at(r.high)}; {r.last:.0%} at the last step, floor "
-                     f"{r.floor:.0%})" for t, r in got.iterrows())
-    never = ", ".join(f"{t} ({r.last:.0%}, floor {r.floor:.0%})" for t, r in acq[~acq.acquired].iterrows())
-    return in_plain_words(f"{len(got)} of {len(acq)} paradigms are acquired (at the last step above their floor, the highest of "
-            f"chance, the unigram baseline and the untrained model, beyond the 95% interval over resampled pairs); by "
-            f"the step at the middle of their rise (95% interval), sorted by that step (two are in order only where "
-            f"their intervals do not overlap): {said or 'none'}."
-            + (f" Not acquired on this run (not testable here): {never}." if never else ""), PLAIN_NAMES)
+    lines = [f"{len(got)} of {len(acq)} paradigms are acquired: at the last step each is above its floor (the highest "
+             f"of chance, the unigram baseline and the untrained model) beyond the 95% interval over resampled pairs",
+             "They follow in the order of the step at the middle of their rise; two are in order only where their 95% "
+             "intervals do not overlap" if len(got) > 1 else ""]
+    lines += [f"{t} at step {at(r.acquired_at)} (interval {at(r.low)} to {at(r.high)}), {r.last:.0%} at the last step "
+              f"against a floor of {r.floor:.0%}" for t, r in got.iterrows()]
+    lines += [f"{t} is not acquired on this run, {r.last:.0%} at the last step against a floor of {r.floor:.0%} "
+              f"(not testable here)" for t, r in acq[~acq.acquired].iterrows()]
+    return in_plain_words("\n".join(lines), PLAIN_NAMES)
 
 # %% ../../nbs/08c_grammar.ipynb #97f7d03c
 REPORT = [

@@ -27,7 +27,7 @@ from ..runs.series import series_lacks
 from ..runs.figures import legend_entries, plot_steps, save_figure, step_axis, STEP_LABEL
 from ..runs.results import (
     binomial_se, write_results, read_results, read_samples, read_scores, read_examples, score_rows)
-from ..runs.verdicts import Z, learned  # the rules every verdict follows (notebook 03b)
+from ..runs.verdicts import Z, learned, sentences  # the rules every verdict follows (notebook 03b)
 from ..text.facts import TABLE8, RELATION_LABELS, Relation, select_relations, load_facts, render, single_token_id
 
 # %% auto #0
@@ -440,28 +440,23 @@ def verdict(run) -> str:
     last, mean = p.index.max(), p.mean(axis=1)
     se = lambda r, s: math.sqrt(max(p[r][s] * (1 - p[r][s]), 1e-12) / n[r][s])  # binomial standard error
     above = [r for r in p.columns if any(p[r][s] - fl[r] > 2 * se(r, s) for s in p.index if pd.notna(p[r][s]))]
-    s = (f"At step {last} the model's top prediction is right for {mean[last]:.1%} of the cloze queries (mean over "
-         f"{p.loc[last].notna().sum()} relations; {c.mean(axis=1)[last]:.1%} within the common vocabulary)")
+    s = [f"At step {last} the model's top prediction is right for {mean[last]:.1%} of the cloze queries (mean over "
+         f"{p.loc[last].notna().sum()} relations; {c.mean(axis=1)[last]:.1%} within the common vocabulary)"]
     if fl.isna().all():  # a database from before each query's answer was stored: no floor to hold the curves against
-        return s + ("; this database holds no query's answers, so the constant-answer floor, and with it whether "
-                    "knowledge is learned (the paper's section 6), is not testable here: sweep the run again to store "
-                    "them.")
-    s += f", against {fl.mean():.1%} for always giving each relation's most frequent answer (the floor)"
+        return sentences(*s, "this database holds no query's answers, so the constant-answer floor, and with it "
+                         "whether knowledge is learned (the paper's section 6), is not testable here",
+                         "sweep the run again to store them")
+    s[0] += f", against {fl.mean():.1%} for always giving each relation's most frequent answer (the floor)"
     if not above:
-        return s + (f"; no relation clears its floor by two standard errors at any of the {len(p)} steps evaluated, so "
-                    "whether knowledge is learned and forgotten (the paper's section 6) is not testable on this run.")
+        return sentences(*s, f"no relation clears its floor by two standard errors at any of the {len(p)} steps "
+                         "evaluated, so whether knowledge is learned and forgotten (the paper's section 6) is not "
+                         "testable on this run")
     early = [r for r in above if forgotten(p[r], n[r], fl[r])]
     kept = [r for r in p.columns if pd.notna(p[r][last]) and learned(p[r][last], se(r, last), fl[r])]
-    s += (
-        f"; {len(above)} of {p.shape[1]} relations ({', '.join(above)}) clear their floor at some step, "
-        f"{len(kept)} at the last step ({', '.join(kept) or 'none'}), and {len(early)} of them "
-        f"({', '.join(early) or 'none'}) stand clearly lower at the last step than at an earlier peak learned above "
-        "its floor (by at least 5 points and two standard errors of the difference)"
-        + (
-            ": the paper's observation (section 6) that knowledge is forgotten and the final checkpoint is not always "
-            "the most knowledgeable"
-            if early
-            else ""
-        )
-    )
-    return s + "."
+    return sentences(
+        *s, f"{len(above)} of {p.shape[1]} relations ({', '.join(above)}) clear their floor at some step, "
+        f"{len(kept)} at the last step ({', '.join(kept) or 'none'})",
+        f"{len(early)} of them ({', '.join(early) or 'none'}) stand clearly lower at the last step than at an earlier "
+        "peak learned above its floor (by at least 5 points and two standard errors of the difference)",
+        "that is the paper's observation (section 6) that knowledge is forgotten and the final checkpoint is not always "
+        "the most knowledgeable" if early else "")

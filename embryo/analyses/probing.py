@@ -355,33 +355,33 @@ def verdict(run) -> str:
         c = layer_curves(df, t)
         s = layer_curves(df, t, "selectivity")
         if L not in c or last not in c.index: continue
-        floor = f", floor {fl[t]:.2f}" if t in fl else ""
-        parts.append(f"{t} {c.loc[last, L]:.2f} (selectivity {s.loc[last, L]:+.2f}{floor})")
+        floor = f" against a floor of {fl[t]:.2f}" if t in fl else ""
+        parts.append(f"{t} reaches {c.loc[last, L]:.2f}{floor} (selectivity {s.loc[last, L]:+.2f})")
         y = c[L].dropna(); ses = _curve_ses(df, t, L, y)
         # rule 1: learned only where the last step clears the floor; rule 2: the rise measured above the floor
         r = half_rise(y.index, y.values, fl.get(t), ses[-1])
         if not learned(y.iloc[-1], ses[-1], fl.get(t)) or not np.isfinite(r.step): low.append(t); continue
         if len(y) >= 3: early.append((t, int(r.step))); flats[t] = _plateau_text(y, ses)[0]
-    s = f"At step {last}, layer {L} probes reach test micro-F1 " + "; ".join(parts)
+    s = [f"At step {last} the probes on layer {L} are scored by test micro-F1 against their word-identity floor",
+         *parts]
     if early:
         frac = np.mean([h / last for _, h in early])
         still = [t for t, f in flats.items() if f is False]
         fast = frac <= 0.25
         said = ("not reproduced" if not fast else "not testable" if any(f is None for f in flats.values())
                 else "partly reproduced (a fast rise, but no plateau)" if still else "reproduced")
-        s += (f". The tasks learned gain half of their rise above the floor by step "
-              f"{', '.join(f'{h} ({t})' for t, h in early)}, on average {frac:.0%} of the way through the run, and "
-              + (f"{len(still)} of {len(flats)} ({', '.join(still)}) still move{'s' * (len(still) == 1)} beyond 2 "
-                 "standard errors over their "
-                 f"last {PLATEAU_STEPS} evaluated steps" if still else
-                 f"all {len(flats)} stay within 2 standard errors over their last {PLATEAU_STEPS} evaluated steps")
-              + f": the paper's 'fast rise in early steps, then a plateau' (section 4) is {said} on this run")
-    elif low: s += (". No task's probe ends above its word-identity floor by 2 standard errors with a rise to read, so "
-                    "the paper's 'fast rise, then plateau' is not testable on this run")
-    else: s += " (evaluate at least three steps to test the paper's 'fast rise, then plateau')"
-    if low and early: s += (f" (left out, not above the word-identity floor by 2 standard errors at the last step: "
-                            f"{', '.join(low)})")
-    return in_plain_words(s + ". " + best_layer_gain(df, _task_order(df.task.unique())[0]), PLAIN_NAMES)
+        s += [f"The tasks learned gain half of their rise above the floor by step "
+              f"{', '.join(f'{h} ({t})' for t, h in early)}, on average {frac:.0%} of the way through the run",
+              f"{len(still)} of {len(flats)} ({', '.join(still)}) still move{'s' * (len(still) == 1)} beyond 2 "
+              f"standard errors over their last {PLATEAU_STEPS} evaluated steps" if still else
+              f"All {len(flats)} stay within 2 standard errors over their last {PLATEAU_STEPS} evaluated steps",
+              f"The paper's 'fast rise in early steps, then a plateau' (section 4) is {said} on this run"]
+    elif low: s += ["No task's probe ends above its word-identity floor by 2 standard errors with a rise to read, so "
+                    "the paper's 'fast rise, then plateau' is not testable on this run"]
+    else: s += ["Evaluate at least three steps to test the paper's 'fast rise, then plateau'"]
+    if low and early: s += [f"Left out, as not above their floor by 2 standard errors at the last step: {', '.join(low)}"]
+    said = in_plain_words("\n".join(s + [best_layer_gain(df, _task_order(df.task.unique())[0])]), PLAIN_NAMES)
+    return " ".join(said.splitlines())  # one claim: its sentences on one line
 
 # %% ../../nbs/07_probing.ipynb #93b39172
 def best_layer_gain(df: pd.DataFrame, task: str) -> str:
@@ -396,7 +396,7 @@ def best_layer_gain(df: pd.DataFrame, task: str) -> str:
     s = (f"On {task} the best layer is {layer}: F1 {y.iloc[0]:.2f} at step {y.index[0]} and {y.iloc[-1]:.2f} at step "
          f"{y.index[-1]} ({g.iloc[-1]:+.2f})")
     if at90 is None: return s + ", no gain."
-    return s + (f"; it has 90% of that gain by step {at90} ({at90 / y.index[-1]:.0%} of the run), and "
+    return s + (f". It has 90% of that gain by step {at90} ({at90 / y.index[-1]:.0%} of the run), and "
                 + _plateau_text(y, _curve_ses(df, task, layer, y))[1] + ".")
 
 # %% ../../nbs/07_probing.ipynb #6e50e1d8

@@ -288,11 +288,11 @@ def _order_text(fw: Rise, cw: Rise, steps) -> str:
      "intervals lie at least one whole evaluated step apart.")
     first, then = (fw, cw) if fw.step <= cw.step else (cw, fw)
     g = apart(first, then, steps)
-    said = {-1: f"their intervals lie {g:.1f} evaluated steps apart, so the paper's order is reproduced on this run "
+    said = {-1: f"Their intervals lie {g:.1f} evaluated steps apart, so the paper's order is reproduced on this run "
                 "for the classes learned",
-            1: f"the paper's order is not reproduced on this run (content words first, their intervals {g:.1f} "
+            1: f"The paper's order is not reproduced on this run (content words first, their intervals {g:.1f} "
                "evaluated steps apart) for the classes learned",
-            0: ("the two intervals overlap" if g < 0 else f"the two intervals lie only {g:.1f} of an evaluated step "
+            0: ("The two intervals overlap" if g < 0 else f"The two intervals lie only {g:.1f} of an evaluated step "
                 "apart (rule 4 needs at least one)") + ", so the paper's order is not testable at this checkpoint "
                "spacing on this run"}
     return said[order(fw, cw, gap=True, steps=steps)]
@@ -314,13 +314,14 @@ def learning_order(run) -> tuple[pd.DataFrame, str]:
         fw = mean_rise([r for c, r in rises.items() if c in FUNCTION_WORDS])
         cw = mean_rise([r for c, r in rises.items() if c not in FUNCTION_WORDS])
         off = [c.replace("_", " ") for c in POS_CLASSES if c in t and c not in learned]
-        off = f" (not learned above the most-frequent-token floor: {', '.join(off)})" if off else ""
+        off = f" Classes not learned above the most-frequent-token floor: {', '.join(off)}." if off else ""
         if np.isfinite(fw.step) and np.isfinite(cw.step):
             verdicts.append(f"{task}: function words reach half their rise above the most-frequent-token floor at step "
-                            f"{fw.step:.0f} on average (interval {fw.lo:.0f} to {fw.step:.0f}), content words at step "
-                            f"{cw.step:.0f} (interval {cw.lo:.0f} to {cw.step:.0f}){off}: {_order_text(fw, cw, t.index)}")
+                            f"{fw.step:.0f} on average (interval {fw.lo:.0f} to {fw.step:.0f}). Content words reach it "
+                            f"at step {cw.step:.0f} (interval {cw.lo:.0f} to {cw.step:.0f}).{off} "
+                            f"{_order_text(fw, cw, t.index)}")
         else: verdicts.append(f"{task}: no {'function' if not np.isfinite(fw.step) else 'content'}-word class is "
-                              f"learned above its floor, so the order is not testable on this run{off}")
+                              f"learned above its floor, so the order is not testable on this run.{off}")
     return pd.DataFrame(table), in_plain_words("\n".join(verdicts), PLAIN_NAMES)
 
 # %% ../../nbs/04_reconstruction.ipynb #1efbc510
@@ -405,7 +406,7 @@ def group_order(run, fig_id: str) -> dict[str, tuple[pd.Series, list]]:
     return out
 
 # %% ../../nbs/04_reconstruction.ipynb #40fc5154
-def _steps_text(h: pd.Series) -> str: return ", ".join(f"{g.replace('_', ' ')} at {s:.0f}" for g, s in h.items())
+def _steps_text(h: pd.Series) -> str: return ", ".join(f"{g.replace('_', ' ')} at step {s:.0f}" for g, s in h.items())
 
 def verdicts(run) -> dict[str, str]:
     "The verdicts of Figs. 7 and 8 (Fig. 1's and its table's is `verdict`), each computed from its own curves."
@@ -416,7 +417,7 @@ def verdicts(run) -> dict[str, str]:
         kind, groups, _ = GROUP_SETS[fig_id]; fl_ = floors(run, kind)
         t_ = {task: curves(run, task, kind) for task in ("reconstruction", "mask_prediction")}
         for task, (h, unlearned) in group_order(run, fig_id).items():
-            off = (f"; below {LEARNED:.0%} or not above the most-frequent-token floor at the last step: "
+            off = (f". Below {LEARNED:.0%} or not above the most-frequent-token floor at the last step: "
                    f"{', '.join(unlearned)}"
                    if unlearned else "")
             if len(h) < 2:
@@ -432,7 +433,7 @@ def verdicts(run) -> dict[str, str]:
             else:  # bins from frequent to rare: reproduced when the steps rise with rarity, contradicted when they fall
                 said = ("reproduced" if h.is_monotonic_increasing and h.iloc[0] < h.iloc[-1] else
                         "not shown (tied)" if h.nunique() == 1 else "not reproduced")
-            parts.append(f"{task}: half of the rise above the floor reached by step {_steps_text(h)}: the paper's claim that "
-                         f"{claim} is {said} at the evaluated steps{off}")
+            parts.append(f"{task}: half of the rise above the floor is reached by {_steps_text(h)}. The paper's claim "
+                         f"that {claim} is {said} at the evaluated steps{off}")
         out[file] = in_plain_words("\n".join(parts) or "not run on this run yet", PLAIN_NAMES)
     return out

@@ -22,7 +22,7 @@ from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_ste
 from ..runs.series import series_lacks
 from ..runs.figures import REFERENCE_STYLE, figure_dir, plot_steps, reference_label, save_figure, step_axis
 from ..runs.results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
-from ..runs.verdicts import Z, learned  # the rules every verdict follows (notebook 03b)
+from ..runs.verdicts import Z, learned, sentences  # the rules every verdict follows (notebook 03b)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'METRICS', 'REPORT', 'Parsed', 'neighbours', 'silver_sentences', 'TreebankError', 'read_conllu',
@@ -352,17 +352,18 @@ def task_sentence(run, task: str = "silver") -> str:
     n = syntax_results(run, task).query("metric == 'uas_best'").groupby("step").n.max().reindex(t.index)
     clears = pd.Series([learned(b[s], binomial_se(b[s], n[s]), a[s]) for s in t.index], index=t.index)  # rule 1
     above = t.index[clears.values]
-    s = (f"Against {what}, the best head's UAS goes from {b.iloc[0]:.3f} at step {s0} to {b.iloc[-1]:.3f} at step {s1} "
-         f"(layer {last_layer}); its largest rise between evaluated steps is {d.max():+.3f}, up to step {up}")
-    s += (f"; it first clears the adjacent-word baseline ({a.loc[above[0]]:.3f}) by {Z:g} standard errors at step "
-          f"{int(above[0])}" if len(above)
-          else f"; it never clears the adjacent-word baseline ({a.iloc[-1]:.3f}) by {Z:g} standard errors")
     beats = bool(clears.iloc[-1])
-    return s + (f", and at step {s1} it {'beats' if beats else 'does not beat'} that baseline by {Z:g} standard errors "
-                f"({b.iloc[-1]:.3f} +- {binomial_se(b.iloc[-1], n.iloc[-1]):.3f} on {int(n.iloc[-1]):,} words vs "
-                f"{a.iloc[-1]:.3f}): "
-                + ("some head attends along dependency arcs more than a previous/next-token head would." if beats
-                   else "no head shows syntax beyond what attending to a neighbour gives."))
+    return sentences(
+        f"against {what}, the best head's UAS goes from {b.iloc[0]:.3f} at step {s0} to {b.iloc[-1]:.3f} at step {s1} "
+        f"(layer {last_layer})", f"its largest rise between evaluated steps is {d.max():+.3f}, up to step {up}",
+        f"it first clears the adjacent-word baseline ({a.loc[above[0]]:.3f}) by {Z:g} standard errors at step "
+        f"{int(above[0])}" if len(above) else
+        f"it never clears the adjacent-word baseline ({a.iloc[-1]:.3f}) by {Z:g} standard errors",
+        f"at step {s1} it {'beats' if beats else 'does not beat'} that baseline by {Z:g} standard errors "
+        f"({b.iloc[-1]:.3f} +- {binomial_se(b.iloc[-1], n.iloc[-1]):.3f} on {int(n.iloc[-1]):,} words against "
+        f"{a.iloc[-1]:.3f})",
+        "so some head attends along dependency arcs more than a previous/next-token head would" if beats
+        else "so no head shows syntax beyond what attending to a neighbour gives")
 
 # %% ../../nbs/08a_syntax.ipynb #8db14b0f
 def verdict(run) -> str:

@@ -25,7 +25,7 @@ from ..model.model import count_parameters
 from ..train import pretrain as P
 from ..analyses import glue
 from ..runs.results import markdown_table, binomial_se
-from ..runs.verdicts import readable
+from ..runs.verdicts import readable, sentences
 from ..runs.run import read_run_config, list_steps, Run
 from ..runs.settings import corpus_file
 from ..train.batches import run_config
@@ -484,13 +484,14 @@ def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
     weak = {k: [w for r, t in v if (w := unread(r, t))] for k, v in own.items()}
     weak = {k: w + [x for x in [unread(*tested[k])] if x and claims[k][0] and not claims[k][1]]
             for k, w in weak.items()}
+    scores = (f"the NSP-trained model scores NSP {_mean(nsp['nsp']):.1f} and SOP {_mean(nsp['sop']):.1f} (paper 90.5 "
+              f"and 52.0)", f"the SOP-trained model scores SOP {_mean(sop['sop']):.1f} and NSP {_mean(sop['nsp']):.1f} "
+              f"(paper 86.5 and 78.9); chance is 50")
+    spread = f"differences beyond the seed spread: {'; '.join(beyond_spread(frame)) or 'none'}"
+    head = f"ALBERT Table 6 after {steps} steps ({nsp.seeds} seed{'s' * (nsp.seeds != 1)}, {n_eval} held-out pairs each)"
     if all(weak.values()):
-        return (f"ALBERT Table 6 after {steps} steps ({nsp.seeds} seed{'s' * (nsp.seeds != 1)}, {n_eval} held-out pairs "
-                f"each) is not testable at this scale: the NSP-trained model scores NSP {_mean(nsp['nsp']):.1f}, SOP "
-                f"{_mean(nsp['sop']):.1f} (paper 90.5, 52.0); the SOP-trained model SOP {_mean(sop['sop']):.1f}, NSP "
-                f"{_mean(sop['nsp']):.1f} (paper 86.5, 78.9); chance 50. "
-                + "; ".join(f"{k}: not testable ({'; '.join(w)})" for k, w in weak.items())
-                + f"; differences beyond the seed spread: {'; '.join(beyond_spread(frame)) or 'none'}.")
+        return sentences(f"{head} is not testable at this scale", *scores,
+                         *(x for k, w in weak.items() for x in (f"{k}: not testable, for the reason{'s' * (len(w) > 1)} below", *w)), spread)
     claims = {k: ((False, v[1]) if weak[k] else v) for k, v in claims.items()}
     read = {k: holds for k, (ok, holds) in claims.items() if ok}
     status = ("is not testable" if not read else "not reproduced" if not any(read.values()) else
@@ -504,19 +505,15 @@ def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
         "SOP also solves NSP": f"the SOP-trained model's NSP, {_mean(sop['nsp']):.1f}, is within 2 standard errors of "
                                "chance",
     }
-    said = "; ".join(
+    said = (
         f"{k}: {'holds' if read[k] else f'does not hold ({why[k]})'}"
         if k in read
         else f"{k}: cannot be read beside the paper ({'; '.join(weak[k])})" if weak[k]
         else f"{k}: cannot be read (a row trained on the task it needs sits at chance, or one seed gives no spread)"
         for k in claims
     )
-    return (f"ALBERT Table 6 after {steps} steps ({nsp.seeds} seed{'s' * (nsp.seeds != 1)}, {n_eval} held-out pairs "
-            f"each): the NSP-trained model scores NSP {_mean(nsp['nsp']):.1f}, SOP {_mean(nsp['sop']):.1f} (paper "
-            f"90.5, 52.0); the SOP-trained model SOP {_mean(sop['sop']):.1f}, NSP {_mean(sop['nsp']):.1f} (paper 86.5, "
-            f"78.9); chance 50, 2 binomial standard errors {chance_band(nsp.seeds, n_eval):.1f}. {said}; differences "
-            f"beyond the seed spread: {'; '.join(beyond_spread(frame)) or 'none'}. Table 6 "
-            + f"{status} on these runs.")
+    return sentences(head, *scores[:1], scores[1] + f", 2 binomial standard errors "
+                     f"{chance_band(nsp.seeds, n_eval):.1f}", *said, spread, f"Table 6 {status} on these runs")
 
 # %% ../../nbs/09_albert_ablations.ipynb #98606d6e
 TABLE3_PAIRS = (("base", "bert-base"), ("large", "bert-large"), ("xlarge", "bert-xlarge"))  # ALBERT beside its BERT

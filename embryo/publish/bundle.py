@@ -21,6 +21,7 @@ from ..runs.series_check import check_series
 from ..train.cards import model_card
 from ..runs.results import connect, db_path, done_steps
 from ..analyses.sweep import available_analyses, analysis_module, sweep
+from ..experiments.ablations import table_verdicts
 from ..experiments.compare import RUN_BUNDLE, compare_runs
 from ..experiments.seeds import seed_bands
 from .report import REPORT_JSON, SEEDS_DIR, Drawn, write_report, write_findings
@@ -28,8 +29,8 @@ from .prose import checkout_figures, sync_notebooks, sync_findings, sync_prose, 
 
 # %% auto #0
 __all__ = ['BUNDLED', 'SHIP_BUDGET', 'SHIPPED_FILES', 'REFERENCE_ANALYSES', 'copy_database', 'bundle_run', 'shipped_steps',
-           'ship_checkpoints', 'publish_report', 'bundle_dirs', 'bundle_name', 'refresh_bundle', 'same_numbers',
-           'verdict_texts', 'refresh_comparisons', 'build_reference']
+           'ship_checkpoints', 'publish_report', 'renew_table_verdicts', 'bundle_dirs', 'bundle_name', 'refresh_bundle',
+           'same_numbers', 'verdict_texts', 'refresh_comparisons', 'build_reference']
 
 # %% ../../nbs/10e_bundle.ipynb #958d1f2e
 def copy_database(run, out: Path) -> Path:
@@ -124,6 +125,17 @@ def publish_report(run, figures_dir="figures", drawn: Drawn | None = None) -> li
     for p in paths: print(f"wrote {p}")
     return paths
 
+# %% ../../nbs/10e_bundle.ipynb #b1ad5aa3
+def renew_table_verdicts(figures_dir) -> list[Path]:
+    "Rewrite the verdict under each of ALBERT's Tables 3-6 in `figures_dir` (`table_verdicts` of its CSV)."
+    changed = []
+    for name, said in table_verdicts(figures_dir).items():
+        md = Path(figures_dir) / f"{name}.md"
+        head, _, last = md.read_text().rstrip("\n").rpartition("\n\n")
+        if last.startswith("|"): head = f"{head}\n\n{last}"  # no verdict under the table yet
+        if (new := f"{head}\n\n{said}\n") != md.read_text(): changed.append(atomic_write(md, new))
+    return changed
+
 # %% ../../nbs/10e_bundle.ipynb #a06e6700
 def bundle_dirs(figures_root="figures") -> list[Path]:
     "Every committed bundle under `figures_root` (itself included): a folder with a report.json and a run/ database."
@@ -150,6 +162,7 @@ def refresh_bundle(figures_dir, tables: bool = True) -> list[Path]:
                 if done_steps(run, a): analysis_module(a).redraw(link, out)
             for p in sorted(out.iterdir()):  # the tables only: the images drawn here are thrown away
                 if p.suffix in (".md", ".csv"): atomic_write(figures_dir / p.name, p.read_bytes())
+        renew_table_verdicts(figures_dir)
     write_report(run, figures_dir, name); write_findings(figures_dir, name)
     changed = [p for p in figures_dir.glob("*") if p.is_file() and before.get(p) != p.read_bytes()]
     if (root := checkout_figures(figures_dir)) is not None:

@@ -101,7 +101,9 @@ def sentences(*clauses: str) -> str:
     out = []
     for c in clauses:
         c = c.strip().lstrip(";").strip()
-        if c: out.append(c[0].upper() + c[1:] + ("" if c.endswith(".") else "."))
+        first = c.split()[0] if c else ""
+        if c and not any(ch.isupper() for ch in first[1:]): c = c[0].upper() + c[1:]  # 'spaCy' stays as it is
+        if c: out.append(c + ("" if c.endswith(".") else "."))
     return " ".join(out)
 
 # %% ../../nbs/03b_verdicts.ipynb #a5c2886d
