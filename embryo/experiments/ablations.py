@@ -385,7 +385,7 @@ def run_ablations(preset: str | None = None,
 def redraw(run, out_dir=None, tables: Sequence[str] | None = None) -> list[Path]:
     ("Rewrite every table of the ablation folder `run` from its finished runs (no training); out_dir default "
      "`<run>/figures`.")
-    root = Path(run); st = _state(root)
+    root = Run.of(run); st = _state(root)
     if not st: raise FileNotFoundError(f"{root / 'ablations.json'} does not exist: run "
                                        f"`run_ablations(root={str(root)!r})` first")
     scale, steps = get_scale(st["preset"]), st["steps"]

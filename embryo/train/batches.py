@@ -19,7 +19,7 @@ from ..config import (ModelConfig, TrainConfig, ConfigError, atomic_write, temp_
                            migrate_run_config)
 from ..text import data as D
 from ..text.facts import prepare_facts
-from ..runs.run import list_steps, read_config, replace_dir, sentence_name
+from ..runs.run import list_steps, read_config, replace_dir, sentence_name, Run
 from ..runs.settings import corpus_file, CORPUS_FORMS, write_tokenizer_files
 from .optim import sequences_before
 from ..text.corpus import CorpusError
@@ -93,11 +93,11 @@ FIXED_SETTINGS = ("corpus", "tokenizer_vocab_size", "max_seq_length", "seed", "s
 # %% ../../nbs/02e_batches.ipynb #54bec905
 def _progress(run) -> bool:
     "Whether the run has saved anything to resume from (a checkpoint or a resume point)."
-    return bool(list_steps(run)) or any((Path(run) / n).exists() for n in ("resume", "resume.old"))
+    return bool(list_steps(run)) or any((Run.of(run) / n).exists() for n in ("resume", "resume.old"))
 
 # %% ../../nbs/02e_batches.ipynb #92aa3464
 def _resume_step(run) -> int | None:
-    f = Path(run) / "resume" / "trainer_state.pt"
+    f = Run.of(run) / "resume" / "trainer_state.pt"
     try: return int(torch.load(f, map_location="cpu", weights_only=True)["step"])
     except Exception: return None
 
@@ -109,7 +109,7 @@ def run_config(run, preset: str, mc: ModelConfig, tc: TrainConfig, override: boo
     migrate_run_config(run)  # a run made before the rename keeps its settings under the new name
     f = run_config_file(run)
     if not f.exists():
-        old_file = Path(run) / "config.json"
+        old_file = Run.of(run) / "config.json"
         # an old run whose settings file is garbage: say so
         if old_file.exists() and _progress(run): read_config(old_file)
         atomic_write(f, json.dumps(cfg, indent=2) + "\n"); return cfg
@@ -121,7 +121,7 @@ def run_config(run, preset: str, mc: ModelConfig, tc: TrainConfig, override: boo
     if not _progress(run):  # nothing trained with the old settings: take the new ones
         print(f"{run} has no checkpoint yet, so it is reconfigured ({'; '.join(diff)})", flush=True)
         if any(d.startswith(("train.corpus:", "train.tokenizer_vocab_size:")) for d in diff):
-            (Path(run) / "spiece.model").unlink(missing_ok=True)  # trained on the old corpus, used by no checkpoint
+            (Run.of(run) / "spiece.model").unlink(missing_ok=True)  # trained on the old corpus, used by no checkpoint
     elif override:
         fixed = [d for d in diff if not d.startswith("train.") or d.split(":")[0][6:] in FIXED_SETTINGS]
         if fixed: raise ConfigError(f"--override cannot change {'; '.join(fixed)}: they define the run's model and "
@@ -154,7 +154,7 @@ def run_corpus(run, corpus, save: bool = True) -> str:
     if "text" not in corpus.column_names:
         raise CorpusError(f"the corpus Dataset has no 'text' column (its columns are {corpus.column_names}); "
                             "rename the column of one document a row to 'text'")
-    out = Path(run) / f"corpus-{corpus._fingerprint}"
+    out = Run.of(run) / f"corpus-{corpus._fingerprint}"
     if save and not (out / "dataset_info.json").exists():
         tmp = out.with_name(f".{out.name}.{temp_tag()}.tmp")
         if tmp.exists(): shutil.rmtree(tmp)
@@ -165,13 +165,13 @@ def run_corpus(run, corpus, save: bool = True) -> str:
 def say(on: bool, run, what: str, t0: float | None = None):
     "One line of what the start of a run is building (or how long it took), when `on`."
     if on:
-        print(f"pretrain {Path(run)}: {what}" + ("" if t0 is None else f" ({time.perf_counter() - t0:.1f} s)"),
+        print(f"pretrain {Run.of(run)}: {what}" + ("" if t0 is None else f" ({time.perf_counter() - t0:.1f} s)"),
               flush=True)
 
 # %% ../../nbs/02e_batches.ipynb #c68ab5e2
 def prepare_run(run, preset: str, mc: ModelConfig, tc: TrainConfig, override: bool = False, verbose: bool = False):
     "Config, tokenizer (and its Hugging Face files) and example dataset of a run; returns (tokenizer, dataset)."
-    run = Path(run); run.mkdir(parents=True, exist_ok=True)
+    run = Run.of(run); run.mkdir(parents=True, exist_ok=True)
     given = tc.corpus
     if not isinstance(given, str): tc = replace(tc, corpus=run_corpus(run, given, save=False))
     run_config(run, preset, mc, tc, override)

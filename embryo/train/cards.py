@@ -14,7 +14,7 @@ from ..config import ModelConfig, TrainConfig, atomic_write, run_config_file
 from ..model.electra import ElectraPair, GENERATOR, pretraining_model
 from ..text import data as D
 from ..runs.run import (checkpoint_dir, list_steps, find_checkpoint, read_config, read_run_config, sentence_name,
-                             log_records, MODEL_CARD)
+                             log_records, MODEL_CARD, Run)
 from .optim import lr_at, phase1_steps, seq_length_at, batch_at, tokens_seen
 from .batches import prediction_cap
 from ..text.corpora import CORPORA
@@ -204,7 +204,7 @@ def model_card(run, step: int, folder=None, files_in=None) -> str:
     """The model card (`MODEL_CARD`) of checkpoint `step` of the run, from its `pretrain_config.json`, its logs and the
     folder's files: `folder` is where the checkpoint is (by default the run's), `files_in` where its files are while
     they are being written (by default `folder`)."""
-    run = Path(run)
+    run = Run.of(run)
     folder = Path(folder) if folder is not None else checkpoint_dir(run, step)
     files = Path(files_in) if files_in is not None else folder
     preset, mc, tc = read_run_config(run)

@@ -18,7 +18,7 @@ import torch
 from ..config import TrainConfig, temp_tag
 from ..model.model import CheckpointError, load_safetensors
 from ..model.electra import ElectraPair
-from ..runs.run import replace_dir
+from ..runs.run import replace_dir, Run
 
 # %% auto #0
 __all__ = ['Lamb', 'param_groups', 'make_optimizer', 'lr_at', 'mask_prob_at', 'phase1_steps', 'seq_length_at', 'micro_batches_at',
@@ -150,7 +150,7 @@ def set_rng_state(st: dict):
 # %% ../../nbs/02d_optim.ipynb #ef0673d4
 def save_resume(model, opt, run, step: int, rng: dict | None = None):
     "Write `resume/`: the weights and `trainer_state.pt` (optimizer, RNG states `rng` or now, step), atomically."
-    final = Path(run) / "resume"
+    final = Run.of(run) / "resume"
     tmp = final.with_name(f".resume.{temp_tag()}.tmp")
     if tmp.exists(): shutil.rmtree(tmp)
     model.save_pretrained(tmp)
@@ -161,7 +161,7 @@ def save_resume(model, opt, run, step: int, rng: dict | None = None):
 # %% ../../nbs/02d_optim.ipynb #7677531a
 def load_resume(model, opt, run) -> int:
     "Restore weights, optimizer and RNG states from `resume/` (or its `.old` copy after a crash); returns the step."
-    for cand in (Path(run) / "resume", Path(run) / "resume.old"):
+    for cand in (Run.of(run) / "resume", Run.of(run) / "resume.old"):
         if (cand / "trainer_state.pt").exists() and (cand / "model.safetensors").exists(): break
     else: return -1
     restart = (f"delete {cand} and rerun the same command: the run restarts from step 0 and, being deterministic, "

@@ -28,7 +28,7 @@ from ..config import (ModelConfig, TrainConfig, ConfigError, get_config, get_tra
 from ..model.model import autocast, resolve_precision
 from ..model.electra import ElectraPair, pretraining_model
 from ..text.facts import read_facts, injections
-from ..runs.run import check_device, list_steps, save_checkpoint, read_run_config, sentence_name, log_records
+from ..runs.run import check_device, list_steps, save_checkpoint, read_run_config, sentence_name, log_records, Run
 from ..runs.lock import run_lock, clean_run, forget_inherited_locks
 from ..runs.settings import checkpoint_steps
 from ..runs.figures import plot_pretraining
@@ -258,15 +258,15 @@ def check_settings(run, mc: ModelConfig, tc: TrainConfig, override: bool = False
     if tc.sentence_task != "none" and mc.type_vocab_size < 2:
         raise ConfigError(f"TrainConfig.sentence_task={tc.sentence_task!r} needs two segment types, but "
                           f"type_vocab_size={mc.type_vocab_size}: set type_vocab_size=2, or sentence_task=none")
-    last = max(list_steps(run), default=0) if Path(run).is_dir() else 0
+    last = max(list_steps(run), default=0) if Run.of(run).is_dir() else 0
     if override and tc.total_steps < last:
         raise ConfigError(f"--set total_steps={tc.total_steps} is below step {last:,}, which {run} has already "
                           f"trained to; pass total_steps={last} or more, or train a new --run-dir")
-    resumable = any((Path(run) / n / "trainer_state.pt").exists() for n in ("resume", "resume.old"))
-    if last and not resumable and (Path(run) / "results.sqlite").exists():
+    resumable = any((Run.of(run) / n / "trainer_state.pt").exists() for n in ("resume", "resume.old"))
+    if last and not resumable and (Run.of(run) / "results.sqlite").exists():
         raise ConfigError(f"{run} has checkpoints up to step {last:,} and results measured on them, but no resume "
                           "point: training would start again from step 0 and replace those checkpoints, leaving "
-                          f"results of other weights; train a new --run-dir, or move {Path(run) / 'results.sqlite'} "
+                          f"results of other weights; train a new --run-dir, or move {Run.of(run) / 'results.sqlite'} "
                           "away first")
 
 # %% ../../nbs/03_pretrain.ipynb #c8f29b3f
@@ -388,7 +388,7 @@ def train(run, preset: str = "tiny", mc: ModelConfig | None = None, tc: TrainCon
     """Pretrain (or resume) the run in `run`, its only writer; returns the final held-out evaluation. `stop_after`
     ends early at that step; `data_workers` processes mask the coming batches (`resolve_data_workers`: 'auto', or a
     number); `tensorboard` also writes the log as TensorBoard event files (`TensorBoardLog`)."""
-    run = Path(run)
+    run = Run.of(run)
     rank, world = _dist()
     check_device(device); resolve_data_workers(data_workers, "cpu")  # bad values refused before the run folder is made
     if mc is not None and tc is not None: check_settings(run, mc, tc, override)
@@ -447,7 +447,7 @@ def pretrain_from_args(a) -> dict:
     res = train(run, preset, mc, tc, device=a.device, progress=not a.no_progress, override=override,
                 data_workers=a.data_workers, tensorboard=getattr(a, "tensorboard", False))
     # the finished run's Fig. 2a (the loop draws nothing)
-    if res: plot_pretraining(run, a.figures or Path(run) / "figures")
+    if res: plot_pretraining(run, a.figures or Run.of(run) / "figures")
     if res:
         s = sentence_name(tc.sentence_task, mc.model_type)
         second = (f", {s.upper()} accuracy {res[f'{s}_accuracy']:.3f}" if f"{s}_accuracy" in res else "") + \

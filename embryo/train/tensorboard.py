@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..config import ConfigError, fsync_dir, temp_tag
 from ..runs.lock import TENSORBOARD_DIR
+from ..runs.run import Run
 
 # %% auto #0
 __all__ = ['tensorboard_module', 'TensorBoardLog', 'tensorboard_log']
@@ -37,7 +38,7 @@ class TensorBoardLog:
         tensorboard_module()
         from tensorboardX.record_writer import RecordWriter
         from tensorboardX.proto.event_pb2 import Event, SessionLog
-        folder = Path(run) / TENSORBOARD_DIR
+        folder = Run.of(run) / TENSORBOARD_DIR
         folder.mkdir(parents=True, exist_ok=True)
         # TensorBoard reads them in name order
         final = folder / f"events.out.tfevents.{int(time.time()):010d}.{temp_tag()}"
@@ -77,7 +78,7 @@ def tensorboard_log(run) -> list[dict]:
     tensorboard_module()
     from tensorboardX.proto.event_pb2 import Event, SessionLog
     rows = {}
-    for f in sorted((Path(run) / TENSORBOARD_DIR).glob("events.out.tfevents.*")):
+    for f in sorted((Run.of(run) / TENSORBOARD_DIR).glob("events.out.tfevents.*")):
         data, i = f.read_bytes(), 0
         while i + 12 <= len(data):  # TFRecord: length (8 bytes), its CRC (4), the event, its CRC (4)
             n = int.from_bytes(data[i:i + 8], "little")
