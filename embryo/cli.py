@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['DISK_ERRORS', 'cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 'cmd_report', 'cmd_compare',
-           'cmd_seeds', 'cmd_reproduce', 'cmd_reference', 'cmd_export', 'OneLineParser', 'parser', 'main']
+__all__ = ['SHARED_CORES', 'DISK_ERRORS', 'cmd_params', 'cmd_fetch', 'cmd_pretrain', 'cmd_sweep', 'cmd_merge', 'cmd_report',
+           'cmd_compare', 'cmd_seeds', 'cmd_reproduce', 'cmd_reference', 'cmd_export', 'OneLineParser', 'parser',
+           'share_cores', 'main']
 
 # %% ../nbs/11_cli.ipynb #72b94369
 def cmd_params(args):
@@ -213,6 +214,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", nargs="+", type=int, help="default: every checkpoint")
     return p
 
+# %% ../nbs/11_cli.ipynb #2a207dea
+SHARED_CORES = {"OMP_WAIT_POLICY": "PASSIVE"}  # threads that wait sleep at once instead of spinning (bench/under_load.py)
+
+def share_cores(env=None) -> dict:
+    "Set `SHARED_CORES` in `env` (default: this process's environment) where the user has not; returns what it set."
+    import os
+    env = os.environ if env is None else env
+    added = {k: v for k, v in SHARED_CORES.items() if k not in env}
+    env.update(added)
+    return added
+
 # %% ../nbs/11_cli.ipynb #db796146
 import errno
 DISK_ERRORS = {  # what the disk said, and what to do
@@ -227,6 +239,7 @@ DISK_ERRORS = {  # what the disk said, and what to do
 
 def main(argv=None):
     "Entry point of the `embryo` console script; the project's own errors print as one message (exit status 2)."
+    share_cores()  # before torch is imported: its OpenMP runtime reads the policy once, when it starts
     args = parser().parse_args(argv)
     where = getattr(args, "figures", None)
     if where is not None and Path(where).exists() and not Path(where).is_dir():

@@ -1,0 +1,107 @@
+"""Pretraining beside other torch jobs: how much of its quiet speed it keeps, and how much it leaves its neighbours.
+
+A neighbour is another process multiplying 384 x 384 float32 matrices with torch at its default thread count (one
+thread per core, as any torch job starts), counting its products. The pretraining is `embryo pretrain --preset tiny`
+for `--steps` steps in a fresh run folder; its speed is the median of the tokens a second its log records (one record
+every 10 steps, the first left out: it holds the start-up), so the tokenizer and corpus set-up do not count.
+
+Each condition, in one run on one host: quiet; beside 1 and 2 neighbours at nice 0 (equal priority); beside 1
+neighbour at nice 19; beside 1 and 2 neighbours that start under the same policy (`n1same`, `n2same`: another embryo
+job, a sweep's kernel or a test worker, beside the training). For each, the pretraining's speed as a share of its quiet speed, and each neighbour's products a
+second as a share of one neighbour's quiet speed (measured alone in the same run, over the time the pretraining ran).
+Each policy in `--policies` is one set of environment variables for the pretraining process:
+
+- `default`: as `embryo pretrain` starts today;
+- `passive`: `OMP_WAIT_POLICY=PASSIVE` (OpenMP threads sleep at once when they wait, instead of spinning);
+- `spin-10k`, `spin-1k`: `GOMP_SPINCOUNT` 10,000 or 1,000 (spin that many times, then sleep; libgomp's own default is
+  300,000 where it has a core for each thread);
+- `one-thread`: `OMP_NUM_THREADS=1` (not a policy for training: the thread count changes its numbers).
+
+    python bench/under_load.py [--steps 150] [--policies default passive one-thread] [--conditions quiet n1 n2 n1nice]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+NEIGHBOUR = r"""
+import sys, time, torch
+a = torch.randn(384, 384); n, t0 = 0, time.perf_counter()
+while True:
+    a @ a; n += 1
+    if n % 20 == 0: print(f"{time.perf_counter():.4f} {n}", flush=True)
+"""
+POLICIES = {"default": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"}, "spin-10k": {"GOMP_SPINCOUNT": "10000"},
+            "spin-1k": {"GOMP_SPINCOUNT": "1000"}, "one-thread": {"OMP_NUM_THREADS": "1"}}
+# (neighbours, their nice, whether they start under the pretraining's policy too, as another embryo job would)
+CONDITIONS = {"quiet": (0, 0, False), "n1": (1, 0, False), "n2": (2, 0, False), "n1nice": (1, 19, False),
+              "n1same": (1, 0, True), "n2same": (2, 0, True)}
+
+
+def start_neighbours(k: int, nice: int, env: dict | None = None) -> list[subprocess.Popen]:
+    "`k` neighbour processes at `nice` (under `env` added to ours), each printing 'time count' as it goes."
+    return [subprocess.Popen([sys.executable, "-c", NEIGHBOUR], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, **(env or {})},
+                             preexec_fn=(lambda: os.nice(nice)) if nice else None) for _ in range(k)]
+
+
+def products_per_s(p: subprocess.Popen, t0: float, t1: float) -> float:
+    "Stop neighbour `p`; its products a second between the perf-counter times `t0` and `t1`."
+    p.terminate(); out = p.communicate()[0]
+    pts = [tuple(map(float, l.split())) for l in out.splitlines() if l.strip()]
+    pts = [(t, n) for t, n in pts if t0 <= t <= t1]
+    return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]) if len(pts) >= 2 else float("nan")
+
+
+def pretrain(steps: int, env: dict, folder: Path) -> tuple[float, float, float]:
+    "Pretrain `tiny` for `steps` steps under `env`; (median tokens/s of its steady log records, start, end)."
+    run = folder / f"run-{time.monotonic_ns()}"
+    cmd = [sys.executable, "-c", "from embryo.cli import main; main()", "pretrain", "--preset", "tiny", "--run-dir",
+           str(run), "--no-progress", "--set", f"total_steps={steps}", "log_every=10", f"warmup_steps={steps // 3}",
+           f"checkpoint_every=[[{steps}, null]]", f"resume_every={steps}"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env={**os.environ, **env}, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t1 = time.perf_counter()
+    rec = [json.loads(l) for l in (run / "logs" / "train.jsonl").read_text().splitlines()]
+    tps = [r["tokens_per_s"] for r in rec if r["step"] > 10]
+    return statistics.median(tps), t0, t1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=list(CONDITIONS))
+    a = ap.parse_args()
+    print(f"host: {os.cpu_count()} cores; torch threads by default: one a core", flush=True)
+    with tempfile.TemporaryDirectory() as d:
+        pretrain(20, {}, Path(d))  # warm: the tokenizer and corpus set-up cached under the data folder
+        alone = start_neighbours(1, 0); t0 = time.perf_counter(); time.sleep(20)
+        quiet_n = products_per_s(alone[0], t0 + 2, time.perf_counter())
+        print(f"neighbour alone: {quiet_n:.0f} products/s", flush=True)
+        rows = []
+        for policy in a.policies:
+            quiet = None
+            for cond in sorted(a.conditions, key=lambda c: c != "quiet"):  # quiet first: the others' reference
+                k, nice, same = CONDITIONS[cond]
+                ps = start_neighbours(k, nice, POLICIES[policy] if same else None); time.sleep(2 if k else 0)
+                tps, t0, t1 = pretrain(a.steps, POLICIES[policy], Path(d))
+                ns = [products_per_s(p, t0, t1) / quiet_n for p in ps]
+                quiet = tps if cond == "quiet" else quiet
+                rows.append(dict(policy=policy, condition=cond, tokens_per_s=round(tps),
+                                 share_of_quiet=round(tps / quiet, 3) if quiet else None,
+                                 neighbours_share=[round(x, 3) for x in ns]))
+                print(json.dumps(rows[-1]), flush=True)
+    print("\n| policy | condition | tokens/s | share of its quiet speed | each neighbour's share of its quiet speed |")
+    print("|---|---|---|---|---|")
+    for r in rows: print(f"| {r['policy']} | {r['condition']} | {r['tokens_per_s']} | {r['share_of_quiet']} | "
+                         f"{', '.join(map(str, r['neighbours_share'])) or '-'} |")
+
+
+if __name__ == "__main__":
+    main()
