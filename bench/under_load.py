@@ -7,12 +7,15 @@ every 10 steps, the first left out: it holds the start-up), so the tokenizer and
 
 Each condition, in one run on one host: quiet; beside 1 and 2 neighbours at nice 0 (equal priority); beside 1
 neighbour at nice 19; beside 1 and 2 neighbours that start under the same policy (`n1same`, `n2same`: another embryo
-job, a sweep's kernel or a test worker, beside the training). For each, the pretraining's speed as a share of its quiet speed, and each neighbour's products a
-second as a share of one neighbour's quiet speed (measured alone in the same run, over the time the pretraining ran).
-Each policy in `--policies` is one set of environment variables for the pretraining process:
+job, a sweep's kernel or a test worker, beside the training). For each, the pretraining's speed as a share of its
+quiet speed, and each neighbour's products a second as a share of one neighbour's quiet speed (measured alone in the
+same run, over the time the pretraining ran, its start-up included). Each policy in `--policies` is one set of
+environment variables for the pretraining process, which starts `embryo pretrain`'s own function without the
+`embryo` command's `share_cores`, so that `default` is what it says:
 
-- `default`: as `embryo pretrain` starts today;
-- `passive`: `OMP_WAIT_POLICY=PASSIVE` (OpenMP threads sleep at once when they wait, instead of spinning);
+- `default`: libgomp's own default (what `embryo pretrain` did before `embryo.cli.share_cores`);
+- `passive`: `OMP_WAIT_POLICY=PASSIVE` (OpenMP threads sleep at once when they wait, instead of spinning), what every
+  `embryo` command now sets (`embryo.cli.SHARED_CORES`);
 - `spin-10k`, `spin-1k`: `GOMP_SPINCOUNT` 10,000 or 1,000 (spin that many times, then sleep; libgomp's own default is
   300,000 where it has a core for each thread);
 - `one-thread`: `OMP_NUM_THREADS=1` (not a policy for training: the thread count changes its numbers).
@@ -29,14 +32,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from embryo.cli import SHARED_CORES
+
 NEIGHBOUR = r"""
-import sys, time, torch
-a = torch.randn(384, 384); n, t0 = 0, time.perf_counter()
+import time, torch
+a, n = torch.randn(384, 384), 0
 while True:
     a @ a; n += 1
     if n % 20 == 0: print(f"{time.perf_counter():.4f} {n}", flush=True)
 """
-POLICIES = {"default": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"}, "spin-10k": {"GOMP_SPINCOUNT": "10000"},
+POLICIES = {"default": {}, "passive": SHARED_CORES, "spin-10k": {"GOMP_SPINCOUNT": "10000"},
             "spin-1k": {"GOMP_SPINCOUNT": "1000"}, "one-thread": {"OMP_NUM_THREADS": "1"}}
 # (neighbours, their nice, whether they start under the pretraining's policy too, as another embryo job would)
 CONDITIONS = {"quiet": (0, 0, False), "n1": (1, 0, False), "n2": (2, 0, False), "n1nice": (1, 19, False),
@@ -61,7 +66,9 @@ def products_per_s(p: subprocess.Popen, t0: float, t1: float) -> float:
 def pretrain(steps: int, env: dict, folder: Path) -> tuple[float, float, float]:
     "Pretrain `tiny` for `steps` steps under `env`; (median tokens/s of its steady log records, start, end)."
     run = folder / f"run-{time.monotonic_ns()}"
-    cmd = [sys.executable, "-c", "from embryo.cli import main; main()", "pretrain", "--preset", "tiny", "--run-dir",
+    # the subcommand's own function, not `main`: main would add SHARED_CORES to the policy under test
+    cmd = [sys.executable, "-c", "import sys; from embryo.cli import parser; a = parser().parse_args(sys.argv[1:]); "
+           "a.fn(a)", "pretrain", "--preset", "tiny", "--run-dir",
            str(run), "--no-progress", "--set", f"total_steps={steps}", "log_every=10", f"warmup_steps={steps // 3}",
            f"checkpoint_every=[[{steps}, null]]", f"resume_every={steps}"]
     t0 = time.perf_counter()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -219,7 +220,6 @@ SHARED_CORES = {"OMP_WAIT_POLICY": "PASSIVE"}  # threads that wait sleep at once
 
 def share_cores(env=None) -> dict:
     "Set `SHARED_CORES` in `env` (default: this process's environment) where the user has not; returns what it set."
-    import os
     env = os.environ if env is None else env
     added = {k: v for k, v in SHARED_CORES.items() if k not in env}
     env.update(added)

@@ -516,17 +516,18 @@ def verdict(run, task: str = "brown") -> str:
          read_results(run, ANALYSIS, task=task, metric="uniform_diagonal").value.mean())
     best = ", ".join(f"layer {l}: {v:.3f}" for l, v in t["diagonal, last step"].items())
     sc = special_clause(run, t, task)  # a causal mask's words continue the sentence; [CLS]'s are a sentence of their own
+    own, sc = (sc, "") if sc.startswith(";") else ("", sc)
     context = (f"the diagonal mass of each layer's most diagonal head at step {steps[-1]} is {best}, against {u:.3f} "
-               f"for an even spread{'' if sc.startswith(';') else sc}")
+               f"for an even spread{sc}")
     if len(steps) < 2:
-        return sentences(f"only step {steps[0]} is evaluated: {context}", sc if sc.startswith(";") else "",
+        return sentences(f"only step {steps[0]} is evaluated: {context}", own,
                          "evaluate more steps to see when the diagonal pattern emerges")
     em = t["emergence step"].to_dict()
     when = ", ".join(f"layer {l} at step {v:.0f}" if not np.isnan(v) else f"layer {l} never" for l, v in em.items())
     ok = order_reproduced(em, len(t), steps)
     s = [f"between steps {steps[0]} and {steps[-1]}, the most diagonal head of each layer (attention on positions i-1, "
          f"i, i+1) reaches half of its rise above an even spread to its last value: {when}", context,
-         sc if sc.startswith(";") else "", neighbour_sentence(run, task)]
+         own, neighbour_sentence(run, task)]
     ls = paper_layers(len(t))
     if len(ls) < 2 or all(np.isnan(em[l]) for l in ls):
         return sentences(*s, "no layer develops the diagonal pattern, so the paper's order cannot be tested on this run")

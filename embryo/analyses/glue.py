@@ -351,7 +351,7 @@ def verdict(run) -> str:
         a, b = seeds.loc[first].dropna(), seeds.loc[last].dropna()
         # all of b above all of a: 1 in `odds` by chance
         apart, odds = b.min() > a.max(), math.comb(len(a) + len(b), len(a))
-        parts.append(f"; {'every' if apart else 'not every'} seed of step {last} beats every seed of step {first}"
+        parts.append(f"{'every' if apart else 'not every'} seed of step {last} beats every seed of step {first}"
                 + (f" (exchangeable seeds do so 1 time in {odds})" if apart else "")
                 + f", and the mean moves by {b.mean() - a.mean():+.1f} points: "
                 + ("pretraining helps downstream on this run" if apart and odds >= 20 and b.mean() - a.mean() >= 2 else
@@ -372,7 +372,7 @@ def verdict(run) -> str:
         # rule 2: 90% of the rise above the floor (or the first step) to the LAST step
         early = int(half_rise(s.index, s.values, floor, share=0.9).step)
         base = ("the bag-of-words floor" if floor is not None and floor > s.iloc[0] else f"step {first}")
-        parts.append(f"; 90% of the rise above {base} to the last step is reached by step {early}, "
+        parts.append(f"90% of the rise above {base} to the last step is reached by step {early}, "
                 f"{100 * early / last:.0f}% of the run's steps" + (
                     ", as the paper finds most downstream ability early (section 5)" if early <= 0.5 * last
                     else ", later than the paper's finding that most downstream ability comes early (section 5)"))

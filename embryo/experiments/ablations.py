@@ -490,8 +490,8 @@ def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
     spread = f"differences beyond the seed spread: {'; '.join(beyond_spread(frame)) or 'none'}"
     head = f"ALBERT Table 6 after {steps} steps ({nsp.seeds} seed{'s' * (nsp.seeds != 1)}, {n_eval} held-out pairs each)"
     if all(weak.values()):
-        return sentences(f"{head} is not testable at this scale", *scores,
-                         *(x for k, w in weak.items() for x in (f"{k}: not testable, for the reason{'s' * (len(w) > 1)} below", *w)), spread)
+        reasons = (x for k, w in weak.items() for x in (f"{k}: not testable, for the reason{'s' * (len(w) > 1)} below", *w))
+        return sentences(f"{head} is not testable at this scale", *scores, *reasons, spread)
     claims = {k: ((False, v[1]) if weak[k] else v) for k, v in claims.items()}
     read = {k: holds for k, (ok, holds) in claims.items() if ok}
     status = ("is not testable" if not read else "not reproduced" if not any(read.values()) else

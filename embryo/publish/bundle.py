@@ -130,10 +130,10 @@ def renew_table_verdicts(figures_dir) -> list[Path]:
     "Rewrite the verdict under each of ALBERT's Tables 3-6 in `figures_dir` (`table_verdicts` of its CSV)."
     changed = []
     for name, said in table_verdicts(figures_dir).items():
-        md = Path(figures_dir) / f"{name}.md"
-        head, _, last = md.read_text().rstrip("\n").rpartition("\n\n")
+        md = Path(figures_dir) / f"{name}.md"; old = md.read_text()
+        head, _, last = old.rstrip("\n").rpartition("\n\n")
         if last.startswith("|"): head = f"{head}\n\n{last}"  # no verdict under the table yet
-        if (new := f"{head}\n\n{said}\n") != md.read_text(): changed.append(atomic_write(md, new))
+        if (new := f"{head}\n\n{said}\n") != old: changed.append(atomic_write(md, new))
     return changed
 
 # %% ../../nbs/10e_bundle.ipynb #a06e6700
