@@ -23,11 +23,7 @@ from typing import Sequence
 import pandas as pd
 
 from ..config import clean_stale_temps, temp_tag, check_value
-from ..runs.run import (list_steps, find_checkpoint, run_transitions, check_device, CannotDraw, DB_NAME, Run,
-                             writable_run)
-from ..runs.settings import complete_run
-from ..runs.series import as_run
-from ..runs.series_check import check_series
+from ..runs.run import list_steps, find_checkpoint, run_transitions, check_device, CannotDraw, DB_NAME, Run
 from ..runs.lock import sweep_lock, training_holder, holder_text
 from ..runs.results import (db_path, connect, log_job, read_log, computed_with, options_digest,
                                  set_computed_with)
@@ -447,9 +443,7 @@ def sweep(run, # a run folder, or a folder of checkpoint folders named by step (
     if mode not in ("papermill", "inprocess"): raise SweepError(f"mode {mode!r}: use 'papermill' or 'inprocess'")
     if not isinstance(workers, int) or workers < 1: raise SweepError(f"--workers {workers}: pass 1 or more (jobs at once)")
     check_device(device)
-    run = writable_run(as_run(run))  # the edge: a folder (or a series of checkpoint folders) becomes the run
-    complete_run(run)  # a run made by an older version: settings renamed, tokenizer files into every checkpoint
-    for line in check_series(run): print(f"{run}: {line}", flush=True)  # copies and jumps, said first
+    run = Run.open(run)  # the edge: a folder (or a series of checkpoint folders) becomes the run
     shard = parse_shard(shard) if isinstance(shard, str) else shard
     options = options or {}
     analyses, not_applicable = applicable(run, available_analyses() if analyses is None else analyses)
@@ -475,7 +469,7 @@ def sweep(run, # a run folder, or a folder of checkpoint folders named by step (
                    if mode == "papermill" and todo else None)
         outcome = {}
 
-        bar = tqdm(total=len(todo), desc=f"sweep {Run.of(run).name}", disable=not progress or not todo)
+        bar = tqdm(total=len(todo), desc=f"sweep {run.name}", disable=not progress or not todo)
         failures = []
         torch_threads = None
         if mode == "inprocess" and threads:

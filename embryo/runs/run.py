@@ -468,6 +468,15 @@ class Run(os.PathLike):
     def __init__(self, path): self.path, self._settings = Path(path.path if isinstance(path, Run) else path), None
     @classmethod
     def of(cls, run) -> Run: return run if isinstance(run, Run) else cls(run)
+    @classmethod
+    def open(cls, where) -> Run:
+        ("The edge where a folder becomes the run to analyse: a series `as_run` links, a committed bundle's stand-in "
+         "(`writable_run`), an older run `complete_run`d; its copies and jumps (`check_series`) said first.")
+        from embryo.runs.series import as_run; from embryo.runs.settings import complete_run
+        from embryo.runs.series_check import check_series
+        run = writable_run(as_run(where)); complete_run(run)
+        for line in check_series(run): print(f"{run}: {line}", flush=True)
+        return run
     def __fspath__(self): return str(self.path)
     def __truediv__(self, other): return self.path / other
     # equal to its own folder, as a Run, a Path or a str
