@@ -350,3 +350,38 @@ def test_report_on_a_two_checkpoint_multiberts_series(tmp_path, monkeypatch, cap
     assert rc == 1, o
     assert [l for l in lines if "failed:" in l] == ["attention: failed: RuntimeError: boom"], lines
     assert (figs / "index.html").is_file() and (figs / "findings.md").is_file()
+
+
+@pytest.mark.parametrize("kind,head", [("bert", "BertForSequenceClassification"),
+                                       ("roberta", "RobertaForSequenceClassification"),
+                                       ("gpt-neox", "GPTNeoXForSequenceClassification")])
+def test_glue_finetunes_any_series_with_its_familys_head(kind, head, tmp_path, capsys):
+    "Issue 78: the downstream tasks on a Trainer series of each family, through its own Auto classifier; the sweep runs it."
+    from embryo.analyses import glue as G
+    from embryo.analyses.sweep import sweep
+    run = as_run(trainer_series(kind), tmp_path / "runs" / kind)
+    assert G.applies_to(run) is None
+    quick = dict(tasks="polarity,word_order", max_train_examples=64, max_dev_examples=64, progress=False)
+    t = G.evaluate_step(run, 12, **quick)
+    scores = t[(t.metric == "score") & (t.seed == -1)].set_index("task").value
+    assert set(scores.index) == {"polarity", "word_order", "builtin"} and scores.between(0, 1).all(), t
+    from embryo.runs.results import read_samples
+    settings = json.loads(read_samples(run, G.ANALYSIS, "polarity").query("item == 'settings'").text.iloc[0])
+    assert settings["classifier"] == head and settings["train_examples"] == 64
+    again = G.evaluate_step(run, 12, write=False, **quick)  # the seed fixes the head, the order and the sample
+    assert (again.value.to_numpy() == t.value.to_numpy()).all()
+    sweep(run, ["glue"], steps=[12], mode="inprocess", options={"glue": quick}, progress=False, redraw=False)
+    assert "glue: not run" not in capsys.readouterr().out
+
+
+def test_the_cards_papermill_command_on_a_bert_trainer_folder(tmp_path):
+    "`papermill nbs/05_glue.ipynb out.ipynb -p run_dir <a Trainer's output_dir> -p step 8`, from a folder of one's own."
+    out = trainer_series("bert")
+    r = subprocess.run([sys.executable, "-m", "papermill", str(ROOT / "nbs" / "05_glue.ipynb"), "out.ipynb",
+                        "-p", "run_dir", str(out), "-p", "step", "8", "-p", "tasks", "polarity",
+                        "-p", "max_train_examples", "32", "-p", "max_dev_examples", "32"],
+                       capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = read_results(tmp_path / "runs" / out.name, "glue", step=8)
+    assert {"polarity", "builtin"} <= set(rows.task), rows
+    assert (tmp_path / "runs" / out.name / "figures" / "fig12_glue_tasks.png").stat().st_size > 0

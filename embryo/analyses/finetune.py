@@ -12,12 +12,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..model.model import autocast
-from ..runs.run import Run
+import copy
+
+from ..model.model import CheckpointError, autocast
+from ..model.electra import quiet_transformers
+from ..runs.run import HFMaskedLM, Run, max_length
 from .downstream import Example, Task
 
 # %% auto #0
 __all__ = ['encode', 'collate', 'max_seq_length', 'AlbertForSequenceClassification', 'lr_factor', 'finetune', 'predict',
+           'encode_hf', 'AutoSequenceClassifier', 'sequence_classifier', 'pretrained_body', 'encode_for',
            'predicted_labels', 'metrics']
 
 # %% ../../nbs/04b_finetune.ipynb #87da4e1a
@@ -39,10 +43,11 @@ def encode(tok, examples: Sequence[Example], max_len: int) -> list[tuple[list[in
     return out
 
 # %% ../../nbs/04b_finetune.ipynb #4bdb3a29
-def collate(encoded: Sequence[tuple[list[int], list[int]]], device="cpu") -> dict:
-    "A padded batch: input_ids, attention_mask and token_type_ids as (B, T) tensors."
+def collate(encoded: Sequence[tuple[list[int], list[int]]], device="cpu", pad_id: int = 0) -> dict:
+    "A batch padded with `pad_id`: input_ids, attention_mask and token_type_ids as (B, T) tensors."
     T = max(len(i) for i, _ in encoded)
-    ids = torch.zeros(len(encoded), T, dtype=torch.long); types = torch.zeros_like(ids); mask = torch.zeros_like(ids)
+    ids = torch.full((len(encoded), T), pad_id, dtype=torch.long)
+    types, mask = torch.zeros_like(ids), torch.zeros_like(ids)
     for r, (i, t) in enumerate(encoded):
         ids[r, :len(i)] = torch.tensor(i); types[r, :len(t)] = torch.tensor(t); mask[r, :len(i)] = 1
     return dict(input_ids=ids.to(device), attention_mask=mask.to(device), token_type_ids=types.to(device))
@@ -52,7 +57,7 @@ def max_seq_length(run, model, task: Task) -> int:
     "Table 7's maximum length, capped at the run's pretraining sequence length (else the model's position table)."
     cfg = Run.of(run).config  # None for a series without settings
     pre = cfg.train.max_seq_length if cfg else None
-    return min(task.max_seq_length, pre or model.config.max_position_embeddings)
+    return min(task.max_seq_length, pre or max_length(model))  # RoBERTa's table less its offset
 
 # %% ../../nbs/04b_finetune.ipynb #2179296a
 class AlbertForSequenceClassification(nn.Module):
@@ -69,6 +74,8 @@ class AlbertForSequenceClassification(nn.Module):
         self.dropout = nn.Dropout(classifier_dropout)
         self.classifier = nn.Linear(albert.pooler.out_features, num_labels)
         nn.init.normal_(self.classifier.weight, 0.0, initializer_range); nn.init.zeros_(self.classifier.bias)
+
+    body = property(lambda self: self.albert)  # what a later task starts from (RTE from MNLI)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
         _, _, pooled = self.albert(input_ids, attention_mask, token_type_ids)
@@ -100,7 +107,8 @@ def finetune(model, encoded, labels, steps: int, warmup: int, lr: float, batch_s
         if pos + batch_size > len(order) and pos > 0: order, pos = torch.randperm(len(encoded), generator=g), 0
         idx = order[pos:pos + batch_size].tolist(); pos += batch_size
         with autocast(device, precision):
-            loss = model.loss(model(**collate([encoded[i] for i in idx], device)).float(), y[idx].to(device))
+            batch = collate([encoded[i] for i in idx], device, getattr(model, "pad_id", 0))
+            loss = model.loss(model(**batch).float(), y[idx].to(device))
         opt.zero_grad(set_to_none=True); loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step(); sched.step()
         losses.append(loss.item())
@@ -116,9 +124,60 @@ def predict(model, encoded, batch_size: int = 64, device="cpu", precision: str =
     out = [None] * len(encoded)
     for k in range(0, len(order), batch_size):
         idx = order[k:k + batch_size]
-        with autocast(device, precision): logits = model(**collate([encoded[i] for i in idx], device))
+        batch = collate([encoded[i] for i in idx], device, getattr(model, "pad_id", 0))
+        with autocast(device, precision): logits = model(**batch)
         for i, row in zip(idx, logits.float().cpu().numpy()): out[i] = row
     return np.stack(out)
+
+# %% ../../nbs/04b_finetune.ipynb #752ebcf3
+def encode_hf(tok, examples: Sequence[Example], max_len: int) -> list[tuple[list[int], list[int]]]:
+    "(token ids, token types) of each example as a transformers tokenizer (`tok.hf`) pairs and cuts them."
+    a = [e.text_a for e in examples]
+    b = [e.text_b for e in examples] if examples and examples[0].text_b is not None else None
+    enc = tok.hf(a, b, truncation=True, max_length=max_len) if b else tok.hf(a, truncation=True, max_length=max_len)
+    types = enc.get("token_type_ids") or [[0] * len(i) for i in enc["input_ids"]]
+    return list(zip(enc["input_ids"], types))
+
+# %% ../../nbs/04b_finetune.ipynb #a7fe1e37
+class AutoSequenceClassifier(nn.Module):
+    ("A transformers family's own sequence classifier (`AutoModelForSequenceClassification`) on the weights of a "
+     "pretrained `body` (a `PreTrainedModel`'s base model); `tok` gives the padding id and whether it makes token "
+     "types.")
+    def __init__(self, body, num_labels: int, tok):
+        super().__init__()
+        from transformers import AutoModelForSequenceClassification
+        cfg = copy.deepcopy(body.config); cfg.num_labels, cfg.pad_token_id = num_labels, tok.pad_id
+        with quiet_transformers(): self.hf = AutoModelForSequenceClassification.from_config(cfg)
+        unexpected = self.hf.base_model.load_state_dict(body.state_dict(), strict=False).unexpected_keys
+        if unexpected:
+            raise CheckpointError(f"the {type(self.hf).__name__} of this series does not take {len(unexpected)} of "
+                                  f"its body's weights ({unexpected[0]} ...)")
+        self.num_labels, self.pad_id = num_labels, tok.pad_id
+        self.types = "token_type_ids" in tok.hf.model_input_names
+    body = property(lambda self: self.hf.base_model)  # what a later task starts from (RTE from MNLI)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        types = dict(token_type_ids=token_type_ids) if self.types else {}
+        return self.hf(input_ids=input_ids, attention_mask=attention_mask, **types).logits
+
+    def loss(self, logits, labels): return AlbertForSequenceClassification.loss(self, logits, labels)
+
+# %% ../../nbs/04b_finetune.ipynb #7c462829
+def sequence_classifier(body, task: Task, tok) -> nn.Module:
+    ("A new classifier for `task` on (a copy of) `body`: the paper's on our encoder, the family's own on a transformers "
+     "one.")
+    from transformers import PreTrainedModel
+    if isinstance(body, PreTrainedModel): return AutoSequenceClassifier(body, task.num_labels, tok)
+    return AlbertForSequenceClassification(copy.deepcopy(body), task.num_labels, task.classifier_dropout,
+                                           task.albert_dropout)
+
+def pretrained_body(model) -> nn.Module:
+    "The body a checkpoint's classifier starts from: our encoder (`albert`), or a transformers model's base model."
+    return model.model.base_model if isinstance(model, HFMaskedLM) else model.albert
+
+def encode_for(tok, examples: Sequence[Example], max_len: int) -> list[tuple[list[int], list[int]]]:
+    "The inputs of `examples` for `tok`'s family: ours (`encode`), or a transformers tokenizer's (`encode_hf`)."
+    return (encode_hf if hasattr(tok, "hf") else encode)(tok, examples, max_len)
 
 # %% ../../nbs/04b_finetune.ipynb #f7247623
 def predicted_labels(outputs: np.ndarray) -> np.ndarray:

@@ -27,8 +27,8 @@ from ..runs.verdicts import half_rise, sentences
 # the tasks and their data (04a), finetuning and metrics (04b), the floors (04c)
 from .downstream import (BUILTIN_NAME, BUILTIN_TASKS, SCORE_TASKS, SPLIT_SEED, TASKS, Task, load_task,
                                         schedule, select_tasks)
-from .finetune import (AlbertForSequenceClassification, encode, finetune, max_seq_length, metrics,
-                                      predict, predicted_labels)
+from .finetune import (encode_for, finetune, max_seq_length, metrics, predict, predicted_labels,
+                                      pretrained_body, sequence_classifier)
 from .floors import NGRAM_TASKS, bow_score, chance_score, ngram_score, pretraining_text
 
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
@@ -65,22 +65,21 @@ def example_scores(task: Task, outputs: dict, data: dict) -> tuple[np.ndarray, l
             [f"{s}:{i} {e.text_a[:60]}" for i, e in enumerate(data[s])])
 
 # %% ../../nbs/05_glue.ipynb #e77438d1
-def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, max_train_examples=None,
+def run_task(task: Task, body, tok, data: dict, max_len: int, seed: int = 0, max_train_examples=None,
              learning_rate=None, device="cpu", progress=True, max_dev_examples=None,
              corpus=None) -> tuple[dict, dict, nn.Module, tuple | None]:
-    ("Finetune a copy of `albert` on `task` and score its dev set(s): (metrics, settings, the finetuned model, "
+    ("Finetune a classifier on a copy of `body` (`sequence_classifier`) on `task` and score its dev set(s): (metrics, settings, the finetuned model, "
      "`example_scores`); with the pretraining text `corpus`, the tasks of `NGRAM_TASKS` also get their n-gram floor.")
     train = subsample(data["train"], max_train_examples, seed)
     data = {s: subsample(data[s], max_dev_examples, SPLIT_SEED) for s in task.dev}
     steps, warmup = schedule(task, len(train))
     lr = learning_rate or task.lr
     torch.manual_seed(seed)
-    model = AlbertForSequenceClassification(copy.deepcopy(albert), task.num_labels, task.classifier_dropout,
-                                            task.albert_dropout).to(device)
+    model = sequence_classifier(body, task, tok).to(device)
     t0 = time.time()
-    loss = finetune(model, encode(tok, train, max_len), [e.label for e in train], steps, warmup, lr, task.batch_size,
+    loss = finetune(model, encode_for(tok, train, max_len), [e.label for e in train], steps, warmup, lr, task.batch_size,
                     seed, device, desc=f"{task.name} step", progress=progress)
-    outputs = {s: predict(model, encode(tok, data[s], max_len), device=device) for s in task.dev}
+    outputs = {s: predict(model, encode_for(tok, data[s], max_len), device=device) for s in task.dev}
     per_dev = {s: metrics(task, outputs[s], [e.label for e in data[s]]) for s in task.dev}
     m = dict(next(iter(per_dev.values()))) if len(per_dev) == 1 else {
         f"{k}_{s.removeprefix('dev_')}": v for s, d in per_dev.items() for k, v in d.items()}
@@ -93,6 +92,7 @@ def run_task(task: Task, albert, tok, data: dict, max_len: int, seed: int = 0, m
     settings = dict(seed=seed, learning_rate=lr, batch_size=task.batch_size, train_steps=steps, warmup_steps=warmup,
                     train_examples=len(train), max_seq_length=max_len, train_loss=loss,
                     classifier_dropout=task.classifier_dropout, albert_dropout=task.albert_dropout,
+                    **({"classifier": type(model.hf).__name__} if hasattr(model, "hf") else {}),
                     dev_examples={s: len(data[s]) for s in task.dev}, seconds=round(time.time() - t0, 1))
     return m, settings, model, example_scores(task, outputs, data)
 
@@ -126,7 +126,7 @@ def evaluate_step(run, step: int | None = None, device="cpu",
     find_checkpoint(run, step)
     data = {t: load_task(t, glue_dir) for t in names}  # every file is checked before the first task trains
     pre = load_checkpoint(run, step, device)
-    tok = load_tokenizer(run)
+    body, tok = pretrained_body(pre), load_tokenizer(run)  # ours, or a transformers model's base
     corpus = pretraining_text(run) if set(names) & set(NGRAM_TASKS) else None
     runs = {name: [] for name in names}  # per task: (metrics, settings, started from MNLI) of each seed
     for s in range(seed, seed + seeds):
@@ -134,10 +134,10 @@ def evaluate_step(run, step: int | None = None, device="cpu",
         for name in names:
             task = TASKS[name]
             init = start_from.get("mnli") if task.from_mnli and from_mnli else None
-            m, settings, model, scored = run_task(task, init if init is not None else pre.albert, tok, data[name],
+            m, settings, model, scored = run_task(task, init if init is not None else body, tok, data[name],
                                           max_seq_length(run, pre, task), s, max_train_examples, learning_rate,
                                           device, progress, max_dev_examples, corpus)
-            if name == "mnli": start_from["mnli"] = model.albert
+            if name == "mnli": start_from["mnli"] = model.body
             runs[name].append((m, settings, init is not None, scored))
     rows, samples, sets, scores = [], [], [], []
     for name, got in runs.items():
@@ -169,7 +169,7 @@ def evaluate_step(run, step: int | None = None, device="cpu",
 # %% ../../nbs/05_glue.ipynb #718c9f9b
 def applies_to(run) -> str | None:
     "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
-    return series_lacks(run, "ours")
+    return series_lacks(run, "classifier")
 
 # %% ../../nbs/05_glue.ipynb #f9c6613e
 def seed_rows(task: str, scores: list[float], first_seed: int, n: int) -> list[dict]:

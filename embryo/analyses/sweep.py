@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..config import clean_stale_temps, temp_tag, check_value
 from ..runs.run import list_steps, find_checkpoint, run_transitions, check_device, CannotDraw, DB_NAME, Run
+from ..runs.series_check import open_run
 from ..runs.lock import sweep_lock, training_holder, holder_text
 from ..runs.results import (db_path, connect, log_job, read_log, computed_with, options_digest,
                                  set_computed_with)
@@ -443,7 +444,7 @@ def sweep(run, # a run folder, or a folder of checkpoint folders named by step (
     if mode not in ("papermill", "inprocess"): raise SweepError(f"mode {mode!r}: use 'papermill' or 'inprocess'")
     if not isinstance(workers, int) or workers < 1: raise SweepError(f"--workers {workers}: pass 1 or more (jobs at once)")
     check_device(device)
-    run = Run.open(run)  # the edge: a folder (or a series of checkpoint folders) becomes the run
+    run = open_run(run)  # the edge: a folder (or a series of checkpoint folders) becomes the run
     shard = parse_shard(shard) if isinstance(shard, str) else shard
     options = options or {}
     analyses, not_applicable = applicable(run, available_analyses() if analyses is None else analyses)

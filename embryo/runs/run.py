@@ -27,7 +27,7 @@ __all__ = ['MODEL_CARD', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'MLM_HEADS', 
            'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'CannotDraw', 'refuse_remote_code',
            'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'check_filled', 'check_weights',
            'check_vocabulary', 'encoder_states', 'max_length', 'Run', 'is_bundle', 'scratch_dir', 'is_stand_in',
-           'scratch_run', 'writable_run', 'notebook_run', 'run_model_type', 'run_sentence_task']
+           'scratch_run', 'writable_run', 'run_model_type', 'run_sentence_task']
 
 # %% ../../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -468,15 +468,6 @@ class Run(os.PathLike):
     def __init__(self, path): self.path, self._settings = Path(path.path if isinstance(path, Run) else path), None
     @classmethod
     def of(cls, run) -> Run: return run if isinstance(run, Run) else cls(run)
-    @classmethod
-    def open(cls, where) -> Run:
-        ("The edge where a folder becomes the run to analyse: a series `as_run` links, a committed bundle's stand-in "
-         "(`writable_run`), an older run `complete_run`d; its copies and jumps (`check_series`) said first.")
-        from embryo.runs.series import as_run; from embryo.runs.settings import complete_run
-        from embryo.runs.series_check import check_series
-        run = writable_run(as_run(where)); complete_run(run)
-        for line in check_series(run): print(f"{run}: {line}", flush=True)
-        return run
     def __fspath__(self): return str(self.path)
     def __truediv__(self, other): return self.path / other
     # equal to its own folder, as a Run, a Path or a str
@@ -575,17 +566,6 @@ def writable_run(run) -> "Run":
     s = scratch_run(run)
     print(f"{run} is a committed bundle, kept as committed: results and figures go to {s}", flush=True)
     return s
-
-# %% ../../nbs/02a_run.ipynb #7b22023d
-def notebook_run(run, step, figures_dir, fixture) -> tuple["Run", int, Path]:
-    ("A papermill notebook's parameters as the run they name (the edge where a folder becomes a `Run`): (`run`, or "
-     "`fixture()` where None; its step, "
-     "`resolve_step`'s; `figures_dir`, or `<run>/figures`), printed on one line; a committed bundle as its "
-     "`scratch_run`.")
-    run = writable_run(run if run else fixture())
-    step, figures_dir = resolve_step(run, step), Path(figures_dir) if figures_dir else run / "figures"
-    print(f"run {run}, step {step}, figures in {figures_dir}")
-    return run, step, figures_dir
 
 # %% ../../nbs/02a_run.ipynb #96d40a63
 def run_model_type(run) -> str:

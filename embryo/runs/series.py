@@ -220,15 +220,21 @@ def reference_run(dst=None, folder=None) -> Path:
 NEEDS = {"encoder": ("the hidden states and attention maps of a transformer",
                      ("albert", "electra", "masked-lm", "encoder", "causal-lm")),
          "mlm_head": ("the vocabulary scores of a masked-LM head", ("albert", "electra", "masked-lm")),
-         "ours": ("embryo's ALBERT or ELECTRA classes, which its fine-tuning builds on", ("albert", "electra"))}
+         "ours": ("embryo's ALBERT or ELECTRA classes, which its fine-tuning builds on", ("albert", "electra")),
+         "classifier": ("a family that transformers gives a sequence-classification head",
+                        ("albert", "electra", "masked-lm", "encoder", "causal-lm"))}
 
 def series_lacks(run, need: str) -> str | None:
     "Why the series `run` cannot give what an analysis `need`s (a key of `NEEDS`), in one line; None when it can."
     if need not in NEEDS: raise ValueError(f"unknown need {need!r}; the needs are {', '.join(NEEDS)}")
     run = Run.of(run)
     kind, (what, kinds) = run.kind, NEEDS[need]
-    if kind is None or kind in kinds: return None
+    if kind is None or kind in ("albert", "electra"): return None
     cfg = json.loads((run.checkpoint(run.steps[-1]) / "config.json").read_text())
+    if need == "classifier":
+        from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES as HEADS
+        kinds = kinds if cfg.get("model_type") in HEADS else ()
+    if kind in kinds: return None
     archs = ", ".join(cfg.get("architectures") or ["no architecture named"])
     return (f"the checkpoints of {run.name} are {cfg.get('model_type')} {kind} models ({archs}); "
             f"this analysis needs {what}")

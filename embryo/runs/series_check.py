@@ -7,10 +7,12 @@ import json
 from pathlib import Path
 
 from ..config import atomic_write
-from .run import Run, find_checkpoint
+from .run import Run, find_checkpoint, resolve_step, writable_run
+from .series import as_run
+from .settings import complete_run
 
 # %% auto #0
-__all__ = ['SERIES_CHECK', 'checkpoint_figures', 'series_flags', 'check_series']
+__all__ = ['SERIES_CHECK', 'checkpoint_figures', 'series_flags', 'check_series', 'open_run', 'notebook_run']
 
 # %% ../../nbs/02a4_series_check.ipynb #25a77e55
 SERIES_CHECK = "series_check.json"  # in the run's logs/: each checkpoint's digest, weight norm and cosine to the first
@@ -89,3 +91,22 @@ def check_series(run, write: bool = True) -> list[str]:
         try: atomic_write(f, json.dumps(new, indent=1) + "\n")
         except OSError: pass  # a run folder we may not write to: the flags are still returned
     return flags
+
+# %% ../../nbs/02a4_series_check.ipynb #decc51b2
+def open_run(run, check: bool = True) -> Run:
+    ("The folder `run` as a `Run` (a run as is, a series elsewhere: `as_run`; a committed bundle: its stand-in); with "
+     "`check`, completed (`complete_run`) and its copies and jumps said first (`check_series`).")
+    run = writable_run(as_run(run))
+    if check:
+        complete_run(run)
+        for line in check_series(run): print(f"{run}: {line}", flush=True)
+    return run
+
+# %% ../../nbs/02a4_series_check.ipynb #646c2398
+def notebook_run(run, step, figures_dir, fixture) -> tuple[Run, int, Path]:
+    ("A papermill notebook's parameters as what they name: the run (`open_run`, or `fixture()` where None), its step "
+     "(`resolve_step`) and `figures_dir` (default `<run>/figures`), printed on one line.")
+    run = open_run(run, check=False) if run else writable_run(fixture())
+    step, figures_dir = resolve_step(run, step), Path(figures_dir) if figures_dir else run / "figures"
+    print(f"run {run}, step {step}, figures in {figures_dir}")
+    return run, step, figures_dir
