@@ -385,3 +385,25 @@ def test_the_cards_papermill_command_on_a_bert_trainer_folder(tmp_path):
     rows = read_results(tmp_path / "runs" / out.name, "glue", step=8)
     assert {"polarity", "builtin"} <= set(rows.task), rows
     assert (tmp_path / "runs" / out.name / "figures" / "fig12_glue_tasks.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("kind,head", [("bert", "BertForQuestionAnswering"), ("roberta", "RobertaForQuestionAnswering"),
+                                       ("gpt-neox", "GPTNeoXForQuestionAnswering")])
+def test_squad_finetunes_any_series_with_its_familys_head(kind, head, tmp_path):
+    "Issue 78: SQuAD 2.0 on a Trainer series of each family: its own windows (the tokenizer's pair overflow) and QA head."
+    from embryo.analyses import squad as S
+    from embryo.analyses.finetune import pretrained_body
+    from embryo.runs.run import load_checkpoint
+    run = as_run(trainer_series(kind), tmp_path / "runs" / kind)
+    assert S.applies_to(run) is None
+    tok = load_tokenizer(run)
+    assert type(S.question_answerer(pretrained_body(load_checkpoint(run, 12)), tok).hf).__name__ == head
+    data = S.load_squad(S.sample_dir())
+    feats, unread = S.features_hf(tok, data["train"], 64)
+    assert not unread and any(f.start for f in feats)
+    for f in feats:  # every window's answer is the answer, read back from the paragraph's own characters
+        if f.start: assert S.normalize_answer(S.span_text(data["train"][f.example], f, f.start, f.end)) == \
+            S.normalize_answer(data["train"][f.example].answers[0][0])
+    t = S.evaluate_step(run, 12, squad_dir=S.sample_dir(), progress=False)
+    v = t[t.seed == -1].set_index("metric").value
+    assert 0 <= v["score"] <= 1 and (v["HasAns_total"], v["NoAns_total"], v["chance"]) == (6, 4, 0.4), v

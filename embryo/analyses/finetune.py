@@ -143,11 +143,12 @@ class AutoSequenceClassifier(nn.Module):
     ("A transformers family's own sequence classifier (`AutoModelForSequenceClassification`) on the weights of a "
      "pretrained `body` (a `PreTrainedModel`'s base model); `tok` gives the padding id and whether it makes token "
      "types.")
+    auto = "AutoModelForSequenceClassification"  # the Auto class of the head (notebook 05a's SQuAD takes another)
     def __init__(self, body, num_labels: int, tok):
         super().__init__()
-        from transformers import AutoModelForSequenceClassification
+        import transformers
         cfg = copy.deepcopy(body.config); cfg.num_labels, cfg.pad_token_id = num_labels, tok.pad_id
-        with quiet_transformers(): self.hf = AutoModelForSequenceClassification.from_config(cfg)
+        with quiet_transformers(): self.hf = getattr(transformers, self.auto).from_config(cfg)
         unexpected = self.hf.base_model.load_state_dict(body.state_dict(), strict=False).unexpected_keys
         if unexpected:
             raise CheckpointError(f"the {type(self.hf).__name__} of this series does not take {len(unexpected)} of "
@@ -158,14 +159,16 @@ class AutoSequenceClassifier(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
         types = dict(token_type_ids=token_type_ids) if self.types else {}
-        return self.hf(input_ids=input_ids, attention_mask=attention_mask, **types).logits
+        return self.outputs(self.hf(input_ids=input_ids, attention_mask=attention_mask, **types))
+
+    def outputs(self, out): return out.logits  # (B, classes)
 
     def loss(self, logits, labels): return AlbertForSequenceClassification.loss(self, logits, labels)
 
 # %% ../../nbs/04b_finetune.ipynb #7c462829
 def sequence_classifier(body, task: Task, tok) -> nn.Module:
-    ("A new classifier for `task` on (a copy of) `body`: the paper's on our encoder, the family's own on a transformers "
-     "one.")
+    ("A new classifier for `task` on (a copy of) `body`: the paper's on our encoder, the family's own on a "
+     "transformers one.")
     from transformers import PreTrainedModel
     if isinstance(body, PreTrainedModel): return AutoSequenceClassifier(body, task.num_labels, tok)
     return AlbertForSequenceClassification(copy.deepcopy(body), task.num_labels, task.classifier_dropout,

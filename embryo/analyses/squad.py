@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from ..text import data as D
 from ..config import atomic_write
 from .downstream import SPLIT_SEED, Task, schedule
-from .finetune import collate, finetune, max_seq_length
+from .finetune import AutoSequenceClassifier, collate, finetune, max_seq_length, pretrained_body
 from .glue import SETTINGS, seed_rows, subsample
 from ..model.model import EMBEDDING_PROJECTION, add_identity_projection, autocast
 from ..model.electra import ElectraEncoder
@@ -56,9 +56,9 @@ __all__ = ['DEFAULT_MAX_TRAIN', 'FILES', 'ANALYSIS', 'TASK', 'SQUAD', 'DOC_STRID
            'V1_HINT', 'HF_NAME', 'HF_COLUMNS', 'WINDOW_SETTINGS', 'REPORT', 'METRICS', 'SquadDataError', 'sample_dir',
            'window_settings', 'QAExample', 'read_squad', 'from_dataset', 'squad_files', 'load_squad',
            'normalize_answer', 'exact_f1', 'gold_texts', 'squad_metrics', 'Feature', 'split_words', 'answer_pieces',
-           'windows', 'features', 'span_text', 'AlbertForQuestionAnswering', 'window_logits', 'best_span',
-           'predict_answers', 'evaluate_step', 'applies_to', 'scores_table', 'plot_fig12_squad', 'write_table',
-           'redraw', 'verdict']
+           'windows', 'features', 'span_text', 'features_hf', 'AlbertForQuestionAnswering', 'AutoQuestionAnswerer',
+           'question_answerer', 'window_logits', 'best_span', 'predict_answers', 'evaluate_step', 'applies_to',
+           'scores_table', 'plot_fig12_squad', 'write_table', 'redraw', 'verdict']
 
 # %% ../../nbs/05a_squad.ipynb #95f9c491
 ANALYSIS, TASK = "squad", "squad_v2"  # the `analysis` and `task` names of this notebook's rows in the results database
@@ -297,6 +297,51 @@ def span_text(example: QAExample, feature: Feature, start: int, end: int) -> str
     c0 = feature.context_start
     return example.context[feature.offsets[start - c0][0]:feature.offsets[end - c0][1]]
 
+# %% ../../nbs/05a_squad.ipynb #da4e7a87
+def _piece_span(offsets: list, answer) -> tuple[int, int] | None:
+    "The first and last piece (of pieces with character `offsets`) that the answer (text, start) covers, or None."
+    text, start = answer
+    end = start + len(text.rstrip())
+    inside = [i for i, (a, b) in enumerate(offsets) if a < end and b > start and b > a]
+    return (inside[0], inside[-1]) if inside else None
+
+def features_hf(tok, examples: Sequence[QAExample], max_len: int, doc_stride: int = DOC_STRIDE,
+                max_query_length: int = MAX_QUERY_LENGTH) -> tuple[list[Feature], set[int]]:
+    ("`features` for a transformers tokenizer (`tok.hf`): the windows of every question as its own pair encoding "
+     "overflows them, and the answerable questions whose paragraph does not read their answer.")
+    q_len, stride = window_settings(max_len, doc_stride, max_query_length)
+    out, unread, extra = [], set(), tok.hf.num_special_tokens_to_add(pair=True)
+    for k, ex in enumerate(examples):
+        q_off = tok.hf(ex.question, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        question = ex.question[:q_off[q_len - 1][1]] if len(q_off) > q_len else ex.question
+        room = max_len - min(len(q_off), q_len) - extra
+        whole = tok.hf(ex.context, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        target = None
+        if ex.answers:
+            text, start = ex.answers[0]
+            target = _piece_span(whole, ex.answers[0]) if ex.context[start:start + len(text)] == text else None
+            if target is None: unread.add(k)
+        enc = tok.hf(question, ex.context, truncation="only_second", max_length=max_len, return_offsets_mapping=True,
+                     stride=max(0, room - min(stride, room)), return_overflowing_tokens=True)
+        at = {tuple(o): i for i, o in enumerate(whole)}  # a window's piece -> its place in the whole paragraph
+        wins = []
+        for w, ids in enumerate(enc["input_ids"]):
+            ctx = [i for i, s in enumerate(enc.sequence_ids(w)) if s == 1]
+            wins.append((ids, ctx, at[tuple(enc["offset_mapping"][w][ctx[0]])] if ctx else 0))
+        best = {}  # piece -> (context score, window) of the window where it has most context
+        for w, (_, ctx, s) in enumerate(wins):
+            for i in range(s, s + len(ctx)):
+                score = min(i - s, s + len(ctx) - 1 - i) + 0.01 * len(ctx)
+                if i not in best or score > best[i][0]: best[i] = (score, w)
+        for w, (ids, ctx, s) in enumerate(wins):
+            c0, n = (ctx[0] if ctx else len(ids)), len(ctx)
+            inside = target is not None and s <= target[0] and target[1] < s + n
+            types = enc["token_type_ids"][w] if "token_type_ids" in enc else [0] * len(ids)
+            out.append(Feature(k, ids, types, c0, [tuple(whole[i]) for i in range(s, s + n)],
+                               [best[i][1] == w for i in range(s, s + n)],
+                               *((c0 + target[0] - s, c0 + target[1] - s) if inside else (0, 0))))
+    return out, unread
+
 # %% ../../nbs/05a_squad.ipynb #64bf5330
 class AlbertForQuestionAnswering(nn.Module):
     "A pretrained `AlbertModel` and a linear layer giving each position a start and an end logit."
@@ -330,6 +375,21 @@ class AlbertForQuestionAnswering(nn.Module):
         sd.update({f"qa_outputs.{k}": v for k, v in self.qa_outputs.state_dict().items()})
         return sd
 
+# %% ../../nbs/05a_squad.ipynb #e5e90b76
+class AutoQuestionAnswerer(AutoSequenceClassifier):
+    ("A transformers family's question-answering head (`AutoModelForQuestionAnswering`) on a pretrained `body`: "
+     "(B, T, 2) start and end logits.")
+    auto = "AutoModelForQuestionAnswering"
+    def __init__(self, body, tok): super().__init__(body, 2, tok)
+    def outputs(self, out): return torch.stack([out.start_logits, out.end_logits], -1)
+    def loss(self, logits, positions): return AlbertForQuestionAnswering.loss(self, logits, positions)
+
+def question_answerer(body, tok) -> nn.Module:
+    "A new question-answering head on `body`: transformers' ALBERT head on our encoder, the family's own on another."
+    from transformers import PreTrainedModel
+    if isinstance(body, PreTrainedModel): return AutoQuestionAnswerer(body, tok)
+    return AlbertForQuestionAnswering(body, SQUAD.albert_dropout)
+
 # %% ../../nbs/05a_squad.ipynb #2e3f8c38
 @torch.no_grad()
 def window_logits(model, feats: Sequence[Feature], batch_size: int = 64, device="cpu",
@@ -338,7 +398,8 @@ def window_logits(model, feats: Sequence[Feature], batch_size: int = 64, device=
     model.eval()
     out, order = [None] * len(feats), np.argsort([len(f.input_ids) for f in feats], kind="stable")
     for chunk in np.array_split(order, max(1, math.ceil(len(feats) / batch_size))):
-        batch = collate([(feats[i].input_ids, feats[i].token_type_ids) for i in chunk], device)
+        pad = getattr(model, "pad_id", 0)  # a transformers family's padding id
+        batch = collate([(feats[i].input_ids, feats[i].token_type_ids) for i in chunk], device, pad)
         with autocast(device, precision): logits = model(**batch).float().cpu().numpy()
         for r, i in enumerate(chunk): out[i] = logits[r, :len(feats[i].input_ids)]
     return out
@@ -394,17 +455,18 @@ def evaluate_step(run, step: int | None = None, device="cpu",
     pre, tok = load_checkpoint(run, step, device), load_tokenizer(run)
     max_len = max_seq_length(run, pre, SQUAD)
     q_len, stride = window_settings(max_len, doc_stride, max_query_length)
-    train_f, unread = features(tok, train, max_len, doc_stride, max_query_length)
+    cut = features_hf if hasattr(tok, "hf") else features  # a transformers tokenizer cuts its own windows
+    train_f, unread = cut(tok, train, max_len, doc_stride, max_query_length)
     # as transformers' example: not trained on a misplaced answer
     train_f = [f for f in train_f if f.example not in unread]
     steps, warmup = schedule(SQUAD, len(train_f))
     lr, t0 = learning_rate or SQUAD.lr, time.time()
     torch.manual_seed(seed)
-    model = AlbertForQuestionAnswering(pre.albert, SQUAD.albert_dropout).to(device)
+    model = question_answerer(pretrained_body(pre), tok).to(device)
     loss = finetune(model, [(f.input_ids, f.token_type_ids) for f in train_f], [(f.start, f.end) for f in train_f],
                     steps,
                     warmup, lr, SQUAD.batch_size, seed, device, desc="squad step", progress=progress)
-    dev_f, _ = features(tok, dev, max_len, doc_stride, max_query_length)
+    dev_f, _ = cut(tok, dev, max_len, doc_stride, max_query_length)
     preds = predict_answers(dev, dev_f, window_logits(model, dev_f, device=device), max_answer_length)
     m = squad_metrics(dev, preds)
     m["chance"] = squad_metrics(dev, {e.id: "" for e in dev})["score"]
@@ -427,7 +489,7 @@ def evaluate_step(run, step: int | None = None, device="cpu",
 # %% ../../nbs/05a_squad.ipynb #ad286f5e
 def applies_to(run) -> str | None:
     "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
-    return series_lacks(run, "ours")
+    return series_lacks(run, "qa")
 
 # %% ../../nbs/05a_squad.ipynb #30152479
 # for the sweep's report, like every analysis's

@@ -21,9 +21,9 @@ from ..text.packages import data_dir
 from ..text.tokenizer import HF_VOCAB_FILES, Tokenizer, load_tokenizer
 
 # %% auto #0
-__all__ = ['STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE', 'SOURCE_FILE', 'HUB_FILES', 'REFERENCE', 'NEEDS', 'step_of', 'trainer_log',
-           'write_series_log', 'series_tokenizer', 'single_model', 'relink', 'bind_source', 'as_run', 'hub_run',
-           'reference_folder', 'reference_run', 'series_lacks']
+__all__ = ['STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE', 'SOURCE_FILE', 'HUB_FILES', 'REFERENCE', 'NEEDS', 'HEADS', 'MICRO_FAMILIES',
+           'step_of', 'trainer_log', 'write_series_log', 'series_tokenizer', 'single_model', 'relink', 'bind_source',
+           'as_run', 'hub_run', 'reference_folder', 'reference_run', 'series_lacks', 'micro_checkpoint']
 
 # %% ../../nbs/02a3_series.ipynb #e0df8b83
 STEP_DIR = re.compile(r"(?:(?:.*[_-])?(?:step|ckpt)[_-]?|checkpoint[_-])?([0-9]+)([kKmM]?)")  # ASCII digits only
@@ -220,9 +220,12 @@ def reference_run(dst=None, folder=None) -> Path:
 NEEDS = {"encoder": ("the hidden states and attention maps of a transformer",
                      ("albert", "electra", "masked-lm", "encoder", "causal-lm")),
          "mlm_head": ("the vocabulary scores of a masked-LM head", ("albert", "electra", "masked-lm")),
-         "ours": ("embryo's ALBERT or ELECTRA classes, which its fine-tuning builds on", ("albert", "electra")),
          "classifier": ("a family that transformers gives a sequence-classification head",
-                        ("albert", "electra", "masked-lm", "encoder", "causal-lm"))}
+                        ("albert", "electra", "masked-lm", "encoder", "causal-lm")),
+         "qa": ("a family that transformers gives a question-answering head",
+                ("albert", "electra", "masked-lm", "encoder", "causal-lm"))}
+HEADS = {"classifier": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",  # the families with such a head
+         "qa": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"}
 
 def series_lacks(run, need: str) -> str | None:
     "Why the series `run` cannot give what an analysis `need`s (a key of `NEEDS`), in one line; None when it can."
@@ -231,10 +234,34 @@ def series_lacks(run, need: str) -> str | None:
     kind, (what, kinds) = run.kind, NEEDS[need]
     if kind is None or kind in ("albert", "electra"): return None
     cfg = json.loads((run.checkpoint(run.steps[-1]) / "config.json").read_text())
-    if need == "classifier":
-        from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES as HEADS
-        kinds = kinds if cfg.get("model_type") in HEADS else ()
+    if need in HEADS:
+        from transformers.models.auto import modeling_auto
+        kinds = kinds if cfg.get("model_type") in getattr(modeling_auto, HEADS[need]) else ()
     if kind in kinds: return None
     archs = ", ".join(cfg.get("architectures") or ["no architecture named"])
     return (f"the checkpoints of {run.name} are {cfg.get('model_type')} {kind} models ({archs}); "
             f"this analysis needs {what}")
+
+# %% ../../nbs/02a3_series.ipynb #9c23b525
+MICRO_FAMILIES = ("bert", "gpt2")
+
+def micro_checkpoint(family: str, folder, seed: int = 0) -> Path:
+    "A micro transformers checkpoint of `family` (`MICRO_FAMILIES`) and its tokenizer, saved into `folder`."
+    from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer
+    import torch, transformers as T
+    if family not in MICRO_FAMILIES: raise ValueError(f"unknown family {family!r}; the families are {MICRO_FAMILIES}")
+    lines, folder = (fetch(verbose=False) / "train.txt").read_text().splitlines()[:2000], Path(folder)
+    if family == "bert":
+        wp = BertWordPieceTokenizer(lowercase=True); wp.train_from_iterator(lines, vocab_size=300, show_progress=False)
+        tok = T.BertTokenizerFast(tokenizer_object=wp._tokenizer)
+        cfg = T.BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=64)
+    else:
+        bpe = ByteLevelBPETokenizer()
+        bpe.train_from_iterator(lines, vocab_size=300, show_progress=False, special_tokens=["<|endoftext|>"])
+        tok = T.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
+        cfg = T.GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64)
+    torch.manual_seed(seed)
+    (T.BertForMaskedLM if family == "bert" else T.GPT2LMHeadModel)(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
