@@ -35,7 +35,7 @@ __all__ = ['ANALYSIS', 'MIN_COUNT', 'OBJECT_SHARE', 'OBJECT_TAGS', 'NOT_PAIRED',
            'agreement_0', 'agreement_1', 'agreement_2', 'copula_number', 'there_number', 'reflexive_number', 'a_an',
            'irregular_past', 'generate_pairs', 'paradigm_pairs', 'read_pairs', 'masked_copies', 'pll', 'unigram_scores',
            'pass_rate', 'evaluate_step', 'pair_rows', 'applies_to', 'grammar_results', 'curves', 'stays_above',
-           'acquisition', 'plot_grammar', 'agreement', 'write_agreement', 'verdict', 'redraw']
+           'acquisition', 'plot_grammar', 'agreement', 'write_agreement', 'scoring_note', 'verdict', 'redraw']
 
 # %% ../../nbs/08c_grammar.ipynb #939bee80
 ANALYSIS = "grammar"  # the `analysis` name of this notebook's rows in the results database
@@ -275,9 +275,11 @@ def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
     "Per paradigm, the share of minimal pairs whose acceptable sentence checkpoint `step` gives the higher PLL."
     run, step, tok, model = masked_lm_at(run, step, device)  # of an ELECTRA run, its generator
     pr = read_pairs(pairs or paradigm_pairs(n_pairs))
-    s = pll(model, tok, list(pr.good) + list(pr.bad), device, precision=precision)
-    u = unigram_scores(run, tok, list(pr.good) + list(pr.bad))
-    rows, scores = pair_rows(pr, s[:len(pr)] - s[len(pr):], None if u is None else u[:len(pr)] - u[len(pr):])
+    sentences = list(pr.good) + list(pr.bad)
+    s, u = pll(model, tok, sentences, device, precision=precision), unigram_scores(run, tok, sentences)
+    per = s[:, 0] / [len(align(tok, x.split())[0]) for x in sentences]  # nats a piece
+    rows, scores = pair_rows(pr, s[:len(pr)] - s[len(pr):], None if u is None else u[:len(pr)] - u[len(pr):],
+                             per[:len(pr)] - per[len(pr):])
     settings = [dict(task="all", name="generated", value=float(pairs is None)),
                 dict(task="all", name="pairs", value=len(pr)),
                 dict(task="all", name="bf16", value=float(resolve_precision(precision, torch.device(device)) == "bf16"))]
@@ -285,13 +287,15 @@ def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
     return pd.DataFrame(rows, columns=["task", "metric", "value", "n"])
 
 # %% ../../nbs/08c_grammar.ipynb #d884dc10
-def pair_rows(pr: pd.DataFrame, diff: np.ndarray, unigram: np.ndarray | None) -> tuple[list[dict], list[dict]]:
-    ("Result rows per paradigm of `pr` (and `all`) and their scores, from the pairs' PLL differences `diff` (pairs, 2) "
-     "and the unigram model's.")
+def pair_rows(pr: pd.DataFrame, diff: np.ndarray, unigram: np.ndarray | None,
+              per_piece: np.ndarray | None = None) -> tuple[list[dict], list[dict]]:
+    ("Result rows per paradigm of `pr` (and `all`) and their scores, from the pairs' PLL differences `diff` (pairs, 2), "
+     "the unigram model's and the per-piece PLLs'; with the share of ties.")
     rows, scores = [], []
     for name, g in pr.groupby("paradigm", sort=False):
         d, i = np.round(diff[g.index], 4), g.index
-        acc = dict(accuracy=pass_rate(d[:, 0]), accuracy_l2r=pass_rate(d[:, 1]))
+        acc = dict(accuracy=pass_rate(d[:, 0]), accuracy_l2r=pass_rate(d[:, 1]), ties=float((d[:, 0] == 0).mean()))
+        if per_piece is not None: acc["accuracy_per_piece"] = pass_rate(per_piece[i])
         if unigram is not None: acc["accuracy_unigram"] = pass_rate(unigram[i])
         rows += [dict(task=name, metric=m, value=v, n=len(g)) for m, v in acc.items()]
         scores += score_rows(name, {"pll": d[:, 0], "pll_l2r": d[:, 1]}, g.pair)
@@ -400,6 +404,17 @@ def write_agreement(run_dirs: Sequence, out_dir) -> list[Path]:
                          "# Grammar: the order of acquisition across runs (Kendall's tau)\n\n"
                          + markdown_table(t, index=False) + "\n")]
 
+# %% ../../nbs/08c_grammar.ipynb #84a77ec4
+def scoring_note(run) -> str:
+    ("One sentence on how far the last step's counts can be trusted: its share of tied pairs and the pass rate per "
+     "piece beside the summed one; '' for results stored before they were kept.")
+    res = grammar_results(run)
+    last = res[(res.step == res.step.max()) & (res.task == "all")].set_index("metric").value
+    if "ties" not in last: return ""
+    per = (f", and scored per piece {last['accuracy_per_piece']:.0%} pass against {last['accuracy']:.0%} summed"
+           if "accuracy_per_piece" in last else "")
+    return f"At the last step {last['ties']:.1%} of the pairs tie (each counted a half){per}"
+
 # %% ../../nbs/08c_grammar.ipynb #f673a16f
 PLAIN_NAMES = {"det_noun_number": "determiner-noun number", "numeral_noun_number": "numeral-noun number",
                "agreement_0": "subject-verb agreement", "agreement_1": "agreement across an adverb",
@@ -421,7 +436,7 @@ def verdict(run, acq: pd.DataFrame | None = None) -> str:
               f"against a floor of {r.floor:.0%}" for t, r in got.iterrows()]
     lines += [f"{t} is not acquired on this run, {r.last:.0%} at the last step against a floor of {r.floor:.0%} "
               f"(not testable here)" for t, r in acq[~acq.acquired].iterrows()]
-    return in_plain_words("\n".join(lines), PLAIN_NAMES)
+    return in_plain_words("\n".join(lines + [n for n in [scoring_note(run)] if n]), PLAIN_NAMES)
 
 # %% ../../nbs/08c_grammar.ipynb #97f7d03c
 REPORT = [
