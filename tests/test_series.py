@@ -150,14 +150,14 @@ def test_words_align_to_their_pieces(series, tmp_path):
 
 
 def test_the_encoder_analyses_sweep_a_trainer_series(series, tmp_path, monkeypatch, capsys):
-    "sweep(<output_dir>) runs probing, similarity, attention and syntax at every step and leaves GLUE out, saying why."
+    "sweep(<output_dir>) runs probing, similarity, attention and syntax at every step and leaves n-grams out, saying why."
     from embryo.analyses.sweep import sweep
     kind, out = series
     monkeypatch.chdir(tmp_path)  # the run folder is made as runs/<name>, beside the caller
-    t = sweep(out, ENCODER + ["glue"], mode="inprocess", options=QUICK, progress=False)
+    t = sweep(out, ENCODER + ["ngram"], mode="inprocess", options=QUICK, progress=False)
     said = capsys.readouterr().out
     assert sorted(t.index) == sorted(ENCODER) and list(t.columns) == STEPS and (t == "done").all().all(), t
-    assert said.count("not run") == 1 and "glue: not run: the checkpoints of" in said and "ALBERT or ELECTRA" in said, said
+    assert said.count("not run") == 1 and "ngram: not run: no training corpus is recorded" in said, said
     run = tmp_path / "runs" / out.name
     L, H = SERIES["layers"], SERIES["heads"]
     p = read_results(run, "probing")
@@ -250,7 +250,7 @@ def test_knowledge_says_why_it_skips_byte_level_bpe(tmp_path):
     from embryo.analyses import knowledge, reconstruction, glue
     bert, roberta = (as_run(trainer_series(k), tmp_path / k) for k in ("bert", "roberta"))
     assert knowledge.applies_to(bert) is None and reconstruction.applies_to(roberta) is None
-    assert "byte-level BPE" in knowledge.applies_to(roberta) and "ALBERT or ELECTRA" in glue.applies_to(bert)
+    assert "byte-level BPE" in knowledge.applies_to(roberta) and glue.applies_to(bert) is None  # its family's own head
     from embryo.analyses import ngram  # its estimates are counted on the training text, which a Trainer series does not name
     assert ngram.applies_to(bert) == "no training corpus is recorded for this series (its n-gram estimates need one)"
     from embryo.analyses import aoa, grammar  # masked-LM scores only: any masked LM, any tokenizer
@@ -370,8 +370,8 @@ def test_glue_finetunes_any_series_with_its_familys_head(kind, head, tmp_path, c
     assert settings["classifier"] == head and settings["train_examples"] == 64
     again = G.evaluate_step(run, 12, write=False, **quick)  # the seed fixes the head, the order and the sample
     assert (again.value.to_numpy() == t.value.to_numpy()).all()
-    sweep(run, ["glue"], steps=[12], mode="inprocess", options={"glue": quick}, progress=False, redraw=False)
-    assert "glue: not run" not in capsys.readouterr().out
+    t = sweep(run, ["glue"], steps=[12], mode="inprocess", options={"glue": quick}, progress=False)
+    assert "glue: not run" not in capsys.readouterr().out and not t.attrs.get("failed"), t.attrs
 
 
 def test_the_cards_papermill_command_on_a_bert_trainer_folder(tmp_path):
@@ -407,3 +407,43 @@ def test_squad_finetunes_any_series_with_its_familys_head(kind, head, tmp_path):
     t = S.evaluate_step(run, 12, squad_dir=S.sample_dir(), progress=False)
     v = t[t.seed == -1].set_index("metric").value
     assert 0 <= v["score"] <= 1 and (v["HasAns_total"], v["NoAns_total"], v["chance"]) == (6, 4, 0.4), v
+
+
+def test_grammar_scores_a_causal_series_by_sentence_log_likelihood(tmp_path, monkeypatch, capsys):
+    "Issue 78: minimal pairs on a GPT-NeoX Trainer series: its sentences' log-likelihoods are minicons', swept and drawn."
+    from minicons import scorer
+    from embryo.analyses import grammar as G
+    from embryo.analyses.sweep import sweep
+    from embryo.runs.run import load_checkpoint
+    monkeypatch.chdir(tmp_path)
+    run = as_run(trainer_series("gpt-neox"), tmp_path / "runs" / "neox")
+    assert G.applies_to(run) is None
+    tok, model = load_tokenizer(run), load_checkpoint(run, 12)
+    assert model.causal and not model.has_mlm_head
+    pr = G.read_pairs(G.paradigm_pairs(20))
+    s = list(pr.good[:8]) + list(pr.bad[:8])
+    mc = scorer.IncrementalLMScorer(model.model, tokenizer=tok.hf, device="cpu")
+    theirs = mc.sequence_score(s, bos_token=True, reduction=lambda x: x.sum(0).item())
+    assert abs(G.sentence_ll(model, tok, s) - theirs).max() < 1e-4
+    t = sweep(run, ["grammar"], mode="inprocess", options={"grammar": dict(n_pairs=20)}, progress=False)
+    assert "grammar: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
+    assert not t.attrs.get("failed"), t.attrs  # the redraw too
+    res = read_results(run, "grammar", task="all")
+    assert {"accuracy", "ties", "accuracy_per_piece"} <= set(res.metric) and "accuracy_l2r" not in set(res.metric)
+    acq = G.acquisition(run, resamples=50)
+    assert len(acq) == 10 and (acq.pairs == 20).all()
+    assert (run / "figures" / "fig_grammar_paradigms.png").stat().st_size > 0
+
+
+def test_age_of_acquisition_reads_a_causal_series_left_to_right(tmp_path, monkeypatch, capsys):
+    "Issue 78: ages of acquisition on a GPT-NeoX Trainer series, from next-piece surprisal (Chang and Bergen's setting)."
+    from embryo.analyses import aoa as A
+    from embryo.analyses.sweep import sweep
+    monkeypatch.chdir(tmp_path)
+    run = as_run(trainer_series("gpt-neox"), tmp_path / "runs" / "neox")
+    assert A.applies_to(run) is None
+    t = sweep(run, ["aoa"], mode="inprocess", options={"aoa": dict(max_occurrences=2)}, progress=False)
+    assert "aoa: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
+    assert not t.attrs.get("failed"), t.attrs
+    s = read_results(run, "aoa", task="all", metric="surprisal")
+    assert sorted(s.step) == STEPS and (s.value > 0).all() and s.n.min() > 300, s

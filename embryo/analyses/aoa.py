@@ -28,9 +28,10 @@ from ..runs.results import markdown_table, read_examples, read_results, read_sco
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASK', 'MIN_OCCURRENCES', 'MAX_OCCURRENCES', 'MIN_DROP', 'MIN_STEPS', 'FITS_FORMAT', 'CLASS_ORDER',
-           'REPORT', 'Occurrence', 'word_occurrences', 'masked_inputs', 'surprisals', 'evaluate_step', 'applies_to',
-           'word_curves', 'sigmoid', 'fit_word', 'word_frequencies', 'curves_key', 'run_fits_file', 'word_fits',
-           'bundle_fits', 'ages', 'regression', 'function_first', 'plot_aoa', 'verdict', 'redraw']
+           'REPORT', 'Occurrence', 'word_occurrences', 'masked_inputs', 'surprisals', 'causal_inputs',
+           'causal_surprisals', 'evaluate_step', 'applies_to', 'word_curves', 'sigmoid', 'fit_word', 'word_frequencies',
+           'curves_key', 'run_fits_file', 'word_fits', 'bundle_fits', 'ages', 'regression', 'function_first',
+           'plot_aoa', 'verdict', 'redraw']
 
 # %% ../../nbs/08d_aoa.ipynb #642f03c1
 ANALYSIS = "aoa"  # the `analysis` name of this notebook's rows in the results database
@@ -95,6 +96,38 @@ def surprisals(model, inputs, device="cpu", precision: str = "auto", batch_token
         out[np.array(idx)] = np.bincount(rows, weights=nll, minlength=len(idx))
     return out
 
+# %% ../../nbs/08d_aoa.ipynb #a65dd074
+def causal_inputs(tok, occ: Sequence[Occurrence], max_len: int = 512) -> list[tuple[list[int], list[int],
+                                                                                    list[int]]]:
+    ("Per occurrence for a causal LM: (a beginning token and the sentence's ids up to the word's last piece, the "
+     "word's positions, their ids); empty where its pieces cannot be told apart or the sentence is too long.")
+    start = tok.hf.bos_token_id if tok.hf.bos_token_id is not None else tok.hf.eos_token_id
+    out = []
+    for o in occ:
+        ids, spans = align(tok, o.words)
+        span = spans[o.index]
+        if span is None or span[1] + 1 > max_len: out.append(([], [], [])); continue
+        ids = [start, *ids[:span[1]]]
+        out.append((ids, list(range(span[0] + 1, span[1] + 1)), ids[span[0] + 1:]))
+    return out
+
+@torch.no_grad()
+def causal_surprisals(model, inputs, device="cpu", precision: str = "auto", batch_size: int = 64) -> np.ndarray:
+    "Each input's summed surprisal (nats) of its word's pieces under the causal LM `model`; NaN for an empty entry."
+    out, todo = np.full(len(inputs), np.nan), [i for i, x in enumerate(inputs) if x[0]]
+    for k in range(0, len(todo), batch_size):
+        idx = todo[k:k + batch_size]; L = max(len(inputs[i][0]) for i in idx)
+        ids = torch.zeros(len(idx), L, dtype=torch.long); att = torch.zeros_like(ids)
+        for r, i in enumerate(idx):
+            ids[r, :len(inputs[i][0])] = torch.tensor(inputs[i][0]); att[r, :len(inputs[i][0])] = 1
+        with autocast(device, precision):
+            logits = model.model(input_ids=ids.to(device), attention_mask=att.to(device)).logits
+        lp = torch.log_softmax(logits.float(), -1).double().cpu()
+        for r, i in enumerate(idx):  # the piece at p is predicted at p - 1
+            _, pos, tgt = inputs[i]
+            out[i] = -float(lp[r, [p - 1 for p in pos], tgt].sum())
+    return out
+
 # %% ../../nbs/08d_aoa.ipynb #634fb510
 def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
                   step: int | None = None, # the checkpoint to evaluate; None: the run's last
@@ -105,7 +138,10 @@ def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
     "Each held-out word's mean surprisal at checkpoint `step` (scores), and the mean per class (rows)."
     run, step, tok, model = masked_lm_at(run, step, device)  # of an ELECTRA run, its generator
     occ, word_class = word_occurrences(max_occurrences=max_occurrences)
-    s = pd.Series(surprisals(model, masked_inputs(tok, occ, max_length(model)), device), index=[o.word for o in occ])
+    causal = getattr(model, "causal", False)  # Chang and Bergen's left-to-right surprisal
+    inputs = (causal_inputs if causal else masked_inputs)(tok, occ, max_length(model))
+    s = (causal_surprisals if causal else surprisals)(model, inputs, device)
+    s = pd.Series(s, index=[o.word for o in occ])
     per_word = s.groupby(level=0).mean().dropna().round(3)
     cls = per_word.groupby(pd.Series(word_class)[per_word.index].to_numpy())
     rows = [dict(task=c, metric="surprisal", value=float(v.mean()), n=len(v)) for c, v in cls]
@@ -117,7 +153,7 @@ def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
 # %% ../../nbs/08d_aoa.ipynb #227fc229
 def applies_to(run) -> str | None:
     "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
-    return series_lacks(run, "mlm_head")
+    return series_lacks(run, "scores")
 
 # %% ../../nbs/08d_aoa.ipynb #e944073a
 def word_curves(run) -> pd.DataFrame:

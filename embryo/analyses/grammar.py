@@ -33,9 +33,10 @@ __all__ = ['ANALYSIS', 'MIN_COUNT', 'OBJECT_SHARE', 'OBJECT_TAGS', 'NOT_PAIRED',
            'PREPOSITIONS', 'NUMERALS', 'OBJECT_PRONOUNS', 'PARADIGMS', 'PAIRS_FORMAT', 'PLAIN_NAMES', 'REPORT',
            'brown_counts', 'Lexicon', 'takes_object', 'brown_lexicon', 'det_noun_number', 'numeral_noun_number',
            'agreement_0', 'agreement_1', 'agreement_2', 'copula_number', 'there_number', 'reflexive_number', 'a_an',
-           'irregular_past', 'generate_pairs', 'paradigm_pairs', 'read_pairs', 'masked_copies', 'pll', 'unigram_scores',
-           'pass_rate', 'evaluate_step', 'pair_rows', 'applies_to', 'grammar_results', 'curves', 'stays_above',
-           'acquisition', 'plot_grammar', 'agreement', 'write_agreement', 'scoring_note', 'verdict', 'redraw']
+           'irregular_past', 'generate_pairs', 'paradigm_pairs', 'read_pairs', 'masked_copies', 'pll', 'sentence_ll',
+           'unigram_scores', 'pass_rate', 'evaluate_step', 'pair_rows', 'applies_to', 'grammar_results', 'curves',
+           'stays_above', 'acquisition', 'plot_grammar', 'agreement', 'write_agreement', 'scoring_note', 'verdict',
+           'redraw']
 
 # %% ../../nbs/08c_grammar.ipynb #939bee80
 ANALYSIS = "grammar"  # the `analysis` name of this notebook's rows in the results database
@@ -247,6 +248,24 @@ def pll(model, tok, sentences: Sequence[str], device="cpu", batch_size: int = 51
         for (k, *_, v), l in zip(b, lp): out[k] += l * np.array([v & 1, v >> 1])
     return out
 
+# %% ../../nbs/08c_grammar.ipynb #90447528
+@torch.no_grad()
+def sentence_ll(model, tok, sentences: Sequence[str], device="cpu", batch_size: int = 64,
+                precision: str = "fp32") -> np.ndarray:
+    "(sentences,) float64 log-likelihoods in nats under the causal LM `model` (`HFMaskedLM`), after a beginning token."
+    hf = tok.hf
+    start = hf.bos_token_id if hf.bos_token_id is not None else hf.eos_token_id
+    ids = [[start, *tok.encode(s)] for s in sentences]
+    out = np.zeros(len(sentences))
+    for k in range(0, len(ids), batch_size):
+        b = ids[k:k + batch_size]; T = max(map(len, b))
+        x = torch.tensor([i + [tok.pad_id] * (T - len(i)) for i in b], device=device)
+        m = torch.tensor([[1] * len(i) + [0] * (T - len(i)) for i in b], device=device)
+        with autocast(device, precision): logits = model.model(input_ids=x, attention_mask=m).logits
+        lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, x[:, 1:, None])[..., 0].double()
+        out[k:k + len(b)] = (lp * m[:, 1:]).sum(1).cpu().numpy()
+    return out
+
 # %% ../../nbs/08c_grammar.ipynb #9d3dcf06
 def unigram_scores(run, tok, sentences: Sequence[str]) -> np.ndarray | None:
     "Each sentence's summed log unigram probability of its pieces in the run's training corpus; None without one."
@@ -272,12 +291,15 @@ def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
                   write: bool = True, # write the rows and scores to the run's results database
                   precision: str = "auto", # the forward's: 'auto' (bf16 where the device multiplies it natively) or 'fp32'
                  ) -> pd.DataFrame:
-    "Per paradigm, the share of minimal pairs whose acceptable sentence checkpoint `step` gives the higher PLL."
+    ("Per paradigm, the share of minimal pairs whose acceptable sentence checkpoint `step` gives the higher PLL (a "
+     "causal LM: log-likelihood).")
     run, step, tok, model = masked_lm_at(run, step, device)  # of an ELECTRA run, its generator
     pr = read_pairs(pairs or paradigm_pairs(n_pairs))
-    sentences = list(pr.good) + list(pr.bad)
-    s, u = pll(model, tok, sentences, device, precision=precision), unigram_scores(run, tok, sentences)
-    per = s[:, 0] / [len(align(tok, x.split())[0]) for x in sentences]  # nats a piece
+    sentences, causal = list(pr.good) + list(pr.bad), getattr(model, "causal", False)
+    s = sentence_ll(model, tok, sentences, device, precision=precision)[:, None] if causal else \
+        pll(model, tok, sentences, device, precision=precision)
+    u = unigram_scores(run, tok, sentences)
+    per = s[:, 0] / [len(tok.encode(x)) if causal else len(align(tok, x.split())[0]) for x in sentences]  # a piece
     rows, scores = pair_rows(pr, s[:len(pr)] - s[len(pr):], None if u is None else u[:len(pr)] - u[len(pr):],
                              per[:len(pr)] - per[len(pr):])
     settings = [dict(task="all", name="generated", value=float(pairs is None)),
@@ -289,16 +311,17 @@ def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
 # %% ../../nbs/08c_grammar.ipynb #d884dc10
 def pair_rows(pr: pd.DataFrame, diff: np.ndarray, unigram: np.ndarray | None,
               per_piece: np.ndarray | None = None) -> tuple[list[dict], list[dict]]:
-    ("Result rows per paradigm of `pr` (and `all`) and their scores, from the pairs' PLL differences `diff` (pairs, 2), "
-     "the unigram model's and the per-piece PLLs'; with the share of ties.")
+    ("Result rows per paradigm of `pr` (and `all`) and their scores, from the pairs' PLL differences `diff` (pairs, 2; "
+     "a causal LM's log-likelihoods: pairs, 1), the unigram model's and the per-piece ones; with the share of ties.")
     rows, scores = [], []
     for name, g in pr.groupby("paradigm", sort=False):
         d, i = np.round(diff[g.index], 4), g.index
-        acc = dict(accuracy=pass_rate(d[:, 0]), accuracy_l2r=pass_rate(d[:, 1]), ties=float((d[:, 0] == 0).mean()))
+        acc = dict(accuracy=pass_rate(d[:, 0]), ties=float((d[:, 0] == 0).mean()))
+        if d.shape[1] > 1: acc["accuracy_l2r"] = pass_rate(d[:, 1])
         if per_piece is not None: acc["accuracy_per_piece"] = pass_rate(per_piece[i])
         if unigram is not None: acc["accuracy_unigram"] = pass_rate(unigram[i])
         rows += [dict(task=name, metric=m, value=v, n=len(g)) for m, v in acc.items()]
-        scores += score_rows(name, {"pll": d[:, 0], "pll_l2r": d[:, 1]}, g.pair)
+        scores += score_rows(name, dict(zip(("pll", "pll_l2r") if d.shape[1] > 1 else ("ll",), d.T)), g.pair)
     by = pd.DataFrame(rows).groupby("metric", sort=False)
     rows += [dict(task="all", metric=m, value=float(t.value.mean()), n=int(t.n.sum())) for m, t in by]
     return rows, scores
@@ -306,7 +329,7 @@ def pair_rows(pr: pd.DataFrame, diff: np.ndarray, unigram: np.ndarray | None,
 # %% ../../nbs/08c_grammar.ipynb #fe8407ae
 def applies_to(run) -> str | None:
     "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
-    return series_lacks(run, "mlm_head")
+    return series_lacks(run, "scores")
 
 # %% ../../nbs/08c_grammar.ipynb #affc2bc9
 def grammar_results(run) -> pd.DataFrame:
@@ -330,10 +353,11 @@ def stays_above(acc: np.ndarray, level, steps: np.ndarray) -> np.ndarray:
     return np.where(above.any(1), steps[above.argmax(1)].astype(float), np.inf)
 
 # %% ../../nbs/08c_grammar.ipynb #c1d7c6d0
-def acquisition(run, key: str = "pll", resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
+def acquisition(run, key: str | None = None, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
     ("Per paradigm: floor, first, best and last accuracy, whether it is acquired, and the step with its 95% interval "
-     "over resampled pairs.")
+     "over resampled pairs (of the scores `key`; None: `pll`, or a causal LM's `ll`).")
     sc, res, rng, rows = read_scores(run, ANALYSIS), grammar_results(run), np.random.default_rng(seed), []
+    key = key or ("ll" if (sc.key == "ll").any() and not (sc.key == "pll").any() else "pll")
     floors = res[res.metric == "accuracy_unigram"].groupby("task").value.last()
     for task, s in sc[sc.key == key].sort_values("step").groupby("task", sort=False):
         s = s[s.examples == s.examples.iloc[-1]]  # the pairs the last step was scored on
@@ -360,10 +384,11 @@ def plot_grammar(run, acq: pd.DataFrame | None = None):
     acq = acquisition(run) if acq is None else acq
     cols = 4; rows = -(-len(acc.columns) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.9 * rows), layout="constrained", sharey=True)
+    causal = "accuracy_l2r" not in set(df.metric)  # a causal LM's log-likelihoods
     for ax, t in zip(axes.flat, acc.columns):
-        plot_steps(ax, acc.index, acc[t] * 100, run, color="k", label="original PLL")
-        plot_steps(ax, l2r.index, l2r[t] * 100, run, color="C0", ls="--", marker="x", ms=3,
-                   label="within-word l2r PLL")
+        plot_steps(ax, acc.index, acc[t] * 100, run, color="k", label="log-likelihood" if causal else "original PLL")
+        if not causal: plot_steps(ax, l2r.index, l2r[t] * 100, run, color="C0", ls="--", marker="x", ms=3,
+                                  label="within-word l2r PLL")
         ax.axhline(50, color="grey", ls=":", lw=1, label="chance")
         if t in uni: ax.axhline(uni[t].iloc[-1] * 100, color="C3", ls="--", lw=1, label="unigram baseline")
         if t in acq.index and acq.acquired[t]:
@@ -381,7 +406,7 @@ def plot_grammar(run, acq: pd.DataFrame | None = None):
     return fig
 
 # %% ../../nbs/08c_grammar.ipynb #9f15a83a
-def agreement(run_dirs: Sequence, key: str = "pll") -> pd.DataFrame:
+def agreement(run_dirs: Sequence, key: str | None = None) -> pd.DataFrame:
     "Per pair of runs: Kendall's tau between the acquisition steps of the paradigms both acquire, its p-value, n."
     from itertools import combinations
     from scipy.stats import kendalltau

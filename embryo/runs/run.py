@@ -358,7 +358,8 @@ class HFMaskedLM(torch.nn.Module):
     def __init__(self, model):
         super().__init__()
         self.model, self.config = model, model.config
-        self.has_mlm_head = model.base_model is not model
+        self.causal = type(model).__name__.endswith(CAUSAL_HEADS)  # its head scores the next piece, not a masked one
+        self.has_mlm_head = model.base_model is not model and not self.causal
         self.albert = HFEncoder(model.base_model)  # the name our models give their encoder
 
     @property
@@ -372,7 +373,8 @@ class HFMaskedLM(torch.nn.Module):
                 logits="all", **_) -> PretrainingOutput:
         if not self.has_mlm_head:
             raise CheckpointError(f"this {type(self.model).__name__} checkpoint has no masked-LM head: it gives hidden "
-                                  "states and attention maps (encoder_states), not vocabulary scores")
+                                  "states and attention maps (encoder_states)"
+                                  + (", and next-piece scores" if self.causal else ", not vocabulary scores"))
         if output_attentions: self.albert.eager()
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
                          output_attentions=output_attentions)
@@ -385,9 +387,9 @@ class HFMaskedLM(torch.nn.Module):
 
 # %% ../../nbs/02a_run.ipynb #67f585e1
 def load_hf_model(folder, device="cpu") -> HFMaskedLM:
-    """A transformers checkpoint in eval mode: its masked LM where the folder holds the head, else the bare model (an
-    encoder, or a causal LM's decoder: hidden states and attention maps)."""
-    from transformers import AutoModel, AutoModelForMaskedLM
+    """A transformers checkpoint in eval mode: its masked LM or causal LM where the folder holds the head, else the bare
+    model (an encoder, or a causal LM's decoder: hidden states and attention maps)."""
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
     folder, kind = Path(folder), checkpoint_kind(folder)
     if kind == "other":
         raise CheckpointError(f"{folder} holds a model of a family with neither a masked LM nor a causal LM; embryo "
@@ -397,10 +399,10 @@ def load_hf_model(folder, device="cpu") -> HFMaskedLM:
     except SeriesError as e: raise CheckpointError(str(e)) from None
     model = None
     with quiet_transformers():
-        if kind == "masked-lm":
+        if kind in ("masked-lm", "causal-lm"):  # with its head where the folder holds it
+            auto = AutoModelForMaskedLM if kind == "masked-lm" else AutoModelForCausalLM
             try:
-                model, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True,
-                                                                   trust_remote_code=False)
+                model, info = auto.from_pretrained(folder, output_loading_info=True, trust_remote_code=False)
                 if info["missing_keys"]: model = None  # the head's weights are not in the folder: never a random head
             except ValueError: model = None  # a config transformers has no masked LM for
         try: model, info = (model, {}) if model else AutoModel.from_pretrained(folder, output_loading_info=True,

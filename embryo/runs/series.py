@@ -220,6 +220,8 @@ def reference_run(dst=None, folder=None) -> Path:
 NEEDS = {"encoder": ("the hidden states and attention maps of a transformer",
                      ("albert", "electra", "masked-lm", "encoder", "causal-lm")),
          "mlm_head": ("the vocabulary scores of a masked-LM head", ("albert", "electra", "masked-lm")),
+         "scores": ("the vocabulary scores of a masked-LM or causal-LM head",
+                    ("albert", "electra", "masked-lm", "causal-lm")),
          "classifier": ("a family that transformers gives a sequence-classification head",
                         ("albert", "electra", "masked-lm", "encoder", "causal-lm")),
          "qa": ("a family that transformers gives a question-answering head",
@@ -259,8 +261,10 @@ def micro_checkpoint(family: str, folder, seed: int = 0) -> Path:
     else:
         bpe = ByteLevelBPETokenizer()
         bpe.train_from_iterator(lines, vocab_size=300, show_progress=False, special_tokens=["<|endoftext|>"])
-        tok = T.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
-        cfg = T.GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64)
+        tok = T.PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>",
+                                        eos_token="<|endoftext|>")  # GPT-2's one special token, as both
+        cfg = T.GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     torch.manual_seed(seed)
     (T.BertForMaskedLM if family == "bert" else T.GPT2LMHeadModel)(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
