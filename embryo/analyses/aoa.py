@@ -101,31 +101,20 @@ def causal_inputs(tok, occ: Sequence[Occurrence], max_len: int = 512) -> list[tu
                                                                                     list[int]]]:
     ("Per occurrence for a causal LM: (a beginning token and the sentence's ids up to the word's last piece, the "
      "word's positions, their ids); empty where its pieces cannot be told apart or the sentence is too long.")
-    start = tok.hf.bos_token_id if tok.hf.bos_token_id is not None else tok.hf.eos_token_id
     out = []
     for o in occ:
         ids, spans = align(tok, o.words)
         span = spans[o.index]
         if span is None or span[1] + 1 > max_len: out.append(([], [], [])); continue
-        ids = [start, *ids[:span[1]]]
+        ids = [tok.start_id, *ids[:span[1]]]
         out.append((ids, list(range(span[0] + 1, span[1] + 1)), ids[span[0] + 1:]))
     return out
 
-@torch.no_grad()
 def causal_surprisals(model, inputs, device="cpu", precision: str = "auto", batch_size: int = 64) -> np.ndarray:
     "Each input's summed surprisal (nats) of its word's pieces under the causal LM `model`; NaN for an empty entry."
     out, todo = np.full(len(inputs), np.nan), [i for i, x in enumerate(inputs) if x[0]]
-    for k in range(0, len(todo), batch_size):
-        idx = todo[k:k + batch_size]; L = max(len(inputs[i][0]) for i in idx)
-        ids = torch.zeros(len(idx), L, dtype=torch.long); att = torch.zeros_like(ids)
-        for r, i in enumerate(idx):
-            ids[r, :len(inputs[i][0])] = torch.tensor(inputs[i][0]); att[r, :len(inputs[i][0])] = 1
-        with autocast(device, precision):
-            logits = model.model(input_ids=ids.to(device), attention_mask=att.to(device)).logits
-        lp = torch.log_softmax(logits.float(), -1).double().cpu()
-        for r, i in enumerate(idx):  # the piece at p is predicted at p - 1
-            _, pos, tgt = inputs[i]
-            out[i] = -float(lp[r, [p - 1 for p in pos], tgt].sum())
+    lps = model.next_piece_logprobs([inputs[i][0] for i in todo], device, precision, batch_size)
+    for i, lp in zip(todo, lps): out[i] = -lp[[p - 1 for p in inputs[i][1]]].sum()  # the piece at p: entry p - 1
     return out
 
 # %% ../../nbs/08d_aoa.ipynb #634fb510

@@ -5,14 +5,13 @@
 # %% ../../nbs/04b_finetune.ipynb #30ef114a
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-import copy
 
 from ..model.model import CheckpointError, autocast
 from ..model.electra import quiet_transformers

@@ -68,8 +68,9 @@ def example_scores(task: Task, outputs: dict, data: dict) -> tuple[np.ndarray, l
 def run_task(task: Task, body, tok, data: dict, max_len: int, seed: int = 0, max_train_examples=None,
              learning_rate=None, device="cpu", progress=True, max_dev_examples=None,
              corpus=None) -> tuple[dict, dict, nn.Module, tuple | None]:
-    ("Finetune a classifier on a copy of `body` (`sequence_classifier`) on `task` and score its dev set(s): (metrics, settings, the finetuned model, "
-     "`example_scores`); with the pretraining text `corpus`, the tasks of `NGRAM_TASKS` also get their n-gram floor.")
+    ("Finetune a classifier on a copy of `body` (`sequence_classifier`) on `task` and score its dev set(s): (metrics, "
+     "settings, the finetuned model, `example_scores`); with the pretraining text `corpus`, the tasks of "
+     "`NGRAM_TASKS` also get their n-gram floor.")
     train = subsample(data["train"], max_train_examples, seed)
     data = {s: subsample(data[s], max_dev_examples, SPLIT_SEED) for s in task.dev}
     steps, warmup = schedule(task, len(train))
@@ -77,8 +78,8 @@ def run_task(task: Task, body, tok, data: dict, max_len: int, seed: int = 0, max
     torch.manual_seed(seed)
     model = sequence_classifier(body, task, tok).to(device)
     t0 = time.time()
-    loss = finetune(model, encode_for(tok, train, max_len), [e.label for e in train], steps, warmup, lr, task.batch_size,
-                    seed, device, desc=f"{task.name} step", progress=progress)
+    loss = finetune(model, encode_for(tok, train, max_len), [e.label for e in train], steps, warmup, lr,
+                    task.batch_size, seed, device, desc=f"{task.name} step", progress=progress)
     outputs = {s: predict(model, encode_for(tok, data[s], max_len), device=device) for s in task.dev}
     per_dev = {s: metrics(task, outputs[s], [e.label for e in data[s]]) for s in task.dev}
     m = dict(next(iter(per_dev.values()))) if len(per_dev) == 1 else {

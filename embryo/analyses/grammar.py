@@ -249,22 +249,11 @@ def pll(model, tok, sentences: Sequence[str], device="cpu", batch_size: int = 51
     return out
 
 # %% ../../nbs/08c_grammar.ipynb #90447528
-@torch.no_grad()
 def sentence_ll(model, tok, sentences: Sequence[str], device="cpu", batch_size: int = 64,
                 precision: str = "fp32") -> np.ndarray:
     "(sentences,) float64 log-likelihoods in nats under the causal LM `model` (`HFMaskedLM`), after a beginning token."
-    hf = tok.hf
-    start = hf.bos_token_id if hf.bos_token_id is not None else hf.eos_token_id
-    ids = [[start, *tok.encode(s)] for s in sentences]
-    out = np.zeros(len(sentences))
-    for k in range(0, len(ids), batch_size):
-        b = ids[k:k + batch_size]; T = max(map(len, b))
-        x = torch.tensor([i + [tok.pad_id] * (T - len(i)) for i in b], device=device)
-        m = torch.tensor([[1] * len(i) + [0] * (T - len(i)) for i in b], device=device)
-        with autocast(device, precision): logits = model.model(input_ids=x, attention_mask=m).logits
-        lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, x[:, 1:, None])[..., 0].double()
-        out[k:k + len(b)] = (lp * m[:, 1:]).sum(1).cpu().numpy()
-    return out
+    ids = [[tok.start_id, *tok.encode(s)] for s in sentences]
+    return np.array([lp.sum() for lp in model.next_piece_logprobs(ids, device, precision, batch_size)])
 
 # %% ../../nbs/08c_grammar.ipynb #9d3dcf06
 def unigram_scores(run, tok, sentences: Sequence[str]) -> np.ndarray | None:

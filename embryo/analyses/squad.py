@@ -56,9 +56,9 @@ __all__ = ['DEFAULT_MAX_TRAIN', 'FILES', 'ANALYSIS', 'TASK', 'SQUAD', 'DOC_STRID
            'V1_HINT', 'HF_NAME', 'HF_COLUMNS', 'WINDOW_SETTINGS', 'REPORT', 'METRICS', 'SquadDataError', 'sample_dir',
            'window_settings', 'QAExample', 'read_squad', 'from_dataset', 'squad_files', 'load_squad',
            'normalize_answer', 'exact_f1', 'gold_texts', 'squad_metrics', 'Feature', 'split_words', 'answer_pieces',
-           'windows', 'features', 'span_text', 'features_hf', 'AlbertForQuestionAnswering', 'AutoQuestionAnswerer',
-           'question_answerer', 'window_logits', 'best_span', 'predict_answers', 'evaluate_step', 'applies_to',
-           'scores_table', 'plot_fig12_squad', 'write_table', 'redraw', 'verdict']
+           'windows', 'most_context', 'features', 'span_text', 'features_hf', 'AlbertForQuestionAnswering',
+           'AutoQuestionAnswerer', 'question_answerer', 'window_logits', 'best_span', 'predict_answers',
+           'evaluate_step', 'applies_to', 'scores_table', 'plot_fig12_squad', 'write_table', 'redraw', 'verdict']
 
 # %% ../../nbs/05a_squad.ipynb #95f9c491
 ANALYSIS, TASK = "squad", "squad_v2"  # the `analysis` and `task` names of this notebook's rows in the results database
@@ -257,6 +257,16 @@ def windows(n: int, room: int, stride: int) -> list[tuple[int, int]]:
         if s + room >= n: return out
         s += min(stride, room)
 
+def most_context(wins: Sequence[tuple[int, int]]) -> dict[int, int]:
+    ("Per piece, the window of `wins` ((first piece, length) each) where it has most context: the fewer pieces on its "
+     "shorter side, the less; ties to the earlier window.")
+    best = {}  # piece -> (context score, window)
+    for w, (s, n) in enumerate(wins):
+        for i in range(s, s + n):
+            score = min(i - s, s + n - 1 - i) + 0.01 * n
+            if i not in best or score > best[i][0]: best[i] = (score, w)
+    return {i: w for i, (_, w) in best.items()}
+
 # %% ../../nbs/05a_squad.ipynb #ff32fbc5
 def features(tok, examples: Sequence[QAExample], max_len: int, doc_stride: int = DOC_STRIDE,
              max_query_length: int = MAX_QUERY_LENGTH) -> tuple[list[Feature], set[int]]:
@@ -276,18 +286,14 @@ def features(tok, examples: Sequence[QAExample], max_len: int, doc_stride: int =
         target = answer_pieces(tok, ex.context, spans, first, pieces, ex.answers[0]) if ex.answers else None
         if ex.answers and target is None: unread.add(k)
         wins = windows(len(pieces), room, stride)
-        best = {}  # piece -> (context score, window) of the window where it has most context
-        for w, (s, n) in enumerate(wins):
-            for i in range(s, s + n):
-                score = min(i - s, s + n - 1 - i) + 0.01 * n
-                if i not in best or score > best[i][0]: best[i] = (score, w)
+        best = most_context(wins)
         c0 = len(q) + 2
         for w, (s, n) in enumerate(wins):
             inside = target is not None and s <= target[0] and target[1] < s + n
             a, b = (c0 + target[0] - s, c0 + target[1] - s) if inside else (0, 0)
             out.append(Feature(k, [tok.cls_id, *q, tok.sep_id, *pieces[s:s + n], tok.sep_id], [0] * c0 + [1] * (n + 1),
                                c0,
-                               [spans[word_of[i]] for i in range(s, s + n)], [best[i][1] == w
+                               [spans[word_of[i]] for i in range(s, s + n)], [best[i] == w
                                                                               for i in range(s, s + n)], a, b))
     return out, unread
 
@@ -328,17 +334,13 @@ def features_hf(tok, examples: Sequence[QAExample], max_len: int, doc_stride: in
         for w, ids in enumerate(enc["input_ids"]):
             ctx = [i for i, s in enumerate(enc.sequence_ids(w)) if s == 1]
             wins.append((ids, ctx, at[tuple(enc["offset_mapping"][w][ctx[0]])] if ctx else 0))
-        best = {}  # piece -> (context score, window) of the window where it has most context
-        for w, (_, ctx, s) in enumerate(wins):
-            for i in range(s, s + len(ctx)):
-                score = min(i - s, s + len(ctx) - 1 - i) + 0.01 * len(ctx)
-                if i not in best or score > best[i][0]: best[i] = (score, w)
+        best = most_context([(s, len(ctx)) for _, ctx, s in wins])
         for w, (ids, ctx, s) in enumerate(wins):
             c0, n = (ctx[0] if ctx else len(ids)), len(ctx)
             inside = target is not None and s <= target[0] and target[1] < s + n
             types = enc["token_type_ids"][w] if "token_type_ids" in enc else [0] * len(ids)
             out.append(Feature(k, ids, types, c0, [tuple(whole[i]) for i in range(s, s + n)],
-                               [best[i][1] == w for i in range(s, s + n)],
+                               [best[i] == w for i in range(s, s + n)],
                                *((c0 + target[0] - s, c0 + target[1] - s) if inside else (0, 0))))
     return out, unread
 

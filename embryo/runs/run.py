@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..config import (ModelConfig, TrainConfig, ConfigError, atomic_write, fsync_dir, temp_tag, run_config_file)
-from ..model.model import CheckpointError, PretrainingOutput, load_pretrained, weight_shards
+from ..model.model import CheckpointError, PretrainingOutput, autocast, load_pretrained, weight_shards
 from ..model.electra import GENERATOR, is_electra, load_electra, quiet_transformers
 from ..text import data as D
 from ..text.tokenizer import HF_TOKENIZER_FILES, TokenizerError, load_tokenizer
@@ -384,6 +384,20 @@ class HFMaskedLM(torch.nn.Module):
             scores, lab = scores[labels != -100], labels[labels != -100]
         return PretrainingOutput(None, None, None, scores, None, tuple(out.hidden_states),
                                  tuple(out.attentions) if output_attentions else None, lab)
+
+    @torch.no_grad()
+    def next_piece_logprobs(self, ids: list[list[int]], device="cpu", precision: str = "fp32",
+                            batch_size: int = 64) -> list[np.ndarray]:
+        "A causal LM's log-probability of each piece of each of `ids` given those before it (float64, from the 2nd on)."
+        out = []
+        for k in range(0, len(ids), batch_size):
+            b = ids[k:k + batch_size]; T = max(map(len, b))
+            x = torch.tensor([i + [0] * (T - len(i)) for i in b], device=device)  # padded on the right, masked out
+            m = torch.tensor([[1] * len(i) + [0] * (T - len(i)) for i in b], device=device)
+            with autocast(device, precision): logits = self.model(input_ids=x, attention_mask=m).logits
+            lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, x[:, 1:, None])[..., 0].double().cpu()
+            out += [lp[r, :len(i) - 1].numpy() for r, i in enumerate(b)]
+        return out
 
 # %% ../../nbs/02a_run.ipynb #67f585e1
 def load_hf_model(folder, device="cpu") -> HFMaskedLM:

@@ -178,6 +178,8 @@ class HFTokenizer:
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             t.pad_token_id, t.unk_token_id, t.cls_token_id, t.sep_token_id, t.mask_token_id)
         if self.pad_id is None: self.pad_id = t.eos_token_id or 0  # GPT-2 and Pythia have none: masked out anyway
+        # what a causal LM's text is scored after (minicons' bos_token=True): its bos, else its end-of-text token
+        self.start_id = t.bos_token_id if t.bos_token_id is not None else t.eos_token_id
         plain, full = (t("a b", add_special_tokens=s)["input_ids"] for s in (False, True))
         k = next(i for i in range(len(full) - len(plain) + 1) if full[i:i + len(plain)] == plain)
         # BERT: [CLS], [SEP]; RoBERTa: <s>, </s>; GPT-2: none
