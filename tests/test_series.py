@@ -447,3 +447,23 @@ def test_age_of_acquisition_reads_a_causal_series_left_to_right(tmp_path, monkey
     assert not t.attrs.get("failed"), t.attrs
     s = read_results(run, "aoa", task="all", metric="surprisal")
     assert sorted(s.step) == STEPS and (s.value > 0).all() and s.n.min() > 300, s
+
+
+@pytest.mark.parametrize("kind", ["gpt-neox", "bert"])
+def test_induction_runs_on_a_trainer_series(kind, tmp_path, monkeypatch, capsys):
+    "Issue 78: induction and copying on a causal (GPT-NeoX) and a masked (BERT) Trainer series: swept, drawn, a verdict."
+    from embryo.analyses import induction as I
+    from embryo.analyses.sweep import sweep
+    monkeypatch.chdir(tmp_path)
+    run = as_run(trainer_series(kind), tmp_path / "runs" / kind)
+    assert I.applies_to(run) is None
+    t = sweep(run, ["induction"], mode="inprocess", options={"induction": dict(n_sequences=8)}, progress=False)
+    assert "induction: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
+    assert not t.attrs.get("failed"), t.attrs  # the redraw too
+    res = read_results(run, "induction")
+    heads = res[(res.metric == "copying") & (res.step == STEPS[-1])]
+    assert len(heads) == heads.layer.nunique() * heads["head"].nunique() >= 2, heads
+    steps = I.step_table(run)
+    assert list(steps.index) == STEPS and (steps.loss_first > 0).all() and (steps.gain_lo <= steps.gain_hi).all()
+    assert I.verdict(run).startswith("At step")
+    assert (run / "figures" / "fig_induction.png").stat().st_size > 0

@@ -52,6 +52,7 @@ ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook
     "grammar": "08c_grammar",
     "aoa": "08d_aoa",
     "llc": "08e_llc",
+    "induction": "08g_induction",
 }
 
 # %% ../../nbs/10_sweep.ipynb #2a6d9baf

@@ -411,6 +411,9 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
            "coefficient, mean over SGLD chains), `llc_sd`, `acceptance` (MALA), `drift`, `failed`, `init_loss` (nats); "
            "each chain's estimate in `scores` (key `llc`); task `calibration`: the sweep at the last checkpoint, metric "
            "`<diagnostic> lr=<step size> nbeta=<inverse temperature>`",
+    "induction": "`repeated` (random pieces, each sequence read twice); metric `prefix_matching` and `copying` (nats) per "
+                 "`layer` and `head`, `prefix_matching_even` (the floor), `loss_first`, `loss_second`, `gain` (nats); "
+                 "each sequence's gain in `scores` (key `gain`); the loss by position in `samples`",
 }
 
 # %% ../../nbs/03a_results.ipynb #b4cdf77a

@@ -23,7 +23,8 @@ from ..text.tokenizer import HF_VOCAB_FILES, Tokenizer, load_tokenizer
 # %% auto #0
 __all__ = ['STEP_DIR', 'STEP_SCALE', 'TRAINER_STATE', 'SOURCE_FILE', 'HUB_FILES', 'REFERENCE', 'NEEDS', 'HEADS', 'MICRO_FAMILIES',
            'step_of', 'trainer_log', 'write_series_log', 'series_tokenizer', 'single_model', 'relink', 'bind_source',
-           'as_run', 'hub_run', 'reference_folder', 'reference_run', 'series_lacks', 'micro_checkpoint']
+           'as_run', 'hub_run', 'reference_folder', 'reference_run', 'series_lacks', 'wordpiece_vocab',
+           'micro_checkpoint']
 
 # %% ../../nbs/02a3_series.ipynb #e0df8b83
 STEP_DIR = re.compile(r"(?:(?:.*[_-])?(?:step|ckpt)[_-]?|checkpoint[_-])?([0-9]+)([kKmM]?)")  # ASCII digits only
@@ -244,6 +245,19 @@ def series_lacks(run, need: str) -> str | None:
     return (f"the checkpoints of {run.name} are {cfg.get('model_type')} {kind} models ({archs}); "
             f"this analysis needs {what}")
 
+# %% ../../nbs/02a3_series.ipynb #e08737ce
+def wordpiece_vocab(lines: Sequence[str], size: int) -> dict[str, int]:
+    ("A BERT WordPiece vocabulary of `lines` (lowercased): specials, each character alone and as `##c`, then the most "
+     "frequent words up to `size`; the same in every process.")
+    from collections import Counter
+    from tokenizers import normalizers, pre_tokenizers
+    norm, pre = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    words = Counter(w for line in lines for w, _ in pre.pre_tokenize_str(norm.normalize_str(line)))
+    chars = sorted({c for w in words for c in w})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars)]
+    vocab += [w for w, _ in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])) if len(w) > 1][:max(0, size - len(vocab))]
+    return {t: i for i, t in enumerate(vocab)}
+
 # %% ../../nbs/02a3_series.ipynb #9c23b525
 MICRO_FAMILIES = ("bert", "gpt2")
 
@@ -254,8 +268,7 @@ def micro_checkpoint(family: str, folder, seed: int = 0) -> Path:
     if family not in MICRO_FAMILIES: raise ValueError(f"unknown family {family!r}; the families are {MICRO_FAMILIES}")
     lines, folder = (fetch(verbose=False) / "train.txt").read_text().splitlines()[:2000], Path(folder)
     if family == "bert":
-        wp = BertWordPieceTokenizer(lowercase=True); wp.train_from_iterator(lines, vocab_size=300, show_progress=False)
-        tok = T.BertTokenizerFast(tokenizer_object=wp._tokenizer)
+        tok = T.BertTokenizerFast(tokenizer_object=BertWordPieceTokenizer(wordpiece_vocab(lines, 300))._tokenizer)
         cfg = T.BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                            intermediate_size=64, max_position_embeddings=64)
     else:
