@@ -137,6 +137,12 @@ def test_notebooks_on_each_shipped_checkpoint_leave_the_checkout_as_committed(tm
     if os.environ.get("EMBRYO_EVERY_BUNDLE"):  # the whole matrix, every notebook on every bundle (~1 h on 2 cores)
         jobs = [(b, nb) for b in SHIPPED for nb in ANALYSIS_NBS]
     assert {b for b, _ in jobs} == set(SHIPPED)
+    import shutil
+    from embryo.text.corpora import fetch
+    from embryo.text.packages import data_dir
+    fetch(verbose=False)  # the built-in corpus and the packages' data, copied into the fresh data folder: built there
+    for name in ("embryo-mini", "packages"):  # anew they took 2-3 minutes, and the test is about the bundles
+        if (data_dir() / name).is_dir(): shutil.copytree(data_dir() / name, tmp_path / "data" / name, symlinks=True)
     km, failed = KernelManager(kernel_name="python3"), []
     km.start_kernel(cwd=str(ROOT), env={**os.environ, "EMBRYO_DATA": str(tmp_path / "data")})
     try:
