@@ -84,7 +84,7 @@ def test_other_runs_read_a_corpus_of_their_own(other_run):
 
 def test_found_analysis_notebooks():
     assert [p.stem.split("_")[0] for p in ANALYSIS_NBS] == ["04", "05", "05a", "06", "06a", "07", "07a", "08", "08a",
-                                                             "08b", "08c", "08d", "08e"], ANALYSIS_NBS
+                                                             "08b", "08c", "08d", "08e", "08g"], ANALYSIS_NBS
 
 
 @pytest.fixture(scope="module")

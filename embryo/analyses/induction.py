@@ -267,7 +267,8 @@ def plot_induction(run, sm: dict | None = None):
     axes[2].set(xlabel="target (piece of the copy, in order)", ylabel="loss, nats", title="(c) loss by position")
     for ax in axes[:2]: step_axis(ax, sm["steps"], run=run)
     for ax in axes: ax.grid(alpha=0.3); ax.legend(fontsize=7)
-    fig.suptitle(f"Beyond the paper (Olsson et al. 2022, induction heads): random pieces read twice, "
+    fig.suptitle(f"Embryology Fig. 4, in context (beyond the paper: Olsson et al. 2022's induction heads): random "
+                 f"pieces read twice, "
                  f"{Run.of(run).name}", fontsize=10)
     return fig
 
@@ -303,7 +304,7 @@ def verdict(run, sm: dict | None = None) -> str:
 
 # %% ../../nbs/08g_induction.ipynb #27109431
 REPORT = [
-    dict(file="fig_induction", paper="Beyond the paper: induction heads (Olsson et al. 2022)",
+    dict(file="fig_induction", paper="Embryology Fig. 4, in context (beyond the paper: Olsson et al. 2022)",
          caption="Random pieces read twice: the loss the earlier copy saves per piece (95% interval over sequences), "
                  "the attention of the head that prefix-matches most to a repeated piece's earlier occurrence, the "
                  "gain lost when the head that matters most is silenced, and the loss by position of both readings.",
