@@ -54,7 +54,7 @@ class Repeated(NamedTuple):
 
 def repeated_inputs(tok, halves: np.ndarray, causal: bool) -> Repeated:
     "`halves` each read twice, as `tok`'s model reads text, with the positions `Repeated` names."
-    n, half = halves.shape
+    half = halves.shape[1]
     if causal: ids, first = [[tok.start_id, *h, *h] for h in halves.tolist()], 1
     else: ids, first = [tok.wrap([*h, *h]) for h in halves.tolist()], tok.prefix
     k = np.arange(1, half) if causal else np.arange(1, half, MASK_EVERY)  # pieces of the second copy
@@ -207,28 +207,25 @@ def formation(run, curve: pd.Series, floor: float, least: float) -> Formation:
     return Formation(step, lo, where)
 
 # %% ../../nbs/08g_induction.ipynb #0039f30a
-def best_head(heads: pd.DataFrame) -> tuple[int, int]:
-    "(layer, head) that prefix-matches most at the last step."
-    last = heads["prefix_matching"].iloc[-1]
-    return tuple(int(x) for x in last.idxmax())
+def best_head(heads: pd.DataFrame, metric: str = "prefix_matching") -> tuple[int, int]:
+    "(layer, head) with the most `metric` at the last step."
+    return tuple(int(x) for x in heads[metric].iloc[-1].idxmax())
 
 def summary(run) -> dict:
     "The numbers the verdict and the figure read: the gain and the best head, their floors and their formation."
     heads, steps = head_table(run), step_table(run)
-    l, h = best_head(heads)
-    pm = heads["prefix_matching"]
+    (l, h), top = best_head(heads), best_head(heads, "copying")
+    pm, cp = heads["prefix_matching"], heads["copying"]
     best = pm[(l, h)]
     at0 = steps.index[0] == 0  # a random network's most over heads is a floor only where step 0 is evaluated
     floor = max(float(steps.prefix_matching_even.iloc[-1]), float(pm.iloc[0].max()) if at0 else 0.0)
     last = steps.iloc[-1]
-    return dict(steps=list(steps.index), layer=l, head=h, best=best, most=pm.max(axis=1), floor=floor,
+    return dict(steps=list(steps.index), layer=l, head=h, best=best, most=pm.max(axis=1),
                 even=float(steps.prefix_matching_even.iloc[-1]), step0_most=float(pm.iloc[0].max()),
-                copying=heads["copying"][(l, h)], top_copying=tuple(int(x) for x in heads["copying"].iloc[-1].idxmax()),
-                top_copying_value=float(heads["copying"].iloc[-1].max()),
-                top_copying_curve=heads["copying"][heads["copying"].iloc[-1].idxmax()], gain=steps.gain, gain_lo=steps.gain_lo, gain_hi=steps.gain_hi,
+                copying=cp[(l, h)], top_copying=top, top_copying_value=float(cp[top].iloc[-1]),
+                top_copying_curve=cp[top], gain=steps.gain, gain_lo=steps.gain_lo, gain_hi=steps.gain_hi,
                 gain_last=float(last.gain), gain_last_lo=float(last.gain_lo), gain_last_hi=float(last.gain_hi),
-                gain_formed=formation(run, steps.gain, 0.0, MIN_GAIN),
-                head_formed=formation(run, best, floor, MIN_PREFIX), transitions=run_transitions(run))
+                gain_formed=formation(run, steps.gain, 0.0, MIN_GAIN), head_formed=formation(run, best, floor, MIN_PREFIX))
 
 # %% ../../nbs/08g_induction.ipynb #73326206
 def loss_by_position(run) -> dict[int, dict]:
