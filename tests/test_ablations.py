@@ -63,6 +63,22 @@ def test_rerun_trains_nothing_and_redraw_is_the_same(ablation_root, tmp_path):
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "table6_sentence_loss.csv"), before)
 
 
+def test_kept_records_let_a_fresh_clone_train_nothing(ablation_root, tmp_path):
+    "Finished runs' records (notebook 02a6) restored into an empty root: no run is trained again, the table is the same."
+    kept, fresh = tmp_path / "kept", tmp_path / "fresh"
+    A.run_ablations(None, steps=3, seeds=2, root=ablation_root, tables=["table6"], figures_dir=tmp_path / "t0",
+                    records=kept)
+    assert sorted(p.name for p in kept.iterdir()) == ["ablations.json"] + [f"all-E32-{t}-seed{s}" for t in
+                                                                            ("none", "nsp", "sop") for s in (0, 1)]
+    assert not list(kept.rglob("checkpoints"))  # the record, not the weights
+    A.run_ablations(None, steps=3, seeds=2, root=fresh, tables=["table6"], figures_dir=tmp_path / "t1", records=kept)
+    assert not list(fresh.rglob("checkpoints"))  # nothing trained
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "t1" / "table6_sentence_loss.csv"),
+                                  pd.read_csv(ablation_root / "tables" / "table6_sentence_loss.csv"))
+    with pytest.raises(ConfigError, match="written with other settings"):  # a record of 3 steps is not a run of 4
+        A.run_ablations(None, steps=4, seeds=2, root=fresh, tables=["table6"], figures_dir=tmp_path / "t2", records=kept)
+
+
 def test_errors_name_the_choices(tmp_path):
     with pytest.raises(ValueError, match="the tables are: table6, table5, table4, table3"):
         A.run_ablations(None, root=tmp_path, tables=["table7"])

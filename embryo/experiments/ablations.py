@@ -28,6 +28,7 @@ from ..runs.results import markdown_table, binomial_se
 from ..runs.verdicts import readable, sentences
 from ..runs.run import read_run_config, list_steps, Run
 from ..runs.settings import corpus_file
+from ..runs.records import keep_record, restore_records
 from ..train.batches import run_config
 from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
 from .throughput import training_throughput
@@ -160,7 +161,8 @@ def run_scores(run, device: str = "cpu", downstream: bool = False, finetune: dic
     ev, (_, mc, _) = json.loads(f.read_text()), read_run_config(run)
     out = dict(mlm=100 * ev["mlm_accuracy"], sop=100 * ev["sop_accuracy"], nsp=100 * ev.get("nsp_accuracy", math.nan),
                params=count_parameters(mc), n_eval=int(ev["heldout_sequences"]))
-    cache, step = run / "logs" / "downstream.json", list_steps(run)[-1]
+    cache, steps = run / "logs" / "downstream.json", list_steps(run)
+    step = steps[-1] if steps else read_run_config(run).train.total_steps  # a kept record has no checkpoints
     finetune = finetune or {}
     settings = dict(step=step, **finetune)
     got = json.loads(cache.read_text()) if cache.exists() else {}
@@ -352,6 +354,8 @@ def run_ablations(preset: str | None = None,
                   figures_dir=None, # None: <root>/figures
                   # also finetune each run on the built-in downstream tasks (minutes per run on CPU)
                   downstream: bool = False,
+                  # finished runs' records (02a6) kept here: default figures/ablations/<preset>, micro none
+                  records="default",
                   verbose: bool = True) -> list[Path]:
     "Pretrain every missing run of `tables` (seeds 0..seeds-1), measure Table 3, write the tables; returns the paths."
     scale = get_scale(preset)
@@ -362,13 +366,17 @@ def run_ablations(preset: str | None = None,
                                  f"{', '.join(TABLES + ('table3',))}")
     # only after the names are checked
     root = Path(root or default_root(preset)); root.mkdir(parents=True, exist_ok=True)
-    atomic_write(root / "ablations.json", json.dumps(dict(preset=preset, steps=steps, seeds=seeds), indent=2) + "\n")
+    state = json.dumps(dict(preset=preset, steps=steps, seeds=seeds), indent=2) + "\n"
+    atomic_write(root / "ablations.json", state)
+    if records == "default": records = None if preset is None else Path("figures") / "ablations" / preset
+    if records: restore_records(records, root); Path(records).mkdir(parents=True, exist_ok=True)
     # each row's first seed before any row's second: a sweep stopped half-way has every row
     todo = list(dict.fromkeys((v, s) for s in range(seeds) for t in tables if t != "table3"
                               for v in table_variants(t, scale)))
     for i, (v, s) in enumerate(todo):
         t0 = time.time(); done = (v.run_dir(root, s) / "logs" / "eval.json").exists()
-        pretrain_variant(root, v, scale, s, steps, device)
+        run = pretrain_variant(root, v, scale, s, steps, device)
+        if records: keep_record(run, records); atomic_write(Path(records) / "ablations.json", state)
         if verbose and not done: print(f"[{i + 1}/{len(todo)}] {v.name} seed {s}: {time.time() - t0:.0f} s", flush=True)
     if "table3" in tables:
         cuda = torch.device(device).type == "cuda"

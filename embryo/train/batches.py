@@ -92,8 +92,9 @@ FIXED_SETTINGS = ("corpus", "tokenizer_vocab_size", "max_seq_length", "seed", "s
 
 # %% ../../nbs/02e_batches.ipynb #54bec905
 def _progress(run) -> bool:
-    "Whether the run has saved anything to resume from (a checkpoint or a resume point)."
-    return bool(list_steps(run)) or any((Run.of(run) / n).exists() for n in ("resume", "resume.old"))
+    ("Whether the run has saved anything to resume from (a checkpoint or a resume point), or finished (its scores: a "
+     "kept record, notebook 02a6, has no checkpoint).")
+    return bool(list_steps(run)) or any((Run.of(run) / n).exists() for n in ("resume", "resume.old", "logs/eval.json"))
 
 # %% ../../nbs/02e_batches.ipynb #92aa3464
 def _resume_step(run) -> int | None:
