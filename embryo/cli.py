@@ -154,7 +154,7 @@ def parser() -> argparse.ArgumentParser:
                                                   "where online")
     s.add_argument("--analyses", nargs="+", help="default: all (reconstruction, glue, squad, knowledge, exposure, "
                                                  "probing, similarity, attention, syntax, ngram, "
-                                                 "grammar, aoa, llc, induction)")
+                                                 "grammar, aoa, llc, induction, lens, memorization)")
     s.add_argument("--steps", nargs="+", type=int, help="default: every checkpoint")
     s.add_argument("--workers", type=int, default=1, help="notebooks run at once (default 1)")
     s.add_argument("--force", action="store_true", help="rerun (analysis, step) pairs that have results")

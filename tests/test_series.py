@@ -467,3 +467,48 @@ def test_induction_runs_on_a_trainer_series(kind, tmp_path, monkeypatch, capsys)
     assert list(steps.index) == STEPS and (steps.loss_first > 0).all() and (steps.gain_lo <= steps.gain_hi).all()
     assert I.verdict(run).startswith("At step")
     assert (run / "figures" / "fig_induction.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("kind", ["gpt-neox", "bert", "roberta"])
+def test_lens_runs_on_a_trainer_series(kind, tmp_path, monkeypatch, capsys):
+    "Issue 78: the logit and tuned lens on a causal (GPT-NeoX) and masked (BERT, RoBERTa) Trainer series: swept, drawn, a verdict."
+    from embryo.analyses import lens as LN
+    from embryo.analyses.sweep import sweep
+    monkeypatch.chdir(tmp_path)
+    run = as_run(trainer_series(kind), tmp_path / "runs" / kind)
+    assert LN.applies_to(run) is None
+    t = sweep(run, ["lens"], mode="inprocess", options={"lens": dict(n_sentences=64)}, progress=False)
+    assert "lens: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
+    assert not t.attrs.get("failed"), t.attrs  # the redraw too
+    tab = LN.layer_table(run)
+    L = tab["accuracy"].columns.max()
+    assert list(tab.index) == STEPS and L >= 2 and (tab["kl"][L] == 0).all() and (tab["tuned_kl"] >= 0).all().all(), tab
+    assert LN.verdict(run).startswith("At step")
+    assert (run / "figures" / "fig_lens.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("kind", ["gpt-neox", "bert"])
+def test_memorization_runs_on_a_trainer_series_given_its_text(kind, tmp_path, monkeypatch, capsys):
+    """Issue 78: memorization on a causal (GPT-NeoX) and a masked (BERT) Trainer series: without its training text the
+    sweep says in one line what to pass; given it (the corpus slice the series trained on) and held-out Brown text, swept,
+    drawn, a verdict."""
+    from embryo.analyses import memorization as M
+    from embryo.analyses.sweep import sweep
+    from embryo.text.sentences import tagged_sentences
+    from embryo.train.fixtures import corpus_slice
+    monkeypatch.chdir(tmp_path)
+    run = as_run(trainer_series(kind), tmp_path / "runs" / kind)
+    assert "--option memorization.train_text=FILE memorization.heldout_text=FILE" in M.applies_to(run)
+    sweep(run, ["memorization"], mode="inprocess", progress=False)
+    assert "memorization: not run: the text" in capsys.readouterr().out
+    lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]
+    train = tmp_path / "train.txt"; train.write_text("\n\n".join("\n".join(lines[i:i + 10]) for i in range(0, 60, 10)) + "\n")
+    held = tmp_path / "held.txt"
+    held.write_text("\n\n".join("\n".join(" ".join(s.words).lower() for s in tagged_sentences()[i:i + 10])
+                                for i in range(0, 60, 10)) + "\n")
+    opts = dict(train_text=str(train), heldout_text=str(held), n_chunks=2)
+    t = sweep(run, ["memorization"], mode="inprocess", options={"memorization": opts}, progress=False)
+    assert (t == "done").all().all() and not t.attrs.get("failed"), t
+    tab = M.step_table(run)
+    assert list(tab.index) == STEPS and ((tab.gap_lo <= tab.gap) & (tab.gap <= tab.gap_hi)).all(), tab
+    assert M.verdict(run).startswith("At step") and (run / "figures" / "fig_memorization.png").stat().st_size > 0

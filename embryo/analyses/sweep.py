@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -53,6 +54,8 @@ ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook
     "aoa": "08d_aoa",
     "llc": "08e_llc",
     "induction": "08g_induction",
+    "lens": "08h_lens",
+    "memorization": "08i_memorization",
 }
 
 # %% ../../nbs/10_sweep.ipynb #2a6d9baf
@@ -134,11 +137,13 @@ def evaluation_steps(run, early: int, dense: int = 12) -> list[int]:
     return sorted({end, *picked, *log_spaced([s for s in steps if s < end], early), *after})
 
 # %% ../../nbs/10_sweep.ipynb #49a734ea
-def applicable(run, analyses: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    "The `analyses` that apply to the series in `run`, and for each one that does not, why (its `applies_to`)."
+def applicable(run, analyses: Sequence[str], options: dict | None = None) -> tuple[list[str], dict[str, str]]:
+    ("The `analyses` that apply to the series in `run`, and for each one that does not, why (its `applies_to`, given "
+     "the options it names: memorization applies to any series whose training text is named).")
     keep, why = [], {}
     for a in analyses:
-        reason = analysis_module(a).applies_to(run)
+        f = analysis_module(a).applies_to
+        reason = f(run, **{k: v for k, v in (options or {}).get(a, {}).items() if k in inspect.signature(f).parameters})
         if reason: why[a] = reason
         else: keep.append(a)
     return keep, why
@@ -328,7 +333,8 @@ def worker_threads(workers: int) -> int | None:
 
 # %% ../../nbs/10_sweep.ipynb #34ba10f7
 # options whose value is the path of the user's data: refused up front where it names nothing
-PATH_OPTIONS = {"facts", "treebank", "pairs", "sentences", "glue_dir", "squad_dir", "ontonotes"}
+PATH_OPTIONS = {"facts", "treebank", "pairs", "sentences", "glue_dir", "squad_dir", "ontonotes", "train_text",
+                "heldout_text"}
 
 def check_options(analysis: str, options: dict | None, mode: str):
     "Refuse an option the analysis does not take, so that papermill (which would ignore it) and in-process agree."
@@ -448,7 +454,7 @@ def sweep(run, # a run folder, or a folder of checkpoint folders named by step (
     run = open_run(run)  # the edge: a folder (or a series of checkpoint folders) becomes the run
     shard = parse_shard(shard) if isinstance(shard, str) else shard
     options = options or {}
-    analyses, not_applicable = applicable(run, available_analyses() if analyses is None else analyses)
+    analyses, not_applicable = applicable(run, available_analyses() if analyses is None else analyses, options)
     for a, why in not_applicable.items(): print(f"{a}: not run: {why}", flush=True)
     for a in options:
         if a not in ANALYSES:

@@ -414,6 +414,14 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
     "induction": "`repeated` (random pieces, each sequence read twice); metric `prefix_matching` and `copying` (nats) per "
                  "`layer` and `head`, `prefix_matching_even` (the floor), `loss_first`, `loss_second`, `gain` (nats); "
                  "each sequence's gain in `scores` (key `gain`); the loss by position in `samples`",
+    "lens": "`heldout` (15% of the pieces of held-out Brown sentences, masked or predicted from the position before); "
+            "metric `accuracy` and `kl` (nats, to the last layer) per `layer` through the model's own head, "
+            "`tuned_accuracy` and `tuned_kl` through an affine map fitted per layer, `floor`; each position's right "
+            "or not in `scores` (keys `logit <layer>`, `tuned <layer>`)",
+    "memorization": "`train` and `heldout` (documents the run trained on, and held-out ones of the same genres, paired); "
+                    "metric `accuracy`; task `pairs`: metric `gap` (training minus held-out, mean over pairs); each "
+                    "piece right or not in `scores` (keys `train`, `heldout`), each document's accuracy (keys "
+                    "`train documents`, `heldout documents`); the pairs' names in `samples`",
 }
 
 # %% ../../nbs/03a_results.ipynb #b4cdf77a

@@ -7,14 +7,15 @@ import re
 from pathlib import Path
 
 from ..config import TrainConfig, atomic_write, run_config_file, migrate_run_config
-from .run import checkpoint_dir, list_steps, read_config, read_run_config
+from .run import checkpoint_dir, list_steps, max_length, read_config, read_run_config
 from ..text import data as D
 from ..text.corpora import CORPORA, fetch
 from ..text.corpus import CorpusError, DATASET_EXT
 from ..text.tokenizer import HF_TOKENIZER_FILES, hf_tokenizer_files
 
 # %% auto #0
-__all__ = ['CORPUS_FORMS', 'checkpoint_steps', 'saved_steps', 'corpus_file', 'write_tokenizer_files', 'complete_run']
+__all__ = ['CORPUS_FORMS', 'checkpoint_steps', 'saved_steps', 'read_length', 'corpus_file', 'write_tokenizer_files',
+           'complete_run']
 
 # %% ../../nbs/02a2_settings.ipynb #b8a32ef1
 def checkpoint_steps(tc: TrainConfig) -> list[int]:
@@ -36,6 +37,13 @@ def saved_steps(run) -> list[int]:
     steps = set(list_steps(run))
     if run_config_file(run).exists(): steps.update(checkpoint_steps(read_run_config(run).train))
     return sorted(steps)
+
+# %% ../../nbs/02a2_settings.ipynb #c05d9cad
+def read_length(run, model, cap: int = 128) -> int:
+    "The longest input (special tokens included) to give the checkpoints of `run`: what it trained on, at most `cap`."
+    try: trained = read_run_config(run).train.max_seq_length
+    except FileNotFoundError: trained = max_length(model)  # a series without our settings
+    return min(cap, trained)
 
 # %% ../../nbs/02a2_settings.ipynb #4c07f483
 def _one_of(names) -> str:
