@@ -512,3 +512,18 @@ def test_memorization_runs_on_a_trainer_series_given_its_text(kind, tmp_path, mo
     tab = M.step_table(run)
     assert list(tab.index) == STEPS and ((tab.gap_lo <= tab.gap) & (tab.gap <= tab.gap_hi)).all(), tab
     assert M.verdict(run).startswith("At step") and (run / "figures" / "fig_memorization.png").stat().st_size > 0
+
+
+def test_llc_runs_on_a_causal_trainer_series(tmp_path, monkeypatch, capsys):
+    "Issue 78: the LLC on a causal (GPT-NeoX) Trainer series, on its own next-piece loss: swept, a curve, a figure."
+    from embryo.analyses import llc as L
+    from embryo.analyses.sweep import sweep
+    monkeypatch.chdir(tmp_path)
+    run = as_run(trainer_series("gpt-neox"), tmp_path / "runs" / "neox")
+    assert L.applies_to(run) is None
+    t = sweep(run, ["llc"], mode="inprocess", options={"llc": dict(chains=2, draws=8)}, progress=False)
+    assert "llc: not run" not in capsys.readouterr().out and (t == "done").all().all() and not t.attrs.get("failed"), t
+    assert set(read_results(run, "llc").task) == {L.NEXT, "calibration"}  # the next-piece loss, named so
+    c = L.llc_curve(run)
+    assert list(c.index) == STEPS and (c.init_loss > 0).all() and c.llc.notna().all(), c
+    assert (run / "figures" / "fig_llc.png").stat().st_size > 0

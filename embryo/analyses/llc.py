@@ -20,19 +20,22 @@ from ..config import atomic_write
 from ..model.model import autocast, resolve_precision
 from ..runs.run import masked_lm_at, list_steps, resolve_step, Run
 from ..runs.series import series_lacks
+from ..runs.settings import read_length
 from ..runs.figures import figure_dir, fill_steps, legend_below, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import markdown_table, read_results, read_scores, read_settings, score_rows, write_results
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'TASK', 'SEQ_LEN', 'BATCH_SIZE', 'N_BATCHES', 'MASK_PROB', 'LR', 'NBETA', 'GAMMA', 'CHAINS', 'DRAWS',
-           'CALIBRATION_LRS', 'CALIBRATION_NBETAS', 'METRICS', 'Z', 'STAGE_STYLE', 'HEADS_STYLE', 'REPORT',
-           'mlm_batches', 'mlm_loss', 'sgld_chain', 'mala_acceptance', 'llc_summary', 'estimate_llc', 'calibration',
-           'evaluate_step', 'calibration_rows', 'read_calibration', 'applies_to', 'llc_curve', 'critical_points',
-           'diagonal_emergence', 'plot_llc', 'plot_calibration', 'step_size_sensitivity', 'verdict', 'redraw']
+__all__ = ['ANALYSIS', 'TASK', 'NEXT', 'SEQ_LEN', 'BATCH_SIZE', 'N_BATCHES', 'MASK_PROB', 'LR', 'NBETA', 'GAMMA', 'CHAINS',
+           'DRAWS', 'CALIBRATION_LRS', 'CALIBRATION_NBETAS', 'METRICS', 'Z', 'STAGE_STYLE', 'HEADS_STYLE', 'REPORT',
+           'mlm_batches', 'mlm_loss', 'next_batches', 'next_loss', 'sgld_chain', 'mala_acceptance', 'llc_summary',
+           'estimate_llc', 'calibration', 'evaluate_step', 'calibration_rows', 'read_calibration', 'applies_to',
+           'llc_curve', 'critical_points', 'diagonal_emergence', 'plot_llc', 'plot_calibration',
+           'step_size_sensitivity', 'verdict', 'redraw']
 
 # %% ../../nbs/08e_llc.ipynb #ceb23a3e
 ANALYSIS = "llc"  # the `analysis` name of this notebook's rows in the results database
 TASK = "mlm"  # the masked-LM loss on held-out Brown text
+NEXT = "next"  # a causal LM's: the next-piece loss on the same text
 SEQ_LEN, BATCH_SIZE, N_BATCHES = 64, 8, 16  # 128 sequences of 64 pieces, in 16 batches
 MASK_PROB = 0.15
 
@@ -57,6 +60,20 @@ def mlm_loss(model, batch: dict, precision: str = "fp32") -> torch.Tensor:
     with autocast(ids.device, precision):
         out = model(ids, batch["attention_mask"], torch.zeros_like(ids), labels=labels, logits="masked")
     return torch.nn.functional.cross_entropy(out.prediction_logits.float(), labels[labels != -100])
+
+# %% ../../nbs/08e_llc.ipynb #80d8ba8d
+def next_batches(tok, n_batches: int = N_BATCHES, batch_size: int = BATCH_SIZE, seq_len: int = SEQ_LEN) -> list[dict]:
+    "Fixed batches of held-out Brown for a causal LM: a beginning token, then pieces packed in order up to `seq_len`."
+    text = [detokenize(s.words).lower() for s in tagged_sentences()]
+    flat, body = [t for ids in tok.encode_batch(text) for t in ids], seq_len - 1
+    ids = torch.tensor([[tok.start_id, *flat[i * body:(i + 1) * body]] for i in range(n_batches * batch_size)])
+    return [dict(input_ids=i, attention_mask=torch.ones_like(i)) for i in ids.split(batch_size)]
+
+def next_loss(model, batch: dict, precision: str = "fp32") -> torch.Tensor:
+    "The mean cross-entropy (nats) of each piece of `batch` but the first, given those before it."
+    ids = batch["input_ids"]
+    with autocast(ids.device, precision): logits = model.model(input_ids=ids, attention_mask=batch["attention_mask"]).logits
+    return torch.nn.functional.cross_entropy(logits[:, :-1].float().flatten(0, 1), ids[:, 1:].flatten())
 
 # %% ../../nbs/08e_llc.ipynb #4d8f6865
 def _sq(xs) -> float: return sum(float(x.double().pow(2).sum()) for x in xs)  # squared norm, in float64
@@ -147,17 +164,19 @@ def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
                  ) -> pd.DataFrame:
     "The LLC estimate at checkpoint `step` with its diagnostics (and, where asked, the calibration sweep)."
     run, step, tok, model = masked_lm_at(run, step, device)  # of an ELECTRA run, its generator
-    batches = [{k: v.to(device) for k, v in b.items()} for b in mlm_batches(tok)]
-    loss = partial(mlm_loss, precision=precision)
+    causal, seq_len = getattr(model, "causal", False), min(SEQ_LEN, read_length(run, model))  # no untrained position
+    task, make, loss = (NEXT, next_batches, next_loss) if causal else (TASK, mlm_batches, mlm_loss)
+    batches = [{k: v.to(device) for k, v in b.items()} for b in make(tok, seq_len=seq_len)]
+    loss = partial(loss, precision=precision)
     e = estimate_llc(model, loss, batches, lr, nbeta, gamma, chains, draws)
-    rows = [dict(task=TASK, metric=k, value=e[k], n=chains) for k in METRICS]
-    sampler = dict(lr=lr, nbeta=nbeta, gamma=gamma, chains=chains, draws=draws, batch_size=BATCH_SIZE, seq_len=SEQ_LEN,
+    rows = [dict(task=task, metric=k, value=e[k], n=chains) for k in METRICS]
+    sampler = dict(lr=lr, nbeta=nbeta, gamma=gamma, chains=chains, draws=draws, batch_size=BATCH_SIZE, seq_len=seq_len,
                    bf16=float(resolve_precision(precision, torch.device(device)) == "bf16"))
-    settings = [dict(task=TASK, name=k, value=v) for k, v in sampler.items()]
+    settings = [dict(task=task, name=k, value=v) for k, v in sampler.items()]
     if calibrate or (calibrate is None and step == list_steps(run)[-1]):
         cal = calibration(model, batches, gamma=gamma, draws=max(4, draws // 2), loss_fn=loss)
         rows += calibration_rows(cal); settings += [dict(task="calibration", name="draws", value=max(4, draws // 2))]
-    scores = score_rows(TASK, {"llc": np.array(e["per_chain"])}, [f"chain {k}" for k in range(chains)])
+    scores = score_rows(task, {"llc": np.array(e["per_chain"])}, [f"chain {k}" for k in range(chains)])
     if write: write_results(run, ANALYSIS, step, rows, settings=settings, scores=scores)
     return pd.DataFrame(rows, columns=["task", "metric", "value", "n"])
 
@@ -181,16 +200,17 @@ def read_calibration(run) -> pd.DataFrame:
 # %% ../../nbs/08e_llc.ipynb #1e347982
 def applies_to(run) -> str | None:
     "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
-    return series_lacks(run, "mlm_head")
+    return series_lacks(run, "scores")  # a masked LM's loss, or a causal LM's
 
 # %% ../../nbs/08e_llc.ipynb #14e6d604
 def llc_curve(run) -> pd.DataFrame:
     "Per step: llc, llc_sd, se, acceptance, drift, failed, init_loss (steps sampled as the last one was)."
-    db = read_results(run, ANALYSIS, task=TASK)
+    task = NEXT if len(read_results(run, ANALYSIS, task=NEXT)) else TASK  # a causal LM's loss, or the masked LM's
+    db = read_results(run, ANALYSIS, task=task)
     if db.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
     c = db.pivot_table(index="step", columns="metric", values="value").sort_index()
     c["chains"] = db.groupby("step").n.max()
-    st = read_settings(run, ANALYSIS, task=TASK).pivot_table(index="step", columns="name", values="value")
+    st = read_settings(run, ANALYSIS, task=task).pivot_table(index="step", columns="name", values="value")
     st = st.drop(columns="bf16", errors="ignore")  # the forward's precision moves no estimate (bench/llc_precision.py)
     last = st.iloc[-1]  # a setting a row lacks (written before it was recorded) matches only its lack
     same = ((st == last) | (st.isna() & last.isna())).all(axis=1)
@@ -239,7 +259,7 @@ def plot_llc(run, curve: pd.DataFrame | None = None):
                label="chains' spread (1 sd)")
     if 0 in c.index: ax[0].axhline(c.llc[0], color="0.4", ls=":", lw=1, label="untrained (step 0)")
     ax[0].set(ylabel="LLC estimate (dimensionless)"); ax[0].set_title("(a) local learning coefficient", fontsize=10)
-    plot_steps(ax[1], c.index, c.init_loss, run, color="C1", label="masked-LM loss on the sampler's batches")
+    plot_steps(ax[1], c.index, c.init_loss, run, color="C1", label=f"{'next-piece' if len(read_results(run, ANALYSIS, task=NEXT)) else 'masked-LM'} loss on the sampler's batches")
     ax[1].set(ylabel="loss at the checkpoint, nats"); ax[1].set_title("(b) the loss on the same batches", fontsize=10)
     plot_steps(ax[2], c.index, c.acceptance, run, color="C2", label="MALA acceptance of the SGLD steps")
     plot_steps(ax[2], c.index, c.drift / c.llc_sd.where(c.llc_sd > 0), run, color="C3",

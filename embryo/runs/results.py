@@ -407,7 +407,8 @@ TASK_NAMES = {  # analysis -> what its `task` values name (and where the other c
                "difference, acceptable minus unacceptable, in `scores` (keys `pll`, `pll_l2r`)",
     "aoa": "the held-out words' class (`all`: every word); metric `surprisal` (the mean over the class's words, "
            "nats); each word's mean surprisal in `scores` (task `brown`, key `surprisal`, the words as examples)",
-    "llc": "`mlm` (the masked-LM loss on held-out Brown, masks fixed); metric `llc` (the local learning "
+    "llc": "`mlm` (the masked-LM loss on held-out Brown, masks fixed; a causal LM: `next`, the next-piece loss); "
+           "metric `llc` (the local learning "
            "coefficient, mean over SGLD chains), `llc_sd`, `acceptance` (MALA), `drift`, `failed`, `init_loss` (nats); "
            "each chain's estimate in `scores` (key `llc`); task `calibration`: the sweep at the last checkpoint, metric "
            "`<diagnostic> lr=<step size> nbeta=<inverse temperature>`",
