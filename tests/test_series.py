@@ -527,3 +527,25 @@ def test_llc_runs_on_a_causal_trainer_series(tmp_path, monkeypatch, capsys):
     c = L.llc_curve(run)
     assert list(c.index) == STEPS and (c.init_loss > 0).all() and c.llc.notna().all(), c
     assert (run / "figures" / "fig_llc.png").stat().st_size > 0
+
+
+def test_ngram_runs_on_a_causal_trainer_series_given_its_corpus(tmp_path, monkeypatch, capsys):
+    """Issue 78: n-gram phases on a causal (GPT-NeoX) Trainer series, its next-piece predictions against left-context
+    estimates (unigram, the piece before, the two before) of the text it trained on, named by the option."""
+    from embryo.analyses import ngram as N
+    from embryo.analyses.sweep import sweep
+    from embryo.train.fixtures import corpus_slice
+    monkeypatch.chdir(tmp_path)
+    run = as_run(trainer_series("gpt-neox"), tmp_path / "runs" / "neox")
+    assert "--option ngram.corpus=FILE" in N.applies_to(run)
+    lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]
+    corpus = tmp_path / "trained_on.txt"; corpus.write_text("\n".join(lines) + "\n")
+    opts = dict(corpus=str(corpus), max_sentences=200)
+    t = sweep(run, ["ngram"], mode="inprocess", options={"ngram": opts}, progress=False)
+    assert "ngram: not run" not in capsys.readouterr().out and (t == "done").all().all() and not t.attrs.get("failed"), t
+    res = N.ngram_results(run)
+    assert list(N.curves(res).columns) == ["unigram", "left", "left2"] and (N.curves(res) >= -1e-6).all().all()
+    cs = N.closest_steps(run, resamples=50)
+    assert list(cs.index) == ["unigram", "left", "left2"]
+    assert N.verdict(run, cs).startswith("The next-piece predictions come closest")
+    assert (run / "figures" / "fig_ngram_phases.png").stat().st_size > 0

@@ -21,22 +21,24 @@ from ..text.tokenizer import load_tokenizer
 from ..text.sentences import brown_sentences
 from ..config import atomic_write
 from ..runs.run import Run, masked_lm_at, max_length, read_run_config, resolve_step
-from ..runs.settings import corpus_file
+from ..runs.settings import corpus_file, read_length
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import markdown_table, read_results, read_scores, score_rows, write_results
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'TASK', 'ORDERS', 'MIN_CONTEXT', 'EVERY', 'LEAVE_SHARE', 'ORDER_COLOURS', 'REPORT', 'neighbours',
-           'context_keys', 'ngram_counts', 'corpus_counts', 'Masked', 'masked_positions', 'Estimate', 'estimates',
-           'masked_logprobs', 'step_measures', 'evaluate_step', 'applies_to', 'ngram_results', 'curves', 'leave_steps',
-           'closest_steps', 'plot_ngram', 'phase_order', 'verdict', 'redraw']
+__all__ = ['ANALYSIS', 'TASK', 'ORDERS', 'CAUSAL_ORDERS', 'MIN_CONTEXT', 'EVERY', 'LEAVE_SHARE', 'ORDER_COLOURS', 'REPORT',
+           'neighbours', 'context_keys', 'causal_keys', 'ngram_counts', 'corpus_counts', 'Masked', 'masked_positions',
+           'next_positions', 'Estimate', 'estimates', 'masked_logprobs', 'step_measures', 'evaluate_step', 'applies_to',
+           'ngram_results', 'orders_of', 'curves', 'leave_steps', 'closest_steps', 'plot_ngram', 'phase_order',
+           'verdict', 'redraw']
 
 # %% ../../nbs/08b_ngram.ipynb #ee688a1d
 ANALYSIS = "ngram"  # the `analysis` name of this notebook's rows in the results database
 TASK = "brown"  # the masked pieces of held-out Brown sentences
 ORDERS = {"unigram": "p(w)", "left": "p(w | piece before)", "right": "p(w | piece after)",
           "trigram": "p(w | pieces before and after)"}
+CAUSAL_ORDERS = {"unigram": "p(w)", "left": "p(w | piece before)", "left2": "p(w | two pieces before)"}  # a causal LM's
 MIN_CONTEXT = 5  # an estimate needs its context seen this often in the corpus; rarer ones leave the position out
 EVERY = 4  # mask every 4th piece of a sentence (from a seeded offset): each masked piece's neighbours stay visible
 
@@ -52,22 +54,32 @@ def context_keys(a: np.ndarray, c: np.ndarray, V: int) -> dict[str, np.ndarray]:
     return {"unigram": np.zeros_like(a), "left": a, "right": c, "trigram": a * V + c}
 
 # %% ../../nbs/08b_ngram.ipynb #fdc8c30d
-def ngram_counts(seqs, V: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    "Per order, the sorted distinct keys context * V + piece of `seqs` and how often each occurs."
-    a, b, c = neighbours(seqs)
-    return {o: np.unique(k * V + b, return_counts=True) for o, k in context_keys(a, c, V).items()}
+def causal_keys(a2: np.ndarray, a: np.ndarray, V: int) -> dict[str, np.ndarray]:
+    "A causal LM's orders' contexts of the pieces whose two pieces before are `a2` and `a`, as one integer key."
+    return {"unigram": np.zeros_like(a), "left": a, "left2": a2 * V + a}
+
+def ngram_counts(seqs, V: int, causal: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    ("Per order, the sorted distinct keys context * V + piece of `seqs` and how often each occurs (`causal`: `seqs` "
+     "framed by two beginning tokens, the left orders).")
+    x, y, z = neighbours(seqs)  # causal: (two before, one before, piece)
+    keys, piece = (causal_keys(x, y, V), z) if causal else (context_keys(x, z, V), y)
+    return {o: np.unique(k * V + piece, return_counts=True) for o, k in keys.items()}
 
 # %% ../../nbs/08b_ngram.ipynb #f889b569
-def corpus_counts(run, tok=None, corpus=None, cache: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    "`ngram_counts` of the run's training corpus (or `corpus`) with its tokenizer, cached in `<run>/cache/ngram`."
+def corpus_counts(run, tok=None, corpus=None, cache: bool = True,
+                  causal: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    ("`ngram_counts` of the run's training corpus (or `corpus`) with its tokenizer (framed as a causal LM reads, "
+     "with `causal`), cached in `<run>/cache/ngram`.")
     tok = tok or load_tokenizer(run)
     corpus = corpus or corpus_file(read_run_config(run).train)
-    key = hashlib.sha256(f"{tok.sha256}|{corpus_fingerprint(corpus)}|{ANALYSIS}-1".encode()).hexdigest()[:16]
+    tag = "-causal" if causal else ""
+    key = hashlib.sha256(f"{tok.sha256}|{corpus_fingerprint(corpus)}|{ANALYSIS}-1{tag}".encode()).hexdigest()[:16]
     f = Run.of(run) / "cache" / ANALYSIS / f"counts_{key}.npz"
     if cache and f.exists():
-        z = np.load(f); return {o: (z[f"{o}_keys"], z[f"{o}_counts"]) for o in ORDERS}
-    seqs = [tok.wrap(x) for x in tok.encode_batch([s for doc in read_corpus(corpus) for s in doc]) if x]
-    out = ngram_counts(seqs, tok.vocab_size)
+        z = np.load(f); return {o: (z[f"{o}_keys"], z[f"{o}_counts"]) for o in (CAUSAL_ORDERS if causal else ORDERS)}
+    frame = (lambda x: [tok.start_id] * 2 + x) if causal else tok.wrap
+    seqs = [frame(x) for x in tok.encode_batch([s for doc in read_corpus(corpus) for s in doc]) if x]
+    out = ngram_counts(seqs, tok.vocab_size, causal)
     if cache:
         arrays = {f"{o}_{n}": v for o, kv in out.items() for n, v in zip(("keys", "counts"), kv)}
         buf = io.BytesIO(); np.savez(buf, **arrays)
@@ -83,6 +95,7 @@ class Masked:
     before: np.ndarray
     after: np.ndarray
     examples: list[str]  # "<sentence>:<position>" of each masked position, the scores' examples
+    before2: np.ndarray | None = None  # a causal LM's: the piece two before (`after` is then unused)
 
 # %% ../../nbs/08b_ngram.ipynb #cae1e459
 def masked_positions(tok, max_sentences: int = 1000, seed: int = 0, max_len: int = 512) -> Masked:
@@ -98,6 +111,21 @@ def masked_positions(tok, max_sentences: int = 1000, seed: int = 0, max_len: int
         inputs.append(([tok.mask_id if i in pos else t for i, t in enumerate(seq)], pos))
     piece, before, after, examples = zip(*rows)
     return Masked(inputs, np.array(piece), np.array(before), np.array(after), list(examples))
+
+# %% ../../nbs/08b_ngram.ipynb #7e582a29
+def next_positions(tok, max_sentences: int = 1000, seed: int = 0, max_len: int = 512) -> Masked:
+    ("Held-out Brown sentences after a beginning token, every `EVERY`-th piece (from a seeded offset) read at the "
+     "position before it; sentences over `max_len` left out.")
+    rng, inputs, rows = np.random.default_rng(seed), [], []
+    texts = [detokenize(w) for w, _ in brown_sentences(max_sentences, seed)]
+    for k, ids in enumerate(tok.encode_batch(texts)):
+        seq = [tok.start_id, *ids]
+        if len(ids) < 2 or len(seq) > max_len: continue
+        pos = list(range(int(rng.integers(EVERY)), len(ids), EVERY))  # the output at p predicts seq[p + 1]
+        rows += [(seq[p + 1], seq[p], seq[p - 1] if p else tok.start_id, f"{k}:{p + 1}") for p in pos]
+        inputs.append((seq, pos))
+    piece, before, before2, examples = zip(*rows)
+    return Masked(inputs, np.array(piece), np.array(before), np.full(len(piece), -1), list(examples), np.array(before2))
 
 # %% ../../nbs/08b_ngram.ipynb #e2fb1277
 @dataclass
@@ -138,7 +166,9 @@ def masked_logprobs(model, masked: Masked, device="cpu", batch_size: int = 64) -
             T = max(len(ids) for ids, _ in batch)
             ids = torch.zeros(len(batch), T, dtype=torch.long); att = torch.zeros_like(ids)
             for r, (x, _) in enumerate(batch): ids[r, :len(x)] = torch.tensor(x); att[r, :len(x)] = 1
-            logits = model(ids.to(device), att.to(device), torch.zeros_like(ids).to(device)).prediction_logits
+            ids, att = ids.to(device), att.to(device)
+            if getattr(model, "causal", False): logits = model.model(input_ids=ids, attention_mask=att).logits
+            else: logits = model(ids, att, torch.zeros_like(ids)).prediction_logits
             lq = torch.log_softmax(logits.float(), -1).cpu()
             for r, j in enumerate(order[i:i + batch_size]): out[j] = lq[r, masked.inputs[j][1]].numpy()
     return np.concatenate(out)
@@ -171,22 +201,27 @@ def evaluate_step(run, # a run folder (checkpoints/, its tokenizer, pretrain_con
                  ) -> pd.DataFrame:
     "Distances from each n-gram estimate of the training corpus to the masked predictions of checkpoint `step`."
     run, step, tok, model = masked_lm_at(run, step, device)  # of an ELECTRA run, its generator
-    masked = masked_positions(tok, max_sentences, seed, max_length(model))
-    counts = corpus_counts(run, tok, corpus)
-    V = tok.vocab_size
-    est = {o: estimates(counts[o], k, V) for o, k in context_keys(masked.before, masked.after, V).items()}
+    causal, V = bool(getattr(model, "causal", False)), tok.vocab_size
+    if causal: masked = next_positions(tok, max_sentences, seed, read_length(run, model))  # no untrained position
+    else: masked = masked_positions(tok, max_sentences, seed, max_length(model))
+    counts = corpus_counts(run, tok, corpus, causal=causal)
+    keys = causal_keys(masked.before2, masked.before, V) if causal else context_keys(masked.before, masked.after, V)
+    est = {o: estimates(counts[o], k, V) for o, k in keys.items()}
     rows, kl = step_measures(masked_logprobs(model, masked, device), masked, est)
-    scores = [s for o in ORDERS
+    scores = [s for o in est
               for s in score_rows(TASK, {o: kl[o]}, [e for e, k in zip(masked.examples, est[o].kept) if k])]
     settings = [dict(task=TASK, name="max_sentences", value=max_sentences), dict(task=TASK, name="seed", value=seed)]
     if write: write_results(run, ANALYSIS, step, rows, settings=settings, scores=scores)
     return pd.DataFrame(rows, columns=["task", "metric", "value", "n"])
 
 # %% ../../nbs/08b_ngram.ipynb #29c0e01d
-def applies_to(run) -> str | None:
-    "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
-    if (why := series_lacks(run, "mlm_head")): return why
-    if not Run.of(run).settings: return "no training corpus is recorded for this series (its n-gram estimates need one)"
+def applies_to(run, corpus=None) -> str | None:
+    ("None where this analysis runs on the series `run` (with its `corpus` option); else why not, in one line (the "
+     "sweep prints it, runs the rest).")
+    if (why := series_lacks(run, "scores")): return why  # a masked-LM head, or a causal LM's
+    if not Run.of(run).settings and not corpus:
+        return ("no training corpus is recorded for this series (its n-gram estimates need one): name the text it "
+                "trained on with --option ngram.corpus=FILE")
     return None
 
 # %% ../../nbs/08b_ngram.ipynb #01d62e88
@@ -197,10 +232,15 @@ def ngram_results(run) -> pd.DataFrame:
     return df[["step", "metric", "value", "n"]].sort_values(["step", "metric"]).reset_index(drop=True)
 
 # %% ../../nbs/08b_ngram.ipynb #41ab544a
+def orders_of(df: pd.DataFrame) -> dict[str, str]:
+    "The orders a run's rows hold: a causal LM's (`CAUSAL_ORDERS`) or a masked LM's (`ORDERS`)."
+    return CAUSAL_ORDERS if (df.metric == "kl_left2").any() else ORDERS
+
 def curves(df: pd.DataFrame, what: str = "kl") -> pd.DataFrame:
     "Steps (rows) x orders (columns) of `what` (kl, agree or accuracy) per order."
     t = df[df.metric.str.startswith(f"{what}_")].assign(order=lambda d: d.metric.str.split("_", n=1).str[1])
-    return t.pivot_table(index="step", columns="order", values="value").reindex(columns=list(ORDERS)).sort_index()
+    wide = t.pivot_table(index="step", columns="order", values="value")
+    return wide.reindex(columns=list(orders_of(df))).sort_index()
 
 # %% ../../nbs/08b_ngram.ipynb #9b88c2c9
 LEAVE_SHARE = 0.1  # a phase is left once the KL is back up this share of the way from its lowest to its untrained value
@@ -220,7 +260,7 @@ def closest_steps(run, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
      "floor.")
     sc = read_scores(run, ANALYSIS, TASK)
     rows, rng = [], np.random.default_rng(seed)
-    for o in ORDERS:
+    for o in {**ORDERS, **CAUSAL_ORDERS}:  # those the run has
         s = sc[sc.key == o].sort_values("step")
         if s.empty: continue
         s = s[s.examples == s.examples.iloc[-1]]  # the positions the last step was scored on (another sample: left out)
@@ -240,16 +280,17 @@ def closest_steps(run, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("order")
 
 # %% ../../nbs/08b_ngram.ipynb #cc6ea26c
-ORDER_COLOURS = {"unigram": "#1b9e77", "left": "#d95f02", "right": "#7570b3", "trigram": "#e7298a"}
+ORDER_COLOURS = {"unigram": "#1b9e77", "left": "#d95f02", "right": "#7570b3", "trigram": "#e7298a", "left2": "#e7298a"}
 
 def plot_ngram(run):
     "Fig. n-gram phases: KL from each estimate to the predictions, top-1 accuracy with the n-gram baselines, agreement."
     import matplotlib.pyplot as plt
     df = ngram_results(run)
     kl, acc, agree = curves(df, "kl"), curves(df, "accuracy"), curves(df, "agree")
+    orders = orders_of(df); read = "next-piece" if orders is CAUSAL_ORDERS else "masked"
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.3), layout="constrained")
-    for o in ORDERS:
-        plot_steps(axes[0], kl.index, kl[o], run, marker=".", color=ORDER_COLOURS[o], label=f"{o}: {ORDERS[o]}")
+    for o in orders:
+        plot_steps(axes[0], kl.index, kl[o], run, marker=".", color=ORDER_COLOURS[o], label=f"{o}: {orders[o]}")
         axes[0].axhline(kl[o].iloc[0], color=ORDER_COLOURS[o], ls=":", lw=0.9)
         axes[0].plot(kl[o].idxmin(), kl[o].min(), "*", color=ORDER_COLOURS[o], ms=11)
         left = leave_steps(kl[o].to_numpy(), kl.index.to_numpy())[0]
@@ -262,7 +303,8 @@ def plot_ngram(run):
     axes[0].plot([], [], "k*", ms=9, label="closest step")
     axes[0].plot([], [], "X", color="w", mec="k", ms=8, label=f"phase left ({LEAVE_SHARE:.0%} back up)")
     axes[1].plot([], [], "k--", lw=1, label="each estimate's own accuracy (colour)")
-    labels = ["KL(estimate || model), nats", "top-1 accuracy on the masked pieces",
+    labels = ["KL(estimate || model), nats",
+              f"top-1 accuracy on the {'masked' if read == 'masked' else 'predicted'} pieces",
               "share where the top piece is the estimate's"]
     titles = ["(a) distance to each n-gram estimate", "(b) accuracy against the n-gram baselines",
               "(c) agreement with each estimate's most likely piece"]
@@ -271,8 +313,9 @@ def plot_ngram(run):
         ax.set_ylabel(y, fontsize=9); ax.set_title(t, fontsize=10); ax.grid(alpha=0.3); ax.set_ylim(bottom=0)
     fig.legend(*legend_entries(axes), fontsize=8, loc="outside lower center", ncol=4)
     n = int(df[df.metric == "accuracy"].n.max())
-    fig.suptitle(f"Beyond the paper (Chang & Bergen 2024): masked predictions against n-gram statistics of the "
-                 f"training corpus ({Run.of(run).name}; {n:,} held-out masked pieces)", fontsize=10)
+    fig.suptitle(f"Beyond the paper (Chang & Bergen 2024): {read} predictions against n-gram statistics of the "
+                 f"training corpus ({Run.of(run).name}; {n:,} held-out {'masked' if read == 'masked' else 'predicted'} "
+                 "pieces)", fontsize=10)
     return fig
 
 # %% ../../nbs/08b_ngram.ipynb #b0f5bb15
@@ -282,16 +325,17 @@ def phase_order(cs: pd.DataFrame) -> tuple[str, str]:
     if not cs.approached.all():
         return "not testable", "an estimate is never approached above the untrained model's distance"
     if not np.isfinite(cs.leaves_at["unigram"]): return "not testable", "the unigram phase is never left"
-    bi = ("left", "right")  # a bigram phase never left counts as left after the run
+    bi = tuple(b for b in ("left", "right") if b in cs.index)  # a bigram phase never left counts as left after the run
+    tri = "trigram" if "trigram" in cs.index else "left2"  # a causal LM's trigram: the two pieces before
     if (any(cs.leaves_low["unigram"] > cs.leaves_high[b] for b in bi)
-            or any(cs.low[b] > cs.high["trigram"] for b in bi)):
+            or any(cs.low[b] > cs.high[tri] for b in bi)):
         return "not reproduced", "a bigram phase is left before the unigram phase, or the trigram is closest first"
     if (all(cs.leaves_high["unigram"] < cs.leaves_low[b] for b in bi)
-            and all(cs.high[b] < cs.low["trigram"] for b in bi)):
+            and all(cs.high[b] < cs.low[tri] for b in bi)):
         return "reproduced", ("the unigram phase is left before either bigram phase, and the trigram estimate comes "
                               "closest after both, beyond the intervals")
     if (all(cs.leaves_at["unigram"] < cs.leaves_at[b] for b in bi)
-            and all(cs.closest_step[b] < cs.closest_step["trigram"] for b in bi)):
+            and all(cs.closest_step[b] < cs.closest_step[tri] for b in bi)):
         return "partly reproduced", "the phases come in that order, but their intervals overlap"
     return "not reproduced", "the phases do not come in that order"
 
@@ -308,7 +352,8 @@ def verdict(run, cs: pd.DataFrame | None = None) -> str:
                         f", left at {step(r.leaves_at)} ({step(r.leaves_low)} to {step(r.leaves_high)})") + ")"
                      for o, r in cs.iterrows())
     status, why = phase_order(cs)
-    return (f"The masked predictions come closest to each n-gram estimate of the training corpus at step (95% interval "
+    read = "next-piece" if "left2" in cs.index else "masked"
+    return (f"The {read} predictions come closest to each n-gram estimate of the training corpus at step (95% interval "
             f"over resampled positions; then the step where they leave it): {said}. Chang and Bergen's order (the "
             f"unigram phase left first, then the bigram ones, the trigram estimate reached last) is {status} on this "
             f"run: {why}.")
