@@ -549,3 +549,19 @@ def test_ngram_runs_on_a_causal_trainer_series_given_its_corpus(tmp_path, monkey
     assert list(cs.index) == ["unigram", "left", "left2"]
     assert N.verdict(run, cs).startswith("The next-piece predictions come closest")
     assert (run / "figures" / "fig_ngram_phases.png").stat().st_size > 0
+
+
+def test_reconstruction_runs_on_a_causal_trainer_series(tmp_path, monkeypatch, capsys):
+    "Issue 78: reconstruction on a causal (GPT-NeoX) Trainer series as next-word prediction by part of speech, with its floor."
+    from embryo.analyses import reconstruction as R
+    from embryo.analyses.sweep import sweep
+    monkeypatch.chdir(tmp_path)
+    run = as_run(trainer_series("gpt-neox"), tmp_path / "runs" / "neox")
+    assert R.applies_to(run) is None
+    t = sweep(run, ["reconstruction"], mode="inprocess", options={"reconstruction": dict(max_words=40)}, progress=False)
+    assert "reconstruction: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
+    assert not t.attrs.get("failed"), t.attrs
+    assert set(read_results(run, "reconstruction").task) == {R.NEXT, R.FLOOR} and R.tasks_of(run) == (R.NEXT,)
+    assert list(R.curves(run, R.NEXT, "pos").index) == STEPS
+    assert R.verdict(run).startswith("Next-word prediction:")
+    assert (run / "figures" / "fig1_reconstruction_by_pos.png").stat().st_size > 0

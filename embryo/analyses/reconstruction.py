@@ -23,17 +23,18 @@ from ..text.sentences import (FUNCTION_WORDS, POS_CLASSES, VERB_FORMS, Sentence,
 from ..config import atomic_write
 from ..model.model import autocast
 from ..runs.run import Run, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length
-from ..runs.settings import corpus_file
+from ..runs.settings import corpus_file, read_length
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_results, markdown_table, score_rows, binomial_se
 from ..runs.verdicts import Rise, apart, half_rise, learned, mean_rise, order, in_plain_words  # the rules every verdict follows (03b)
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'FREQ_BINS', 'LEARNED', 'FLOOR', 'GROUP_SETS', 'PLAIN_NAMES', 'REPORT', 'token_counts', 'token_ranks',
-           'freq_bin', 'Item', 'select_words', 'accuracy_rows', 'word_scores', 'score_words', 'evaluate_words',
-           'evaluate_model', 'floor_rows', 'evaluate_step', 'applies_to', 'curves', 'floors', 'learned_groups',
-           'half_rises', 'half_steps', 'learning_order', 'redraw', 'verdict', 'group_order', 'verdicts']
+__all__ = ['ANALYSIS', 'FREQ_BINS', 'TASKS', 'NEXT', 'LEARNED', 'FLOOR', 'GROUP_SETS', 'PLAIN_NAMES', 'REPORT', 'token_counts',
+           'token_ranks', 'freq_bin', 'Item', 'select_words', 'task_rows', 'accuracy_rows', 'word_scores',
+           'score_words', 'next_words', 'evaluate_words', 'evaluate_model', 'floor_rows', 'evaluate_step', 'applies_to',
+           'tasks_of', 'curves', 'floors', 'learned_groups', 'half_rises', 'half_steps', 'learning_order', 'redraw',
+           'verdict', 'group_order', 'verdicts']
 
 # %% ../../nbs/04_reconstruction.ipynb #ca174f21
 ANALYSIS = "reconstruction"  # the `analysis` name of this notebook's rows in the results database
@@ -146,22 +147,29 @@ def _predict(model, seqs: list[tuple[list[int], list[int]]], tok, device, precis
     return out
 
 # %% ../../nbs/04_reconstruction.ipynb #d51aee7c
-def accuracy_rows(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[bool]) -> list[dict]:
-    "Result rows: accuracy per group (and over all words) for both tasks; `n` is the number of words."
+TASKS = ("reconstruction", "mask_prediction")  # a masked LM's two tasks (Fig. 1's panels)
+NEXT = "next_prediction"  # a causal LM's: each word's pieces predicted from the words before it
+
+def task_rows(items: Sequence[Item], hits_by_task: dict[str, Sequence[bool]]) -> list[dict]:
+    "Result rows: accuracy per group (and over all words) for each task; `n` is the number of words."
     rows = []
-    for task, hits in (("reconstruction", recon), ("mask_prediction", masked)):
+    for task, hits in hits_by_task.items():
         by = {}
         for it, h in zip(items, hits):
             for g in (*it.groups, "all"): by.setdefault(g, []).append(bool(h))
         rows += [dict(task=task, metric=g, value=float(np.mean(v)), n=len(v)) for g, v in sorted(by.items())]
     return rows
 
+def accuracy_rows(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[bool]) -> list[dict]:
+    "`task_rows` of a masked LM's two tasks."
+    return task_rows(items, dict(zip(TASKS, (recon, masked))))
+
 # %% ../../nbs/04_reconstruction.ipynb #8263343e
-def word_scores(items: Sequence[Item], recon: Sequence[bool], masked: Sequence[bool]) -> list[dict]:
+def word_scores(items: Sequence[Item], hits_by_task: dict[str, Sequence[bool]]) -> list[dict]:
     """Every word's score, for resampling the words (`embryo.experiments.seeds.multibootstrap`): per task, key `correct`, 1 or 0 a
     word; each word described as `<sentence>:<start>-<end>` and its groups, '|' between."""
     words = ["|".join((f"{it.sentence}:{it.start}-{it.end}", *it.groups)) for it in items]
-    return [s for task, hits in (("reconstruction", recon), ("mask_prediction", masked))
+    return [s for task, hits in hits_by_task.items()
             for s in score_rows(task, {"correct": np.asarray(hits, dtype=float)}, words)]
 
 # %% ../../nbs/04_reconstruction.ipynb #91aea8cd
@@ -184,6 +192,24 @@ def score_words(model, tok, ids_all: list[list[int]], items: Sequence[Item], dev
     masked = [bool((got == np.array(ids_all[it.sentence][it.start:it.end])).all())
               for it, got in zip(items, _predict(model, seqs, tok, device))]
     return recon, masked
+
+# %% ../../nbs/04_reconstruction.ipynb #3f8dc63f
+@torch.no_grad()
+def next_words(model, tok, ids_all: list[list[int]], items: Sequence[Item], device="cpu",
+               precision: str = "auto") -> list[bool]:
+    "Whether the causal LM `model` predicts every piece of each of `items` from the pieces before it."
+    used = sorted({it.sentence for it in items})
+    top = {}
+    for idx in _batches([(ids_all[s], []) for s in used]):
+        L = max(len(ids_all[used[i]]) for i in idx) + 1
+        ids = torch.zeros((len(idx), L), dtype=torch.long); att = torch.zeros_like(ids)
+        for r, i in enumerate(idx):
+            s = ids_all[used[i]]; ids[r, :len(s) + 1] = torch.tensor([tok.start_id, *s]); att[r, :len(s) + 1] = 1
+        with autocast(device, precision): logits = model.model(input_ids=ids.to(device), attention_mask=att.to(device)).logits
+        pred = logits.argmax(-1).cpu().numpy()  # position p predicts the sentence's piece p (after the start token)
+        for r, i in enumerate(idx): top[used[i]] = pred[r, :len(ids_all[used[i]])]
+    return [bool((top[it.sentence][it.start:it.end] == np.array(ids_all[it.sentence][it.start:it.end])).all())
+            for it in items]
 
 # %% ../../nbs/04_reconstruction.ipynb #cec404cd
 def evaluate_words(model, tok, sentences: Sequence[Sentence], ranks: np.ndarray, max_words: int = 300,
@@ -223,20 +249,27 @@ def evaluate_step(run, step: int | None = None, device: str = "cpu", max_words: 
     sentences = sentences if sentences is not None else tagged_sentences()
     ranks = token_ranks(token_counts(run, tok), tok.special_ids)
     model = load_checkpoint(run, step, device, mlm=True)
-    ids_all, items = select_words(sentences, tok, ranks, max_words, max_tokens=max_length(model) - 2)  # [CLS], [SEP]
-    recon, masked = score_words(model, tok, ids_all, items, device)
-    rows = accuracy_rows(items, recon, masked) + floor_rows(items, ids_all, ranks)
-    write_results(run, ANALYSIS, step, rows, scores=word_scores(items, recon, masked))
+    causal = getattr(model, "causal", False)  # a causal LM: no sentence longer than it trained on
+    longest = (read_length(run, model, 512) if causal else max_length(model)) - 2  # [CLS] and [SEP], or room
+    ids_all, items = select_words(sentences, tok, ranks, max_words, max_tokens=longest)
+    if causal: hits = {NEXT: next_words(model, tok, ids_all, items, device)}
+    else: hits = dict(zip(TASKS, score_words(model, tok, ids_all, items, device)))
+    rows = task_rows(items, hits) + floor_rows(items, ids_all, ranks)
+    write_results(run, ANALYSIS, step, rows, scores=word_scores(items, hits))
     return pd.DataFrame(rows)
 
 # %% ../../nbs/04_reconstruction.ipynb #e09d4bfa
 def applies_to(run) -> str | None:
     "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
-    return series_lacks(run, "mlm_head")
+    return series_lacks(run, "scores")  # a masked-LM head, or a causal LM's (next-word prediction)
 
 # %% ../../nbs/04_reconstruction.ipynb #c8461a87
 GROUP_SETS = {"fig1": ("pos", POS_CLASSES, "part of speech"), "fig7": ("verb", VERB_FORMS, "verb form"),
               "fig8": ("freq", tuple(f"{lo}-{hi}" for lo, hi in FREQ_BINS), "token frequency rank")}
+
+def tasks_of(run) -> tuple[str, ...]:
+    "The tasks the run's rows hold: a masked LM's two (`TASKS`), or a causal LM's next-word prediction."
+    return (NEXT,) if len(read_results(run, ANALYSIS, task=NEXT)) else TASKS
 
 def curves(run, task: str, kind: str) -> pd.DataFrame:
     "Accuracy over steps (rows) per group of `kind` (columns: 'pos', 'verb' or 'freq') for `task`."
@@ -280,7 +313,8 @@ def half_steps(t: pd.DataFrame, fl: pd.Series | dict | None = None) -> pd.Series
     return pd.Series({c: r.step for c, r in half_rises(t, fl).items()}, index=list(t.columns), dtype=float)
 
 # %% ../../nbs/04_reconstruction.ipynb #52290254
-PLAIN_NAMES = {"mask_prediction": "mask prediction", "past_participle": "past participle",
+PLAIN_NAMES = {"mask_prediction": "mask prediction", "next_prediction": "next-word prediction",
+               "past_participle": "past participle",
                "3rd_singular": "3rd singular"}  # the verdicts' keys, in the paper's words (`in_plain_words`)
 
 def _order_text(fw: Rise, cw: Rise, steps) -> str:
@@ -302,7 +336,7 @@ def learning_order(run) -> tuple[pd.DataFrame, str]:
      "learned first'.")
     table, verdicts = {}, []
     fl = floors(run, "pos")
-    for task in ("reconstruction", "mask_prediction"):
+    for task in tasks_of(run):
         t = curves(run, task, "pos")
         if t.empty: continue
         learned = learned_groups(run, task, "pos", t)
@@ -328,9 +362,10 @@ def learning_order(run) -> tuple[pd.DataFrame, str]:
 def _plot_set(run, fig_id: str):
     import matplotlib.pyplot as plt
     kind, groups, what = GROUP_SETS[fig_id]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    tasks = tasks_of(run)
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.5 * len(tasks)), sharex=True, squeeze=False)
     fl = floors(run, kind)
-    for row, task in enumerate(("reconstruction", "mask_prediction")):
+    for row, task in enumerate(tasks):
         t = curves(run, task, kind)
         learned = learned_groups(run, task, kind, t) if len(t) else []
         for col, rescale in enumerate((True, False)):
@@ -342,14 +377,15 @@ def _plot_set(run, fig_id: str):
                 if not rescale and g in fl: ax.axhline(fl[g], color=f"C{i}", ls=":", lw=1)
             if not ax.lines: ax.text(0.5, 0.5, "no group clears its most-frequent-token floor:\nnothing to rescale",
                                      ha="center", va="center", transform=ax.transAxes, color="0.4")
-            step_axis(ax, t.index, label="pretraining step (symlog)" if row == 1 else None, run=run)
+            step_axis(ax, t.index, label="pretraining step (symlog)" if row == len(tasks) - 1 else None, run=run)
             ax.set_ylabel(("accuracy / accuracy at last step" if rescale else "accuracy") + " (fraction)")
-            ax.set_title(f"({'ab'[row]}) {task.replace('_', ' ')}, {'rescaled' if rescale else 'raw'}")
+            ax.set_title(f"({'ab'[row]}) {PLAIN_NAMES.get(task, task)}, {'rescaled' if rescale else 'raw'}")
             ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=f"C{i}", marker=".", label=g.replace("_", " ")) for i, g in enumerate(groups)]
     if len(fl): handles.append(plt.Line2D([], [], color="0.3", ls=":", label="floor: always the most frequent token"))
     num = {"fig1": "1", "fig7": "7", "fig8": "8"}[fig_id]
-    fig.suptitle(f"Fig. {num}: token reconstruction and mask prediction by {what} ({Run.of(run).name})")
+    said = "next-word prediction" if tasks == (NEXT,) else "token reconstruction and mask prediction"
+    fig.suptitle(f"Fig. {num}: {said} by {what} ({Run.of(run).name})")
     fig.tight_layout()
     # beside the panels, not over their curves
     fig.legend(*legend_entries(axes, handles), title=what, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
@@ -397,7 +433,7 @@ def group_order(run, fig_id: str) -> dict[str, tuple[pd.Series, list]]:
     "Per task: each learned group's half-rise step above its floor (in Fig. 7's or 8's group order), and the groups not learned."
     kind, groups, _ = GROUP_SETS[fig_id]
     out = {}
-    for task in ("reconstruction", "mask_prediction"):
+    for task in tasks_of(run):
         t = curves(run, task, kind)
         if t.empty: continue
         t = t.reindex(columns=[g for g in groups if g in t])
@@ -415,7 +451,7 @@ def verdicts(run) -> dict[str, str]:
                                 ("fig8", "fig8_frequency", "frequent tokens are learned before rare ones")):
         parts = []
         kind, groups, _ = GROUP_SETS[fig_id]; fl_ = floors(run, kind)
-        t_ = {task: curves(run, task, kind) for task in ("reconstruction", "mask_prediction")}
+        t_ = {task: curves(run, task, kind) for task in tasks_of(run)}
         for task, (h, unlearned) in group_order(run, fig_id).items():
             off = (f". Below {LEARNED:.0%} or not above the most-frequent-token floor at the last step: "
                    f"{', '.join(unlearned)}"
