@@ -565,3 +565,24 @@ def test_reconstruction_runs_on_a_causal_trainer_series(tmp_path, monkeypatch, c
     assert list(R.curves(run, R.NEXT, "pos").index) == STEPS
     assert R.verdict(run).startswith("Next-word prediction:")
     assert (run / "figures" / "fig1_reconstruction_by_pos.png").stat().st_size > 0
+
+
+def test_knowledge_runs_on_a_causal_trainer_series(tmp_path, monkeypatch, capsys):
+    """Issue 78: the knowledge probe on a causal (GPT-NeoX, byte-level BPE) Trainer series: the templates whose answer
+    ends the sentence, each answer read as written after a space; the others give no queries."""
+    from embryo.analyses import knowledge as K
+    from embryo.analyses.sweep import sweep
+    from embryo.text.tokenizer import load_tokenizer
+    monkeypatch.chdir(tmp_path)
+    run = as_run(trainer_series("gpt-neox"), tmp_path / "runs" / "neox")
+    assert K.applies_to(run) is None
+    tok = load_tokenizer(run)
+    assert K.next_cloze(tok, "[Y] is the capital of [X] .", "France") is None  # the answer is not last
+    ids, pos = K.next_cloze(tok, "[X] is a subclass of [Y] .", "dog")
+    assert ids[0] == tok.start_id and pos == len(ids) - 1 and tok.decode(ids[1:]).strip() == "dog is a subclass of"
+    t = sweep(run, ["knowledge"], mode="inprocess", progress=False)
+    assert "knowledge: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
+    assert not t.attrs.get("failed"), t.attrs
+    res = K.knowledge_results(run)
+    assert set(res.step) == set(STEPS) and (res[res.metric == "p@1"].n > 0).all() and "P279" in set(res.task), res
+    assert (run / "figures" / "fig6_world_knowledge.png").stat().st_size > 0

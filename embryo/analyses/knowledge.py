@@ -32,10 +32,10 @@ from ..text.facts import TABLE8, RELATION_LABELS, Relation, select_relations, lo
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'METRICS', 'FIG6_RELATIONS', 'FLOOR_STYLE', 'REPORT', 'FORGET_DROP', 'relation_colour', 'cloze_ids',
-           'Query', 'answer_sets', 'build_queries', 'relation_table', 'top1', 'fact_hits', 'precision_at_1',
-           'common_vocabulary', 'mask_logits', 'predict', 'model_sentences', 'ConstantModel', 'evaluate_step',
-           'applies_to', 'knowledge_results', 'fig6_relations', 'constant_floor', 'plot_fig6', 'plot_fig14', 'table9',
-           'redraw', 'forgotten', 'verdict']
+           'Query', 'spaced_token_id', 'next_cloze', 'answer_sets', 'build_queries', 'relation_table', 'top1',
+           'fact_hits', 'precision_at_1', 'common_vocabulary', 'mask_logits', 'predict', 'model_sentences',
+           'ConstantModel', 'evaluate_step', 'applies_to', 'knowledge_results', 'fig6_relations', 'constant_floor',
+           'plot_fig6', 'plot_fig14', 'table9', 'redraw', 'forgotten', 'verdict']
 
 # %% ../../nbs/06_knowledge.ipynb #bba2ed36
 ANALYSIS = "knowledge"  # the `analysis` name of this notebook's rows in the results database
@@ -80,13 +80,28 @@ class Query:
     input_ids: list
     mask_pos: int
 
+# %% ../../nbs/06_knowledge.ipynb #32438fb9
+def spaced_token_id(tok, label: str) -> int | None:
+    "The id of `label` written after a space (as it follows the words before it), if that is one non-special token."
+    a, ids = tok.encode("a"), tok.encode("a " + label)
+    rest = ids[len(a):] if ids[:len(a)] == a else []
+    return rest[0] if len(rest) == 1 and rest[0] not in tok.special_ids else None
+
+def next_cloze(tok, template: str, subject: str) -> tuple[list[int], int] | None:
+    "A causal LM's cloze: a beginning token and the words before the answer, and the position that predicts it."
+    left, right = render(template, subject, mask="\0").split("\0")
+    if right.strip() not in ("", ".", "?"): return None  # the answer does not end the sentence
+    ids = [tok.start_id, *(tok.encode(left.rstrip()) if left.strip() else [])]
+    return ids, len(ids) - 1
+
 # %% ../../nbs/06_knowledge.ipynb #60c2b027
-def answer_sets(rel: Relation, tok, cache: dict | None = None) -> dict[str, dict[str, int]]:
-    "subject -> {object: id} of its single-token objects, for subjects that have one, in fact order."
+def answer_sets(rel: Relation, tok, cache: dict | None = None, causal: bool = False) -> dict[str, dict[str, int]]:
+    ("subject -> {object: id} of its single-token objects, for subjects that have one, in fact order (`causal`: the "
+     "object as written after a space, `spaced_token_id`).")
     cache = {} if cache is None else cache
     out = {}
     for s, o in rel.facts:
-        if o not in cache: cache[o] = single_token_id(tok, o)
+        if o not in cache: cache[o] = spaced_token_id(tok, o) if causal else single_token_id(tok, o)
         if cache[o] is not None:
             a = out.setdefault(s, {})
             if cache[o] not in a.values(): a[o] = cache[o]
@@ -96,13 +111,15 @@ def answer_sets(rel: Relation, tok, cache: dict | None = None) -> dict[str, dict
 def build_queries(rel: Relation, tok,
                   max_facts: int | None = 1000, # queries per relation at most (None: all)
                   max_length: int = 512, # the model's position table: longer queries are skipped
-                  answers: dict | None = None # `answer_sets(rel, tok)`, if already computed
+                  answers: dict | None = None, # `answer_sets(rel, tok)`, if already computed
+                  causal: bool = False, # a causal LM's cloze (`next_cloze`): none where the answer is not last
                  ) -> list[Query]:
     "The cloze queries of a relation whose answer is a single token, at most `max_facts`."
     out = []
-    for s, a in (answer_sets(rel, tok) if answers is None else answers).items():
+    for s, a in (answer_sets(rel, tok, causal=causal) if answers is None else answers).items():
         if max_facts is not None and len(out) >= max_facts: break
-        ids, pos = cloze_ids(tok, rel.template, s)
+        if causal and (c := next_cloze(tok, rel.template, s)) is None: return []
+        ids, pos = c if causal else cloze_ids(tok, rel.template, s)
         if len(ids) <= max_length: out.append(Query(rel.id, s, tuple(a), tuple(a.values()), ids, pos))
     return out
 
@@ -157,14 +174,16 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tens
 def mask_logits(model, queries: Sequence[Query], pad_id: int = 0, device="cpu",
                 batch_size: int = 256) -> Iterator[tuple[list[int], torch.Tensor]]:
     "(query indices, (b, V) scores at their [MASK]) per batch of similar-length queries."
-    scores_masked_only = "logits" in inspect.signature(model.forward).parameters
+    causal = getattr(model, "causal", False)  # its next-piece scores, at the position before the answer
+    scores_masked_only = not causal and "logits" in inspect.signature(model.forward).parameters
     order = sorted(range(len(queries)), key=lambda i: len(queries[i].input_ids))
     for s in range(0, len(order), batch_size):
         idx = order[s:s + batch_size]
         ids, mask, types = _pad([queries[i].input_ids for i in idx], pad_id, device)
         rows, pos = torch.arange(len(idx), device=device), torch.tensor([queries[i].mask_pos for i in idx],
                                                                         device=device)
-        if scores_masked_only:
+        if causal: yield idx, model.model(input_ids=ids, attention_mask=mask).logits[rows, pos].float()
+        elif scores_masked_only:
             labels = torch.full_like(ids, -100); labels[rows, pos] = ids[rows, pos]  # marks where to score
             yield idx, model(ids, mask, types, labels=labels, logits="masked").prediction_logits.float()
         else:
@@ -187,6 +206,9 @@ def model_sentences(model, queries: Sequence[Query], tok, device="cpu") -> list[
     "The sentence the model writes for each query: its top token at every position between [CLS] and [SEP], decoded."
     if not queries: return []
     ids, mask, types = _pad([q.input_ids for q in queries], tok.pad_id, device)
+    if getattr(model, "causal", False):  # the words before the answer, and its top next piece
+        top = model.model(input_ids=ids, attention_mask=mask).logits.argmax(-1).cpu()
+        return [tok.decode(q.input_ids[1:] + [int(top[i, q.mask_pos])]) for i, q in enumerate(queries)]
     pred = model(ids, mask, types).prediction_logits.argmax(-1).cpu()
     return [tok.decode(pred[i, 1:len(q.input_ids) - 1].tolist()) for i, q in enumerate(queries)]
 
@@ -219,11 +241,11 @@ def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlit
     tok = load_tokenizer(run)
     allrels = load_facts(facts)
     chosen = select_relations(allrels, relations)
-    cache = {}
-    answers = {r: answer_sets(rel, tok, cache) for r, rel in allrels.items()}
+    cache, causal = {}, bool(getattr(model, "causal", False))
+    answers = {r: answer_sets(rel, tok, cache, causal) for r, rel in allrels.items()}
     common = common_vocabulary(answers)
     max_len = getattr(getattr(model, "config", None), "max_position_embeddings", 512)
-    queries = {r: build_queries(allrels[r], tok, max_facts, max_len, answers[r]) for r in chosen}
+    queries = {r: build_queries(allrels[r], tok, max_facts, max_len, answers[r], causal) for r in chosen}
     flat = [q for r in chosen for q in queries[r]]
     full, com = predict(model, flat, common, tok.pad_id, device, batch_size) if flat else ([], [])
     rows, samples, scores, tracked, k = [], [], [], [], 0
@@ -249,7 +271,8 @@ def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlit
 # %% ../../nbs/06_knowledge.ipynb #4da4e9b9
 def applies_to(run) -> str | None:
     "None where this analysis runs on the series `run`; else why not, in one line (the sweep prints it, runs the rest)."
-    if why := series_lacks(run, "mlm_head"): return why
+    if why := series_lacks(run, "scores"): return why  # a masked-LM head, or a causal LM's (answers at the end)
+    if Run.of(run).kind == "causal-lm": return None  # answers read as written after a space, in any tokenizer
     try: tok = load_tokenizer(run)
     except FileNotFoundError: return None  # the analysis itself names what is missing
     if tok.encode("the city") != tok.encode(" the city"):  # byte-level BPE: "Ġthe" after a space, "the" at the start
