@@ -42,7 +42,7 @@ def _tokenizer(kind: str, lines: list[str]):
         t.train_from_iterator(lines, vocab_size=SERIES["vocab_size"], show_progress=False)
         return BertTokenizerFast(tokenizer_object=t._tokenizer)
     t = ByteLevelBPETokenizer()
-    if kind == "gpt-neox":  # Pythia's kind: byte-level BPE, one special token, no [CLS]/[SEP] around a text
+    if kind in ("gpt-neox", "gpt2"):  # GPT-2's and Pythia's kind: byte-level BPE, one special token, no [CLS]/[SEP]
         from transformers import PreTrainedTokenizerFast
         t.train_from_iterator(lines, vocab_size=SERIES["vocab_size"], show_progress=False, special_tokens=[EOT])
         return PreTrainedTokenizerFast(tokenizer_object=t._tokenizer, bos_token=EOT, eos_token=EOT, unk_token=EOT, pad_token=EOT)
@@ -52,19 +52,24 @@ def _tokenizer(kind: str, lines: list[str]):
 
 
 def _model(kind: str, tok):
-    from transformers import BertConfig, BertForMaskedLM, GPTNeoXConfig, GPTNeoXForCausalLM, RobertaConfig, RobertaForMaskedLM
+    from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM,
+                              RobertaConfig, RobertaForMaskedLM)
     size = dict(vocab_size=len(tok), hidden_size=SERIES["hidden_size"], num_hidden_layers=SERIES["layers"],
                 num_attention_heads=SERIES["heads"], intermediate_size=2 * SERIES["hidden_size"])
     if kind == "gpt-neox":
         return GPTNeoXForCausalLM(GPTNeoXConfig(**size, max_position_embeddings=128, bos_token_id=tok.bos_token_id,
                                                 eos_token_id=tok.eos_token_id))
+    if kind == "gpt2":
+        return GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=SERIES["hidden_size"], n_layer=SERIES["layers"],
+                                          n_head=SERIES["heads"], n_positions=128, bos_token_id=tok.bos_token_id,
+                                          eos_token_id=tok.eos_token_id))
     if kind == "bert": return BertForMaskedLM(BertConfig(**size, max_position_embeddings=128))
     return RobertaForMaskedLM(RobertaConfig(**size, max_position_embeddings=130, type_vocab_size=1, pad_token_id=tok.pad_token_id,
                                             bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
 
 
 def trainer_series(kind: str) -> Path:
-    """A Trainer's output_dir (checkpoint-4/, -8/, -12/) of a tiny `kind` ('bert', 'roberta' masked LM or 'gpt-neox' causal LM) trained on the
+    """A Trainer's output_dir (checkpoint-4/, -8/, -12/) of a tiny `kind` ('bert', 'roberta' masked LM or 'gpt-neox', 'gpt2' causal LM) trained on the
     first sentences of the built-in corpus; built once (about 15 s) and cached under the data dir."""
     import transformers
     key = hashlib.sha256(json.dumps([kind, SERIES, transformers.__version__]).encode()).hexdigest()[:10]
@@ -85,7 +90,8 @@ def trainer_series(kind: str) -> Path:
                                  learning_rate=SERIES["learning_rate"], seed=SERIES["seed"], save_only_model=True,
                                  report_to=[], use_cpu=True, disable_tqdm=True)
         Trainer(model=model, args=args, train_dataset=data, processing_class=tok,
-                data_collator=DataCollatorForLanguageModeling(tok, mlm=kind != "gpt-neox", mlm_probability=0.15)).train()
+                data_collator=DataCollatorForLanguageModeling(tok, mlm=kind not in ("gpt-neox", "gpt2"),
+                                                             mlm_probability=0.15)).train()
         shutil.rmtree(out, ignore_errors=True)
         os.rename(tmp, out)
     return out
@@ -586,3 +592,40 @@ def test_knowledge_runs_on_a_causal_trainer_series(tmp_path, monkeypatch, capsys
     res = K.knowledge_results(run)
     assert set(res.step) == set(STEPS) and (res[res.metric == "p@1"].n > 0).all() and "P279" in set(res.task), res
     assert (run / "figures" / "fig6_world_knowledge.png").stat().st_size > 0
+
+
+
+def test_every_analysis_and_the_report_on_a_gpt2_trainer_series(tmp_path, monkeypatch, capsys):
+    """Issue 78, done when: on a GPT-2 Trainer series every analysis that can read a causal LM runs in one sweep (its
+    text named where one needs it), each that cannot says why in one line, and `embryo report` draws them."""
+    from embryo.analyses.sweep import ANALYSES, sweep
+    from embryo.cli import main
+    from embryo.text.sentences import tagged_sentences
+    from embryo.train.fixtures import corpus_slice
+    from test_notebooks import OPTIONS
+    monkeypatch.chdir(tmp_path)
+    out = trainer_series("gpt2")
+    lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]
+    train = tmp_path / "train.txt"; train.write_text("\n\n".join("\n".join(lines[i:i + 10]) for i in range(0, 200, 10)) + "\n")
+    held = tmp_path / "held.txt"
+    held.write_text("\n\n".join("\n".join(" ".join(s.words).lower() for s in tagged_sentences()[i:i + 10])
+                                for i in range(0, 200, 10)) + "\n")
+    opts = {a: dict(OPTIONS.get(nb.split("_")[0], {})) for a, nb in ANALYSES.items()}
+    opts.update(QUICK, memorization=dict(train_text=str(train), heldout_text=str(held), n_chunks=2),
+                ngram=dict(corpus=str(train), max_sentences=200), glue=dict(max_train_examples=32, max_dev_examples=50,
+                                                                            seeds=1),
+                induction=dict(n_sequences=8), lens=dict(n_sentences=64), knowledge=dict(max_facts=50),
+                grammar=dict(n_pairs=20), aoa=dict(max_occurrences=2))
+    t = sweep(out, None, mode="inprocess", options=opts, steps=[STEPS[-1]], progress=False)
+    said = capsys.readouterr().out
+    not_run = {l.split(":")[0] for l in said.splitlines() if ": not run:" in l}
+    assert not_run <= {"exposure"}, said  # only the injected facts' analysis cannot read this series
+    assert (t == "done").all().all() and not t.attrs.get("failed"), (t, said)
+    assert set(t.index) == set(ANALYSES) - not_run
+    run, figs = tmp_path / "runs" / out.name, tmp_path / "report"
+    rc = main(["report", "--run", str(run), "--figures", str(figs)])
+    o = capsys.readouterr()
+    assert rc == 0 and not any("failed:" in l for l in (o.out + o.err).splitlines()), o
+    page = (figs / "index.html").read_text()
+    for f in ("fig_lens", "fig_memorization", "fig_induction", "fig_llc", "fig1_reconstruction_by_pos"):
+        assert f in page, f
