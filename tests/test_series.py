@@ -202,7 +202,8 @@ def test_a_bare_encoder_series_leaves_out_what_needs_a_head(tmp_path, monkeypatc
     assert list(t.index) == ["attention"] and list(t.columns) == [4000, 8000, 12000] and (t == "done").all().all(), t
     skipped = [l for l in said if "not run" in l]
     assert [l.split(":")[0] for l in skipped] == ["reconstruction", "knowledge"], said
-    assert all("bert encoder models (BertModel); this analysis needs the vocabulary scores of a masked-LM head" in l for l in skipped)
+    assert all("bert encoder models (BertModel); this analysis needs the vocabulary scores of a masked-LM or causal-LM "
+               "head" in l for l in skipped)
     run = Run(tmp_path / "runs" / "multiberts")
     assert run.kind == "encoder" and not load_hf_model(run.checkpoint(4000)).has_mlm_head
     assert type(run.tokenizer()).__name__ == "HFTokenizer"  # from vocab.txt alone, through transformers
@@ -210,17 +211,15 @@ def test_a_bare_encoder_series_leaves_out_what_needs_a_head(tmp_path, monkeypatc
 
 def test_a_causal_lm_trainer_series_gets_the_encoder_analyses(tmp_path, monkeypatch, capsys):
     """A GPT-NeoX (Pythia's architecture) trained by Trainer, byte-level BPE with no [CLS]/[SEP]: probing, similarity,
-    attention and syntax read its decoder's hidden states and causal attention maps; reconstruction and knowledge say
-    in one line that it has no masked-LM head."""
+    attention and syntax read its decoder's hidden states and causal attention maps; reconstruction and knowledge read
+    its next-piece scores (issue 78), so nothing is left out."""
     from embryo.analyses.sweep import sweep
     out = trainer_series("gpt-neox")
     monkeypatch.chdir(tmp_path)
     t = sweep(out, ENCODER + ["reconstruction", "knowledge"], mode="inprocess", options=QUICK, progress=False)
     said = [l for l in capsys.readouterr().out.splitlines() if "not run" in l]
-    assert sorted(t.index) == sorted(ENCODER) and list(t.columns) == STEPS and (t == "done").all().all(), t
-    assert [l.split(":")[0] for l in said] == ["reconstruction", "knowledge"], said
-    assert all("gpt_neox causal-lm models (GPTNeoXForCausalLM); this analysis needs the vocabulary scores of a "
-               "masked-LM head" in l for l in said), said
+    assert sorted(t.index) == sorted(ENCODER + ["reconstruction", "knowledge"]) and list(t.columns) == STEPS, t
+    assert (t == "done").all().all() and not said, (t, said)
     run = Run(tmp_path / "runs" / out.name)
     assert run.kind == "causal-lm" and (run.tokenizer().prefix, run.tokenizer().n_added) == (0, 0)
     L, H = SERIES["layers"], SERIES["heads"]
@@ -236,7 +235,7 @@ def test_a_causal_lm_trainer_series_gets_the_encoder_analyses(tmp_path, monkeypa
 
 
 def test_a_gpt2_series_named_like_hub_revisions(tmp_path, monkeypatch, capsys):
-    "GPT-2 checkpoints saved as step1000/, step2000/ (Pythia's revision names): attention runs, reconstruction says why."
+    "GPT-2 checkpoints saved as step1000/, step2000/ (Pythia's revision names): attention and reconstruction (next-word) run."
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
     from embryo.analyses.sweep import sweep
     tok = AutoTokenizer.from_pretrained(trainer_series("roberta") / "checkpoint-4")
@@ -247,8 +246,8 @@ def test_a_gpt2_series_named_like_hub_revisions(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     t = sweep(tmp_path / "pythia-like", ["attention", "reconstruction"], mode="inprocess", options=QUICK, progress=False)
     said = [l for l in capsys.readouterr().out.splitlines() if "not run" in l]
-    assert list(t.index) == ["attention"] and list(t.columns) == [1000, 2000] and (t == "done").all().all(), t
-    assert len(said) == 1 and said[0].startswith("reconstruction") and "gpt2 causal-lm models (GPT2LMHeadModel)" in said[0]
+    assert list(t.index) == ["attention", "reconstruction"] and list(t.columns) == [1000, 2000], t
+    assert (t == "done").all().all() and not said, said
     assert Run(tmp_path / "runs" / "pythia-like").steps == [1000, 2000]
 
 
@@ -258,7 +257,9 @@ def test_knowledge_says_why_it_skips_byte_level_bpe(tmp_path):
     assert knowledge.applies_to(bert) is None and reconstruction.applies_to(roberta) is None
     assert "byte-level BPE" in knowledge.applies_to(roberta) and glue.applies_to(bert) is None  # its family's own head
     from embryo.analyses import ngram  # its estimates are counted on the training text, which a Trainer series does not name
-    assert ngram.applies_to(bert) == "no training corpus is recorded for this series (its n-gram estimates need one)"
+    assert ngram.applies_to(bert) == ("no training corpus is recorded for this series (its n-gram estimates need one): "
+                                      "name the text it trained on with --option ngram.corpus=FILE")
+    assert ngram.applies_to(bert, corpus="trained_on.txt") is None  # named: it runs
     from embryo.analyses import aoa, grammar  # masked-LM scores only: any masked LM, any tokenizer
     assert grammar.applies_to(bert) is None and aoa.applies_to(roberta) is None
     from embryo.analyses import llc  # the masked-LM loss: any masked LM
