@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from ..config import temp_tag
+from .run import replace_dir
 
 # %% auto #0
 __all__ = ['RECORD', 'keep_record', 'restore_records']
@@ -27,8 +28,7 @@ def keep_record(run, dest) -> Path:
     tmp = out.with_name(f".{out.name}.{temp_tag()}")
     if tmp.exists(): shutil.rmtree(tmp)
     _copy_record(run, tmp)
-    if out.exists(): shutil.rmtree(out)
-    tmp.rename(out)
+    replace_dir(tmp, out)  # an older record replaced with no moment where neither is there
     return out
 
 # %% ../../nbs/02a6_records.ipynb #0b5a2554
