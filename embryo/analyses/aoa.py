@@ -20,11 +20,12 @@ from ..text.sentences import align, FUNCTION_WORDS, tagged_sentences
 from ..config import atomic_write
 from ..runs.run import (
     Run, load_checkpoint, masked_lm_at, max_length, read_run_config, resolve_step, CannotDraw)
-from ..runs.settings import corpus_file
+from ..runs.settings import TRAINED_LENGTH_ONLY, corpus_file, longest_input
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, plot_steps, save_figure, step_axis
 from ..model.model import autocast
 from ..runs.results import markdown_table, read_examples, read_results, read_scores, score_rows, write_results
+from ..runs.options import older_method_note, revised  # how its numbers are computed (notebook 03a1)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASK', 'MIN_OCCURRENCES', 'MAX_OCCURRENCES', 'MIN_DROP', 'MIN_STEPS', 'FITS_FORMAT', 'CLASS_ORDER',
@@ -118,6 +119,7 @@ def causal_surprisals(model, inputs, device="cpu", precision: str = "auto", batc
     return out
 
 # %% ../../nbs/08d_aoa.ipynb #634fb510
+@revised(2, TRAINED_LENGTH_ONLY)  # how its numbers are computed changed (notebook 03a1)
 def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
                   step: int | None = None, # the checkpoint to evaluate; None: the run's last
                   device="cpu",
@@ -128,7 +130,7 @@ def evaluate_step(run, # a run folder (checkpoints/, its tokenizer)
     run, step, tok, model = masked_lm_at(run, step, device)  # of an ELECTRA run, its generator
     occ, word_class = word_occurrences(max_occurrences=max_occurrences)
     causal = getattr(model, "causal", False)  # Chang and Bergen's left-to-right surprisal
-    inputs = (causal_inputs if causal else masked_inputs)(tok, occ, max_length(model))
+    inputs = (causal_inputs if causal else masked_inputs)(tok, occ, longest_input(run, model))
     s = (causal_surprisals if causal else surprisals)(model, inputs, device)
     s = pd.Series(s, index=[o.word for o in occ])
     per_word = s.groupby(level=0).mean().dropna().round(3)
@@ -379,5 +381,5 @@ def redraw(run, out_dir=None) -> list[Path]:
     paths.append(atomic_write(out_dir / "table_aoa_regression.md",
                               f"# Age of acquisition: what predicts it ({Run.of(run).name}; {r.attrs['words']} "
                               f"words, R^2 {r.attrs['r2']:.2f})\n\n" + markdown_table(r) + "\n" + verdict(run, ag)
-                              + "\n"))
+                              + older_method_note(run, ANALYSIS, evaluate_step) + "\n"))
     return paths

@@ -21,10 +21,11 @@ from ..text.tokenizer import load_tokenizer
 from ..text.sentences import brown_sentences
 from ..config import atomic_write
 from ..runs.run import Run, masked_lm_at, max_length, read_run_config, resolve_step
-from ..runs.settings import corpus_file, read_length
+from ..runs.settings import TRAINED_LENGTH_ONLY, corpus_file, longest_input, read_length
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import markdown_table, read_results, read_scores, score_rows, write_results
+from ..runs.options import older_method_note, revised  # how its numbers are computed (notebook 03a1)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASK', 'ORDERS', 'CAUSAL_ORDERS', 'MIN_CONTEXT', 'EVERY', 'LEAVE_SHARE', 'ORDER_COLOURS', 'REPORT',
@@ -191,6 +192,7 @@ def step_measures(lq: np.ndarray, masked: Masked, est: dict[str, Estimate]) -> t
     return rows, kl
 
 # %% ../../nbs/08b_ngram.ipynb #f9dbe4fa
+@revised(2, TRAINED_LENGTH_ONLY)  # how its numbers are computed changed (notebook 03a1)
 def evaluate_step(run, # a run folder (checkpoints/, its tokenizer, pretrain_config.json naming its corpus)
                   step: int | None = None, # the checkpoint to evaluate; None: the run's last
                   device="cpu",
@@ -203,7 +205,7 @@ def evaluate_step(run, # a run folder (checkpoints/, its tokenizer, pretrain_con
     run, step, tok, model = masked_lm_at(run, step, device)  # of an ELECTRA run, its generator
     causal, V = bool(getattr(model, "causal", False)), tok.vocab_size
     if causal: masked = next_positions(tok, max_sentences, seed, read_length(run, model))  # no untrained position
-    else: masked = masked_positions(tok, max_sentences, seed, max_length(model))
+    else: masked = masked_positions(tok, max_sentences, seed, longest_input(run, model))
     counts = corpus_counts(run, tok, corpus, causal=causal)
     keys = causal_keys(masked.before2, masked.before, V) if causal else context_keys(masked.before, masked.after, V)
     est = {o: estimates(counts[o], k, V) for o, k in keys.items()}
@@ -382,5 +384,6 @@ def redraw(run, out_dir=None) -> list[Path]:
     paths.append(atomic_write(out_dir / "table_ngram_phases.csv", t.to_csv()))
     paths.append(atomic_write(out_dir / "table_ngram_phases.md",
                               "# n-gram phases: where the predictions come closest to each estimate "
-                              f"({Run.of(run).name})\n\n" + markdown_table(t) + "\n" + verdict(run, t) + "\n"))
+                              f"({Run.of(run).name})\n\n" + markdown_table(t) + "\n" + verdict(run, t)
+                              + older_method_note(run, ANALYSIS, evaluate_step) + "\n"))
     return paths

@@ -17,6 +17,7 @@ import pandas as pd
 from ..text.tokenizer import load_tokenizer
 from ..config import atomic_write
 from ..runs.run import find_checkpoint, load_checkpoint, train_log, resolve_step, Run
+from ..runs.settings import TRAINED_LENGTH_ONLY, longest_input
 from ..runs.series import series_lacks
 from ..runs.figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
                             step_axis)
@@ -26,6 +27,7 @@ from .probe_tasks import (BUILTIN_TASKS, ONTONOTES_TASKS, SPLITS, TASKS, ProbeTa
                                          ontonotes_tasks, select_tasks)
 from .span_features import task_features
 from .probes import control_labels, micro_f1, train_probes, word_identity_f1
+from ..runs.options import older_method_note, revised  # how its numbers are computed (notebook 03a1)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'METRICS', 'REPORT', 'PLAIN_NAMES', 'PLATEAU_STEPS', 'probe_task', 'evaluate_step', 'applies_to',
@@ -81,6 +83,7 @@ def probe_task(task: ProbeTask, X: np.ndarray, kept: np.ndarray, layers: Sequenc
                             {f"layer{l}": (Y[0, te] == pred[0, j]).astype(float) for j, l in enumerate(layers)}, keys)
 
 # %% ../../nbs/07_probing.ipynb #74d9738a
+@revised(2, TRAINED_LENGTH_ONLY)  # how its numbers are computed changed (notebook 03a1)
 def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to evaluate
                   device="cpu",
@@ -110,7 +113,7 @@ def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlit
     empty = [n for n, t in built.items() if len(t) == 0]
     for n in empty: print(f"probing: {n} skipped: the data has no {n} targets")
     built = {n: t for n, t in built.items() if len(t)}
-    feats = task_features(model, tok, built, device, run if cache else None, step)
+    feats = task_features(model, tok, built, device, run if cache else None, step, max_len=longest_input(run, model))
     rows, scores = [], []
     for n, t in built.items():
         r, s = probe_task(t, *feats[n], lays, seed, **train_kw)
@@ -439,7 +442,8 @@ def selectivity_table(run, out_dir=None) -> list[Path]:
     md = (f"# Probing at step {last} ({run.name}): F1, control-task F1 and selectivity per layer\n\n"
           "Selectivity = F1 - control F1 (Hewitt & Liang 2019). Sizes are targets per split; "
           "layer 0 is the embedding output.\n\n"
-          + markdown_table(flat, index=False) + "\n" + verdict(run) + "\n")
+          + markdown_table(flat, index=False) + "\n" + verdict(run)
+          + older_method_note(run, ANALYSIS, evaluate_step) + "\n")
     return [atomic_write(out_dir / "table_probing_selectivity.md", md),
             atomic_write(out_dir / "table_probing_selectivity.csv", flat.to_csv(index=False))]
 

@@ -23,11 +23,12 @@ from ..text.sentences import (FUNCTION_WORDS, POS_CLASSES, VERB_FORMS, Sentence,
 from ..config import atomic_write
 from ..model.model import autocast
 from ..runs.run import Run, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length
-from ..runs.settings import corpus_file, read_length
+from ..runs.settings import TRAINED_LENGTH_ONLY, corpus_file, read_length
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_results, markdown_table, score_rows, binomial_se
 from ..runs.verdicts import Rise, apart, half_rise, learned, mean_rise, order, in_plain_words  # the rules every verdict follows (03b)
+from ..runs.options import older_method_note, revised  # how its numbers are computed (notebook 03a1)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'FREQ_BINS', 'TASKS', 'NEXT', 'LEARNED', 'FLOOR', 'GROUP_SETS', 'PLAIN_NAMES', 'REPORT', 'token_counts',
@@ -239,6 +240,7 @@ def floor_rows(items: Sequence[Item], ids_all: list[list[int]], ranks: np.ndarra
     return [dict(r, task=FLOOR) for r in accuracy_rows(items, hits, hits) if r["task"] == "reconstruction"]
 
 # %% ../../nbs/04_reconstruction.ipynb #2dd290ab
+@revised(2, TRAINED_LENGTH_ONLY)  # how its numbers are computed changed (notebook 03a1)
 def evaluate_step(run, step: int | None = None, device: str = "cpu", max_words: int = 300,
                   sentences=None) -> pd.DataFrame:
     ("Evaluate the checkpoint at `step` of `run` and write its rows, and every word's score, to the run's results "
@@ -249,8 +251,8 @@ def evaluate_step(run, step: int | None = None, device: str = "cpu", max_words: 
     sentences = sentences if sentences is not None else tagged_sentences()
     ranks = token_ranks(token_counts(run, tok), tok.special_ids)
     model = load_checkpoint(run, step, device, mlm=True)
-    causal = getattr(model, "causal", False)  # a causal LM: no sentence longer than it trained on
-    longest = (read_length(run, model, 512) if causal else max_length(model)) - 2  # [CLS] and [SEP], or room
+    causal = getattr(model, "causal", False)
+    longest = read_length(run, model, min(512, max_length(model))) - 2  # no sentence longer than it trained on
     ids_all, items = select_words(sentences, tok, ranks, max_words, max_tokens=longest)
     if causal: hits = {NEXT: next_words(model, tok, ids_all, items, device)}
     else: hits = dict(zip(TASKS, score_words(model, tok, ids_all, items, device)))
@@ -403,7 +405,8 @@ def redraw(run, out_dir=None) -> list[Path]:
     paths.append(atomic_write(out_dir / "table_fig1_learning_order.csv", table.to_csv()))
     paths.append(atomic_write(out_dir / "table_fig1_learning_order.md",
                               "# Fig. 1: first step at half of the rise above the most-frequent-token floor, per part of speech\n\n"
-                              + markdown_table(table) + "\n" + verdict + "\n"))
+                              + markdown_table(table) + "\n" + verdict
+                              + older_method_note(run, ANALYSIS, evaluate_step) + "\n"))
     return paths
 
 # %% ../../nbs/04_reconstruction.ipynb #ba1f4017

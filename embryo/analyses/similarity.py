@@ -22,12 +22,14 @@ from ..config import atomic_write
 from ..runs.series import REFERENCE, reference_run, series_lacks
 from ..runs.run import (
     SeriesError, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length, Run)
+from ..runs.settings import TRAINED_LENGTH_ONLY, longest_input
 from ..runs.figures import (
     REFERENCE_STYLE, figure_dir, legend_entries, plot_steps, reference_label, save_figure, step_axis)
 from .span_features import weights_id, span_means
 from .probing import layer_colour
 from ..runs.results import markdown_table, read_results, read_settings, write_results
 from ..runs.verdicts import Rise, order  # the rules every verdict follows (notebook 03b)
+from ..runs.options import older_method_note, revised  # how its numbers are computed (notebook 03a1)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASK', 'RANK_RTOL', 'BLAS_THREADS', 'KEEP_VARIANCE', 'MEASURES', 'REFERENCES', 'TRAINED', 'METRICS',
@@ -163,10 +165,10 @@ def representations(run, step: int, device="cpu", max_tokens: int = 4096, seed: 
     run, step = Run.of(run), int(step)
     tok = load_tokenizer(run)
     texts, spans = token_sample(max_tokens, seed)
-    key = f"{weights_id(run, step, tok)}|{_sample_key(texts, spans)}"
+    key = f"{weights_id(run, step, tok)}|{_sample_key(texts, spans)}|trained length"  # read as method 2 reads
     if cache and (got := _read_cache(cache_file(run, step), key)) is not None: return got
     model = load_checkpoint(run, step, device).eval()
-    reps, kept = span_means(model, tok, texts, spans, device, batch_tokens, max_length(model))
+    reps, kept = span_means(model, tok, texts, spans, device, batch_tokens, longest_input(run, model))
     if cache:
         buf = io.BytesIO(); np.savez(buf, reps=reps, kept=kept, key=np.array(key))
         atomic_write(cache_file(run, step), buf.getvalue())
@@ -219,6 +221,7 @@ def trained_representations(device="cpu", max_tokens: int = 4096, seed: int = 0,
     return representations(ref, list_steps(ref)[0], device, max_tokens, seed, cache)
 
 # %% ../../nbs/07a_similarity.ipynb #75b8a18d
+@revised(2, TRAINED_LENGTH_ONLY)  # how its numbers are computed changed (notebook 03a1)
 def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to evaluate
                   device="cpu",
@@ -448,5 +451,6 @@ def redraw(run, out_dir=None) -> list[Path]:
     paths.append(atomic_write(out_dir / "table_similarity_settle.csv", t.to_csv()))
     paths.append(atomic_write(out_dir / "table_similarity_settle.md",
                               f"# Representational similarity: when each layer settles ({Run.of(run).name})\n\n"
-                              + markdown_table(t) + "\n" + verdict(run) + "\n"))
+                              + markdown_table(t) + "\n" + verdict(run)
+                              + older_method_note(run, ANALYSIS, evaluate_step) + "\n"))
     return paths

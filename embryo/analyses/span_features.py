@@ -103,7 +103,9 @@ def _load_cache(f: Path, wid: str) -> tuple[dict, np.ndarray | None, np.ndarray 
 
 # %% ../../nbs/06c_span_features.ipynb #187e7159
 def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run=None, step=None,
-                  batch_tokens: int = 8192) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                  batch_tokens: int = 8192,
+                  max_len: int | None = None, # the longest input, special tokens included; None: the position table
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     "Per task: (n, L+1, D) float16 features of its targets (two spans concatenated) and the mask of targets kept."
     texts, tindex, spans, sindex = [], {}, [], {}
     def span_id(words, s, e):
@@ -119,11 +121,11 @@ def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run=Non
         ref[name] = (np.array(a, dtype=np.int64), np.array(b, dtype=np.int64))
     keys = [k for *_, k in spans]
     cached, cfeats, ckept, wid, f = {}, None, None, None, None
-    if run is not None:
-        wid, f = weights_id(run, step, tok), cache_file(run, step)
+    max_len = max_len or max_length(model)  # RoBERTa's position table holds two fewer inputs than its size
+    if run is not None:  # the vectors of the same weights read at the same length
+        wid, f = f"{weights_id(run, step, tok)}|{max_len}", cache_file(run, step)
         cached, cfeats, ckept = _load_cache(f, wid)
     todo = [i for i, k in enumerate(keys) if k not in cached]
-    max_len = max_length(model)  # RoBERTa's position table holds two fewer inputs than its size
     new, kept_new = span_means(model, tok, texts, [spans[i][:3] for i in todo], device, batch_tokens,
                                max_len) if todo else (None, None)
     shape = cfeats.shape[1:] if cfeats is not None and len(cfeats) else new.shape[1:] if new is not None else (1, 1)

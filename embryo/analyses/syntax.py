@@ -19,10 +19,12 @@ from ..text.sentences import align, brown_sentences, silver_annotation
 from .attention import attention_maps, layer_colours
 from ..config import atomic_write
 from ..runs.run import find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length, Run
+from ..runs.settings import TRAINED_LENGTH_ONLY, longest_input
 from ..runs.series import series_lacks
 from ..runs.figures import REFERENCE_STYLE, figure_dir, plot_steps, reference_label, save_figure, step_axis
 from ..runs.results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
 from ..runs.verdicts import Z, learned, sentences  # the rules every verdict follows (notebook 03b)
+from ..runs.options import older_method_note, revised  # how its numbers are computed (notebook 03a1)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASKS', 'METRICS', 'REPORT', 'Parsed', 'neighbours', 'silver_sentences', 'TreebankError', 'read_conllu',
@@ -226,6 +228,7 @@ def uas_scores(counts: dict, task: str) -> list[dict]:
                       counts["word_names"])
 
 # %% ../../nbs/08a_syntax.ipynb #53eb6988
+@revised(2, TRAINED_LENGTH_ONLY)  # how its numbers are computed changed (notebook 03a1)
 def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlite)
                   step: int | None = None, # the checkpoint to score
                   device: str = "cpu",
@@ -242,7 +245,7 @@ def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlit
     rows, scores = [], []
     for task, sents in (("silver", silver_sentences()), ("gold", gold)):
         if sents is None: continue
-        inputs, _ = sentence_inputs(tok, sents, max_sentences, max_length(model))
+        inputs, _ = sentence_inputs(tok, sents, max_sentences, longest_input(run, model))
         counts = syntax_counts(model, inputs, device, tok.prefix)
         rows += step_rows(counts, task); scores += uas_scores(counts, task)
     write_results(run, ANALYSIS, step, rows, scores=scores)
@@ -400,5 +403,5 @@ def redraw(run, out_dir=None) -> list[Path]:
                               "# Syntactic attention (Chen et al. 2023): best head per layer "
                               f"({Run.of(run).name})\n\n"
                               + "\n".join(f"## {t} arcs\n\n{markdown_table(tab)}\n" for t, tab in tables.items())
-                              + "\n" + verdict(run) + "\n"))
+                              + "\n" + verdict(run) + older_method_note(run, ANALYSIS, evaluate_step) + "\n"))
     return paths

@@ -155,7 +155,7 @@ def fact_value(spec: str, figures_root="figures") -> str:
         for k in column.split("."): value = _json_step(value, k)
         if where or not isinstance(value, (int, float, str)) or (fmt != "s") != isinstance(value, (int, float)):
             raise FactError(f"fact span {spec!r}: {file} has no {'text' if fmt == 's' else 'number'} {column!r}")
-        return value if fmt == "s" else format(float(value), fmt)
+        return " ".join(value.splitlines()) if fmt == "s" else format(float(value), fmt)  # a verdict's lines: one run
     if file.endswith(".sqlite"):  # a run's results database: its `results` rows, read without touching the file
         import sqlite3, contextlib
         with contextlib.closing(sqlite3.connect(f"file:{Path(figures_root) / file}?immutable=1", uri=True)) as con:

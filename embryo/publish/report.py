@@ -19,6 +19,7 @@ from ..runs.run import (CannotDraw, SeriesError, run_transitions, train_log, sen
                              run_model_type, loss_pace, read_run_config)
 from ..runs.run import BUNDLE_REPORT, DB_NAME, Run
 from ..runs.results import done_steps, write_transitions
+from ..runs.options import older_method_note
 from ..analyses.sweep import available_analyses, analysis_module, error_text
 
 # %% auto #0
@@ -100,7 +101,8 @@ def report_sections(run, figures_dir=None) -> list[dict]:
             )
         except Exception as e:
             v, own = f"no verdict ({error_text(e)})", {}
-        out += [dict(r, verdict=own.get(r["file"], v), analysis=a) for r in getattr(m, "REPORT", [])]
+        older = older_method_note(run, a, m.evaluate_step)  # numbers of an older method say so
+        out += [dict(r, verdict=own.get(r["file"], v) + older, analysis=a) for r in getattr(m, "REPORT", [])]
     if importlib.util.find_spec("embryo.experiments.ablations") is not None:
         m = importlib.import_module("embryo.experiments.ablations")
         own = m.table_verdicts(figures_dir) if figures_dir is not None else {}

@@ -11,7 +11,8 @@ from .results import (DEFAULTS, RUNNING, UNRECORDED, computed_with, options_dige
                                  set_computed_with)
 
 # %% auto #0
-__all__ = ['path_option', 'data_fingerprint', 'canonical_options', 'options_said', 'evaluate_or_read']
+__all__ = ['path_option', 'data_fingerprint', 'revised', 'method_of', 'canonical_options', 'options_said', 'evaluate_or_read',
+           'recorded_method', 'older_method', 'older_method_note']
 
 # %% ../../nbs/03a1_options.ipynb #e67faadb
 def path_option(v) -> Path | None:
@@ -26,9 +27,20 @@ def data_fingerprint(p: Path) -> str:
     return options_digest(json.dumps([(str(f.relative_to(p)) if f != p else f.name, f.stat().st_size,
                                        f.stat().st_mtime_ns) for f in files]))
 
+# %% ../../nbs/03a1_options.ipynb #a102993e
+def revised(method: int, change: str):
+    "Mark an `evaluate_step` as computing its numbers by `method` (above 1: not as before), `change` saying how."
+    def mark(evaluate): evaluate.method, evaluate.method_change = method, change; return evaluate
+    return mark
+
+def method_of(evaluate) -> int:
+    "The method by which `evaluate` computes its numbers: its `revised` mark, 1 where it has none."
+    return getattr(evaluate, "method", 1)
+
 # %% ../../nbs/03a1_options.ipynb #da0d38d0
 def canonical_options(evaluate, options: dict | None) -> str:
-    "The canonical text of what `options` ask of `evaluate` (an `evaluate_step`): defaults dropped, paths fingerprinted."
+    ("The canonical text of what `options` ask of `evaluate` (an `evaluate_step`): defaults dropped, paths "
+     "fingerprinted, the method named from its second revision on.")
     import inspect
     sig = inspect.signature(evaluate).parameters
     out = {}
@@ -36,11 +48,14 @@ def canonical_options(evaluate, options: dict | None) -> str:
         if k in sig and sig[k].default is not inspect.Parameter.empty and sig[k].default == v: continue
         if (p := path_option(v)): v = dict(path=str(p), data=data_fingerprint(p))
         out[k] = v
+    if (m := method_of(evaluate)) > 1: out["method"] = m
     return json.dumps(out, sort_keys=True, default=str)
 
 # %% ../../nbs/03a1_options.ipynb #f590e4fb
 def options_said(text: str) -> str:
     "An options text as a sentence names it."
+    if text.startswith('{"method": ') and text.count(":") == 1:
+        return f"the default options of method {json.loads(text)['method']}"
     return {DEFAULTS: "the default options", "": "a job that never finished",
             UNRECORDED: "options nobody recorded (written outside a sweep)"}.get(text, text)
 
@@ -61,3 +76,25 @@ def evaluate_or_read(evaluate, analysis: str, run, step: int, as_rows: bool = Fa
     out = evaluate(run, step, **options)
     set_computed_with(run, analysis, step, text)
     return out
+
+# %% ../../nbs/03a1_options.ipynb #ec57a98d
+def recorded_method(text: str) -> int:
+    "The method an options text records (1 where it names none, or is no options text)."
+    try: d = json.loads(text)
+    except ValueError: return 1
+    return d.get("method", 1) if isinstance(d, dict) else 1
+
+def older_method(run, analysis: str, evaluate) -> list[int]:
+    "The steps of `analysis` on `run` whose results an older method than `evaluate`'s computed."
+    now = method_of(evaluate)
+    return sorted(s for s, (_, text) in computed_with(run, analysis).items() if recorded_method(text) < now)
+
+# %% ../../nbs/03a1_options.ipynb #5afbbf99
+def older_method_note(run, analysis: str, evaluate) -> str:
+    "A line for the report and the tables where steps of `analysis` came from an older method; '' where none did."
+    steps = older_method(run, analysis, evaluate)
+    if not steps: return ""
+    at = f"{len(steps)} evaluated step" + ("s" if len(steps) > 1 else "")
+    change = getattr(evaluate, "method_change", f"today's is method {method_of(evaluate)}, as its notebook says")
+    return (f"\nThese numbers come from an older method of this analysis at {at}: {change}. Rerun the sweep to compute "
+            "them anew.")

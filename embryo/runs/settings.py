@@ -14,8 +14,8 @@ from ..text.corpus import CorpusError, DATASET_EXT
 from ..text.tokenizer import HF_TOKENIZER_FILES, hf_tokenizer_files
 
 # %% auto #0
-__all__ = ['CORPUS_FORMS', 'checkpoint_steps', 'saved_steps', 'read_length', 'corpus_file', 'write_tokenizer_files',
-           'complete_run']
+__all__ = ['TRAINED_LENGTH_ONLY', 'CORPUS_FORMS', 'checkpoint_steps', 'saved_steps', 'read_length', 'longest_input',
+           'corpus_file', 'write_tokenizer_files', 'complete_run']
 
 # %% ../../nbs/02a2_settings.ipynb #b8a32ef1
 def checkpoint_steps(tc: TrainConfig) -> list[int]:
@@ -44,6 +44,15 @@ def read_length(run, model, cap: int = 128) -> int:
     try: trained = read_run_config(run).train.max_seq_length
     except FileNotFoundError: trained = max_length(model)  # a series without our settings
     return min(cap, trained)
+
+# %% ../../nbs/02a2_settings.ipynb #90dbd827
+# what changed in each analysis whose method 2 stopped reading past the trained length (notebook 03a1's `revised`)
+TRAINED_LENGTH_ONLY = ("method 2 gives a checkpoint no input longer than its run trained on, where method 1 read "
+                       "sentences up to the model's position table, through positions that training never reached")
+
+def longest_input(run, model) -> int:
+    "The longest input (special tokens included) for a checkpoint of `run`: what the run trained on, in its table."
+    return read_length(run, model, max_length(model))
 
 # %% ../../nbs/02a2_settings.ipynb #4c07f483
 def _one_of(names) -> str:
