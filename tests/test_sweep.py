@@ -269,6 +269,29 @@ def test_results_remember_their_options_and_other_options_recompute(fixture_copy
     assert set(read_results(run, "knowledge", step=8).task) == before
 
 
+def test_results_of_an_older_method_are_said_and_recomputed(fixture_copy, tmp_path, capsys):
+    """Trust: reconstruction's method 2 reads no sentence longer than the run trained on. Results written before it
+    (recorded as the defaults, "{}") no longer pass for today's: the report says so under the verdict, and a sweep
+    computes them anew, saying why; after it the note is gone."""
+    from embryo.analyses import reconstruction as R
+    from embryo.publish.report import report_sections
+    from embryo.runs.results import set_computed_with
+    run = copy_run(fixture_copy, tmp_path / "r")
+    opts = {"reconstruction": dict(max_words=15)}
+    assert sweep(run, ["reconstruction"], steps=[8, 30], mode="inprocess", options=opts, progress=False).eq("done").all().all()
+    for s in (8, 30): set_computed_with(run, "reconstruction", s, '{"max_words": 15}')  # as method 1 recorded them
+    said = lambda: [r["verdict"] for r in report_sections(run) if r.get("analysis") == "reconstruction"]
+    assert all("older method of this analysis at 2 evaluated steps" in v for v in said()), said()
+    capsys.readouterr()
+    t = sweep(run, ["reconstruction"], steps=[8, 30], mode="inprocess", options=opts, progress=False)
+    assert t.eq("done").all().all(), t
+    out = capsys.readouterr().out
+    assert 'reconstruction: recomputing step(s) 8, 30: their results were computed with {"max_words": 15}' in out, out
+    assert not any("older method" in v for v in said()), said()
+    assert sweep(run, ["reconstruction"], steps=[8], mode="inprocess", options=opts,
+                 progress=False).loc["reconstruction", 8] == "skipped"  # method 2 and the same options: done
+
+
 def test_a_killed_papermill_sweeps_temporary_notebook_is_removed_by_the_rerun(fixture_copy, tmp_path):
     run = copy_run(fixture_copy, tmp_path / "r")
     args = ["sweep", "--run", str(run), "--analyses", "knowledge", "--steps", "8", "--option", "knowledge.max_facts=15"]
