@@ -23,7 +23,7 @@ from ..text.sentences import (FUNCTION_WORDS, POS_CLASSES, VERB_FORMS, Sentence,
 from ..config import atomic_write
 from ..model.model import autocast
 from ..runs.run import Run, find_checkpoint, list_steps, load_checkpoint, resolve_step, max_length
-from ..runs.settings import TRAINED_LENGTH_ONLY, corpus_file, read_length
+from ..runs.settings import TRAINED_LENGTH_ONLY, corpus_file, longest_input
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_results, markdown_table, score_rows, binomial_se
@@ -252,7 +252,7 @@ def evaluate_step(run, step: int | None = None, device: str = "cpu", max_words: 
     ranks = token_ranks(token_counts(run, tok), tok.special_ids)
     model = load_checkpoint(run, step, device, mlm=True)
     causal = getattr(model, "causal", False)
-    longest = read_length(run, model, min(512, max_length(model))) - 2  # no sentence longer than it trained on
+    longest = min(512, longest_input(run, model)) - 2  # no sentence longer than it trained on
     ids_all, items = select_words(sentences, tok, ranks, max_words, max_tokens=longest)
     if causal: hits = {NEXT: next_words(model, tok, ids_all, items, device)}
     else: hits = dict(zip(TASKS, score_words(model, tok, ids_all, items, device)))

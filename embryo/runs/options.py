@@ -53,11 +53,14 @@ def canonical_options(evaluate, options: dict | None) -> str:
 
 # %% ../../nbs/03a1_options.ipynb #f590e4fb
 def options_said(text: str) -> str:
-    "An options text as a sentence names it."
-    if text.startswith('{"method": ') and text.count(":") == 1:
-        return f"the default options of method {json.loads(text)['method']}"
-    return {DEFAULTS: "the default options", "": "a job that never finished",
-            UNRECORDED: "options nobody recorded (written outside a sweep)"}.get(text, text)
+    "An options text as a sentence names it: a method above 1 after the options it was asked for."
+    said = {DEFAULTS: "the default options", "": "a job that never finished",
+            UNRECORDED: "options nobody recorded (written outside a sweep)"}
+    try: asked = json.loads(text)
+    except ValueError: asked = None
+    if not isinstance(asked, dict) or "method" not in asked: return said.get(text, text)
+    method = asked.pop("method"); rest = json.dumps(asked, sort_keys=True)  # as `canonical_options` wrote them
+    return f"{said.get(rest, rest)} of method {method}"
 
 def evaluate_or_read(evaluate, analysis: str, run, step: int, as_rows: bool = False, **options):
     ("`evaluate(run, step, **options)` (an `evaluate_step`), or on a bundle's stand-in the rows stored for `step` where "
