@@ -16,14 +16,15 @@ from ..runs.run import load_checkpoint, resolve_step, run_transitions, Run
 from ..config import atomic_write
 from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_scores, read_examples, score_rows, binomial_se, markdown_table
-from ..text.facts import TABLE8, FACTS_FILE, EXPOSURES, FACT_TEMPLATES, Fact, read_facts, render
+from ..text.facts import TABLE8, RELATION_LABELS, FACTS_FILE, EXPOSURES, FACT_TEMPLATES, Fact, read_facts, render
 from .knowledge import cloze_ids, Query, predict
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'METRICS', 'LAMA_TEMPLATES', 'CATEGORIES', 'RECENCY_BINS', 'FIG6_PANELS', 'REPORT', 'fact_queries',
            'task_name', 'evaluate_step', 'applies_to', 'constant_answers', 'constant_floor', 'fact_table',
            'group_curves', 'category', 'categories', 'recency', 'plot_fig6_facts', 'plot_fact_categories',
-           'table_by_relation', 'verdict', 'redraw']
+           'table_by_relation', 'learned_groups', 'beyond_guessing', 'relation_learning', 'plot_fig14_facts',
+           'per_relation', 'verdict', 'redraw']
 
 # %% ../../nbs/06a_exposure.ipynb #633b7742
 ANALYSIS = "exposure"  # the `analysis` name of this notebook's rows in the results database
@@ -234,15 +235,79 @@ def table_by_relation(run, out_dir=None) -> list[Path]:
     return [atomic_write(out / f"{name}.csv", t.to_csv(index=False)),
             atomic_write(out / f"{name}.md", f"# {title}\n\n" + markdown_table(t, index=False) + "\n")]
 
-# %% ../../nbs/06a_exposure.ipynb #5fe85f1e
+# %% ../../nbs/06a_exposure.ipynb #1eed8688
 def _clears(p: pd.DataFrame, n: pd.DataFrame, c: int) -> pd.Series:
     "Per step: whether group `c` is above the control group (0 exposures) by two standard errors of the difference."
     return p[c] - p[0] > 2 * np.hypot(binomial_se(p[c], n[c]), binomial_se(p[0], n[0]))
 
+def learned_groups(table: pd.DataFrame) -> list[int]:
+    ("The exposure groups of a fact table above the control by `_clears` on all facts and on those the constant "
+     "answer misses, at each of the last two evaluated steps.")
+    (p, n), (q, m) = group_curves(table), group_curves(table, constant=False)
+    if 0 not in p or 0 not in q or len(p) < 2: return []
+    both = lambda c: (_clears(p, n, c) & _clears(q, m, c).reindex(p.index, fill_value=False)).iloc[-2:].all()
+    return [c for c in EXPOSURES if c and c in p and c in q and both(c)]
+
+# %% ../../nbs/06a_exposure.ipynb #617497db
 def _lost(cat: pd.DataFrame) -> tuple[int, int]:
     "(facts forgotten or oscillating, facts right at some step) of a set of facts' categories."
     ever = cat[cat.category != "never learned"]
     return int(ever.category.isin(["learned then forgotten", "oscillating"]).sum()), len(ever)
+
+def beyond_guessing(lost: tuple[int, int], control: tuple[int, int]) -> bool:
+    "Whether the share lost (k of n) exceeds the control's share by two standard errors of the difference."
+    (ke, ne), (kc, nc) = lost, control
+    pe, pc = (ke / ne if ne else 0.0), (kc / nc if nc else 0.0)
+    return bool(ne) and pe - pc > 2 * np.hypot(binomial_se(pe, ne), binomial_se(pc, nc))
+
+# %% ../../nbs/06a_exposure.ipynb #b879c62e
+def relation_learning(table: pd.DataFrame) -> pd.DataFrame:
+    ("Per relation of a fact table: facts, the smallest exposure group, the learned groups, and the facts lost again "
+     "among the learned groups' against the control's (`fluctuates`: beyond guessing, or not; empty where none is "
+     "learned).")
+    cat, rows = categories(table), []
+    for r, t in table.groupby("relation"):
+        learned, c = learned_groups(t), cat[cat.fact.isin(set(t.fact))]
+        lost, ctl = _lost(c[c.exposures.isin(learned)]), _lost(c[c.exposures == 0])
+        rows.append(dict(relation=r, facts=t.fact.nunique(), per_group=int(t.groupby("exposures").fact.nunique().reindex(EXPOSURES, fill_value=0).min()),
+                         learned=", ".join(f"{g}x" for g in learned) or "none",
+                         lost=f"{lost[0]} of {lost[1]}" if learned else "", control_lost=f"{ctl[0]} of {ctl[1]}",
+                         fluctuates=("yes" if beyond_guessing(lost, ctl) else "no") if learned else ""))
+    return pd.DataFrame(rows).sort_values(["facts", "relation"], ascending=[False, True], ignore_index=True)
+
+# %% ../../nbs/06a_exposure.ipynb #535d7287
+def plot_fig14_facts(run, out_dir=None) -> list[Path]:
+    "Fig. 14 for injected facts: P@1 per relation and exposure group over steps, with intervals and the floors."
+    import matplotlib.pyplot as plt
+    ft = fact_table(run); rl = relation_learning(ft).set_index("relation")
+    cols = min(4, len(rl)); rows = -(-len(rl) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.8 * cols, 3.2 * rows), sharex=True, squeeze=False)
+    for ax, r in zip(axes.flat, rl.index):
+        t = ft[ft.relation == r]; p, n = group_curves(t)
+        for e in p.columns:
+            se = binomial_se(p[e], n[e])
+            ax.plot(p.index, p[e], marker="o", ms=2.5, lw=1, color=_exposure_colour(e), label=f"shown {e}x")
+            ax.fill_between(p.index, p[e] - 2 * se, p[e] + 2 * se, color=_exposure_colour(e), alpha=0.15, lw=0)
+        ax.axhline(t[t.step == t.step.max()].constant.mean(), color="k", ls=":", lw=1.2, label="constant answer")
+        ax.set_ylim(0, 1); ax.set_title(f"{r} {RELATION_LABELS.get(r, '')}\n{rl.facts[r]} facts, "
+                                         f"{rl.per_group[r]}+ a group; learned: {rl.learned[r]}", fontsize=8)
+    for ax in axes.flat[len(rl):]: ax.axis("off")
+    for ax in axes[-1]: ax.set_xlabel("pretraining step (optimizer updates)")
+    for ax in axes[:, 0]: ax.set_ylabel("P@1 (fraction of the facts right)")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"Embryology Fig. 14, measured: injected facts per relation and exposure count, ±2 SE "
+                 f"({Run.of(run).name})")
+    fig.tight_layout()
+    return save_figure(fig, out_dir or Run.of(run) / "figures", "fig14_facts_by_relation")
+
+# %% ../../nbs/06a_exposure.ipynb #5fe85f1e
+def per_relation(table: pd.DataFrame) -> str:
+    "One clause per relation of `relation_learning`: its smallest group, what is learned, and what is lost again."
+    said = lambda r: (f"{r.relation} ({r.facts} facts, {r.per_group} in its smallest group): " + (
+        "no group learned" if r.learned == "none" else
+        f"{r.learned} learned, {r.lost} lost again against {r.control_lost} of the control "
+        f"({'beyond' if r.fluctuates == 'yes' else 'within'} guessing)"))
+    return "Per relation (Fig. 14): " + "; ".join(map(said, relation_learning(table).itertuples()))
 
 def verdict(run) -> str:
     ("H4 on the injected facts, from the database: learned (above the control, also where the constant answer "
@@ -255,6 +320,7 @@ def verdict(run) -> str:
     s = (f"{len(facts)} injected facts over {len(p)} evaluated steps. "
          f"P@1 on the unseen paraphrase at step {last}: {at(p)}; always giving each relation's most frequent answer "
          f"scores {fl:.1%} ({'above' if p.loc[last].max() < fl else 'beside'} every group)")
+    rel = f". {per_relation(ft)}."
     if last not in q.index or 0 not in q:
         return s + (". No never-shown fact has an answer other than its relation's most frequent one, so knowing a "
                     "fact cannot be told from guessing: H4 is not testable on this run.")
@@ -264,7 +330,7 @@ def verdict(run) -> str:
     if not learned:
         return s + (". No exposure group clears the never-shown control group by two standard errors on both at the "
                     "last two evaluated steps, so whether knowledge is learned and then fluctuates (H4) is not "
-                    "testable on this run.")
+                    "testable on this run" + rel)
     cat = categories(ft)
     (ke, ne), (kc, nc) = _lost(cat[cat.exposures.isin(learned)]), _lost(cat[cat.exposures == 0])
     (pe, pc) = (ke / ne if ne else 0.0), (kc / nc if nc else 0.0)
@@ -273,16 +339,16 @@ def verdict(run) -> str:
           f"errors of the difference on both, at the last two evaluated steps ({where}). Of their {ne} facts "
           f"right at some step, {ke} ({pe:.0%}) are lost again at a later evaluated step (forgotten, or oscillating), "
           f"against {kc} of {nc} ({pc:.0%}) in the control group, whose hits are guesses")
-    if ne and pe - pc > 2 * np.hypot(binomial_se(pe, ne), binomial_se(pc, nc)):
+    if beyond_guessing((ke, ne), (kc, nc)):
         return s + (": knowledge is learned and then fluctuates beyond guessing, as the paper finds (H4 reproduced, "
-                    "with each fact's history known).")
+                    "with each fact's history known)" + rel)
     return s + (": H4 partly reproduced: knowledge is learned, but its fluctuation stays within what the control "
-                "group's guesses show.")
+                "group's guesses show" + rel)
 
 # %% ../../nbs/06a_exposure.ipynb #2ab5f724
 def redraw(run, out_dir=None) -> list[Path]:
-    "The two facts figures of the run from every step in its database."
-    return (plot_fig6_facts(run, out_dir) + plot_fact_categories(run, out_dir)
+    "The facts figures and table of the run from every step in its database."
+    return (plot_fig6_facts(run, out_dir) + plot_fact_categories(run, out_dir) + plot_fig14_facts(run, out_dir)
             + table_by_relation(run, out_dir))
 
 REPORT = [
@@ -294,6 +360,10 @@ REPORT = [
          caption="Learned and kept, never learned, learned then forgotten, oscillating: counted per fact and exposure "
                  "count; P@1 against the steps since the fact was last read.",
          finding="The paper guesses that the model forgets what it saw long ago; here it is measured."),
+    dict(file="fig14_facts_by_relation", paper="Embryology Fig. 14 (measured on injected facts)",
+         caption="P@1 per relation and exposure count over steps, each with two binomial standard errors over the "
+                 "group's facts; the control grey, the relation's constant answer dotted.",
+         finding="Relations are learned at different times and to different degrees."),
     dict(file="table_facts_by_relation", paper="Embryology Fig. 14 (measured on injected facts)",
          caption="P@1 of the injected facts per relation and exposure count at the last step, beside each relation's "
                  "constant answer.",
