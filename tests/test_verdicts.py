@@ -189,17 +189,19 @@ def test_h3_judges_where_the_curve_ends_not_its_best_step(monkeypatch):
     from embryo.analyses import glue as G
     from embryo.publish.report import status_of
     steps = [0, 1000, 2000, 4000, 8000]
-    def fake(curve, floor=59.3):
-        monkeypatch.setattr(G, "scores_table", lambda run: pd.DataFrame({"builtin": curve}, index=steps))
+    def fake(curve, floor=59.3):  # one task, sentence polarity, with its own bag-of-words floor (issue 75: per task)
+        monkeypatch.setattr(G, "scores_table", lambda run: pd.DataFrame({"polarity": curve, "builtin": curve}, index=steps))
         monkeypatch.setattr(G, "seed_scores", lambda run, agg: pd.DataFrame())
-        monkeypatch.setattr(G, "_floor", lambda run, kind="chance": {"builtin": floor if kind == "bow" else 50.0})
+        monkeypatch.setattr(G, "_floor", lambda run, kind="chance": pd.Series(
+            {"polarity": floor if kind == "bow" else 50.0, "builtin": floor if kind == "bow" else 50.0}
+            if kind != "ngram" else {}, dtype=float))
         return G.verdict("any")
     peak = fake([55.0, 70.0, 69.0, 64.0, 58.0])
-    assert status_of(peak) == "not testable" and "The last step does not clear" in peak, peak
+    assert status_of(peak) == "not testable" and "not above its floor" in peak, peak
     late = fake([55.0, 56.0, 60.0, 62.0, 70.0])  # 90% of 70 - 59.3 above the floor: only at the last step
-    assert "reached by step 8000" in late and status_of(late) == "not reproduced", late
+    assert "by step 8,000" in late and status_of(late) == "not reproduced", late
     early = fake([55.0, 69.5, 70.0, 70.0, 70.5])
-    assert "reached by step 1000" in early and status_of(early) == "reproduced", early
+    assert "by step 1,000" in early and status_of(early) == "reproduced", early
 
 
 def test_fig4_emergence_is_half_the_rise_above_an_even_spread_to_the_end():
@@ -290,6 +292,7 @@ def test_exposure_group_is_learned_only_where_it_clears_the_control_at_the_end(m
         monkeypatch.setattr(E, "read_facts", lambda run: [None] * 800)
         monkeypatch.setattr(E, "fact_table", lambda run: pd.DataFrame({"step": steps, "constant": [0.1] * 5}))
         monkeypatch.setattr(E, "group_curves", lambda ft, constant=True: (p, n))
+        monkeypatch.setattr(E, "per_relation", lambda ft: "Per relation (Fig. 14): not read here")  # the pooled rule
         monkeypatch.setattr(E, "categories", lambda ft: pd.DataFrame(
             {"exposures": [0] * 10 + [64] * 10, "category": ["oscillating"] * 10 + ["learned and kept"] * 10}))
         return E.verdict("any")
