@@ -20,7 +20,8 @@ from ..runs.verdicts import half_rise, learned  # rules 1 and 2 of notebook 03b:
 
 # %% auto #0
 __all__ = ['SIDE_BY_SIDE', 'RISE', 'EARLY', 'FLOORS', 'FAMILIES', 'gain_and_step90', 'trend', 'side_by_side_verdict',
-           'model_family', 'swept_run', 'run_length', 'shared_floors', 'compare_runs']
+           'task_trends', 'downstream_verdict', 'model_family', 'swept_run', 'run_length', 'shared_floors',
+           'compare_runs']
 
 # %% ../../nbs/10a_compare.ipynb #9b8bd093
 def _best_layer_mean(df):
@@ -144,6 +145,38 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
                   f"{EARLY:.0%} of training.")
     return head + " " + "; ".join(parts) + "."
 
+# %% ../../nbs/10a_compare.ipynb #4f896028
+def task_trends(run, total_steps: int) -> dict[str, dict | None]:
+    ("Per downstream task of a run (by its title): `trend` of its mean score against its own floor (`task_floors`: "
+     "bag-of-words, and the bigram model for word order); None where the run's results lack that floor.")
+    from embryo.analyses.glue import TASKS, task_floors
+    from embryo.runs.results import read_results
+    df, fl = read_results(run, "glue"), task_floors(run)
+    s = df[(df.metric == "score") & (df.seed == -1) & df.task.isin(list(TASKS))]
+    return {TASKS[k].title: None if np.isnan(fl.floor.get(k, np.nan)) else
+            trend(g.groupby("step").value.mean(), total_steps, fl.floor[k] / 100) for k, g in s.groupby("task")}
+
+# %% ../../nbs/10a_compare.ipynb #aea4cb83
+def downstream_verdict(tasks: dict[str, dict[str, dict | None]]) -> str:
+    ("Fig. 13c per task (run -> task title -> `task_trends`): on each task, which runs rise above its own floor, early "
+     "or late, which do not, and which lack the floor; the trend generalises on a task where every run rises early.")
+    said, verdicts = [], {}
+    for t in sorted({t for per in tasks.values() for t in per}):
+        got = {r: per[t] for r, per in tasks.items() if t in per}
+        kinds = {"rising early": [r for r, v in got.items() if v and v["rises"] and v["early"]],
+                 "rising late": [r for r, v in got.items() if v and v["rises"] and not v["early"]],
+                 f"not {RISE} above it at the end": [r for r, v in got.items() if v and not v["rises"]],
+                 "no floor stored (results older than it)": [r for r, v in got.items() if v is None]}
+        said.append(f"{t}: " + "; ".join(f"{k}, {', '.join(rs)}" for k, rs in kinds.items() if rs))
+        verdicts[t] = ("generalises" if len(kinds["rising early"]) == len(got) else
+                       "rises" if kinds["rising early"] or kinds["rising late"] else "flat")
+    up = [t for t, v in verdicts.items() if v != "flat"]
+    head = ("no run rises above any downstream task's own floor, so whether the trend generalises cannot be read from "
+            "these runs" if not up else
+            "; ".join(f"the trend {'generalises' if verdicts[t] == 'generalises' else 'does not generalise'} on {t}"
+                      for t in up))
+    return f"Each task against its own floor: {head}. " + ". ".join(said) + "."
+
 # %% ../../nbs/10a_compare.ipynb #6c1e282f
 FAMILIES = {"albert": "ALBERT", "bert": "BERT", "roberta": "RoBERTa", "electra": "ELECTRA", "distilbert": "DistilBERT",
             "deberta": "DeBERTa", "deberta-v2": "DeBERTa"}  # a series' config.json model_type, as the figures name it
@@ -234,7 +267,8 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
         floor = shared_floors({r: FLOORS[a][1](r, read_results(r, a)) if a in FLOORS else float("nan")
                                for r in series}, names)
         trends = {names[r]: dict(trend(s, total[r], floor[r][0]), floor_from=floor[r][1]) for r, s in series.items()}
-        verdict = side_by_side_verdict(a, trends)
+        tasks = {names[r]: task_trends(r, total[r]) for r in series} if a == "glue" else None
+        verdict = downstream_verdict(tasks) if tasks else side_by_side_verdict(a, trends)
         fig, ax = plt.subplots(figsize=(6.4, 3.8))
         for r, s in series.items():
             plot_steps(ax, s.index, s.values, r, label=names[r])
@@ -242,7 +276,8 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
         step_axis(ax, [int(x) for s in series.values() for x in s.index]); ax.set_ylabel(textwrap.fill(what, 36))
         ax.legend(fontsize=8); ax.set_title(f"{fig_no}, side by side: {what}", fontsize=10)
         paths += save_figure(fig, out, f"fig_compare_{a}")
-        report[a] = dict(paper=fig_no, drawn=what, verdict=verdict, runs={n: t for n, t in trends.items()})
+        report[a] = dict(paper=fig_no, drawn=what, verdict=verdict, runs={n: t for n, t in trends.items()},
+                         **(dict(tasks=tasks) if tasks else {}))
         md += [
             f"## {a}: {what} ({fig_no})",
             "",
@@ -255,6 +290,10 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
         md += [f"| {n} | {t['first']:.3f} | {t['best']:.3f} | {t['last']:.3f} | {t['gain']:+.3f} | "
                f"{fmt(t['step90'], ',') or 'no gain'} | {fmt(t['share90'], '.0%')} |"
                for n, t in trends.items()]
+        if tasks: md += ["", "Each task against its own floor:", "", "| run | task | first | last | floor | 90% of the rise "
+                         "to the end by step |", "|---|---|---:|---:|---:|---:|"] + [
+            f"| {n} | {k} | " + (f"{t['first']:.3f} | {t['last']:.3f} | {t['floor']:.3f} | {fmt(t['step90'], ',') or 'no gain'} |"
+                                 if t else "| | not stored | |") for n, per in tasks.items() for k, t in per.items()]
         md += ["", f"**Verdict.** {verdict}", ""]
     if not report: raise SweepError(f"no analysis has results in two or more of {', '.join(map(str, runs))}: sweep "
                                     "them first")
