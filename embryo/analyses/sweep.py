@@ -119,9 +119,9 @@ def log_spaced(steps: Sequence[int], k: int) -> list[int]:
     return sorted(picked)
 
 # %% ../../nbs/10_sweep.ipynb #782d9ee8
-def evaluation_steps(run, early: int, dense: int = 12) -> list[int]:
+def evaluation_steps(run, early: int, dense: int = 12, after: int | None = None) -> list[int]:
     ("`early` log-spaced checkpoints before the loss leaves its plateau, its last one, `dense` evenly spaced ones "
-     "through the drop, `early` log-spaced after.")
+     "through the drop, and after it `after` evenly spaced ones through the last (None: `early` log-spaced ones).")
     steps = list_steps(run)
     found = run_transitions(run) if steps else []
     if not found: return log_spaced(steps, early + dense)
@@ -133,8 +133,10 @@ def evaluation_steps(run, early: int, dense: int = 12) -> list[int]:
     window = [s for s in steps if end < s <= stop]  # after the plateau: `dense` of these, so that many follow its end
     picked = window if len(window) <= dense else [window[round(i * (len(window) - 1) / (dense - 1))]
                                                   for i in range(dense)]
-    after = log_spaced([s for s in steps if s > stop], early) if steps[-1] > stop else []
-    return sorted({end, *picked, *log_spaced([s for s in steps if s < end], early), *after})
+    post = [s for s in steps if s > stop]
+    post = (log_spaced(post, early) if after is None else post if len(post) <= after else
+            [post[round(i * (len(post) - 1) / (after - 1))] for i in range(after)])
+    return sorted({end, *picked, *log_spaced([s for s in steps if s < end], early), *post})
 
 # %% ../../nbs/10_sweep.ipynb #49a734ea
 def applicable(run, analyses: Sequence[str], options: dict | None = None) -> tuple[list[str], dict[str, str]]:

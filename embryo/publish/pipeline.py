@@ -26,11 +26,11 @@ __all__ = ['CPU_PRESETS', 'REPRODUCE_STEPS', 'REPRODUCE_OPTIONS', 'REPRODUCE_WOR
 # %% ../../nbs/10f_pipeline.ipynb #5cc0ff57
 # the presets `reproduce` runs at CPU size (ALBERT and its BERT and ELECTRA twins)
 CPU_PRESETS = ("tiny", "bert-tiny", "electra-tiny", "tiny-mature", "bert-tiny-mature", "electra-tiny-mature")
-# on the CPU presets, the slower analyses run on `evaluation_steps(run, early, dense)`: `early` log-spaced checkpoints
-# before the loss leaves its plateau, `dense` evenly spaced ones from there to the last (attention, syntax, ngram
-# and aoa: every step)
-REPRODUCE_STEPS = {"glue": (2, 8), "probing": (4, 12), "similarity": (4, 12), "reconstruction": (4, 12),
-                   "knowledge": (4, 12), "grammar": (4, 12), "llc": (4, 12)}
+# on the CPU presets, the slower analyses run on `evaluation_steps(run, early, dense, after)`: `early` log-spaced
+# checkpoints before the loss leaves its plateau, `dense` evenly spaced ones through the drop, `after` evenly spaced
+# ones from there to the last, so that a plateau is read from 8 steps (attention, syntax, ngram and aoa: every step)
+REPRODUCE_STEPS = {"glue": (2, 8, 8), "probing": (4, 12, 8), "similarity": (4, 12, 8), "reconstruction": (4, 12, 8),
+                   "knowledge": (4, 12, 8), "grammar": (4, 12, 8), "llc": (4, 12, 8)}
 # on the CPU presets: Table 7's schedule, fewer examples, a larger rate, 2 seeds
 REPRODUCE_OPTIONS = {"glue": dict(CPU_FINETUNE, seeds=2)}
 # jobs at once, each on its share of the cores, where two one-thread jobs beat one two-thread job: on 2 cores, 2 jobs
