@@ -123,8 +123,12 @@ def test_compare_names_each_runs_floor_and_rises_only_above_it():
         for a, r in rep.items():
             for n, t in r["runs"].items():
                 assert t["floor"] is not None, (d, a, n)
-                assert f"floor {t['floor']:.3f}" in r["verdict"] and C.FLOORS[a][0] in r["verdict"], (d, a, r["verdict"])
+                if a != "glue":  # downstream: judged per task below (issue 75), not the mean against a mean floor
+                    assert f"floor {t['floor']:.3f}" in r["verdict"] and C.FLOORS[a][0] in r["verdict"], (d, a, r["verdict"])
                 assert not t["rises"] or t["last"] > t["floor"] + C.RISE, (d, a, n, t)
+            for n, per in r.get("tasks", {}).items():  # each task against its own floor, or said to have none stored
+                for task, t in per.items():
+                    assert (t is None and "no floor stored" in r["verdict"]) or not t["rises"] or t["last"] > t["floor"] + C.RISE, (d, task, n, t)
     k = json.loads((FIG / "compare-mature" / "compare.json").read_text())["analyses"]["knowledge"]
     assert not k["runs"]["ALBERT (tiny-mature)"]["rises"] and "generalise" in k["verdict"], k["verdict"]
 
@@ -174,7 +178,7 @@ def test_compare_step90_is_90_percent_of_the_rise_to_the_end():
                 rise = s.iloc[-1] - base
                 assert abs(t["gain"] - (s.iloc[-1] - s.iloc[0])) < 1e-9, (d, a, n, t)
                 if rise <= 0:
-                    assert t["step90"] is None and "no gain" in r["verdict"], (d, a, n, t)
+                    assert t["step90"] is None and ("no gain" in r["verdict"] or a == "glue"), (d, a, n, t)
                 else:
                     first = next(k for k, v in s.items() if v - base >= 0.9 * rise)
                     assert t["step90"] == first, (d, a, n, t["step90"], first)
