@@ -269,7 +269,8 @@ def relation_learning(table: pd.DataFrame) -> pd.DataFrame:
     for r, t in table.groupby("relation"):
         learned, c = learned_groups(t), cat[cat.fact.isin(set(t.fact))]
         lost, ctl = _lost(c[c.exposures.isin(learned)]), _lost(c[c.exposures == 0])
-        rows.append(dict(relation=r, facts=t.fact.nunique(), per_group=int(t.groupby("exposures").fact.nunique().reindex(EXPOSURES, fill_value=0).min()),
+        per_group = int(t.groupby("exposures").fact.nunique().reindex(EXPOSURES, fill_value=0).min())
+        rows.append(dict(relation=r, facts=t.fact.nunique(), per_group=per_group,
                          learned=", ".join(f"{g}x" for g in learned) or "none",
                          lost=f"{lost[0]} of {lost[1]}" if learned else "", control_lost=f"{ctl[0]} of {ctl[1]}",
                          fluctuates=("yes" if beyond_guessing(lost, ctl) else "no") if learned else ""))
@@ -325,8 +326,8 @@ def verdict(run) -> str:
         return s + (". No never-shown fact has an answer other than its relation's most frequent one, so knowing a "
                     "fact cannot be told from guessing: H4 is not testable on this run.")
     s += f". On the {int(m.loc[last].sum())} facts whose answer is not that one (where the constant scores 0): {at(q)}"
-    above = {c: _clears(p, n, c) & _clears(q, m, c) for c in groups if c and 0 in p}
-    learned = [c for c, a in above.items() if len(a) > 1 and a.iloc[-2:].all()]  # rule 1: at the end, two steps
+    learned = learned_groups(ft)  # rule 1: at the end, two steps
+    above = {c: _clears(p, n, c) & _clears(q, m, c) for c in learned}  # the steps each clears the control at
     if not learned:
         return s + (". No exposure group clears the never-shown control group by two standard errors on both at the "
                     "last two evaluated steps, so whether knowledge is learned and then fluctuates (H4) is not "

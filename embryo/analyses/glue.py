@@ -378,13 +378,13 @@ def h3_line(early: dict[str, bool | None]) -> str:
 def verdict(run) -> str:
     ("H3 on this run, from the database: the built-in mean (or GLUE score) described, each task against its own "
      "floors (`task_verdict`), and what the tasks above them say (`h3_line`).")
-    t, chance, floors = scores_table(run), _floor(run), task_floors(run)
+    t, floors = scores_table(run), task_floors(run)
     aggs = [a for a in AGGREGATES if a in t.columns]  # the one with the most steps (GLUE on a tie)
     agg = max(aggs, key=lambda a: t[a].notna().sum()) if aggs else "builtin"
     s = t[agg].dropna() if agg in t.columns else t.mean(axis=1)
     what = "GLUE score" if agg == "glue" else "mean score of the built-in tasks (not GLUE)"
     out = (f"The {what} goes from {s.iloc[0]:.1f} at step {s.index[0]} to {s.iloc[-1]:.1f} at step {s.index[-1]} "
-           f"(chance {chance.get(agg, float('nan')):.1f}; best {s.max():.1f} at step {s.idxmax()}); each task is judged "
+           f"(chance {floors.chance.get(agg, float('nan')):.1f}; best {s.max():.1f} at step {s.idxmax()}); each task is judged "
            "against its own floors")
     if len(s) < 2: return sentences(out)
     lines = {TASKS[k].title: task_verdict(TASKS[k].title, t[k].dropna(), seed_scores(run, k), floors.loc[k])

@@ -119,6 +119,10 @@ def log_spaced(steps: Sequence[int], k: int) -> list[int]:
     return sorted(picked)
 
 # %% ../../nbs/10_sweep.ipynb #782d9ee8
+def _evenly(steps: list[int], k: int) -> list[int]:
+    "At most `k` of the sorted `steps`, evenly spaced by position, the first and the last among them."
+    return steps if len(steps) <= k else [steps[round(i * (len(steps) - 1) / (k - 1))] for i in range(k)]
+
 def evaluation_steps(run, early: int, dense: int = 12, after: int | None = None) -> list[int]:
     ("`early` log-spaced checkpoints before the loss leaves its plateau, its last one, `dense` evenly spaced ones "
      "through the drop, and after it `after` evenly spaced ones through the last (None: `early` log-spaced ones).")
@@ -131,12 +135,9 @@ def evaluation_steps(run, early: int, dense: int = 12, after: int | None = None)
     end = max([s for s in steps if s <= start] or steps[:1])  # the plateau's last checkpoint
     stop = min([s for s in steps if s >= stop] or steps[-1:])  # the first checkpoint after the drop
     window = [s for s in steps if end < s <= stop]  # after the plateau: `dense` of these, so that many follow its end
-    picked = window if len(window) <= dense else [window[round(i * (len(window) - 1) / (dense - 1))]
-                                                  for i in range(dense)]
     post = [s for s in steps if s > stop]
-    post = (log_spaced(post, early) if after is None else post if len(post) <= after else
-            [post[round(i * (len(post) - 1) / (after - 1))] for i in range(after)])
-    return sorted({end, *picked, *log_spaced([s for s in steps if s < end], early), *post})
+    post = log_spaced(post, early) if after is None else _evenly(post, after)
+    return sorted({end, *_evenly(window, dense), *log_spaced([s for s in steps if s < end], early), *post})
 
 # %% ../../nbs/10_sweep.ipynb #49a734ea
 def applicable(run, analyses: Sequence[str], options: dict | None = None) -> tuple[list[str], dict[str, str]]:
