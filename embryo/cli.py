@@ -59,7 +59,8 @@ def _run_arg(args) -> Path:
 def cmd_sweep(args):
     "Run analyses over checkpoints."
     from embryo.analyses.sweep import sweep
-    t = sweep(_run_arg(args), args.analyses, args.steps, args.workers, args.force, args.mode, args.device,
+    from embryo.runs.series_check import open_run
+    t = sweep(open_run(_run_arg(args)), args.analyses, args.steps, args.workers, args.force, args.mode, args.device,
               _options(args.option), args.shard, examples=args.examples)
     print(t.to_string() if len(t) else "nothing to do")
     return 1 if t.attrs.get("failed") or (t == "failed").any().any() else 0  # a job or a redraw failed

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from embryo.experiments.compare import RUN_BUNDLE
+from embryo.runs.series_check import open_run
 from embryo.publish.report import REPORT_JSON, FINDINGS_FILE, findings_text, report_sections
 from embryo.publish.bundle import bundle_dirs
 
@@ -182,7 +183,7 @@ def test_a_sweep_of_a_committed_bundle_writes_its_stand_in(tmp_path, monkeypatch
     b = tmp_path / "bundle"
     shutil.copytree(FIG / RUN_BUNDLE, b / RUN_BUNDLE); shutil.copy(FIG / REPORT_JSON, b / REPORT_JSON)
     before, step = _files(b), list_steps(b / RUN_BUNDLE)[-1]
-    sweep(b / RUN_BUNDLE, analyses=["ngram"], steps=[step], mode="inprocess", force=True,
+    sweep(open_run(b / RUN_BUNDLE), analyses=["ngram"], steps=[step], mode="inprocess", force=True,
           options={"ngram": {"max_sentences": 20}}, progress=False)
     after = _files(b)
     assert set(after) == set(before) and all(after[p] == before[p] for p in after), sorted(set(after) ^ set(before))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from embryo.text.packages import data_dir
+from embryo.runs.series_check import open_run
 from embryo.text.tokenizer import load_tokenizer
 from embryo.text.sentences import align
 from embryo.runs.results import read_results, read_log
@@ -160,7 +161,7 @@ def test_the_encoder_analyses_sweep_a_trainer_series(series, tmp_path, monkeypat
     from embryo.analyses.sweep import sweep
     kind, out = series
     monkeypatch.chdir(tmp_path)  # the run folder is made as runs/<name>, beside the caller
-    t = sweep(out, ENCODER + ["ngram"], mode="inprocess", options=QUICK, progress=False)
+    t = sweep(open_run(out), ENCODER + ["ngram"], mode="inprocess", options=QUICK, progress=False)
     said = capsys.readouterr().out
     assert sorted(t.index) == sorted(ENCODER) and list(t.columns) == STEPS and (t == "done").all().all(), t
     assert said.count("not run") == 1 and "ngram: not run: no training corpus is recorded" in said, said
@@ -196,7 +197,7 @@ def test_a_bare_encoder_series_leaves_out_what_needs_a_head(tmp_path, monkeypatc
         BertModel.from_pretrained(out / f"checkpoint-{s}").save_pretrained(dst)
         (dst / "vocab.txt").write_text("".join(w + "\n" for w in sorted(vocab, key=vocab.get)))
     monkeypatch.chdir(tmp_path)
-    t = sweep(tmp_path / "multiberts", ["reconstruction", "knowledge", "attention"], mode="inprocess", options=QUICK,
+    t = sweep(open_run(tmp_path / "multiberts"), ["reconstruction", "knowledge", "attention"], mode="inprocess", options=QUICK,
               progress=False)
     said = capsys.readouterr().out.splitlines()
     assert list(t.index) == ["attention"] and list(t.columns) == [4000, 8000, 12000] and (t == "done").all().all(), t
@@ -216,7 +217,7 @@ def test_a_causal_lm_trainer_series_gets_the_encoder_analyses(tmp_path, monkeypa
     from embryo.analyses.sweep import sweep
     out = trainer_series("gpt-neox")
     monkeypatch.chdir(tmp_path)
-    t = sweep(out, ENCODER + ["reconstruction", "knowledge"], mode="inprocess", options=QUICK, progress=False)
+    t = sweep(open_run(out), ENCODER + ["reconstruction", "knowledge"], mode="inprocess", options=QUICK, progress=False)
     said = [l for l in capsys.readouterr().out.splitlines() if "not run" in l]
     assert sorted(t.index) == sorted(ENCODER + ["reconstruction", "knowledge"]) and list(t.columns) == STEPS, t
     assert (t == "done").all().all() and not said, (t, said)
@@ -244,7 +245,7 @@ def test_a_gpt2_series_named_like_hub_revisions(tmp_path, monkeypatch, capsys):
         GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64)).save_pretrained(d)
         tok.save_pretrained(d)
     monkeypatch.chdir(tmp_path)
-    t = sweep(tmp_path / "pythia-like", ["attention", "reconstruction"], mode="inprocess", options=QUICK, progress=False)
+    t = sweep(open_run(tmp_path / "pythia-like"), ["attention", "reconstruction"], mode="inprocess", options=QUICK, progress=False)
     said = [l for l in capsys.readouterr().out.splitlines() if "not run" in l]
     assert list(t.index) == ["attention", "reconstruction"] and list(t.columns) == [1000, 2000], t
     assert (t == "done").all().all() and not said, said
@@ -301,7 +302,7 @@ def test_compare_sets_a_trainer_series_beside_our_run(tmp_path, monkeypatch):
     from embryo.analyses.sweep import sweep
     out = trainer_series("bert")
     monkeypatch.chdir(tmp_path)
-    sweep(out, ["reconstruction"], mode="inprocess", options={"reconstruction": dict(max_words=60)}, progress=False)
+    sweep(open_run(out), ["reconstruction"], mode="inprocess", options={"reconstruction": dict(max_words=60)}, progress=False)
     run = tmp_path / "runs" / out.name
     assert model_family(run) == "BERT" and run_length(run) == STEPS[-1]
     assert main(["compare", "--run", str(ROOT / "figures" / "run"), "--run", str(run), "--figures", str(tmp_path / "cmp")]) in (0, None)
@@ -327,7 +328,7 @@ def test_report_on_a_two_checkpoint_multiberts_series(tmp_path, monkeypatch, cap
     monkeypatch.chdir(tmp_path)
     analyses = ["aoa", "attention", "similarity", "reconstruction"]
     opts = dict(QUICK, aoa=dict(max_occurrences=2), reconstruction=dict(max_words=50))
-    t = sweep(tmp_path / "multiberts", analyses, mode="inprocess", options=opts, progress=False)
+    t = sweep(open_run(tmp_path / "multiberts"), analyses, mode="inprocess", options=opts, progress=False)
     said = capsys.readouterr().out
     assert sorted(t.index) == sorted(analyses) and list(t.columns) == [20000, 40000] and (t == "done").all().all(), t
     assert t.attrs["failed"] == 0 and "failed" not in said, said  # too few steps is not a failure: it is said
@@ -377,7 +378,7 @@ def test_glue_finetunes_any_series_with_its_familys_head(kind, head, tmp_path, c
     assert settings["classifier"] == head and settings["train_examples"] == 64
     again = G.evaluate_step(run, 12, write=False, **quick)  # the seed fixes the head, the order and the sample
     assert (again.value.to_numpy() == t.value.to_numpy()).all()
-    t = sweep(run, ["glue"], steps=[12], mode="inprocess", options={"glue": quick}, progress=False)
+    t = sweep(open_run(run), ["glue"], steps=[12], mode="inprocess", options={"glue": quick}, progress=False)
     assert "glue: not run" not in capsys.readouterr().out and not t.attrs.get("failed"), t.attrs
 
 
@@ -432,7 +433,7 @@ def test_grammar_scores_a_causal_series_by_sentence_log_likelihood(tmp_path, mon
     mc = scorer.IncrementalLMScorer(model.model, tokenizer=tok.hf, device="cpu")
     theirs = mc.sequence_score(s, bos_token=True, reduction=lambda x: x.sum(0).item())
     assert abs(G.sentence_ll(model, tok, s) - theirs).max() < 1e-4
-    t = sweep(run, ["grammar"], mode="inprocess", options={"grammar": dict(n_pairs=20)}, progress=False)
+    t = sweep(open_run(run), ["grammar"], mode="inprocess", options={"grammar": dict(n_pairs=20)}, progress=False)
     assert "grammar: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
     assert not t.attrs.get("failed"), t.attrs  # the redraw too
     res = read_results(run, "grammar", task="all")
@@ -449,7 +450,7 @@ def test_age_of_acquisition_reads_a_causal_series_left_to_right(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     run = as_run(trainer_series("gpt-neox"), tmp_path / "runs" / "neox")
     assert A.applies_to(run) is None
-    t = sweep(run, ["aoa"], mode="inprocess", options={"aoa": dict(max_occurrences=2)}, progress=False)
+    t = sweep(open_run(run), ["aoa"], mode="inprocess", options={"aoa": dict(max_occurrences=2)}, progress=False)
     assert "aoa: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
     assert not t.attrs.get("failed"), t.attrs
     s = read_results(run, "aoa", task="all", metric="surprisal")
@@ -464,7 +465,7 @@ def test_induction_runs_on_a_trainer_series(kind, tmp_path, monkeypatch, capsys)
     monkeypatch.chdir(tmp_path)
     run = as_run(trainer_series(kind), tmp_path / "runs" / kind)
     assert I.applies_to(run) is None
-    t = sweep(run, ["induction"], mode="inprocess", options={"induction": dict(n_sequences=8)}, progress=False)
+    t = sweep(open_run(run), ["induction"], mode="inprocess", options={"induction": dict(n_sequences=8)}, progress=False)
     assert "induction: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
     assert not t.attrs.get("failed"), t.attrs  # the redraw too
     res = read_results(run, "induction")
@@ -484,7 +485,7 @@ def test_lens_runs_on_a_trainer_series(kind, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     run = as_run(trainer_series(kind), tmp_path / "runs" / kind)
     assert LN.applies_to(run) is None
-    t = sweep(run, ["lens"], mode="inprocess", options={"lens": dict(n_sentences=64)}, progress=False)
+    t = sweep(open_run(run), ["lens"], mode="inprocess", options={"lens": dict(n_sentences=64)}, progress=False)
     assert "lens: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
     assert not t.attrs.get("failed"), t.attrs  # the redraw too
     tab = LN.layer_table(run)
@@ -506,7 +507,7 @@ def test_memorization_runs_on_a_trainer_series_given_its_text(kind, tmp_path, mo
     monkeypatch.chdir(tmp_path)
     run = as_run(trainer_series(kind), tmp_path / "runs" / kind)
     assert "--option memorization.train_text=FILE memorization.heldout_text=FILE" in M.applies_to(run)
-    sweep(run, ["memorization"], mode="inprocess", progress=False)
+    sweep(open_run(run), ["memorization"], mode="inprocess", progress=False)
     assert "memorization: not run: the text" in capsys.readouterr().out
     lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]
     train = tmp_path / "train.txt"; train.write_text("\n\n".join("\n".join(lines[i:i + 10]) for i in range(0, 60, 10)) + "\n")
@@ -514,7 +515,7 @@ def test_memorization_runs_on_a_trainer_series_given_its_text(kind, tmp_path, mo
     held.write_text("\n\n".join("\n".join(" ".join(s.words).lower() for s in tagged_sentences()[i:i + 10])
                                 for i in range(0, 60, 10)) + "\n")
     opts = dict(train_text=str(train), heldout_text=str(held), n_chunks=2)
-    t = sweep(run, ["memorization"], mode="inprocess", options={"memorization": opts}, progress=False)
+    t = sweep(open_run(run), ["memorization"], mode="inprocess", options={"memorization": opts}, progress=False)
     assert (t == "done").all().all() and not t.attrs.get("failed"), t
     tab = M.step_table(run)
     assert list(tab.index) == STEPS and ((tab.gap_lo <= tab.gap) & (tab.gap <= tab.gap_hi)).all(), tab
@@ -528,7 +529,7 @@ def test_llc_runs_on_a_causal_trainer_series(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     run = as_run(trainer_series("gpt-neox"), tmp_path / "runs" / "neox")
     assert L.applies_to(run) is None
-    t = sweep(run, ["llc"], mode="inprocess", options={"llc": dict(chains=2, draws=8)}, progress=False)
+    t = sweep(open_run(run), ["llc"], mode="inprocess", options={"llc": dict(chains=2, draws=8)}, progress=False)
     assert "llc: not run" not in capsys.readouterr().out and (t == "done").all().all() and not t.attrs.get("failed"), t
     assert set(read_results(run, "llc").task) == {L.NEXT, "calibration"}  # the next-piece loss, named so
     c = L.llc_curve(run)
@@ -548,7 +549,7 @@ def test_ngram_runs_on_a_causal_trainer_series_given_its_corpus(tmp_path, monkey
     lines = [l.strip() for l in corpus_slice().read_text().splitlines() if l.strip()][:SERIES["sentences"]]
     corpus = tmp_path / "trained_on.txt"; corpus.write_text("\n".join(lines) + "\n")
     opts = dict(corpus=str(corpus), max_sentences=200)
-    t = sweep(run, ["ngram"], mode="inprocess", options={"ngram": opts}, progress=False)
+    t = sweep(open_run(run), ["ngram"], mode="inprocess", options={"ngram": opts}, progress=False)
     assert "ngram: not run" not in capsys.readouterr().out and (t == "done").all().all() and not t.attrs.get("failed"), t
     res = N.ngram_results(run)
     assert list(N.curves(res).columns) == ["unigram", "left", "left2"] and (N.curves(res) >= -1e-6).all().all()
@@ -565,7 +566,7 @@ def test_reconstruction_runs_on_a_causal_trainer_series(tmp_path, monkeypatch, c
     monkeypatch.chdir(tmp_path)
     run = as_run(trainer_series("gpt-neox"), tmp_path / "runs" / "neox")
     assert R.applies_to(run) is None
-    t = sweep(run, ["reconstruction"], mode="inprocess", options={"reconstruction": dict(max_words=40)}, progress=False)
+    t = sweep(open_run(run), ["reconstruction"], mode="inprocess", options={"reconstruction": dict(max_words=40)}, progress=False)
     assert "reconstruction: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
     assert not t.attrs.get("failed"), t.attrs
     assert set(read_results(run, "reconstruction").task) == {R.NEXT, R.FLOOR} and R.tasks_of(run) == (R.NEXT,)
@@ -587,7 +588,7 @@ def test_knowledge_runs_on_a_causal_trainer_series(tmp_path, monkeypatch, capsys
     assert K.next_cloze(tok, "[Y] is the capital of [X] .", "France") is None  # the answer is not last
     ids, pos = K.next_cloze(tok, "[X] is a subclass of [Y] .", "dog")
     assert ids[0] == tok.start_id and pos == len(ids) - 1 and tok.decode(ids[1:]).strip() == "dog is a subclass of"
-    t = sweep(run, ["knowledge"], mode="inprocess", progress=False)
+    t = sweep(open_run(run), ["knowledge"], mode="inprocess", progress=False)
     assert "knowledge: not run" not in capsys.readouterr().out and (t == "done").all().all(), t
     assert not t.attrs.get("failed"), t.attrs
     res = K.knowledge_results(run)
@@ -617,7 +618,7 @@ def test_every_analysis_and_the_report_on_a_gpt2_trainer_series(tmp_path, monkey
                                                                             seeds=1),
                 induction=dict(n_sequences=8), lens=dict(n_sentences=64), knowledge=dict(max_facts=50),
                 grammar=dict(n_pairs=20), aoa=dict(max_occurrences=2))
-    t = sweep(out, None, mode="inprocess", options=opts, steps=[STEPS[-1]], progress=False)
+    t = sweep(open_run(out), None, mode="inprocess", options=opts, steps=[STEPS[-1]], progress=False)
     said = capsys.readouterr().out
     not_run = {l.split(":")[0] for l in said.splitlines() if ": not run:" in l}
     assert not_run <= {"exposure"}, said  # only the injected facts' analysis cannot read this series

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from embryo.text.tokenizer import load_tokenizer
+from embryo.runs.series_check import open_run
 from embryo.analyses import squad as S
 from embryo.train import pretrain as P
 from embryo.runs.run import CheckpointNotFound, load_checkpoint
@@ -266,12 +267,12 @@ def test_sweep_runs_squad_with_its_folder_and_reproduce_skips_it(fixture_copy, t
     run = tmp_path / "r"
     shutil.copytree(fixture_copy, run, ignore=shutil.ignore_patterns("results.sqlite*"))
     monkeypatch.chdir(SQUAD.parent)  # a folder relative to where the sweep is started, while papermill runs in nbs/
-    t = W.sweep(run, ["squad"], steps=[8], mode="papermill", progress=False,
+    t = W.sweep(open_run(run), ["squad"], steps=[8], mode="papermill", progress=False,
                 options={"squad": dict(squad_dir="squad2", max_train_examples=4)})
     assert t.loc["squad", 8] == "done", read_log(run).error.tolist()
     assert set(read_results(run, "squad").step) == {8}
     with pytest.raises(W.SweepError, match="squad has no option glue_dir"):
-        W.sweep(run, ["squad"], steps=[8], mode="inprocess", options={"squad": dict(glue_dir="x")}, progress=False)
+        W.sweep(open_run(run), ["squad"], steps=[8], mode="inprocess", options={"squad": dict(glue_dir="x")}, progress=False)
     # reproduce, offline and without SQuAD: one line saying how to add it, and the rest goes on
     monkeypatch.setattr(P, "pretrain_from_args", lambda args: None)
     monkeypatch.setattr(W, "available_analyses", lambda: ["squad"])

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from embryo.runs.results import read_log, read_results, write_results
+from embryo.runs.series_check import open_run
 from embryo.publish.report import write_report
 from embryo.runs.run import SeriesError
 from embryo.runs.series import as_run, hub_run
@@ -37,8 +38,8 @@ def values(run, analysis):
 
 def test_papermill_and_inprocess_give_the_same_numbers(fixture_copy, tmp_path):
     a, b = copy_run(fixture_copy, tmp_path / "a"), copy_run(fixture_copy, tmp_path / "b")
-    ta = sweep(a, ["knowledge", "reconstruction"], steps=[8, 30], workers=2, mode="papermill", options=QUICK, progress=False)
-    tb = sweep(b, ["knowledge", "reconstruction"], steps=[8, 30], mode="inprocess", options=QUICK, progress=False)
+    ta = sweep(open_run(a), ["knowledge", "reconstruction"], steps=[8, 30], workers=2, mode="papermill", options=QUICK, progress=False)
+    tb = sweep(open_run(b), ["knowledge", "reconstruction"], steps=[8, 30], mode="inprocess", options=QUICK, progress=False)
     assert (ta == "done").all().all() and (tb == "done").all().all()
     for analysis in ("knowledge", "reconstruction"):
         pd.testing.assert_frame_equal(values(a, analysis), values(b, analysis))
@@ -54,7 +55,7 @@ def test_papermill_and_inprocess_give_the_same_numbers(fixture_copy, tmp_path):
 def test_failure_is_logged_and_the_rest_goes_on(fixture_copy, tmp_path):
     run = copy_run(fixture_copy, tmp_path / "r")
     # knowledge fails on an unknown relation; reconstruction runs anyway
-    t = sweep(run, ["knowledge", "reconstruction"], steps=[4], mode="papermill",
+    t = sweep(open_run(run), ["knowledge", "reconstruction"], steps=[4], mode="papermill",
               options={"knowledge": dict(relations=["P999"]), "reconstruction": dict(max_words=10)}, progress=False)
     assert t.loc["knowledge", 4] == "failed" and t.loc["reconstruction", 4] == "done"
     log = read_log(run).set_index(["analysis", "step"])
@@ -66,11 +67,11 @@ def test_failure_is_logged_and_the_rest_goes_on(fixture_copy, tmp_path):
 def test_bad_requests_name_the_problem(fixture_copy):
     from embryo.runs.run import CheckpointNotFound
     with pytest.raises(SweepError, match="unknown analysis 'glu'; the analyses are"):
-        sweep(fixture_copy, ["glu"], progress=False)
+        sweep(open_run(fixture_copy), ["glu"], progress=False)
     with pytest.raises(CheckpointNotFound, match="has no checkpoint for step 7; it has 0, 1, 2, 4, 8"):
-        sweep(fixture_copy, ["knowledge"], steps=[7], progress=False)
+        sweep(open_run(fixture_copy), ["knowledge"], steps=[7], progress=False)
     with pytest.raises(SweepError, match="0 <= i < n"):
-        sweep(fixture_copy, ["knowledge"], shard="2/2", progress=False)
+        sweep(open_run(fixture_copy), ["knowledge"], shard="2/2", progress=False)
 
 
 def _cli(*args, **kw):
@@ -155,7 +156,7 @@ def test_a_folder_of_hf_checkpoints_is_swept_as_a_run(fixture_copy, tmp_path):
         shutil.copytree(fixture_copy / "checkpoints" / f"step_{s:07d}", tmp_path / "release" / f"step{s}")
     shutil.copyfile(fixture_copy / "spiece.model", tmp_path / "release" / "step30" / "spiece.model")
     run = as_run(tmp_path / "release", tmp_path / "runs" / "release")
-    t = sweep(run, ["knowledge"], mode="inprocess", options=QUICK, progress=False)
+    t = sweep(open_run(run), ["knowledge"], mode="inprocess", options=QUICK, progress=False)
     assert t.loc["knowledge"].tolist() == ["done", "done"]
     # swept by its own folder, it says where the linked run went (issue 33, point 9)
     r = subprocess.run([sys.executable, "-m", "embryo.cli", "sweep", "--run", str(tmp_path / "release"), "--analyses", "knowledge",
@@ -172,7 +173,7 @@ def test_hub_checkpoints_offline_give_a_clear_error(tmp_path, monkeypatch):
 def test_report_shows_figures_with_paper_numbers_and_verdicts(tmp_path):
     from embryo.train.fixtures import fixture_run
     run = copy_run(fixture_run(), tmp_path / "r")  # with its logs, for Fig. 2a
-    sweep(run, ["knowledge", "reconstruction"], steps=[0, 30], mode="inprocess", options=QUICK, progress=False)
+    sweep(open_run(run), ["knowledge", "reconstruction"], steps=[0, 30], mode="inprocess", options=QUICK, progress=False)
     r = _cli("report", "--run", str(run), "--figures", str(tmp_path / "fig"))
     assert r.returncode == 0, r.stderr
     page = (tmp_path / "fig" / "index.html").read_text()
@@ -226,7 +227,7 @@ def _cmdline(p: Path) -> bytes:
 def test_papermill_sweep_leaves_no_kernel_and_the_working_directory_alone(fixture_copy, tmp_path):
     run = copy_run(fixture_copy, tmp_path / "r")
     here = os.getcwd()
-    t = sweep(run, ["knowledge"], steps=[2, 4, 8], workers=2, mode="papermill", options=QUICK, redraw=False, progress=False)
+    t = sweep(open_run(run), ["knowledge"], steps=[2, 4, 8], workers=2, mode="papermill", options=QUICK, redraw=False, progress=False)
     assert (t == "done").all().all() and os.getcwd() == here
     kids = [p for p in Path("/proc").glob("[0-9]*") if _parent(p) == os.getpid() and b"ipykernel" in _cmdline(p)]
     assert not kids, "kernels left running after the sweep"
@@ -242,28 +243,28 @@ def test_results_remember_their_options_and_other_options_recompute(fixture_copy
     rels = load_facts()
     write_lama(lama, {r: rels[r] for r in sorted(rels)[:2]})
     quick = dict(max_facts=15)
-    assert sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": quick}, progress=False).loc["knowledge", 8] == "done"
+    assert sweep(open_run(run), ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": quick}, progress=False).loc["knowledge", 8] == "done"
     before = set(read_results(run, "knowledge").task)
     capsys.readouterr()
-    t = sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": dict(quick, facts=str(lama))}, progress=False)
+    t = sweep(open_run(run), ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": dict(quick, facts=str(lama))}, progress=False)
     assert t.loc["knowledge", 8] == "done"
     out = capsys.readouterr().out
     assert "knowledge: recomputing step(s) 8: their results were computed with" in out and str(lama) in out, out
     # the step holds the LAMA folder's two relations alone, not them beside the built-in ones (issue 32, finding 1)
     assert len(set(read_results(run, "knowledge", step=8).task)) == 2 < len(before), read_results(run, "knowledge").task.unique()
-    t = sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": dict(quick, facts=str(lama))}, progress=False)
+    t = sweep(open_run(run), ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": dict(quick, facts=str(lama))}, progress=False)
     assert t.loc["knowledge", 8] == "skipped"  # the same options and data: done
     (lama / "relations.jsonl").write_text("this is not json\n")  # the user's data changed, and is now malformed
-    t = sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": dict(quick, facts=str(lama))}, progress=False)
+    t = sweep(open_run(run), ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": dict(quick, facts=str(lama))}, progress=False)
     assert t.loc["knowledge", 8] == "failed"
     err = read_log(run).set_index(["analysis", "step"]).loc[("knowledge", 8), "error"]
     assert "relations.jsonl" in err, err
-    assert sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": quick}, force=True,
+    assert sweep(open_run(run), ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": quick}, force=True,
                  progress=False).loc["knowledge", 8] == "done"  # --force stays
     assert set(read_results(run, "knowledge", step=8).task) == before  # back to the defaults: the LAMA relations are gone
     write_results(run, "knowledge", 8, [dict(task="P36", metric="p@1", value=0.5)])  # by hand, options unknown
     capsys.readouterr()
-    assert sweep(run, ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": quick},
+    assert sweep(open_run(run), ["knowledge"], steps=[8], mode="inprocess", options={"knowledge": quick},
                  progress=False).loc["knowledge", 8] == "done"
     assert "options nobody recorded (written outside a sweep)" in capsys.readouterr().out
     assert set(read_results(run, "knowledge", step=8).task) == before
@@ -278,17 +279,17 @@ def test_results_of_an_older_method_are_said_and_recomputed(fixture_copy, tmp_pa
     from embryo.runs.results import set_computed_with
     run = copy_run(fixture_copy, tmp_path / "r")
     opts = {"reconstruction": dict(max_words=15)}
-    assert sweep(run, ["reconstruction"], steps=[8, 30], mode="inprocess", options=opts, progress=False).eq("done").all().all()
+    assert sweep(open_run(run), ["reconstruction"], steps=[8, 30], mode="inprocess", options=opts, progress=False).eq("done").all().all()
     for s in (8, 30): set_computed_with(run, "reconstruction", s, '{"max_words": 15}')  # as method 1 recorded them
     said = lambda: [r["verdict"] for r in report_sections(run) if r.get("analysis") == "reconstruction"]
     assert all("older method of this analysis at 2 evaluated steps" in v for v in said()), said()
     capsys.readouterr()
-    t = sweep(run, ["reconstruction"], steps=[8, 30], mode="inprocess", options=opts, progress=False)
+    t = sweep(open_run(run), ["reconstruction"], steps=[8, 30], mode="inprocess", options=opts, progress=False)
     assert t.eq("done").all().all(), t
     out = capsys.readouterr().out
     assert 'reconstruction: recomputing step(s) 8, 30: their results were computed with {"max_words": 15}' in out, out
     assert not any("older method" in v for v in said()), said()
-    assert sweep(run, ["reconstruction"], steps=[8], mode="inprocess", options=opts,
+    assert sweep(open_run(run), ["reconstruction"], steps=[8], mode="inprocess", options=opts,
                  progress=False).loc["reconstruction", 8] == "skipped"  # method 2 and the same options: done
 
 
@@ -447,7 +448,7 @@ def test_a_second_sweep_is_refused_and_a_sweep_during_training_says_so(fixture_c
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
     assert f"RunLocked: {run} is being swept by pid {first.pid} on" in r.stderr, r.stderr
     trainer = _holding("run_lock", run)
-    try: t = sweep(run, ["knowledge"], steps=[8], mode="inprocess", options=QUICK, progress=False)
+    try: t = sweep(open_run(run), ["knowledge"], steps=[8], mode="inprocess", options=QUICK, progress=False)
     finally: trainer.kill(); trainer.wait()
     out = capsys.readouterr().out
     assert t.loc["knowledge", 8] == "done" and f"{run} is still training (pid {trainer.pid} on" in out, out
@@ -498,5 +499,5 @@ def test_a_one_worker_sweep_runs_its_jobs_in_the_calling_thread(fixture_copy, mo
     import embryo.analyses.sweep as S
     seen, real = [], S.run_job
     monkeypatch.setattr(S, "run_job", lambda *a, **k: (seen.append(threading.get_ident()), real(*a, **k))[1])
-    t = sweep(fixture_copy, ["attention"], steps=[2, 4], mode="inprocess", force=True, redraw=False, progress=False)
+    t = sweep(open_run(fixture_copy), ["attention"], steps=[2, 4], mode="inprocess", force=True, redraw=False, progress=False)
     assert seen == [threading.get_ident()] * 2 and (t == "done").all().all()

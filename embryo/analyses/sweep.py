@@ -437,7 +437,7 @@ def run_job(run, job: Job, mode: str, device: str, options: dict, kernels=None, 
     return job, status, err
 
 # %% ../../nbs/10_sweep.ipynb #61ff6f07
-def sweep(run, # a run folder, or a folder of checkpoint folders named by step (`as_run`)
+def sweep(run: Run, # the run: a folder becomes one at the edge (`open_run`: a run, a bundle, a series)
           analyses: Sequence[str] | None = None, # default: every analysis this version has
           steps: Sequence[int] | None = None, # default: every checkpoint
           workers: int = 1, # (analysis, step) jobs at once
@@ -454,7 +454,8 @@ def sweep(run, # a run folder, or a folder of checkpoint folders named by step (
     if mode not in ("papermill", "inprocess"): raise SweepError(f"mode {mode!r}: use 'papermill' or 'inprocess'")
     if not isinstance(workers, int) or workers < 1: raise SweepError(f"--workers {workers}: pass 1 or more (jobs at once)")
     check_device(device)
-    run = open_run(run)  # the edge: a folder (or a series of checkpoint folders) becomes the run
+    if not isinstance(run, Run):  # the edges (the CLI, a notebook's prelude) open folders; sweep takes what they open
+        raise SweepError(f"sweep takes a Run, not the folder {str(run)!r}: open it first, sweep(open_run(folder), ...)")
     shard = parse_shard(shard) if isinstance(shard, str) else shard
     options = options or {}
     analyses, not_applicable = applicable(run, available_analyses() if analyses is None else analyses, options)

@@ -17,7 +17,7 @@ from ..text.tokenizer import HF_TOKENIZER_FILES
 from ..model.model import load_safetensors, write_safetensors
 from ..runs.run import (
     checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, MODEL_CARD, DB_NAME, Run, is_bundle)
-from ..runs.series_check import check_series
+from ..runs.series_check import check_series, open_run
 from ..train.cards import model_card
 from ..runs.results import connect, db_path, done_steps
 from ..analyses.sweep import available_analyses, analysis_module, sweep
@@ -237,6 +237,6 @@ def build_reference(runs="runs", out=None, options: dict | None = None) -> Path:
     from embryo.runs.series import REFERENCE, reference_run
     from embryo.runs.results import REFERENCE_DIR
     run = reference_run(Path(runs) / REFERENCE["name"])
-    sweep(run, list(REFERENCE_ANALYSES), mode="inprocess", options=options or {}, progress=False)
+    sweep(open_run(run), list(REFERENCE_ANALYSES), mode="inprocess", options=options or {}, progress=False)
     return copy_database(run, Path(out) if out else REFERENCE_DIR / REFERENCE["name"])
 

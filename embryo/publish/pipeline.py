@@ -12,6 +12,7 @@ from pathlib import Path
 from ..config import atomic_write, CPU_FINETUNE
 from ..runs.run import list_steps, DB_NAME, Run
 from ..runs.results import db_path
+from ..runs.series_check import open_run
 from ..analyses.sweep import (ANALYSES, SweepError, applicable, available_analyses, error_text, evaluation_steps,
                                    nbs_dir, sweep, scoped_env, worker_threads)
 from ..experiments.seeds import seed_bands, seed_run_dirs
@@ -57,6 +58,7 @@ def reproduce(args):
         raise SweepError(f"--analyses: unknown {', '.join(bad)}; the analyses are {', '.join(available_analyses())}")
     for p in write_param_tables(figures): print(f"wrote {p}")
     pretrain_from_args(args)
+    run = open_run(run)  # the edge: the trained folder becomes the run every analysis sweeps
     cpu = args.preset in CPU_PRESETS  # grids, options and workers for a CPU's budget
     for a in chosen:
         if a in USER_DATA: print(f"== {a}: skipped: {USER_DATA[a].format(run=run)}", flush=True); continue
