@@ -23,8 +23,8 @@ reproduce: $(STAMP)
 mature: $(STAMP)
 	$(BIN)/python -m embryo.cli reproduce --preset tiny-mature --figures figures/mature
 
-# Knowledge with a known exposure history (issue "findings", notebook 02c): the quick run with 100 facts of each built-in
-# relation shown 0, 1, 4, 16 or 64 times at steps recorded in runs/tiny-facts/facts.jsonl; the knowledge analyses over
+# Knowledge with a known exposure history (notebook 02c): the mature recipe with up to 500 facts of each built-in
+# relation (100 a group) shown 0, 1, 4, 16 or 64 times at steps recorded in runs/tiny-facts/facts.jsonl; the knowledge analyses over
 # every checkpoint, figures and report in figures/facts. Resumable.
 facts: $(STAMP)
 	$(BIN)/python -m embryo.cli reproduce --preset tiny-facts --figures figures/facts --analyses knowledge exposure

@@ -123,7 +123,7 @@ PAGES_DIR = "notebooks"  # under the figures folder: the analysis notebooks exec
 SEEDS_DIR = "seeds"  # under the figures folder: the seed bands, and each further seed's own figures in seed<k>/
 
 # %% ../../nbs/10c_report.ipynb #31840730
-TWINS = {"bert-tiny": "The BERT twin", "electra-tiny": "The ELECTRA twin", "facts": "The quick run with injected facts "
+TWINS = {"bert-tiny": "The BERT twin", "electra-tiny": "The ELECTRA twin", "facts": "The mature run with injected facts "
                                                                                     "(tiny-facts)",
          "mature": "The mature run (tiny-mature)", "bert-tiny-mature": "The mature run's BERT twin",
          # figures/<folder>/ of another run, as the results cells name it
