@@ -264,16 +264,18 @@ def beyond_guessing(lost: tuple[int, int], control: tuple[int, int]) -> bool:
 def relation_learning(table: pd.DataFrame) -> pd.DataFrame:
     ("Per relation of a fact table: facts, the smallest exposure group, the learned groups, and the facts lost again "
      "among the learned groups' against the control's (`fluctuates`: beyond guessing, or not; empty where none is "
-     "learned).")
+     "learned); `monotone`: whether the learned groups are the most-shown ones, as learning from exposure predicts.")
     cat, rows = categories(table), []
     for r, t in table.groupby("relation"):
         learned, c = learned_groups(t), cat[cat.fact.isin(set(t.fact))]
         lost, ctl = _lost(c[c.exposures.isin(learned)]), _lost(c[c.exposures == 0])
         per_group = int(t.groupby("exposures").fact.nunique().reindex(EXPOSURES, fill_value=0).min())
+        shown = [g for g in EXPOSURES if g and g in set(t.exposures)]  # the groups beside the control, fewest first
         rows.append(dict(relation=r, facts=t.fact.nunique(), per_group=per_group,
                          learned=", ".join(f"{g}x" for g in learned) or "none",
                          lost=f"{lost[0]} of {lost[1]}" if learned else "", control_lost=f"{ctl[0]} of {ctl[1]}",
-                         fluctuates=("yes" if beyond_guessing(lost, ctl) else "no") if learned else ""))
+                         fluctuates=("yes" if beyond_guessing(lost, ctl) else "no") if learned else "",
+                         monotone=("yes" if learned == shown[len(shown) - len(learned):] else "no") if learned else ""))
     return pd.DataFrame(rows).sort_values(["facts", "relation"], ascending=[False, True], ignore_index=True)
 
 # %% ../../nbs/06a_exposure.ipynb #535d7287
@@ -304,10 +306,13 @@ def plot_fig14_facts(run, out_dir=None) -> list[Path]:
 # %% ../../nbs/06a_exposure.ipynb #5fe85f1e
 def per_relation(table: pd.DataFrame) -> str:
     "One clause per relation of `relation_learning`: its smallest group, what is learned, and what is lost again."
+    tests = sum(len({g for g in EXPOSURES if g} & set(t.exposures)) for _, t in table.groupby("relation"))
     said = lambda r: (f"{r.relation} ({r.facts} facts, {r.per_group} in its smallest group): " + (
         "no group learned" if r.learned == "none" else
         f"{r.learned} learned, {r.lost} lost again against {r.control_lost} of the control "
-        f"({'beyond' if r.fluctuates == 'yes' else 'within'} guessing)"))
+        f"({'beyond' if r.fluctuates == 'yes' else 'within'} guessing)" + ("" if r.monotone == "yes" else
+        f", though groups shown more often are not learned: it may be one of the {tests} group comparisons "
+        "crossing the control by chance")))
     return "Per relation (Fig. 14): " + "; ".join(map(said, relation_learning(table).itertuples()))
 
 def verdict(run) -> str:
