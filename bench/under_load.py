@@ -18,7 +18,9 @@ environment variables for the pretraining process, which starts `embryo pretrain
   `embryo` command now sets (`embryo.cli.SHARED_CORES`);
 - `spin-10k`, `spin-1k`: `GOMP_SPINCOUNT` 10,000 or 1,000 (spin that many times, then sleep; libgomp's own default is
   300,000 where it has a core for each thread);
-- `one-thread`: `OMP_NUM_THREADS=1` (not a policy for training: the thread count changes its numbers).
+- `one-thread`: `OMP_NUM_THREADS=1` (not a policy for training: the thread count changes its numbers);
+- `passive-batch`: passive, and the process (with the threads it starts) under Linux's `SCHED_BATCH`: a thread that
+  wakes does not preempt the one running, so a neighbour keeps its cores for its whole time slice.
 
     python bench/under_load.py [--steps 150] [--policies default passive one-thread] [--conditions quiet n1 n2 n1nice]
 """
@@ -42,7 +44,8 @@ while True:
     if n % 20 == 0: print(f"{time.perf_counter():.4f} {n}", flush=True)
 """
 POLICIES = {"default": {}, "passive": SHARED_CORES, "spin-10k": {"GOMP_SPINCOUNT": "10000"},
-            "spin-1k": {"GOMP_SPINCOUNT": "1000"}, "one-thread": {"OMP_NUM_THREADS": "1"}}
+            "spin-1k": {"GOMP_SPINCOUNT": "1000"}, "one-thread": {"OMP_NUM_THREADS": "1"},
+            "passive-batch": {**SHARED_CORES, "BENCH_SCHED": "batch"}}
 # (neighbours, their nice, whether they start under the pretraining's policy too, as another embryo job would)
 CONDITIONS = {"quiet": (0, 0, False), "n1": (1, 0, False), "n2": (2, 0, False), "n1nice": (1, 19, False),
               "n1same": (1, 0, True), "n2same": (2, 0, True)}
@@ -67,7 +70,8 @@ def pretrain(steps: int, env: dict, folder: Path) -> tuple[float, float, float]:
     "Pretrain `tiny` for `steps` steps under `env`; (median tokens/s of its steady log records, start, end)."
     run = folder / f"run-{time.monotonic_ns()}"
     # the subcommand's own function, not `main`: main would add SHARED_CORES to the policy under test
-    cmd = [sys.executable, "-c", "import sys; from embryo.cli import parser; a = parser().parse_args(sys.argv[1:]); "
+    cmd = [sys.executable, "-c", "import os, sys; from embryo.cli import parser; a = parser().parse_args(sys.argv[1:]); "
+           "os.environ.get('BENCH_SCHED') == 'batch' and os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)); "
            "a.fn(a)", "pretrain", "--preset", "tiny", "--run-dir",
            str(run), "--no-progress", "--set", f"total_steps={steps}", "log_every=10", f"warmup_steps={steps // 3}",
            f"checkpoint_every=[[{steps}, null]]", f"resume_every={steps}"]
