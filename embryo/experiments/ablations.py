@@ -177,16 +177,16 @@ def run_scores(run, device: str = "cpu", downstream: bool = False, finetune: dic
 
 # %% ../../nbs/09_albert_ablations.ipynb #97166a45
 def compare(a: Sequence[float], ref: Sequence[float], alpha: float = 0.05) -> dict:
-    "Difference of means of `a` and `ref`, Welch's p-value, and whether it is beyond the seed spread (p < alpha)."
+    "Difference of means of `a` and `ref`, its Welch interval (lo, hi), Welch's p, and whether p < alpha (beyond noise)."
     from scipy.stats import ttest_ind
-    a, ref = np.asarray(a, float), np.asarray(ref, float)
-    a, ref = a[~np.isnan(a)], ref[~np.isnan(ref)]
-    if len(a) == 0 or len(ref) == 0: return dict(diff=math.nan, p=math.nan, beyond_noise="")
+    a, ref = (x[~np.isnan(x)] for x in (np.asarray(a, float), np.asarray(ref, float)))  # seeds that finished
+    unknown = dict(lo=math.nan, hi=math.nan, p=math.nan)
+    if len(a) == 0 or len(ref) == 0: return dict(unknown, diff=math.nan, beyond_noise="")
     diff = float(a.mean() - ref.mean())
-    if len(a) < 2 or len(ref) < 2: return dict(diff=diff, p=math.nan, beyond_noise="? (1 seed)")
-    if a.std() == 0 and ref.std() == 0: p = 0.0 if diff else 1.0
-    else: p = float(ttest_ind(a, ref, equal_var=False).pvalue)
-    return dict(diff=diff, p=p, beyond_noise="yes" if p < alpha else "no")
+    if len(a) < 2 or len(ref) < 2: return dict(unknown, diff=diff, beyond_noise="? (1 seed)")
+    if a.std() == 0 and ref.std() == 0: p, (lo, hi) = (0.0 if diff else 1.0), (diff, diff)
+    else: t = ttest_ind(a, ref, equal_var=False); p, (lo, hi) = float(t.pvalue), t.confidence_interval(1 - alpha)
+    return dict(diff=diff, lo=float(lo), hi=float(hi), p=p, beyond_noise="yes" if p < alpha else "no")
 
 # %% ../../nbs/09_albert_ablations.ipynb #1e670312
 PAPER = {
@@ -260,9 +260,9 @@ def table_frame(df: pd.DataFrame, table: str, scale: dict) -> pd.DataFrame:
                 r[f"paper_{s}"] = paper.get(s, paper.get("avg"))
             if v != ref_v:
                 c = compare(g[s], ref[s])
-                r[f"{s}_vs_ref"] = (
-                    f"{c['diff']:+.1f} (p={c['p']:.2f}) {c['beyond_noise']}" if c["diff"] == c["diff"] else ""
-                )
+                ci = f" [{c['lo']:+.1f}, {c['hi']:+.1f}]" if c["lo"] == c["lo"] else ""  # NaN with one seed
+                r[f"{s}_vs_ref"] = (f"{c['diff']:+.1f}{ci} (p={c['p']:.2f}) {c['beyond_noise']}"
+                                    if c["diff"] == c["diff"] else "")
         if "params" in paper: r["paper_params_M"] = paper["params"]
         if "avg" in paper: r["paper_downstream_avg"] = paper["avg"]
         out.append(r)
@@ -292,8 +292,8 @@ def scale_note(scale: dict, steps: int, root, n_eval: int | None = None) -> str:
             + (f" ({n_eval} sequences, or sentence pairs, per run)" if n_eval else "") + ", mean ± std "
             f"over seeds. `paper_*`: ALBERT-base after 125k steps (downstream = the paper's Avg over SQuAD, MNLI, "
             "SST-2, "
-            f"RACE). `X_vs_ref`: our difference from the `reference` row, Welch's p, and whether it is beyond the seed "
-            f"spread (p < 0.05). Our E = H rows stand beside the paper's E = 768 (= H) rows."
+            f"RACE). `X_vs_ref`: our difference from the `reference` row [its 95% interval], Welch's p, and whether "
+            f"it is beyond the seed spread (p < 0.05). Our E = H rows stand beside the paper's E = 768 (= H) rows."
             + " Downstream: dev score of the built-in tasks of embryo.analyses.glue (sentence polarity, CoNLL-2010 uncertainty; "
               f"not GLUE) finetuned from each run's last checkpoint with {scale['finetune'] or 'Table 7 settings'}, "
               "when the runs were scored with downstream=True; otherwise no downstream column.")
