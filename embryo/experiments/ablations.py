@@ -32,6 +32,7 @@ from ..runs.records import keep_record, restore_records
 from ..train.batches import run_config
 from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
 from .throughput import training_throughput
+from .ablation_claims import table_claims
 
 # %% auto #0
 __all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT', 'TABLE3_PAIRS',
@@ -570,8 +571,7 @@ def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256
                    f"seed spread: {'; '.join(beyond)}." if beyond else
                    "and no row differs from its reference beyond the seed spread, so what the table compares cannot be "
                    "read from these runs (the paper's rows differ after 125,000 steps)."))
-    return (f"{TITLES[table][1].split(':')[0]} after {steps} steps: differences beyond the seed spread: "
-            f"{'; '.join(beyond) or 'none'}; {nums}.")
+    return table_claims(TITLES[table][1].split(':')[0], table, frame, steps)  # Tables 4, 5 (ablation_claims)
 
 # %% ../../nbs/09_albert_ablations.ipynb #4ce2406d
 def table_verdicts(out_dir) -> dict[str, str]:
