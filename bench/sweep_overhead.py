@@ -18,6 +18,7 @@ from pathlib import Path
 from embryo.runs.run import list_steps
 from embryo.train.fixtures import fixture_run
 from embryo.analyses.sweep import available_analyses, sweep
+from embryo.runs.series_check import open_run
 
 QUICK = {"reconstruction": dict(max_words=50), "knowledge": dict(max_facts=200), "glue": dict(max_train_examples=64),
          "attention": dict(n_sentences=32)}
@@ -36,7 +37,7 @@ def copy_run(src: Path, dst: Path, steps) -> Path:
 def time_per_step(run, analysis, steps, mode):
     "Seconds per (analysis, step) job of one sweep over `steps` through `mode`."
     t0 = time.perf_counter()
-    t = sweep(run, [analysis], steps, mode=mode, force=True, options={analysis: QUICK.get(analysis, {})},
+    t = sweep(open_run(run), [analysis], steps, mode=mode, force=True, options={analysis: QUICK.get(analysis, {})},
               redraw=False, progress=False)
     assert (t.loc[analysis] == "done").all(), f"{analysis} failed under {mode}: {t.loc[analysis].to_dict()}"
     return (time.perf_counter() - t0) / len(steps)
