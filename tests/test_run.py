@@ -38,10 +38,12 @@ def test_step_folders_are_ascii_digits_only(fixture_copy):
     "Issue 32, finding 8: `step_²` made every sweep fail with a traceback and `step_٣` was read as step 3."
     import shutil
     from embryo.analyses.sweep import sweep
+    from embryo.runs.series_check import open_run
     src = fixture_copy / "checkpoints" / "step_0000002"
     for name in ("step_\u00b2", "step_\u0663"):
         shutil.copytree(src, fixture_copy / "checkpoints" / name)
     run = Run(fixture_copy)
     assert run.steps == [0, 1, 2, 4, 8, 16, 20, 30]  # neither is a step
-    t = sweep(fixture_copy, ["knowledge"], steps=[2], mode="inprocess", options={"knowledge": dict(max_facts=5)}, progress=False)
+    t = sweep(open_run(fixture_copy), ["knowledge"], steps=[2], mode="inprocess", options={"knowledge": dict(max_facts=5)},
+              progress=False)
     assert t.loc["knowledge", 2] == "done"

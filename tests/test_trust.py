@@ -184,10 +184,11 @@ def test_a_folder_that_asks_to_run_its_own_code_is_refused(tmp_path):
 def test_a_copied_checkpoint_is_flagged_before_the_sweep_reads_it(tmp_path, monkeypatch, capsys):
     "A series is checked before it is read: a step that is a copy of another (as users found in Pythia) is named."
     from embryo.analyses.sweep import sweep
+    from embryo.runs.series_check import open_run
     out = _series(tmp_path, "E")
     shutil.copytree(out / "checkpoint-2", out / "checkpoint-6")
     monkeypatch.chdir(tmp_path)
-    sweep(out, analyses=[], progress=False)
+    sweep(open_run(out), analyses=[], progress=False)  # opening the series checks it
     said = capsys.readouterr().out
     assert "steps 2 and 6 hold the same weights" in said, said
     flags = json.loads((tmp_path / "runs" / "out" / "logs" / "series_check.json").read_text())["flags"]
@@ -211,10 +212,11 @@ def test_the_report_names_a_copied_checkpoint(tmp_path, monkeypatch, capsys):
     "A series is checked before it is read, and the report says what the check found, first."
     from embryo.cli import main
     from embryo.analyses.sweep import sweep
+    from embryo.runs.series_check import open_run
     out = _series(tmp_path, "F")
     shutil.copytree(out / "checkpoint-2", out / "checkpoint-6")
     monkeypatch.chdir(tmp_path)
-    sweep(out, analyses=["attention"], mode="inprocess", options={"attention": dict(n_sentences=8, seq_len=10)},
+    sweep(open_run(out), analyses=["attention"], mode="inprocess", options={"attention": dict(n_sentences=8, seq_len=10)},
           progress=False)
     main(["report", "--run", "runs/out", "--figures", str(tmp_path / "figs")])
     said = capsys.readouterr().out
