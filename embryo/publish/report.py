@@ -24,8 +24,9 @@ from ..analyses.sweep import available_analyses, analysis_module, error_text
 
 # %% auto #0
 __all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'TWINS', 'FINDINGS', 'FINDINGS_FILE', 'OVERVIEW',
-           'pace_sentence', 'report_sections', 'write_report', 'Drawn', 'redraw_all', 'status_of', 'finding_verdicts',
-           'findings_markdown', 'findings_text', 'write_findings', 'findings_overview']
+           'STATUS_RANK', 'pace_sentence', 'report_sections', 'write_report', 'Drawn', 'redraw_all', 'status_of',
+           'finding_verdicts', 'findings_markdown', 'findings_text', 'write_findings', 'findings_overview',
+           'paper_items']
 
 # %% ../../nbs/10c_report.ipynb #af38f421
 CORE_REPORT = [
@@ -296,3 +297,18 @@ def findings_overview(figures_root="figures", link="figures") -> str:
     head = [f"[{n}]({Path(link, k, FINDINGS_FILE).as_posix()})" for k, n in runs.items()]
     rows = [f"| {i} | {claim} | " + " | ".join(got[k][j] for k in runs) + " |" for j, (i, claim, _) in enumerate(FINDINGS)]
     return "\n".join(["| | the paper's finding | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(runs), *rows]) + "\n"
+
+# %% ../../nbs/10c_report.ipynb #10b02e01
+STATUS_RANK = ("not testable", "not reproduced", "partly", "reproduced")  # worst to best, as a tally reads them
+
+def paper_items(figures_root="figures") -> pd.DataFrame:
+    "Each report section with a paper reference and a verdict: its status per bundle under `figures_root`, the best."
+    root, rows = Path(figures_root), {}
+    for f in sorted(root.glob(f"**/{REPORT_JSON}")):
+        bundle = f.parent.relative_to(root).as_posix() if f.parent != root else "default"
+        for s in json.loads(f.read_text())["sections"]:
+            if s.get("paper") and s.get("verdict") and status_of(s["verdict"]) in STATUS_RANK:
+                rows.setdefault((s["file"], s["paper"]), {})[bundle] = status_of(s["verdict"])
+    t = pd.DataFrame.from_dict(rows, orient="index").rename_axis(["file", "paper"]).reset_index()
+    best = lambda r: max((v for v in r if v in STATUS_RANK), key=STATUS_RANK.index)
+    return t.assign(best=t.drop(columns=["file", "paper"]).apply(best, axis=1))
