@@ -270,7 +270,8 @@ def relation_learning(table: pd.DataFrame) -> pd.DataFrame:
         learned, c = learned_groups(t), cat[cat.fact.isin(set(t.fact))]
         lost, ctl = _lost(c[c.exposures.isin(learned)]), _lost(c[c.exposures == 0])
         per_group = int(t.groupby("exposures").fact.nunique().reindex(EXPOSURES, fill_value=0).min())
-        shown = [g for g in EXPOSURES if g and g in set(t.exposures)]  # the groups beside the control, fewest first
+        present = set(t.exposures)
+        shown = [g for g in EXPOSURES if g and g in present]  # the groups beside the control, fewest first
         rows.append(dict(relation=r, facts=t.fact.nunique(), per_group=per_group,
                          learned=", ".join(f"{g}x" for g in learned) or "none",
                          lost=f"{lost[0]} of {lost[1]}" if learned else "", control_lost=f"{ctl[0]} of {ctl[1]}",

@@ -25,7 +25,6 @@ import pandas as pd
 
 from ..config import clean_stale_temps, temp_tag, check_value
 from ..runs.run import list_steps, find_checkpoint, run_transitions, check_device, CannotDraw, DB_NAME, Run
-from ..runs.series_check import open_run
 from ..runs.lock import sweep_lock, training_holder, holder_text
 from ..runs.results import (db_path, connect, log_job, read_log, computed_with, options_digest,
                                  set_computed_with)

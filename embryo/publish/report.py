@@ -307,8 +307,8 @@ def paper_items(figures_root="figures") -> pd.DataFrame:
     for f in sorted(root.glob(f"**/{REPORT_JSON}")):
         bundle = f.parent.relative_to(root).as_posix() if f.parent != root else "default"
         for s in json.loads(f.read_text())["sections"]:
-            if s.get("paper") and s.get("verdict") and status_of(s["verdict"]) in STATUS_RANK:
-                rows.setdefault((s["file"], s["paper"]), {})[bundle] = status_of(s["verdict"])
+            if s.get("paper") and s.get("verdict") and (status := status_of(s["verdict"])) in STATUS_RANK:
+                rows.setdefault((s["file"], s["paper"]), {})[bundle] = status
     t = pd.DataFrame.from_dict(rows, orient="index").rename_axis(["file", "paper"]).reset_index()
     best = lambda r: max((v for v in r if v in STATUS_RANK), key=STATUS_RANK.index)
     return t.assign(best=t.drop(columns=["file", "paper"]).apply(best, axis=1))
