@@ -21,8 +21,10 @@ environment variables for the pretraining process, which starts `embryo pretrain
 - `one-thread`: `OMP_NUM_THREADS=1` (not a policy for training: the thread count changes its numbers);
 - `passive-batch`: passive, and the process (with the threads it starts) under Linux's `SCHED_BATCH`: a thread that
   wakes does not preempt the one running, so a neighbour keeps its cores for its whole time slice.
+- `turns`: passive, and the training loop's `Turns` (notebook 02a7): beside one busy neighbour whose threads spin, it
+  works `TURN` of the time and pauses for the rest (every 2 s). Every other policy runs with `EMBRYO_TURNS=0`.
 
-    python bench/under_load.py [--steps 150] [--policies default passive one-thread] [--conditions quiet n1 n2 n1nice]
+    python bench/under_load.py [--steps 150] [--policies default passive one-thread] [--conditions quiet n1 n2 n1nice] [--repeats 3] [--out results.json]
 """
 import argparse
 import json
@@ -43,25 +45,32 @@ while True:
     a @ a; n += 1
     if n % 20 == 0: print(f"{time.perf_counter():.4f} {n}", flush=True)
 """
-POLICIES = {"default": {}, "passive": SHARED_CORES, "spin-10k": {"GOMP_SPINCOUNT": "10000"},
-            "spin-1k": {"GOMP_SPINCOUNT": "1000"}, "one-thread": {"OMP_NUM_THREADS": "1"},
-            "passive-batch": {**SHARED_CORES, "BENCH_SCHED": "batch"}}
+OFF = {"EMBRYO_TURNS": "0"}
+POLICIES = {"default": OFF, "passive": {**SHARED_CORES, **OFF}, "spin-10k": {"GOMP_SPINCOUNT": "10000", **OFF},
+            "spin-1k": {"GOMP_SPINCOUNT": "1000", **OFF}, "one-thread": {"OMP_NUM_THREADS": "1", **OFF},
+            "passive-batch": {**SHARED_CORES, "BENCH_SCHED": "batch", **OFF}, "turns": SHARED_CORES}
 # (neighbours, their nice, whether they start under the pretraining's policy too, as another embryo job would)
 CONDITIONS = {"quiet": (0, 0, False), "n1": (1, 0, False), "n2": (2, 0, False), "n1nice": (1, 19, False),
               "n1same": (1, 0, True), "n2same": (2, 0, True)}
 
 
 def start_neighbours(k: int, nice: int, env: dict | None = None) -> list[subprocess.Popen]:
-    "`k` neighbour processes at `nice` (under `env` added to ours), each printing 'time count' as it goes."
-    return [subprocess.Popen([sys.executable, "-c", NEIGHBOUR], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, **(env or {})},
-                             preexec_fn=(lambda: os.nice(nice)) if nice else None) for _ in range(k)]
+    """`k` neighbour processes at `nice` (under `env` added to ours), each writing 'time count' lines to a file of its
+    own (a pipe read only at the end would fill and stop the neighbour after some 64,000 products)."""
+    ps = []
+    for _ in range(k):
+        out = tempfile.TemporaryFile("w+")
+        p = subprocess.Popen([sys.executable, "-c", NEIGHBOUR], stdout=out, text=True, env={**os.environ, **(env or {})},
+                             preexec_fn=(lambda: os.nice(nice)) if nice else None)
+        p.out = out; ps.append(p)
+    return ps
 
 
 def products_per_s(p: subprocess.Popen, t0: float, t1: float) -> float:
     "Stop neighbour `p`; its products a second between the perf-counter times `t0` and `t1`."
-    p.terminate(); out = p.communicate()[0]
-    pts = [tuple(map(float, l.split())) for l in out.splitlines() if l.strip()]
+    p.terminate(); p.wait(); p.out.seek(0)
+    pts = [tuple(map(float, l.split())) for l in p.out.read().splitlines() if len(l.split()) == 2]
+    p.out.close()
     pts = [(t, n) for t, n in pts if t0 <= t <= t1]
     return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]) if len(pts) >= 2 else float("nan")
 
@@ -88,6 +97,8 @@ def main():
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=list(CONDITIONS))
+    ap.add_argument("--repeats", type=int, default=1, help="rounds of every policy and condition (quiet speed each round)")
+    ap.add_argument("--out", help="also write the rows and their summary to this JSON file")
     a = ap.parse_args()
     print(f"host: {os.cpu_count()} cores; torch threads by default: one a core", flush=True)
     with tempfile.TemporaryDirectory() as d:
@@ -96,7 +107,7 @@ def main():
         quiet_n = products_per_s(alone[0], t0 + 2, time.perf_counter())
         print(f"neighbour alone: {quiet_n:.0f} products/s", flush=True)
         rows = []
-        for policy in a.policies:
+        for policy, rep in ((p, r) for r in range(a.repeats) for p in a.policies):
             quiet = None
             for cond in sorted(a.conditions, key=lambda c: c != "quiet"):  # quiet first: the others' reference
                 k, nice, same = CONDITIONS[cond]
@@ -104,7 +115,7 @@ def main():
                 tps, t0, t1 = pretrain(a.steps, POLICIES[policy], Path(d))
                 ns = [products_per_s(p, t0, t1) / quiet_n for p in ps]
                 quiet = tps if cond == "quiet" else quiet
-                rows.append(dict(policy=policy, condition=cond, tokens_per_s=round(tps),
+                rows.append(dict(policy=policy, condition=cond, round=rep + 1, tokens_per_s=round(tps),
                                  share_of_quiet=round(tps / quiet, 3) if quiet else None,
                                  neighbours_share=[round(x, 3) for x in ns]))
                 print(json.dumps(rows[-1]), flush=True)
@@ -112,7 +123,27 @@ def main():
     print("|---|---|---|---|---|")
     for r in rows: print(f"| {r['policy']} | {r['condition']} | {r['tokens_per_s']} | {r['share_of_quiet']} | "
                          f"{', '.join(map(str, r['neighbours_share'])) or '-'} |")
+    if a.repeats > 1:  # each policy and condition over the rounds: median (lowest-highest)
+        print(f"\n| policy | condition | share of its quiet speed, {a.repeats} rounds | "
+              "first neighbour's share of its quiet speed |\n|---|---|---|---|")
+        for s in summary(rows):
+            span = lambda k: f"{s[k]:.3f} ({s[k + '_low']:.3f}-{s[k + '_high']:.3f})" if k in s else "-"
+            print(f"| {s['policy']} | {s['condition']} | {span('share')} | {span('neighbour')} |")
+    if a.out:  # the rows and their summary, for the journal's fact spans
+        Path(a.out).write_text(json.dumps(dict(rows=rows, summary=summary(rows)), indent=1) + "\n")
 
+
+def summary(rows: list[dict]) -> list[dict]:
+    "Per policy and condition over the rounds: the median, lowest and highest share of ours and the first neighbour's."
+    out = []
+    for key in dict.fromkeys((r["policy"], r["condition"]) for r in rows):
+        rs = [r for r in rows if (r["policy"], r["condition"]) == key]
+        s = {"policy": key[0], "condition": key[1], "case": " ".join(key), "rounds": len(rs)}
+        for name, xs in (("share", [r["share_of_quiet"] for r in rs if r["share_of_quiet"] is not None]),
+                         ("neighbour", [r["neighbours_share"][0] for r in rs if r["neighbours_share"]])):
+            if xs: s.update({name: statistics.median(xs), f"{name}_low": min(xs), f"{name}_high": max(xs)})
+        out.append(s)
+    return out
 
 if __name__ == "__main__":
     main()

@@ -31,6 +31,7 @@ from ..text.facts import read_facts, injections
 from ..runs.run import check_device, list_steps, save_checkpoint, read_run_config, sentence_name, log_records, Run
 from ..runs.lock import run_lock, clean_run, forget_inherited_locks
 from ..runs.settings import checkpoint_steps
+from ..runs.cores import Turns
 from ..runs.figures import plot_pretraining
 from .optim import (make_optimizer, lr_at, mask_prob_at, phase1_steps, micro_batches_at, rng_state,
                                 save_resume, load_resume)
@@ -341,7 +342,9 @@ def _train(run, preset, mc, tc, device, stop_after, progress, override, workers,
     model.train()
     step_batches = lambda step: batches_of_step(source, step, tc, rank, world)
     board = TensorBoardLog(run, kept) if tensorboard and rank == 0 else nullcontext()
-    with open(log_file, "a") as log, deterministic_kernels(tc.compile), board:
+    # takes turns with one busy neighbour that spins (notebook 02a7), where the run's own threads wait on each other
+    turns = Turns(dev.type == "cpu" and world == 1 and torch.get_num_threads() > 1)
+    with open(log_file, "a") as log, deterministic_kernels(tc.compile), board, turns:
         workers = resolve_data_workers(workers, dev, world)
         for step, batches in prefetched(step_batches, range(start + 1, last + 1), workers, dev.type == "cuda"):
             counts = loss_counts(batches, electra)
@@ -375,6 +378,7 @@ def _train(run, preset, mc, tc, device, stop_after, progress, override, workers,
                 saver.after_update(step)
             if rank == 0: bar.set_postfix(loss=f"{mlm_loss + sop_loss * weight:.3f}", mlm_acc=acc, refresh=False)
             bar.update(1)
+            turns()
     if rank == 0: saver.write()  # the last step's: no loss follows, its weights are checked
     bar.close()
     if world > 1: dist.barrier()
