@@ -15,10 +15,11 @@ def cpu_seconds() -> dict[int, tuple[float, int, int]]:
     "Each readable process's (CPU seconds so far, user and system; its parent's pid; its nice), from /proc."
     tick, out = os.sysconf("SC_CLK_TCK"), {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try: text = Path(f"/proc/{pid}/stat").read_text()
-        except OSError: continue  # ended since the listing
-        f = text[text.rindex(")") + 2:].split()  # from the state on: f[1] parent, f[11:13] CPU ticks, f[16] nice
-        out[int(pid)] = ((int(f[11]) + int(f[12])) / tick, int(f[1]), int(f[16]))
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+            f = text[text.rindex(")") + 2:].split()  # from the state on: f[1] parent, f[11:13] CPU ticks, f[16] nice
+            out[int(pid)] = ((int(f[11]) + int(f[12])) / tick, int(f[1]), int(f[16]))
+        except (OSError, ValueError, IndexError): continue  # ended since the listing, or a file cut short
     return out
 
 # %% ../../nbs/02a7_cores.ipynb #1bdc2aa4
@@ -38,10 +39,10 @@ def threads_of(pid: int) -> dict[int, tuple[float, int]]:
     for tid in tids:
         try:
             stat, status = (Path(f"/proc/{pid}/task/{tid}/{f}").read_text() for f in ("stat", "status"))
-        except OSError: continue  # the thread ended
-        f = stat[stat.rindex(")") + 2:].split()
-        sleeps = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
-        out[int(tid)] = ((int(f[11]) + int(f[12])) / tick, sleeps)
+            f = stat[stat.rindex(")") + 2:].split()
+            sleeps = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+            out[int(tid)] = ((int(f[11]) + int(f[12])) / tick, sleeps)
+        except (OSError, ValueError, IndexError): continue  # the thread ended, or a file cut short
     return out
 
 # %% ../../nbs/02a7_cores.ipynb #e93ff27e
