@@ -25,10 +25,10 @@ from under_load import CONDITIONS, products_per_s, start_neighbours, summary  # 
 from sweep_overhead import QUICK, copy_run  # noqa: E402
 
 from embryo.cli import SHARED_CORES  # noqa: E402
-
-POLICIES = {"passive": {**SHARED_CORES, "EMBRYO_TURNS": "0"}, "turns": SHARED_CORES}
 from embryo.runs.run import list_steps  # noqa: E402
 from embryo.train.fixtures import fixture_run  # noqa: E402
+
+POLICIES = {"passive": {**SHARED_CORES, "EMBRYO_TURNS": "0"}, "turns": SHARED_CORES}
 
 
 def timed_sweep(run: Path, analyses: list[str], steps: list[int], env: dict) -> tuple[float, float, float]:
@@ -77,8 +77,8 @@ def main():
                 print(json.dumps(rows[-1]), flush=True)
     print("\n| policy | condition | round | seconds | share of its quiet speed | each neighbour's share of its quiet "
           "speed |\n|---|---|---|---|---|---|")
-    for r in rows: print(f"| {r['policy']} | {r['condition']} | {r['round']} | {r['seconds']} | {r['share_of_quiet']} | "
-                         f"{', '.join(map(str, r['neighbours_share'])) or '-'} |")
+    for r in rows: print(f"| {r['policy']} | {r['condition']} | {r['round']} | {r['seconds']} | "
+                         f"{r['share_of_quiet']} | {', '.join(map(str, r['neighbours_share'])) or '-'} |")
     if a.out: Path(a.out).write_text(json.dumps(dict(rows=rows, summary=summary(rows)), indent=1) + "\n")
 
 

@@ -24,7 +24,8 @@ environment variables for the pretraining process, which starts `embryo pretrain
 - `turns`: passive, and the training loop's `Turns` (notebook 02a7): beside one busy neighbour whose threads spin, it
   works `TURN` of the time and pauses for the rest (every 2 s). Every other policy runs with `EMBRYO_TURNS=0`.
 
-    python bench/under_load.py [--steps 150] [--policies default passive one-thread] [--conditions quiet n1 n2 n1nice] [--repeats 3] [--out results.json]
+    python bench/under_load.py [--steps 150] [--policies default passive one-thread] [--conditions quiet n1 n2 n1nice]
+                               [--repeats 3] [--out results.json]
 """
 import argparse
 import json
@@ -60,8 +61,8 @@ def start_neighbours(k: int, nice: int, env: dict | None = None) -> list[subproc
     ps = []
     for _ in range(k):
         out = tempfile.TemporaryFile("w+")
-        p = subprocess.Popen([sys.executable, "-c", NEIGHBOUR], stdout=out, text=True, env={**os.environ, **(env or {})},
-                             preexec_fn=(lambda: os.nice(nice)) if nice else None)
+        p = subprocess.Popen([sys.executable, "-c", NEIGHBOUR], stdout=out, text=True,
+                             env={**os.environ, **(env or {})}, preexec_fn=(lambda: os.nice(nice)) if nice else None)
         p.out = out; ps.append(p)
     return ps
 
@@ -97,7 +98,8 @@ def main():
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=list(CONDITIONS))
-    ap.add_argument("--repeats", type=int, default=1, help="rounds of every policy and condition (quiet speed each round)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds of every policy and condition (quiet speed each round)")
     ap.add_argument("--out", help="also write the rows and their summary to this JSON file")
     a = ap.parse_args()
     print(f"host: {os.cpu_count()} cores; torch threads by default: one a core", flush=True)

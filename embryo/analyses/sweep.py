@@ -493,7 +493,10 @@ def sweep(run: Run, # the run: a folder becomes one at the edge (`open_run`: a r
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 # one job at a time on the CPU takes turns with a lone neighbour that spins (notebook 02a7)
                 turns = Turns(device == "cpu" and workers == 1 and (os.cpu_count() or 1) > 1)
-                one = lambda j: (turns(), run_job(run, j, mode, device, options, kernels, examples))[1]
+
+                def one(job):
+                    turns()
+                    return run_job(run, job, mode, device, options, kernels, examples)
                 for job, status, err in (map(one, todo) if inline else
                                          (f.result() for f in as_completed([pool.submit(one, j) for j in todo]))):
                     outcome[job] = status

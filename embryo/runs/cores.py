@@ -69,10 +69,11 @@ class Turns:
 
     def __call__(self):
         if not self.on or (seconds := time.monotonic() - self.t) < self.every: return
-        self.seen = busy_neighbours(self.cpu, cpu_seconds(), seconds, self.at_least)
-        self.spinning = {p for p in self.seen if p in self.threads and spins(self.threads[p], threads_of(p), seconds)}
-        if pause := pause_for(seconds, len(self.seen), len(self.spinning)): time.sleep(pause); self.paused += pause
-        self.t, self.cpu, self.threads = time.monotonic(), cpu_seconds(), {p: threads_of(p) for p in self.seen}
-
-    def __enter__(self): return self
-    def __exit__(self, *exc): pass
+        cpu = cpu_seconds()
+        self.seen = busy_neighbours(self.cpu, cpu, seconds, self.at_least)
+        threads = {p: threads_of(p) for p in self.seen}
+        self.spinning = {p for p in self.seen if p in self.threads and spins(self.threads[p], threads[p], seconds)}
+        if pause := pause_for(seconds, len(self.seen), len(self.spinning)):
+            time.sleep(pause); self.paused += pause
+            cpu, threads = cpu_seconds(), {p: threads_of(p) for p in self.seen}  # the next window starts after it
+        self.t, self.cpu, self.threads = time.monotonic(), cpu, threads

@@ -344,7 +344,7 @@ def _train(run, preset, mc, tc, device, stop_after, progress, override, workers,
     board = TensorBoardLog(run, kept) if tensorboard and rank == 0 else nullcontext()
     # takes turns with one busy neighbour that spins (notebook 02a7), where the run's own threads wait on each other
     turns = Turns(dev.type == "cpu" and world == 1 and torch.get_num_threads() > 1)
-    with open(log_file, "a") as log, deterministic_kernels(tc.compile), board, turns:
+    with open(log_file, "a") as log, deterministic_kernels(tc.compile), board:
         workers = resolve_data_workers(workers, dev, world)
         for step, batches in prefetched(step_batches, range(start + 1, last + 1), workers, dev.type == "cuda"):
             counts = loss_counts(batches, electra)
