@@ -410,10 +410,11 @@ def clean_stale_temps(folder, prefix: str = ".") -> list[Path]:
      "dead.")
     import shutil
     gone = []
-    for p in Path(folder).glob(f"{glob.escape(prefix)}*"):
-        if stale_temp(p.name):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
-            gone.append(p)
+    for path in Path(folder).glob(f"{glob.escape(prefix)}*"):
+        if stale_temp(path.name):
+            if path.is_dir() and not path.is_symlink(): shutil.rmtree(path, ignore_errors=True)
+            else: path.unlink(missing_ok=True)
+            gone.append(path)
     return gone
 
 # %% ../nbs/00_config.ipynb #092708f6

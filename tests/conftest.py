@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 THREADS = max(1, min(2, (os.cpu_count() or 2) // WORKERS))
 if WORKERS > 1: os.environ["OMP_NUM_THREADS"] = str(THREADS)
+else: THREADS = int(os.environ.setdefault("OMP_NUM_THREADS", str(THREADS)))  # one worker: the shell's count, if it set one
 torch.set_num_threads(THREADS)
 
 

@@ -38,10 +38,12 @@ def _checkpoint_folders(run) -> dict[int, Path]:
     "Each step's complete checkpoint folder: `step_N`, or `step_N.old` where a save was killed between its two renames."
     ck, out = Path(run) / "checkpoints", {}
     if not ck.is_dir(): return out
-    for p in sorted(ck.iterdir(), key=lambda p: p.name.endswith(".old")):  # step_N first, its .old only in its place
-        name = p.name[:-4] if p.name.endswith(".old") else p.name
-        if re.fullmatch(r"step_[0-9]+", name) and (p / "model.safetensors").exists():  # ASCII digits: not ², not ٣
-            out.setdefault(int(name[5:]), p)
+    # step_N first, its .old only in its place
+    for folder in sorted(ck.iterdir(), key=lambda folder: folder.name.endswith(".old")):
+        name = folder.name[:-4] if folder.name.endswith(".old") else folder.name
+        # ASCII digits: not ², not ٣
+        if re.fullmatch(r"step_[0-9]+", name) and (folder / "model.safetensors").exists():
+            out.setdefault(int(name[5:]), folder)
     return out
 
 # %% ../../nbs/02a_run.ipynb #8d5b54fc
@@ -70,13 +72,14 @@ def _no_checkpoints(run) -> str:
 # %% ../../nbs/02a_run.ipynb #86f581a1
 def find_checkpoint(run, step: int) -> Path:
     "The checkpoint folder of `step`, or `CheckpointNotFound` naming the steps that exist."
-    p = checkpoint_dir(run, step)
-    if (p / "model.safetensors").exists(): return p
-    if step in (found := _checkpoint_folders(run)): return found[step]
-    if (p / "pytorch_model.bin").exists():
-        raise CheckpointNotFound(f"{p} holds only pytorch_model.bin, a pickle file that can run code when loaded, so "
-                                 "embryo refuses it; convert it once to safetensors (transformers: from_pretrained, "
-                                 "then save_pretrained(folder, safe_serialization=True)) if you trust its source")
+    folder = checkpoint_dir(run, step)
+    if (folder / "model.safetensors").exists(): return folder
+    if step in _checkpoint_folders(run): return _checkpoint_folders(run)[step]  # a step_N.old a killed save left
+    if (folder / "pytorch_model.bin").exists():
+        raise CheckpointNotFound(f"{folder} holds only pytorch_model.bin, a pickle file that can run code when "
+                                 "loaded, so embryo refuses it; convert it once to safetensors (transformers: "
+                                 "from_pretrained, then save_pretrained(folder, safe_serialization=True)) if you "
+                                 "trust its source")
     steps = list_steps(run)
     if not steps: raise CheckpointNotFound(_no_checkpoints(run))
     raise CheckpointNotFound(f"{run} has no checkpoint for step {step}; it has {_steps_text(steps)}. "
