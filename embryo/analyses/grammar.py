@@ -24,7 +24,7 @@ from ..config import ConfigError, atomic_write
 from ..runs.run import Run, load_checkpoint, masked_lm_at, resolve_step
 from ..runs.series import series_lacks
 from ..model.model import autocast, resolve_precision
-from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
+from ..runs.figures import figure_dir, legend_entries, plot_steps, run_labels, save_figure, step_axis
 from ..runs.results import done_steps, markdown_table, read_results, read_scores, score_rows, write_results
 from ..runs.verdicts import in_plain_words
 
@@ -395,11 +395,11 @@ def plot_grammar(run, acq: pd.DataFrame | None = None):
     return fig
 
 # %% ../../nbs/08c_grammar.ipynb #9f15a83a
-def agreement(run_dirs: Sequence, key: str | None = None) -> pd.DataFrame:
+def agreement(runs: Sequence, key: str | None = None) -> pd.DataFrame:
     "Per pair of runs: Kendall's tau between the acquisition steps of the paradigms both acquire, its p-value, n."
     from itertools import combinations
     from scipy.stats import kendalltau
-    acq = {Path(r).parent.name if Path(r).name == "run" else Path(r).name: acquisition(r, key) for r in run_dirs}
+    acq = {label: acquisition(r, key) for label, r in zip(run_labels(runs), runs)}  # a name per run, never shared
     rows = []
     for (a, x), (b, y) in combinations(acq.items(), 2):
         both = x.index[x.acquired].intersection(y.index[y.acquired])
@@ -408,9 +408,9 @@ def agreement(run_dirs: Sequence, key: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run", "other", "paradigms", "tau", "p"])
 
 # %% ../../nbs/08c_grammar.ipynb #6abf162e
-def write_agreement(run_dirs: Sequence, out_dir) -> list[Path]:
+def write_agreement(runs: Sequence, out_dir) -> list[Path]:
     "`agreement` of the runs that have grammar results, as `table_grammar_agreement.csv` and `.md` in `out_dir`."
-    have = [r for r in run_dirs if done_steps(r, ANALYSIS)]
+    have = [r for r in runs if done_steps(r, ANALYSIS)]
     if len(have) < 2: return []
     t = agreement(have)
     return [atomic_write(Path(out_dir) / "table_grammar_agreement.csv", t.to_csv(index=False)),

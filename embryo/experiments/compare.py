@@ -241,14 +241,17 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     import matplotlib; matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from embryo.runs.run import read_run_config
-    from embryo.runs.figures import plot_steps, save_figure, step_axis
+    from embryo.runs.figures import plot_steps, run_labels, save_figure, step_axis
     from embryo.runs.results import read_results
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny "
                                        "--run runs/electra-tiny)")
+    if twice := next((r for i, r in enumerate(runs) if r.resolve() in [q.resolve() for q in runs[:i]]), None):
+        raise SweepError(f"compare: {twice} is given twice; name each run once")
     for r in runs: swept_run(r)
-    # a bundle by its preset
-    names = {r: f"{model_family(r)} ({read_run_config(r).preset if r.name == RUN_BUNDLE else r.name})" for r in runs}
+    # a bundle by its preset; runs that would share a name are told apart by their folders
+    names = dict(zip(runs, run_labels(runs, lambda r: f"{model_family(r)} "
+                                                   f"({read_run_config(r).preset if r.name == RUN_BUNDLE else r.name})")))
     total = {r: run_length(r) for r in runs}
     out, paths, report = Path(out_dir), [], {}
     count = {2: "Two", 3: "Three", 4: "Four"}.get(len(runs), str(len(runs)))

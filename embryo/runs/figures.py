@@ -4,18 +4,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
 from ..config import atomic_write
 from .series import REFERENCE
-from .run import log_records, run_sentence_task, run_transitions
+from .run import RUN_BUNDLE, log_records, run_sentence_task, run_transitions
 from .settings import saved_steps
 
 # %% auto #0
 __all__ = ['STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'TRANSITION_GID', 'REFERENCE_STYLE', 'save_figure', 'figure_dir',
            'step_axis', 'legend_entries', 'legend_below', 'gapped', 'plot_steps', 'fill_steps', 'reference_label',
-           'plot_pretraining', 'recipe_panels', 'draw_recipes', 'plot_recipe_curves']
+           'run_labels', 'plot_pretraining', 'recipe_panels', 'draw_recipes', 'plot_recipe_curves']
 
 # %% ../../nbs/02b_figures.ipynb #270bb749
 def save_figure(fig, out_dir, name: str) -> list[Path]:
@@ -120,6 +121,27 @@ def reference_label(what: str) -> str:
     "The legend text of the trained reference's line: its name, and `what` of it is drawn."
     return f"trained BERT ({REFERENCE['name']}), {what}"
 
+
+# %% ../../nbs/02b_figures.ipynb #fe602d73
+def _folders(path: Path) -> tuple:
+    "The folders that name a run: its path, a bundle's `run` folder dropped (the bundle is named by what holds it)."
+    return path.parts[:-1] if path.name == RUN_BUNDLE else path.parts
+
+def run_labels(runs: Sequence, name=None) -> list[str]:
+    ("A label per run, in order: `name(run)` (else its folder's name), the folders that tell runs apart in brackets "
+     "where runs share it, and #2, #3 on a run given again.")
+    paths = [Path(r).absolute() for r in runs]
+    base = [name(r) if name else _folders(p)[-1] for r, p in zip(runs, paths)]
+    out = list(base)
+    for b in set(base):
+        group = list(dict.fromkeys(p for p, x in zip(paths, base) if x == b))
+        if len(group) < 2: continue
+        k = next((k for k in range(1, max(map(len, map(_folders, group))) + 1)
+                  if len({_folders(p)[-k:] for p in group}) == len(group)), None)
+        out = [f"{x} ({'/'.join(_folders(p)[-k:]) if k else p})" if x == b else o for o, x, p in zip(out, base, paths)]
+    for i, p in enumerate(paths):  # a run given again
+        if (n := paths[:i + 1].count(p)) > 1: out[i] += f" #{n}"
+    return out
 
 # %% ../../nbs/02b_figures.ipynb #49fb59af
 def plot_pretraining(run, out_dir=None) -> list[Path]:
