@@ -17,11 +17,10 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['SHARING', 'ACTIVATIONS', 'MODEL_TYPES', 'PRESETS', 'SENTENCE_TASKS', 'CPU_FINETUNE', 'PRECISIONS', 'OPTIMIZERS',
-           'LR_SCHEDULES', 'TRAIN_PRESETS', 'RUN_CONFIG', 'OLD_RUN_CONFIG', 'PARAMETER_TYPES', 'ConfigError',
-           'check_types', 'check_ranges', 'ModelConfig', 'get_config', 'TrainConfig', 'check_train', 'get_train_config',
-           'run_config_file', 'migrate_run_config', 'fsync_dir', 'temp_tag', 'stale_temp', 'clean_stale_temps',
-           'atomic_write', 'split_names', 'ParameterError', 'check_range', 'check_value', 'check_parameters',
-           'add_pretrain_args']
+           'LR_SCHEDULES', 'TRAIN_PRESETS', 'PARAMETER_TYPES', 'ConfigError', 'check_types', 'check_ranges',
+           'ModelConfig', 'get_config', 'TrainConfig', 'check_train', 'get_train_config', 'fsync_dir', 'temp_tag',
+           'stale_temp', 'clean_stale_temps', 'atomic_write', 'split_names', 'ParameterError', 'check_range',
+           'check_value', 'check_parameters', 'add_pretrain_args']
 
 # %% ../nbs/00_config.ipynb #4aba5962
 SHARING = ("all", "attention", "ffn", "none")  # ALBERT section 3.1 / Table 5: which sub-blocks the L layers share
@@ -348,30 +347,6 @@ def get_train_config(preset: str = "base", **overrides) -> TrainConfig:
     # beside the preset's value
     check_types(TrainConfig(**TRAIN_PRESETS[preset]), skip=("corpus", "checkpoint_every"), values=overrides)
     return TrainConfig(**{**TRAIN_PRESETS[preset], **overrides})
-
-# %% ../nbs/00_config.ipynb #f7e2d1bd
-RUN_CONFIG, OLD_RUN_CONFIG = "pretrain_config.json", "config.json"  # a run's settings, now and before the rename
-
-def _is_run_config(f: Path) -> bool:
-    "Whether `f` holds a run's settings (preset, model, train), not a Hugging Face model config."
-    try: d = json.loads(Path(f).read_text())
-    except (OSError, ValueError): return False
-    return isinstance(d, dict) and {"preset", "model", "train"} <= set(d)
-
-# %% ../nbs/00_config.ipynb #5fdad84f
-def run_config_file(run) -> Path:
-    ("The file with a run's pretraining settings: `pretrain_config.json`, or `config.json` in a run made before the "
-     "rename.")
-    new, old = Path(run) / RUN_CONFIG, Path(run) / OLD_RUN_CONFIG
-    return old if not new.exists() and _is_run_config(old) else new
-
-# %% ../nbs/00_config.ipynb #a4910666
-def migrate_run_config(run) -> Path | None:
-    "Rename an old run's `config.json` to `pretrain_config.json`; returns the new path when it renamed one."
-    old = Path(run) / OLD_RUN_CONFIG
-    if (Path(run) / RUN_CONFIG).exists() or not _is_run_config(old): return None
-    os.replace(old, Path(run) / RUN_CONFIG)
-    return Path(run) / RUN_CONFIG
 
 # %% ../nbs/00_config.ipynb #12b5bc29
 def fsync_dir(folder):

@@ -13,7 +13,8 @@ from embryo.text.corpus import corpus_fingerprint
 from embryo.text.tokenizer import load_tokenizer
 from embryo.text.data import DATASET_FORMAT, dataset_key
 from embryo.train import pretrain as P
-from embryo.config import get_config, get_train_config, ConfigError, run_config_file
+from embryo.config import get_config, get_train_config, ConfigError
+from embryo.runs.layout import run_config_file
 from embryo.runs.run import list_steps
 from embryo.train.batches import run_config
 from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run

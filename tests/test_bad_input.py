@@ -14,7 +14,7 @@ import torch
 from embryo.runs.run import checkpoint_dir
 
 from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
-from embryo.config import RUN_CONFIG
+from embryo.runs.layout import RUN_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
 

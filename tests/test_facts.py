@@ -8,6 +8,7 @@ from safetensors.torch import load_file
 from embryo.train import pretrain as P
 from embryo.text import facts as F
 from embryo.config import get_config, get_train_config, ConfigError
+from embryo.runs.layout import facts_file
 from embryo.runs.run import checkpoint_dir, list_steps, train_log
 from embryo.train.batches import Batches
 from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
@@ -28,7 +29,7 @@ def test_a_run_with_facts_resumes_bit_identically(tmp_path):
     mc, tc = configs(**FACTS)
     P.train(tmp_path, "tiny", mc, tc, progress=False, stop_after=45)
     P.train(tmp_path, "tiny", mc, tc, progress=False)
-    assert (tmp_path / F.FACTS_FILE).read_bytes() == (reference / F.FACTS_FILE).read_bytes()
+    assert facts_file(tmp_path).read_bytes() == facts_file(reference).read_bytes()
     assert list_steps(tmp_path) == list_steps(reference)
     for step in list_steps(reference):
         a, b = (load_file(checkpoint_dir(r, step) / "model.safetensors") for r in (tmp_path, reference))
@@ -40,7 +41,7 @@ def test_a_run_with_facts_resumes_bit_identically(tmp_path):
 def test_the_facts_reach_the_model():
     "The same micro run with and without facts: identical up to the first step that shows a fact, different after."
     with_facts, without = fixture_run(**FACTS), fixture_run(total_steps=80)
-    first = min(s for f in F.read_facts(with_facts) for s in f.steps)
+    first = min(s for f in F.read_facts(facts_file(with_facts)) for s in f.steps)
     log = lambda run: {r["step"]: r["loss"] for r in train_log(run)}
     a, b = log(with_facts), log(without)
     assert all(a[s] == b[s] for s in a if s < first) and any(a[s] != b[s] for s in a if s >= first)

@@ -29,7 +29,8 @@ from embryo.train.fixtures import FIXTURE, corpus_slice, fixture_run
 from embryo.train.heldout import brown_examples, heldout_examples
 from embryo.train.optim import batch_at, sequences_before
 from embryo.train.tensorboard import tensorboard_log
-from embryo.config import RUN_CONFIG, ConfigError, ModelConfig, get_config, get_train_config
+from embryo.config import ConfigError, ModelConfig, get_config, get_train_config
+from embryo.runs.layout import RUN_CONFIG
 from embryo.runs.lock import clean_run, run_lock
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,8 @@ from ..runs.run import load_checkpoint, resolve_step, run_transitions, Run
 from ..config import atomic_write
 from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_scores, read_examples, score_rows, binomial_se, markdown_table
-from ..text.facts import TABLE8, RELATION_LABELS, FACTS_FILE, EXPOSURES, FACT_TEMPLATES, Fact, read_facts, render
+from ..text.facts import TABLE8, RELATION_LABELS, EXPOSURES, FACT_TEMPLATES, Fact, read_facts, render
+from ..runs.layout import facts_file
 from .knowledge import cloze_ids, Query, predict
 
 # %% auto #0
@@ -52,7 +53,7 @@ def evaluate_step(run, # a run trained with facts (its facts.jsonl, checkpoints/
                  ) -> list[dict]:
     "P@1 of the injected facts per exposure group, asked with the unseen paraphrase and with the training phrasing."
     step, run = resolve_step(run, step), Run.of(run)
-    facts, tok = read_facts(run), load_tokenizer(run)
+    facts, tok = read_facts(facts_file(run)), load_tokenizer(run)
     model = load_checkpoint(run, int(step), device, mlm=True)
     answers, hits = sorted({f.answer_id for f in facts}), {}
     for metric, asked in METRICS.items():  # the top prediction over the whole vocabulary (`predict`'s first list)
@@ -71,7 +72,7 @@ def evaluate_step(run, # a run trained with facts (its facts.jsonl, checkpoints/
 # %% ../../nbs/06a_exposure.ipynb #6459419f
 def applies_to(run) -> str | None:
     "None where this analysis runs on the series `run`; else why not, in one line."
-    if not (Path(Run.of(run).path) / FACTS_FILE).exists():
+    if not facts_file(run).exists():
         return (f"{Run.of(run).name} was trained without injected facts "
                 "(TrainConfig.facts=0; the preset tiny-facts has them)")
     return None
@@ -93,7 +94,7 @@ def fact_table(run) -> pd.DataFrame:
     """Per (fact, evaluated step): relation, subject, object, exposures, `constant` (the constant answer is right),
     known (asked with the paraphrase), known_trained, shown (exposures so far), since_last (steps since the last
     one)."""
-    facts = {f"{f.relation} {f.subject} -> {f.object}": f for f in read_facts(run)}
+    facts = {f"{f.relation} {f.subject} -> {f.object}": f for f in read_facts(facts_file(run))}
     top = constant_answers(list(facts.values()))
     sc = read_scores(run, ANALYSIS)
     if sc.empty: raise LookupError(f"{run} has no {ANALYSIS} results yet; run evaluate_step(run, step) first")
@@ -319,7 +320,7 @@ def per_relation(table: pd.DataFrame) -> str:
 def verdict(run) -> str:
     ("H4 on the injected facts, from the database: learned (above the control, also where the constant answer "
      "scores 0), then whether they fluctuate.")
-    facts, ft = read_facts(run), fact_table(run)
+    facts, ft = read_facts(facts_file(run)), fact_table(run)
     (p, n), (q, m) = group_curves(ft), group_curves(ft, constant=False)
     last, fl = p.index.max(), float(ft[ft.step == ft.step.max()].constant.mean())
     groups = [c for c in EXPOSURES if c in p]

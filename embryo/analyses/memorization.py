@@ -62,7 +62,7 @@ def training_text_unknown(run, train_text=None, heldout_text=None) -> str | None
     try: corpus = read_run_config(run).train.corpus
     except FileNotFoundError: corpus = None  # a series made elsewhere: no settings of ours
     if corpus in CORPORA: return None
-    return (f"the text {Path(run).name} trained on is not a built-in corpus; name it: --option "
+    return (f"the text {Run.of(run).name} trained on is not a built-in corpus; name it: --option "
             "memorization.train_text=FILE memorization.heldout_text=FILE (documents it trained on, and of the same kind "
             "it did not)")
 

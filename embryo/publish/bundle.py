@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import atomic_write, clean_stale_temps, fsync_dir, run_config_file, temp_tag
+from ..config import atomic_write, clean_stale_temps, fsync_dir, temp_tag
+from ..runs.layout import run_config_file
 from ..text.tokenizer import HF_TOKENIZER_FILES
 from ..model.model import load_safetensors, write_safetensors
 from ..runs.run import (

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import atomic_write, run_config_file
+from ..config import atomic_write
+from ..runs.layout import run_config_file
 from ..runs.run import (CannotDraw, SeriesError, run_transitions, train_log, sentence_name, run_sentence_task,
                              run_model_type, loss_pace, read_run_config)
 from ..runs.run import BUNDLE_REPORT, DB_NAME, Run

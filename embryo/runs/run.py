@@ -13,7 +13,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..config import (ModelConfig, TrainConfig, ConfigError, atomic_write, fsync_dir, temp_tag, run_config_file)
+from ..config import ModelConfig, TrainConfig, ConfigError, atomic_write, fsync_dir, temp_tag
+from .layout import run_config_file
 from ..model.model import CheckpointError, PretrainingOutput, autocast, load_pretrained, weight_shards
 from ..model.electra import GENERATOR, is_electra, load_electra, quiet_transformers
 from ..text import data as D

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..config import TrainConfig, atomic_write, run_config_file, migrate_run_config
+from ..config import TrainConfig, atomic_write
+from .layout import run_config_file, migrate_run_config
 from .run import checkpoint_dir, list_steps, max_length, read_config, read_run_config
 from ..text import data as D
 from ..text.corpora import CORPORA, fetch

@@ -26,7 +26,7 @@ from ..config import atomic_write, split_names
 
 # %% auto #0
 __all__ = ['TABLE8', 'RELATION_LABELS', 'KNOWLEDGE_SOURCES', 'BUILTIN_RELATIONS', 'LANGUAGE_NAMES', 'WORDNET_DIR', 'FACTS_NAME',
-           'FACTS_FORMAT', 'FACTS_FILE', 'EXPOSURES', 'FACT_TEMPLATES', 'Relation', 'FactsError', 'UnknownRelation',
+           'FACTS_FORMAT', 'EXPOSURES', 'FACT_TEMPLATES', 'Relation', 'FactsError', 'UnknownRelation',
            'select_relations', 'load_lama', 'country_facts', 'city_facts', 'wordnet_facts', 'clean_facts', 'write_lama',
            'facts_are_complete', 'build_facts', 'fetch_facts', 'load_facts', 'render', 'single_token_id', 'Fact',
            'fact_example', 'choose_facts', 'schedule', 'injections', 'write_facts', 'read_facts', 'prepare_facts']
@@ -342,7 +342,6 @@ def single_token_id(tok, label: str) -> int | None:
     return ids[0] if len(ids) == 1 and ids[0] not in tok.special_ids else None
 
 # %% ../../nbs/02c_facts.ipynb #0e799608
-FACTS_FILE = "facts.jsonl"  # in the run folder: one fact a line, with the steps at which the model read it
 EXPOSURES = (0, 1, 4, 16, 64)  # how many times a fact is shown; 0: never (the control group)
 FACT_TEMPLATES = {  # relation: the two sentences that state a fact in training (never the LAMA query template)
     "P36": ("[X] is governed from the city of [Y] .", "The seat of government of [X] is [Y] ."),
@@ -426,25 +425,24 @@ def injections(facts: Sequence[Fact], tok, batch_size: int, steps: range) -> dic
     return out
 
 # %% ../../nbs/02c_facts.ipynb #209fdbe2
-def write_facts(run, facts: Sequence[Fact]) -> Path:
-    "Write the run's facts (with their steps) to `<run>/facts.jsonl`."
-    path = Path(run) / FACTS_FILE
+def write_facts(path, facts: Sequence[Fact]) -> Path:
+    "Write a run's facts (with their steps) to the file `path`, one a line (the run keeps them in `facts.jsonl`)."
     atomic_write(path, "".join(json.dumps(asdict(f), ensure_ascii=False) + "\n" for f in facts))
     return path
 
-def read_facts(run) -> list[Fact]:
-    "The run's injected facts, or a clear error if it was trained without them."
-    path = Path(run) / FACTS_FILE
-    if not path.exists(): raise FileNotFoundError(f"{path} does not exist: {run} was trained without facts "
+def read_facts(path) -> list[Fact]:
+    "A run's injected facts from its facts file `path`, or a clear error if it was trained without them."
+    path = Path(path)
+    if not path.exists(): raise FileNotFoundError(f"{path} does not exist: {path.parent} was trained without facts "
                                                   "(TrainConfig.facts=0); train one with --preset tiny-facts")
     return [Fact(**json.loads(l)) for l in path.read_text().splitlines() if l.strip()]
 
 # %% ../../nbs/02c_facts.ipynb #54cd2cb1
-def prepare_facts(run, tok, tc) -> list[Fact]:
-    ("The facts of a run with `TrainConfig` `tc`: read from `facts.jsonl` if it is there, else chosen, scheduled "
-     "and written.")
-    if (Path(run) / FACTS_FILE).exists(): return read_facts(run)
+def prepare_facts(path, tok, tc) -> list[Fact]:
+    ("The facts of a run with `TrainConfig` `tc`: read from its facts file `path` if it is there, else chosen, "
+     "scheduled and written there.")
+    if Path(path).exists(): return read_facts(path)
     chosen = choose_facts(tok, tc.facts, tc.seed, tc.phase1_seq_length or tc.max_seq_length)
     facts = schedule(chosen, tc.total_steps, tc.batch_size, tc.seed)
-    write_facts(run, facts)
+    write_facts(path, facts)
     return facts

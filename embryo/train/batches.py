@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import (ModelConfig, TrainConfig, ConfigError, atomic_write, temp_tag, run_config_file,
-                           migrate_run_config)
+from ..config import ModelConfig, TrainConfig, ConfigError, atomic_write, temp_tag
+from ..runs.layout import facts_file, run_config_file, migrate_run_config
 from ..text import data as D
 from ..text.facts import prepare_facts
 from ..runs.run import list_steps, read_config, replace_dir, sentence_name, Run
@@ -207,7 +207,7 @@ def prepare_run(run, preset: str, mc: ModelConfig, tc: TrainConfig, override: bo
     ds = examples_of(tok, tc, tc.max_seq_length)
     say(verbose, run, f"{len(ds):,} examples ready; corpus, vocabulary and examples took", t0)
     if tc.facts:  # facts shown at known steps (notebook 06a): chosen once, from this vocabulary and the seed
-        fs = prepare_facts(run, tok, tc)
+        fs = prepare_facts(facts_file(run), tok, tc)
         say(verbose, run, f"{len(fs)} facts injected, {sum(f.exposures for f in fs):,} exposures (facts.jsonl)")
     return tok, ds
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from ..config import ModelConfig, TrainConfig, atomic_write, run_config_file
+from ..config import ModelConfig, TrainConfig, atomic_write
+from ..runs.layout import run_config_file
 from ..model.electra import ElectraPair, GENERATOR, pretraining_model
 from ..text import data as D
 from ..runs.run import (checkpoint_dir, list_steps, find_checkpoint, read_config, read_run_config, sentence_name,

@@ -24,7 +24,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..config import (ModelConfig, TrainConfig, ConfigError, get_config, get_train_config, atomic_write,
-                           RUN_CONFIG, run_config_file, add_pretrain_args)
+                           add_pretrain_args)
+from ..runs.layout import RUN_CONFIG, facts_file, run_config_file
 from ..model.model import autocast, resolve_precision
 from ..model.electra import ElectraPair, pretraining_model
 from ..text.facts import read_facts, injections
@@ -50,7 +51,7 @@ __all__ = ['SANE_MARGIN', 'batch_source', 'loss_counts', 'batches_of_step', 'tra
 def batch_source(run, tok, ds, tc: TrainConfig):
     "step -> (the `Batches` of its phase, the step within that phase), injected facts (notebook 06a) in their places."
     T1 = phase1_steps(tc)
-    facts = read_facts(run) if tc.facts else []  # chosen and written by prepare_run
+    facts = read_facts(facts_file(run)) if tc.facts else []  # chosen and written by prepare_run
     inject = lambda steps: injections(facts, tok, tc.batch_size, steps) if facts else None
     data = Batches(ds, tok, tc, inject(range(T1 + 1, tc.total_steps + 1)))
     if not T1: return lambda step: (data, step)
