@@ -501,3 +501,22 @@ def test_a_one_worker_sweep_runs_its_jobs_in_the_calling_thread(fixture_copy, mo
     monkeypatch.setattr(S, "run_job", lambda *a, **k: (seen.append(threading.get_ident()), real(*a, **k))[1])
     t = sweep(open_run(fixture_copy), ["attention"], steps=[2, 4], mode="inprocess", force=True, redraw=False, progress=False)
     assert seen == [threading.get_ident()] * 2 and (t == "done").all().all()
+
+
+def test_bench_reproduce_time_reads_where_the_time_went(tmp_path):
+    "Issue 77: `bench/reproduce_time.py` reads pretraining's time from the run folder and each analysis's from its sweep log."
+    from embryo.train.fixtures import fixture_run
+    run = tmp_path / "run"
+    shutil.copytree(fixture_run(), run, ignore=shutil.ignore_patterns("results.sqlite*", "figures"))
+    sweep(open_run(run), ["attention"], [0, 16], mode="inprocess", redraw=False, progress=False)
+    cmd = [sys.executable, str(ROOT / "bench" / "reproduce_time.py"), str(run), "--wall", "600", "--out", str(tmp_path / "t")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    s = json.loads((tmp_path / "t.json").read_text())
+    assert s["pretraining"]["steps"] == json.loads((run / "pretrain_config.json").read_text())["train"]["total_steps"]
+    assert s["pretraining"]["seconds"] > 0 and list(s["analyses"]) == ["attention"]
+    assert s["analyses"]["attention"]["jobs"] == 2 and 0 < s["analyses_share"] < 1
+    assert "| attention | 2 |" in (tmp_path / "t.md").read_text()
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "reproduce_time.py"), str(tmp_path / "nothing")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no such run folder" in bad.stderr

@@ -1,0 +1,99 @@
+"""Where the time of `make reproduce` went, read from the run it made: pretraining (from the run folder's files) and
+each analysis's sweep (the `sweep_log` of its results database: when each job ended and how long it took), with the
+host's CPU. Issue 77 asks for `make reproduce` within 60 minutes on every host, with the analyses' share stated.
+
+    python bench/reproduce_time.py runs/tiny --wall 3720 --out bench/results/reproduce-2026-12-06
+
+`--wall`: the seconds the whole command took, as the shell measured it (install and report included); without it the
+table gives the parts only. Writes <out>.json and <out>.md.
+"""
+import argparse
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+
+def refuse(message: str):
+    "Bad input: one line naming the problem and what to do, exit status 2."
+    print(message, file=sys.stderr); sys.exit(2)
+
+
+def host() -> dict:
+    "The CPU: its model name, cores, and the vector units that decide the training precision (AMX, avx512_bf16)."
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    line = lambda key: next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith(key)), "")
+    flags = set(line("flags").split())
+    return dict(cpu=line("model name"), cores=os.cpu_count(), amx="amx_tile" in flags,
+                avx512_bf16="avx512_bf16" in flags, avx2="avx2" in flags)
+
+
+def pretraining(run: Path) -> dict:
+    "Seconds from the first checkpoint (step 0, saved as training starts) to the held-out scores (written last)."
+    first, end = run / "checkpoints" / "step_0000000", run / "logs" / "eval.json"
+    if not (first.exists() and end.exists()):
+        refuse(f"{run}: no finished training here (needs checkpoints/step_0000000 and logs/eval.json); pass the "
+                 "run folder make reproduce trained (runs/tiny)")
+    steps = json.loads((run / "pretrain_config.json").read_text())["train"]["total_steps"]
+    seconds = end.stat().st_mtime - first.stat().st_mtime
+    return dict(seconds=round(seconds, 1), minutes=round(seconds / 60, 1), steps=steps,
+                steps_per_s=round(steps / seconds, 2))
+
+
+def analyses(run: Path) -> dict:
+    "Per analysis: its jobs, their summed seconds, and the wall time from its first job's start to its last job's end."
+    db = run / "results.sqlite"
+    if not db.exists(): refuse(f"{run}: no results.sqlite; run the sweep (make reproduce does) first")
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT analysis, seconds, created_at FROM sweep_log WHERE status = 'done'").fetchall()
+    out = {}
+    for a, s, end in rows:
+        d = out.setdefault(a, dict(jobs=0, job_seconds=0.0, start=end - s, end=end))
+        d["jobs"] += 1; d["job_seconds"] += s; d["start"] = min(d["start"], end - s); d["end"] = max(d["end"], end)
+    return {a: dict(jobs=d["jobs"], job_seconds=round(d["job_seconds"], 1), wall_seconds=round(d["end"] - d["start"], 1),
+                    wall_minutes=round((d["end"] - d["start"]) / 60, 1), start=d["start"], end=d["end"])
+            for a, d in sorted(out.items(), key=lambda kv: kv[1]["start"])}
+
+
+def summary(run: Path, wall: float | None) -> dict:
+    parts = analyses(run)
+    span = max(d["end"] for d in parts.values()) - min(d["start"] for d in parts.values()) if parts else 0.0
+    out = dict(host=host(), run=str(run), pretraining=pretraining(run), analyses=parts,
+               analyses_wall_seconds=round(span, 1), analyses_wall_minutes=round(span / 60, 1), wall_seconds=wall,
+               wall_minutes=round(wall / 60, 1) if wall else None)
+    if wall: out["analyses_share"] = round(span / wall, 3)
+    return out
+
+
+def markdown(s: dict) -> str:
+    h, p = s["host"], s["pretraining"]
+    lines = [f"# Where `make reproduce`'s time went ({s['run']})", "",
+             f"Host: {h['cpu']}, {h['cores']} cores, AMX {h['amx']}, avx512_bf16 {h['avx512_bf16']}.", "",
+             f"Pretraining: {p['seconds'] / 60:.1f} min ({p['steps']} steps, {p['steps_per_s']} steps a second).",
+             f"Analyses: {s['analyses_wall_seconds'] / 60:.1f} min from the first job's start to the last one's end.",
+             f"Whole command: {s['wall_seconds'] / 60:.1f} min." if s["wall_seconds"] else "Whole command: not given.",
+             "", "| analysis | jobs | wall (min) | summed job time (min) |", "|---|---|---|---|"]
+    lines += [f"| {a} | {d['jobs']} | {d['wall_seconds'] / 60:.1f} | {d['job_seconds'] / 60:.1f} |"
+              for a, d in s["analyses"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path, help="the run folder make reproduce trained (runs/tiny)")
+    ap.add_argument("--wall", type=float, help="seconds the whole command took, as measured outside it")
+    ap.add_argument("--out", type=Path, help="write <out>.json and <out>.md")
+    a = ap.parse_args(argv)
+    if not a.run.is_dir(): refuse(f"{a.run}: no such run folder; pass the folder make reproduce trained (runs/tiny)")
+    s = summary(a.run, a.wall)
+    print(markdown(s))
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        for suffix, text in ((".json", json.dumps(s, indent=1) + "\n"), (".md", markdown(s))):
+            tmp = a.out.with_name(a.out.name + suffix + ".tmp")
+            tmp.write_text(text); os.replace(tmp, a.out.with_name(a.out.name + suffix))
+
+
+if __name__ == "__main__":
+    main()
