@@ -26,8 +26,8 @@ from ..config import (ModelConfig, ConfigError, SHARING, PRECISIONS, atomic_writ
 __all__ = ['ACT', 'PAPER_PARAMS', 'TIED_KEYS', 'EMBEDDING_PROJECTION', 'AlbertEmbeddings', 'AlbertAttention', 'AlbertLayer',
            'AlbertLayerGroup', 'share_layers', 'AlbertTransformer', 'extended_mask', 'num_parameters', 'AlbertModel',
            'AlbertMLMHead', 'AlbertSOPHead', 'PretrainingOutput', 'gather_masked', 'AlbertForPreTraining',
-           'count_parameters', 'param_table', 'write_param_tables', 'native_bf16', 'resolve_precision', 'autocast',
-           'torch_threads', 'CheckpointError', 'to_hf_config', 'from_hf_config', 'add_identity_projection',
+           'count_parameters', 'param_table', 'write_param_tables', 'cpu_flags', 'native_bf16', 'resolve_precision',
+           'autocast', 'torch_threads', 'CheckpointError', 'to_hf_config', 'from_hf_config', 'add_identity_projection',
            'hf_state_dict', 'write_safetensors', 'save_pretrained', 'load_safetensors', 'weight_shards',
            'load_pretrained']
 
@@ -341,7 +341,7 @@ def write_param_tables(out_dir="figures") -> list[Path]:
             atomic_write(out / "table_albert_params.csv", buf.getvalue())]
 
 # %% ../../nbs/01_model.ipynb #7a2b5610
-def _cpu_flags() -> set[str]:
+def cpu_flags() -> set[str]:
     "The CPU feature flags the kernel reports (Linux `/proc/cpuinfo`); empty where it cannot be read."
     try: text = Path("/proc/cpuinfo").read_text()
     except OSError: return set()
@@ -353,7 +353,7 @@ def native_bf16(device) -> bool:
      "AVX512-BF16.")
     device = torch.device(device)
     if device.type == "cuda": return torch.cuda.is_bf16_supported()
-    return device.type == "cpu" and bool(_cpu_flags() & {"amx_bf16", "avx512_bf16"})
+    return device.type == "cpu" and bool(cpu_flags() & {"amx_bf16", "avx512_bf16"})
 
 # %% ../../nbs/01_model.ipynb #6f55c0c5
 def resolve_precision(precision: str, device) -> str:

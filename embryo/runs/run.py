@@ -73,9 +73,9 @@ def _no_checkpoints(run) -> str:
 # %% ../../nbs/02a_run.ipynb #86f581a1
 def find_checkpoint(run, step: int) -> Path:
     "The checkpoint folder of `step`, or `CheckpointNotFound` naming the steps that exist."
-    folder = checkpoint_dir(run, step)
+    # step_N, or the step_N.old a killed save left; else where it would be
+    folder = _checkpoint_folders(run).get(step, checkpoint_dir(run, step))
     if (folder / "model.safetensors").exists(): return folder
-    if step in _checkpoint_folders(run): return _checkpoint_folders(run)[step]  # a step_N.old a killed save left
     if (folder / "pytorch_model.bin").exists():
         raise CheckpointNotFound(f"{folder} holds only pytorch_model.bin, a pickle file that can run code when "
                                  "loaded, so embryo refuses it; convert it once to safetensors (transformers: "
