@@ -20,11 +20,11 @@ from ..runs.run import (CannotDraw, SeriesError, run_transitions, train_log, sen
                              run_model_type, loss_pace, read_run_config)
 from ..runs.run import BUNDLE_REPORT, DB_NAME, Run
 from ..runs.results import done_steps, write_transitions
-from ..runs.options import older_method_note
+from ..runs.options import older_method_note, OLDER_METHOD
 from ..analyses.sweep import available_analyses, analysis_module, error_text
 
 # %% auto #0
-__all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'TWINS', 'FINDINGS', 'FINDINGS_FILE', 'OVERVIEW',
+__all__ = ['CORE_REPORT', 'REPORT_JSON', 'PAGES_DIR', 'SEEDS_DIR', 'TWINS', 'FINDINGS', 'OLDER', 'FINDINGS_FILE', 'OVERVIEW',
            'STATUS_RANK', 'pace_sentence', 'report_sections', 'write_report', 'Drawn', 'redraw_all', 'status_of',
            'finding_verdicts', 'findings_markdown', 'findings_text', 'write_findings', 'findings_overview',
            'paper_items']
@@ -258,7 +258,10 @@ def status_of(verdict: str) -> str:
         elif "reproduced" in line or "as the paper finds" in line:
             got.append("partly" if "not learned above" in line else "reproduced")
     if not got: return "no verdict"
-    return got[0] if len(set(got)) == 1 else "partly" if {"reproduced", "partly"} & set(got) else "not testable"
+    said = got[0] if len(set(got)) == 1 else "partly" if {"reproduced", "partly"} & set(got) else "not testable"
+    return f"{said} {OLDER}" if OLDER_METHOD in verdict else said
+
+OLDER = "(older method)"  # after a status whose verdict rests on numbers of an older method
 
 # %% ../../nbs/10c_report.ipynb #3e3d1b27
 def finding_verdicts(figures_dir="figures") -> list[str]:
@@ -304,12 +307,13 @@ STATUS_RANK = ("not testable", "not reproduced", "partly", "reproduced")  # wors
 
 def paper_items(figures_root="figures") -> pd.DataFrame:
     "Each report section with a paper reference and a verdict: its status per bundle under `figures_root`, the best."
+    today = lambda s: s in STATUS_RANK or s.removesuffix(f" {OLDER}") in STATUS_RANK
     root, rows = Path(figures_root), {}
     for f in sorted(root.glob(f"**/{REPORT_JSON}")):
         bundle = f.parent.relative_to(root).as_posix() if f.parent != root else "default"
         for s in json.loads(f.read_text())["sections"]:
-            if s.get("paper") and s.get("verdict") and (status := status_of(s["verdict"])) in STATUS_RANK:
+            if s.get("paper") and s.get("verdict") and today(status := status_of(s["verdict"])):
                 rows.setdefault((s["file"], s["paper"]), {})[bundle] = status
     t = pd.DataFrame.from_dict(rows, orient="index").rename_axis(["file", "paper"]).reset_index()
-    best = lambda r: max((v for v in r if v in STATUS_RANK), key=STATUS_RANK.index)
+    best = lambda r: max((v for v in r if v in STATUS_RANK), key=STATUS_RANK.index, default=OLDER.strip("()"))
     return t.assign(best=t.drop(columns=["file", "paper"]).apply(best, axis=1))

@@ -11,8 +11,8 @@ from .results import (DEFAULTS, RUNNING, UNRECORDED, computed_with, options_dige
                                  set_computed_with)
 
 # %% auto #0
-__all__ = ['path_option', 'data_fingerprint', 'revised', 'method_of', 'canonical_options', 'options_said', 'evaluate_or_read',
-           'recorded_method', 'older_method', 'older_method_note']
+__all__ = ['OLDER_METHOD', 'path_option', 'data_fingerprint', 'revised', 'method_of', 'canonical_options', 'options_said',
+           'evaluate_or_read', 'recorded_method', 'older_method', 'older_method_note']
 
 # %% ../../nbs/03a1_options.ipynb #e67faadb
 def path_option(v) -> Path | None:
@@ -93,11 +93,12 @@ def older_method(run, analysis: str, evaluate) -> list[int]:
     return sorted(s for s, (_, text) in computed_with(run, analysis).items() if recorded_method(text) < now)
 
 # %% ../../nbs/03a1_options.ipynb #5afbbf99
+OLDER_METHOD = "These numbers come from an older method"  # the note's opening words: the findings tables read them
+
 def older_method_note(run, analysis: str, evaluate) -> str:
     "A line for the report and the tables where steps of `analysis` came from an older method; '' where none did."
     steps = older_method(run, analysis, evaluate)
     if not steps: return ""
     at = f"{len(steps)} evaluated step" + ("s" if len(steps) > 1 else "")
     change = getattr(evaluate, "method_change", f"today's is method {method_of(evaluate)}, as its notebook says")
-    return (f"\nThese numbers come from an older method of this analysis at {at}: {change}. Rerun the sweep to compute "
-            "them anew.")
+    return f"\n{OLDER_METHOD} of this analysis at {at}: {change}. Rerun the sweep to compute them anew."
