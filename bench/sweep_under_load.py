@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from under_load import CONDITIONS, products_per_s, start_neighbours, summary  # noqa: E402
+from under_load import rounds, summary  # noqa: E402
 from sweep_overhead import QUICK, copy_run  # noqa: E402
 
 from embryo.cli import SHARED_CORES  # noqa: E402
@@ -56,25 +56,14 @@ def main():
     have = list_steps(src)
     steps = a.steps or [have[0], have[-1]]
     print(f"run {src}, steps {steps}, analyses {a.analyses}", flush=True)
-    rows = []
     with tempfile.TemporaryDirectory() as d:
         run = copy_run(src, Path(d) / "run", steps)
         timed_sweep(run, a.analyses, steps[:1], POLICIES["passive"])  # warm: disk caches, tagged text
-        alone = start_neighbours(1, 0); t0 = time.perf_counter(); time.sleep(20)
-        quiet_n = products_per_s(alone[0], t0 + 2, time.perf_counter())
-        print(f"neighbour alone: {quiet_n:.0f} products/s", flush=True)
-        for policy, rep in ((p, r) for r in range(a.repeats) for p in a.policies):
-            quiet = None
-            for cond in sorted(a.conditions, key=lambda c: c != "quiet"):
-                k, nice, _ = CONDITIONS[cond]
-                ps = start_neighbours(k, nice); time.sleep(2 if k else 0)
-                wall, t0, t1 = timed_sweep(run, a.analyses, steps, POLICIES[policy])
-                ns = [products_per_s(p, t0, t1) / quiet_n for p in ps]
-                quiet = wall if cond == "quiet" else quiet
-                rows.append(dict(policy=policy, condition=cond, round=rep + 1, seconds=round(wall, 1),
-                                 share_of_quiet=round(quiet / wall, 3) if quiet else None,
-                                 neighbours_share=[round(x, 3) for x in ns]))
-                print(json.dumps(rows[-1]), flush=True)
+
+        def job(env):  # its speed: sweeps a second
+            wall, t0, t1 = timed_sweep(run, a.analyses, steps, env)
+            return dict(seconds=round(wall, 1)), 1 / wall, t0, t1
+        rows = rounds(job, {p: POLICIES[p] for p in a.policies}, a.conditions, a.repeats)
     print("\n| policy | condition | round | seconds | share of its quiet speed | each neighbour's share of its quiet "
           "speed |\n|---|---|---|---|---|---|")
     for r in rows: print(f"| {r['policy']} | {r['condition']} | {r['round']} | {r['seconds']} | "

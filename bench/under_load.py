@@ -76,6 +76,34 @@ def products_per_s(p: subprocess.Popen, t0: float, t1: float) -> float:
     return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]) if len(pts) >= 2 else float("nan")
 
 
+def neighbour_alone(seconds: float = 20) -> float:
+    "One neighbour's products a second alone (the reference of every neighbour's share), after 2 s of start-up."
+    alone = start_neighbours(1, 0); t0 = time.perf_counter(); time.sleep(seconds)
+    quiet_n = products_per_s(alone[0], t0 + 2, time.perf_counter())
+    print(f"neighbour alone: {quiet_n:.0f} products/s", flush=True)
+    return quiet_n
+
+
+def rounds(job, policies: dict, conditions: list[str], repeats: int) -> list[dict]:
+    """Every policy (name: environment variables) in each of `repeats` rounds under each of `conditions`, quiet first.
+    `job(env)` runs the timed job once: (its row's own fields, its speed, higher is faster, start, end). Each row adds
+    the speed's share of the same round's quiet speed and each neighbour's share of one neighbour's speed alone."""
+    quiet_n, rows = neighbour_alone(), []
+    for policy, rep in ((p, r) for r in range(repeats) for p in policies):
+        quiet = None
+        for cond in sorted(conditions, key=lambda c: c != "quiet"):  # quiet first: the others' reference
+            k, nice, same = CONDITIONS[cond]
+            ps = start_neighbours(k, nice, policies[policy] if same else None); time.sleep(2 if k else 0)
+            fields, speed, t0, t1 = job(policies[policy])
+            ns = [products_per_s(p, t0, t1) / quiet_n for p in ps]
+            quiet = speed if cond == "quiet" else quiet
+            rows.append(dict(policy=policy, condition=cond, round=rep + 1, **fields,
+                             share_of_quiet=round(speed / quiet, 3) if quiet else None,
+                             neighbours_share=[round(x, 3) for x in ns]))
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def pretrain(steps: int, env: dict, folder: Path) -> tuple[float, float, float]:
     "Pretrain `tiny` for `steps` steps under `env`; (median tokens/s of its steady log records, start, end)."
     run = folder / f"run-{time.monotonic_ns()}"
@@ -105,22 +133,11 @@ def main():
     print(f"host: {os.cpu_count()} cores; torch threads by default: one a core", flush=True)
     with tempfile.TemporaryDirectory() as d:
         pretrain(20, {}, Path(d))  # warm: the tokenizer and corpus set-up cached under the data folder
-        alone = start_neighbours(1, 0); t0 = time.perf_counter(); time.sleep(20)
-        quiet_n = products_per_s(alone[0], t0 + 2, time.perf_counter())
-        print(f"neighbour alone: {quiet_n:.0f} products/s", flush=True)
-        rows = []
-        for policy, rep in ((p, r) for r in range(a.repeats) for p in a.policies):
-            quiet = None
-            for cond in sorted(a.conditions, key=lambda c: c != "quiet"):  # quiet first: the others' reference
-                k, nice, same = CONDITIONS[cond]
-                ps = start_neighbours(k, nice, POLICIES[policy] if same else None); time.sleep(2 if k else 0)
-                tps, t0, t1 = pretrain(a.steps, POLICIES[policy], Path(d))
-                ns = [products_per_s(p, t0, t1) / quiet_n for p in ps]
-                quiet = tps if cond == "quiet" else quiet
-                rows.append(dict(policy=policy, condition=cond, round=rep + 1, tokens_per_s=round(tps),
-                                 share_of_quiet=round(tps / quiet, 3) if quiet else None,
-                                 neighbours_share=[round(x, 3) for x in ns]))
-                print(json.dumps(rows[-1]), flush=True)
+
+        def job(env):
+            tps, t0, t1 = pretrain(a.steps, env, Path(d))
+            return dict(tokens_per_s=round(tps)), tps, t0, t1
+        rows = rounds(job, {p: POLICIES[p] for p in a.policies}, a.conditions, a.repeats)
     print("\n| policy | condition | tokens/s | share of its quiet speed | each neighbour's share of its quiet speed |")
     print("|---|---|---|---|---|")
     for r in rows: print(f"| {r['policy']} | {r['condition']} | {r['tokens_per_s']} | {r['share_of_quiet']} | "
