@@ -520,3 +520,22 @@ def test_bench_reproduce_time_reads_where_the_time_went(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "reproduce_time.py"), str(tmp_path / "nothing")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no such run folder" in bad.stderr
+
+
+def test_bench_analysis_profile_names_what_a_step_spends(tmp_path):
+    """Issue 77: `bench/analysis_profile.py` profiles one step of the LLC (and downstream) without writing to the run,
+    and names each part's seconds; a step the run lacks is refused in one line."""
+    from embryo.train.fixtures import fixture_run
+    run, script = fixture_run(), str(ROOT / "bench" / "analysis_profile.py")
+    before = {p: p.stat().st_mtime for p in run.rglob("*") if p.is_file()}
+    cmd = [sys.executable, script, str(run), "--step", "16", "--analyses", "llc", "--out", str(tmp_path / "p")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    s = json.loads((tmp_path / "p.json").read_text())["analyses"]["llc"]
+    parts = s["parts"]
+    assert s["seconds"] > 0 and 0 < parts["SGLD chains"]["seconds"] <= s["seconds"]
+    assert 0 < parts["backward passes (autograd)"]["seconds"] < parts["SGLD chains"]["seconds"]
+    assert "| SGLD chains |" in (tmp_path / "p.md").read_text()
+    assert {p: p.stat().st_mtime for p in run.rglob("*") if p.is_file()} == before  # nothing written to the run
+    bad = subprocess.run([sys.executable, script, str(run), "--step", "7"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no checkpoint at step 7" in bad.stderr
