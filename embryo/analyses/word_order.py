@@ -18,10 +18,10 @@ from .floors import ngram_score, pretraining_text
 from .glue import evaluate_step, subsample
 
 # %% auto #0
-__all__ = ['word_order_check', 'word_order_floors']
+__all__ = ['judged', 'word_order_check', 'word_order_floors']
 
 # %% ../../nbs/05b_word_order.ipynb #6edd2299
-def _judged(step: dict) -> dict:
+def judged(step: dict) -> dict:
     ("A word-order check's step with its `floor` (the higher of the bag-of-words and n-gram floors it has) and "
      "whether its mean `clears` it by more than 3 finetuning-seed standard deviations.")
     floor = max(step["bow"], step.get("ngram", -math.inf))
@@ -48,7 +48,7 @@ def word_order_check(run, out_dir, seeds: int = 5, learning_rate: float = CPU_FI
         bow = 100 * df[(df.task == "word_order") & (df.metric == "bow")].value.item()
         ng = df[(df.task == "word_order") & (df.metric == "ngram")].value
         sd = float(np.std(per, ddof=1)) if len(per) > 1 else float("nan")
-        out["steps"][str(s)] = _judged(dict(scores=per, mean=float(np.mean(per)), sd=sd, bow=bow,
+        out["steps"][str(s)] = judged(dict(scores=per, mean=float(np.mean(per)), sd=sd, bow=bow,
                                             **({"ngram": 100 * ng.item()} if len(ng) else {})))
         atomic_write(f, json.dumps(out, indent=1) + "\n")  # after each step: a long check keeps what it has
     return f
@@ -63,6 +63,6 @@ def word_order_floors(run, out_dir) -> Path:
     data = load_task("word_order")
     train = subsample(data["train"], None if out["train_examples"] == "all" else int(out["train_examples"]), 0)
     ng = 100 * float(np.mean([ngram_score(TASKS["word_order"], train, data[s], corpus) for s in TASKS["word_order"].dev]))
-    out["steps"] = {s: _judged(dict(v, ngram=ng)) for s, v in out["steps"].items()}
+    out["steps"] = {s: judged(dict(v, ngram=ng)) for s, v in out["steps"].items()}
     atomic_write(f, json.dumps(out, indent=1) + "\n")
     return f
