@@ -73,6 +73,9 @@ def span_agreement_check(run, out_dir, steps, seeds: int = 5, learning_rate: flo
     floors = span_floors(data, pretraining_text(run))
     out = dict(task=TASK.name, seeds=seeds, learning_rate=learning_rate, train=len(data["train"]),
                dev=len(data["dev"]), floors=floors, steps={})
+    try: old = json.loads(f.read_text())
+    except (OSError, ValueError): old = {}
+    if {k: v for k, v in old.items() if k != "steps"} == {k: v for k, v in out.items() if k != "steps"}: out = old  # add
     for s in steps:
         pre = load_checkpoint(run, s, device); body, tok = pretrained_body(pre), load_tokenizer(run)
         per = [100 * run_task(TASK, body, tok, data, max_seq_length(run, pre, TASK), k, None, learning_rate, device,
