@@ -204,3 +204,19 @@ def test_tables_4_to_6_get_verdicts_that_respect_chance(root):
     assert "not testable" in tiny["table4_embedding_size"] and "all-E32-sop mlm: -1.2" in tiny["table4_embedding_size"]
     sections = {s["file"]: s["verdict"] for s in report_sections(root / "figures" / "run", root / "figures")}
     assert sections["table6_sentence_loss"] == v["table6_sentence_loss"]
+
+
+def test_bench_precision_pair_sets_a_precision_gap_beside_a_seed_gap(tmp_path):
+    "Issue 75: bench/precision_pair.py reads three rows' records; it refuses two rows trained with different settings."
+    import subprocess, sys
+    q, script = ROOT / "figures" / "ablations" / "quick", str(ROOT / "bench" / "precision_pair.py")
+    out = tmp_path / "c.json"
+    r = subprocess.run([sys.executable, script, str(q / "all-E128-sop-seed0"), str(q / "all-E128-sop-seed0"),
+                        str(q / "all-E128-sop-seed1"), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    c = json.loads(out.read_text())
+    assert c["precision_gap"]["mlm_accuracy"] == 0 and c["precision_gap"]["loss_gap_max"] == 0  # a row against itself
+    assert c["seed_gap"]["logged_steps"] > 10 and c["seed_gap"]["loss_gap_mean"] > 0
+    bad = subprocess.run([sys.executable, script, str(q / "all-E128-nsp-seed0"), str(q / "all-E128-sop-seed0"),
+                          str(q / "all-E128-sop-seed1")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "different settings" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
