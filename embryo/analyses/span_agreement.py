@@ -43,9 +43,11 @@ def span_split(lex: Lexicon, n_train: int = 1000, n_dev: int = 400, seed: int = 
     subjects = {"dev": [lex.nouns[i] for i in perm[:k]], "train": [lex.nouns[i] for i in perm[k:]]}
     out = {}
     for split, n in (("train", n_train), ("dev", n_dev)):
-        seen, rows = set(), []
+        seen, rows, tries = set(), [], 0
         while len(seen) < n:
-            i = len(seen)
+            i, tries = len(seen), tries + 1
+            if tries > 100 * n: raise ValueError(f"the lexicon gives only {len(seen)} distinct {split} sentences, "
+                                                 f"fewer than the {n} asked for: ask for fewer")
             good, bad = (detokenize(w).capitalize() + "." for w in
                          span_pair(lex, rng, subjects[split], i % 2 == 1, (i // 2) % 2 == 1, (i // 4) % 2 == 1))
             if good in seen: continue
