@@ -21,24 +21,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from reproduce_time import host, refuse  # noqa: E402
 
-# per analysis: (name in the table, module path ending, function name) of the parts reported
+# per analysis: (key, name in the table, module path ending, function name) of the parts reported
 PARTS = {
-    "glue": [("finetuning", "analyses/finetune.py", "finetune"),
-             ("forward passes in finetuning", "analyses/finetune.py", "forward"),
-             ("backward passes (autograd)", "", "run_backward"),
-             ("predicting the dev sets", "analyses/finetune.py", "predict"),
-             ("building the classifiers", "analyses/finetune.py", "sequence_classifier"),
-             ("n-gram floor", "analyses/floors.py", "ngram_score"),
-             ("bag-of-words floor", "analyses/floors.py", "bow_score"),
-             ("loading the tasks", "analyses/downstream.py", "load_task"),
-             ("loading the checkpoint", "runs/run.py", "load_checkpoint")],
-    "llc": [("SGLD chains", "analyses/llc.py", "sgld_chain"),
-            ("backward passes (autograd)", "", "run_backward"),
-            ("linear layers (forward)", "", "linear"),
-            ("Langevin noise (randn)", "", "randn"),
-            ("MALA acceptance", "analyses/llc.py", "mala_acceptance"),
-            ("building the batches", "analyses/llc.py", "mlm_batches"),
-            ("loading the checkpoint", "runs/run.py", "masked_lm_at")],
+    "glue": [("finetune", "finetuning", "analyses/finetune.py", "finetune"),
+             ("forward", "forward passes in finetuning", "analyses/finetune.py", "forward"),
+             ("backward", "backward passes (autograd)", "", "run_backward"),
+             ("predict", "predicting the dev sets", "analyses/finetune.py", "predict"),
+             ("classifiers", "building the classifiers", "analyses/finetune.py", "sequence_classifier"),
+             ("ngram_floor", "n-gram floor", "analyses/floors.py", "ngram_score"),
+             ("bow_floor", "bag-of-words floor", "analyses/floors.py", "bow_score"),
+             ("load_tasks", "loading the tasks", "analyses/downstream.py", "load_task"),
+             ("load_checkpoint", "loading the checkpoint", "runs/run.py", "load_checkpoint")],
+    "llc": [("sgld", "SGLD chains", "analyses/llc.py", "sgld_chain"),
+            ("backward", "backward passes (autograd)", "", "run_backward"),
+            ("linear", "linear layers (forward)", "", "linear"),
+            ("noise", "Langevin noise (randn)", "", "randn"),
+            ("mala", "MALA acceptance", "analyses/llc.py", "mala_acceptance"),
+            ("batches", "building the batches", "analyses/llc.py", "mlm_batches"),
+            ("load_checkpoint", "loading the checkpoint", "runs/run.py", "masked_lm_at")],
 }
 
 
@@ -58,8 +58,10 @@ def profile(analysis: str, run: str, step: int) -> dict:
     pr.enable(); call(); pr.disable()
     wall = time.perf_counter() - t0
     st = pstats.Stats(pr)
-    parts = {label: round(seconds_in(st, where, name, total=bool(where)), 1) for label, where, name in PARTS[analysis]}
-    return dict(seconds=round(wall, 1), parts={k: dict(seconds=v, share=round(v / wall, 3)) for k, v in parts.items()})
+    parts = {key: (label, round(seconds_in(st, where, name, total=bool(where)), 1))
+             for key, label, where, name in PARTS[analysis]}
+    return dict(seconds=round(wall, 1),
+                parts={k: dict(part=label, seconds=v, share=round(v / wall, 3)) for k, (label, v) in parts.items()})
 
 
 def main():
@@ -83,7 +85,7 @@ def main():
              f"{out['host']['avx512_bf16']}; torch threads {out['threads']}.", ""]
     for x, r in out["analyses"].items():
         lines += [f"## {x}: {r['seconds']} s", "", "| part | seconds | share |", "|---|---|---|",
-                  *(f"| {k} | {v['seconds']} | {v['share']:.1%} |" for k, v in r["parts"].items()), ""]
+                  *(f"| {v['part']} | {v['seconds']} | {v['share']:.1%} |" for v in r["parts"].values()), ""]
     print("\n".join(lines))
     if a.out:
         from embryo.config import atomic_write
