@@ -15,12 +15,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from reproduce_time import refuse  # noqa: E402
+
 SCORES = ("mlm_accuracy", "sop_accuracy", "nsp_accuracy")
-
-
-def refuse(message: str):
-    "Bad input: one line naming the problem and what to do, exit status 2."
-    print(message, file=sys.stderr); sys.exit(2)
 
 
 def record(folder: Path) -> dict:
@@ -61,7 +59,8 @@ def main():
     text = json.dumps(out, indent=1) + "\n"
     print(text)
     if a.out:
-        tmp = a.out.with_name(f".{a.out.name}.tmp"); tmp.write_text(text); tmp.replace(a.out)
+        from embryo.config import atomic_write
+        atomic_write(a.out, text)
 
 
 if __name__ == "__main__":

@@ -90,10 +90,9 @@ def main(argv=None):
     s = summary(a.run, a.wall)
     print(markdown(s))
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
+        from embryo.config import atomic_write
         for suffix, text in ((".json", json.dumps(s, indent=1) + "\n"), (".md", markdown(s))):
-            tmp = a.out.with_name(a.out.name + suffix + ".tmp")
-            tmp.write_text(text); os.replace(tmp, a.out.with_name(a.out.name + suffix))
+            atomic_write(a.out.with_name(a.out.name + suffix), text)
 
 
 if __name__ == "__main__":

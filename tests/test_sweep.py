@@ -526,7 +526,9 @@ def test_bench_analysis_profile_names_what_a_step_spends(tmp_path):
     """Issue 77: `bench/analysis_profile.py` profiles one step of the LLC (and downstream) without writing to the run,
     and names each part's seconds; a step the run lacks is refused in one line."""
     from embryo.train.fixtures import fixture_run
-    run, script = fixture_run(), str(ROOT / "bench" / "analysis_profile.py")
+    run, script = tmp_path / "run", str(ROOT / "bench" / "analysis_profile.py")
+    # a copy: the shared fixture's lock file is touched by other workers' tests
+    shutil.copytree(fixture_run(), run, ignore=shutil.ignore_patterns(".lock"))
     before = {p: p.stat().st_mtime for p in run.rglob("*") if p.is_file()}
     cmd = [sys.executable, script, str(run), "--step", "16", "--analyses", "llc", "--out", str(tmp_path / "p")]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

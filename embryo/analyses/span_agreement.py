@@ -19,7 +19,7 @@ from .finetune import max_seq_length, pretrained_body
 from .floors import bow_score, chance_score, ngram_score, pretraining_text
 from .glue import run_task
 from .grammar import Lexicon, PREPOSITIONS, brown_lexicon
-from .word_order import judged
+from .word_order import resumed, step_scores
 
 # %% auto #0
 __all__ = ['SPAN_SEED', 'DEV_NOUNS', 'TASK', 'span_pair', 'span_split', 'span_floors', 'span_agreement_check']
@@ -75,14 +75,11 @@ def span_agreement_check(run, out_dir, steps, seeds: int = 5, learning_rate: flo
     floors = span_floors(data, pretraining_text(run))
     out = dict(task=TASK.name, seeds=seeds, learning_rate=learning_rate, train=len(data["train"]),
                dev=len(data["dev"]), floors=floors, steps={})
-    try: old = json.loads(f.read_text())
-    except (OSError, ValueError): old = {}
-    if {k: v for k, v in old.items() if k != "steps"} == {k: v for k, v in out.items() if k != "steps"}: out = old  # add
+    out, tok = resumed(f, out), load_tokenizer(run)  # a later call adds its steps
     for s in steps:
-        pre = load_checkpoint(run, s, device); body, tok = pretrained_body(pre), load_tokenizer(run)
+        pre = load_checkpoint(run, s, device); body = pretrained_body(pre)
         per = [100 * run_task(TASK, body, tok, data, max_seq_length(run, pre, TASK), k, None, learning_rate, device,
                               False)[0]["score"] for k in range(seeds)]
-        sd = float(np.std(per, ddof=1)) if len(per) > 1 else float("nan")
-        out["steps"][str(s)] = judged(dict(scores=per, mean=float(np.mean(per)), sd=sd, **floors))
+        out["steps"][str(s)] = step_scores(per, **floors)
         atomic_write(f, json.dumps(out, indent=1) + "\n")
     return f

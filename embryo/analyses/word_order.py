@@ -18,7 +18,7 @@ from .floors import ngram_score, pretraining_text
 from .glue import evaluate_step, subsample
 
 # %% auto #0
-__all__ = ['judged', 'word_order_check', 'word_order_floors']
+__all__ = ['judged', 'step_scores', 'resumed', 'word_order_check', 'word_order_floors']
 
 # %% ../../nbs/05b_word_order.ipynb #6edd2299
 def judged(step: dict) -> dict:
@@ -26,6 +26,19 @@ def judged(step: dict) -> dict:
      "whether its mean `clears` it by more than 3 finetuning-seed standard deviations.")
     floor = max(step["bow"], step.get("ngram", -math.inf))
     return dict(step, floor=floor, clears=bool(step["mean"] - floor > 3 * step["sd"]))
+
+# %% ../../nbs/05b_word_order.ipynb #767fdae6
+def step_scores(per: list, **floors) -> dict:
+    "One step's finetuning-seed scores `per` (percent) with their mean, standard deviation and `floors`, `judged`."
+    sd = float(np.std(per, ddof=1)) if len(per) > 1 else float("nan")
+    return judged(dict(scores=per, mean=float(np.mean(per)), sd=sd, **floors))
+
+def resumed(f, out: dict) -> dict:
+    "The check in file `f` where its settings (all but `steps`) are `out`'s, so that new steps add to it; else `out`."
+    try: old = json.loads(Path(f).read_text())
+    except (OSError, ValueError): return out
+    same = {k: v for k, v in old.items() if k != "steps"} == {k: v for k, v in out.items() if k != "steps"}
+    return old if same else out
 
 # %% ../../nbs/05b_word_order.ipynb #28e4d083
 def word_order_check(run, out_dir, seeds: int = 5, learning_rate: float = CPU_FINETUNE["learning_rate"],
@@ -36,10 +49,7 @@ def word_order_check(run, out_dir, seeds: int = 5, learning_rate: float = CPU_FI
     f = Path(out_dir) / "word_order_check.json"
     out = dict(task="word_order", seeds=seeds, learning_rate=learning_rate, train_examples=max_train_examples or "all",
                steps={})
-    try: old = json.loads(f.read_text())
-    except (OSError, ValueError): old = {}
-    # add steps
-    if {k: v for k, v in old.items() if k != "steps"} == {k: v for k, v in out.items() if k != "steps"}: out = old
+    out = resumed(f, out)  # add steps
     for s in steps:
         df = evaluate_step(run, s, device, tasks="word_order", max_train_examples=max_train_examples,
                            learning_rate=learning_rate,
@@ -47,9 +57,7 @@ def word_order_check(run, out_dir, seeds: int = 5, learning_rate: float = CPU_FI
         per = df[(df.task == "word_order") & (df.metric == "score") & (df.seed >= 0)].value.mul(100).tolist()
         bow = 100 * df[(df.task == "word_order") & (df.metric == "bow")].value.item()
         ng = df[(df.task == "word_order") & (df.metric == "ngram")].value
-        sd = float(np.std(per, ddof=1)) if len(per) > 1 else float("nan")
-        out["steps"][str(s)] = judged(dict(scores=per, mean=float(np.mean(per)), sd=sd, bow=bow,
-                                            **({"ngram": 100 * ng.item()} if len(ng) else {})))
+        out["steps"][str(s)] = step_scores(per, bow=bow, **({"ngram": 100 * ng.item()} if len(ng) else {}))
         atomic_write(f, json.dumps(out, indent=1) + "\n")  # after each step: a long check keeps what it has
     return f
 

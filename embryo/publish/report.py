@@ -307,7 +307,7 @@ STATUS_RANK = ("not testable", "not reproduced", "partly", "reproduced")  # wors
 
 def paper_items(figures_root="figures") -> pd.DataFrame:
     "Each report section with a paper reference and a verdict: its status per bundle under `figures_root`, the best."
-    today = lambda s: s in STATUS_RANK or s.removesuffix(f" {OLDER}") in STATUS_RANK
+    today = lambda s: s.removesuffix(f" {OLDER}") in STATUS_RANK
     root, rows = Path(figures_root), {}
     for f in sorted(root.glob(f"**/{REPORT_JSON}")):
         bundle = f.parent.relative_to(root).as_posix() if f.parent != root else "default"
