@@ -166,7 +166,7 @@ def test_builtin_step_is_stored_replaced_and_drawn(fixture_copy, tmp_path):
     rows = G.evaluate_step(fixture_copy, 0, **FAST)
     rows = G.evaluate_step(fixture_copy, 16, seed=3, **FAST)
     db = read_results(fixture_copy, G.ANALYSIS, step=16)
-    assert set(db.task) == {"polarity", "uncertainty", "word_order", "builtin"} and len(db) == len(rows)
+    assert set(db.task) == {*T.BUILTIN_TASKS, "builtin"} and len(db) == len(rows)
     assert set(db[db.task == "polarity"].metric) == {"accuracy", "score", "chance", "bow", "train_loss"}
     assert sorted(zip(*db[db.task == "polarity"][["seed", "metric"]].values.T)) == \
         [(-1, "accuracy"), (-1, "bow"), (-1, "chance"), (-1, "score"), (-1, "train_loss"), (3, "score")]  # seed 3's score: seed = 3, not in the metric
@@ -191,7 +191,7 @@ def test_seeds_store_each_score_their_mean_and_spread_and_the_verdict_weighs_the
     for step in (0, 30):
         G.evaluate_step(fixture_copy, step, seeds=2, **FAST)
     db = read_results(fixture_copy, G.ANALYSIS, step=30)
-    for task in ("polarity", "uncertainty", "word_order", "builtin"):
+    for task in (*T.BUILTIN_TASKS, "builtin"):
         v = lambda m, seed=-1: db[(db.task == task) & (db.metric == m) & (db.seed == seed)].value.item()
         assert v("score") == pytest.approx((v("score", 0) + v("score", 1)) / 2)
         assert v("score_sd") == pytest.approx(abs(v("score", 0) - v("score", 1)) / 2 ** 0.5)
@@ -201,7 +201,7 @@ def test_seeds_store_each_score_their_mean_and_spread_and_the_verdict_weighs_the
     a, b = seeds.loc[0].dropna(), seeds.loc[30].dropna()
     assert len(a) == len(b) == 2
     text = G.verdict(fixture_copy)
-    for task in ("polarity", "uncertainty", "word_order"):  # each task on its own line, with its seeds and floors
+    for task in T.BUILTIN_TASKS:  # each task on its own line, with its seeds and floors
         assert f"{T.TASKS[task].title}: ".lower() in text.lower() and "2 finetuning seeds; floors bag-of-words" in text, text
     with pytest.raises(ValueError, match="seeds must be a positive integer"):
         G.evaluate_step(fixture_copy, 0, seeds=0, **FAST)
@@ -215,7 +215,7 @@ def test_notebook_runs_one_step_under_papermill(fixture_copy, tmp_path):
     pm.execute_notebook(str(nb), str(tmp_path / "out.ipynb"), kernel_name="python3", progress_bar=False, cwd=str(nb.parent),
                         parameters=dict(run_dir=str(fixture_copy), step=8, figures_dir=str(tmp_path / "figs"),
                                         max_train_examples=64, max_dev_examples=200))  # what it caps the fixture at itself
-    assert set(read_results(fixture_copy, G.ANALYSIS, step=8).task) == {"polarity", "uncertainty", "word_order", "builtin"}
+    assert set(read_results(fixture_copy, G.ANALYSIS, step=8).task) == {*T.BUILTIN_TASKS, "builtin"}
     assert (tmp_path / "figs" / "fig12_glue_tasks.png").stat().st_size > 0
     out = json.loads((tmp_path / "out.ipynb").read_text())
     text = "".join("".join(o.get("text", "")) for c in out["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
@@ -321,6 +321,30 @@ def test_word_order_task_defeats_bag_of_words_by_construction():
     assert FL.bow_score(T.TASKS["word_order"], d["train"], d["dev"]) == 0.5
     pol = T.load_task("polarity")
     assert FL.bow_score(T.TASKS["polarity"], pol["train"], pol["dev"]) > 0.65  # where words alone carry the label, they score
+
+
+def test_span_agreement_task_defeats_both_floors_by_construction():
+    """Issue 75, item 2: a built-in task neither a bag of words nor a bigram model of the pretraining text can solve;
+    pairs differ in the verb alone, dev subjects are never training subjects, and the committed check's floors are
+    what today's split and floors give."""
+    import json
+    d = T.load_task("span_agreement")
+    assert [len(d["train"]), len(d["dev"])] == [1000, 800]
+    subject = lambda split: {e.text_a.split()[1] for e in d[split]}
+    assert not subject("train") & subject("dev")
+    for split in d.values():
+        assert [e.label for e in split[:4]] == [1, 0, 1, 0]
+        for a, b in zip(split[::2], split[1::2]):
+            diff = [(x, y) for x, y in zip(a.text_a.split(), b.text_a.split()) if x != y]
+            assert len(diff) == 1 and len(a.text_a.split()) in (8, 9), (a, b)
+    got = json.loads((ROOT / "figures" / "mature" / "span_agreement.json").read_text())
+    corpus = FL.pretraining_text(ROOT / "figures" / "mature" / "run")
+    task = T.TASKS["span_agreement"]
+    floors = dict(bow=100 * FL.bow_score(task, d["train"], d["dev"]),
+                  ngram=100 * FL.ngram_score(task, d["train"], d["dev"], corpus))
+    assert all(abs(v - 50) < 6 for v in floors.values()), floors  # near chance, as built
+    assert floors == pytest.approx({k: got["floors"][k] for k in floors}, abs=1e-9), (floors, got["floors"])
+    assert "span_agreement" in T.BUILTIN_TASKS and "span_agreement" in FL.NGRAM_TASKS  # the sweep scores and floors it
 
 
 def test_verdict_says_not_testable_below_the_bag_of_words_floor(tmp_path, root):

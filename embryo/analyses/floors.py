@@ -49,7 +49,7 @@ def bow_score(task: Task, train: Sequence[Example], dev: Sequence[Example]) -> f
 
 # %% ../../nbs/04c_floors.ipynb #6fb646cb
 NGRAM_K = 0.01  # add-k smoothing of the bigram model
-NGRAM_TASKS = ("word_order",)  # the tasks given an n-gram floor
+NGRAM_TASKS = ("word_order", "span_agreement")  # the tasks given an n-gram floor
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 def _ngram_tokens(text: str) -> list[str]: return ["<s>", *_TOKEN.findall(text.lower()), "</s>"]

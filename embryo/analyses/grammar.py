@@ -5,11 +5,7 @@
 # %% ../../nbs/08c_grammar.ipynb #803d379c
 from __future__ import annotations
 
-import functools
 import json
-import re
-from collections import Counter, defaultdict
-from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -17,8 +13,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..text.packages import data_dir, download
-from ..text.corpora import detokenize, read_brown, SOURCES
+from ..text.packages import data_dir
+from ..text.corpora import detokenize
+from ..text.lexicon import Lexicon, PREPOSITIONS, brown_lexicon
 from ..text.sentences import align
 from ..config import ConfigError, atomic_write
 from ..runs.run import Run, load_checkpoint, masked_lm_at, resolve_step
@@ -29,81 +26,20 @@ from ..runs.results import done_steps, markdown_table, read_results, read_scores
 from ..runs.verdicts import in_plain_words
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'MIN_COUNT', 'OBJECT_SHARE', 'OBJECT_TAGS', 'NOT_PAIRED', 'PRONOUNS', 'REFLEXIVE', 'ADVERBS',
-           'PREPOSITIONS', 'NUMERALS', 'OBJECT_PRONOUNS', 'PARADIGMS', 'PAIRS_FORMAT', 'PLAIN_NAMES', 'REPORT',
-           'brown_counts', 'Lexicon', 'takes_object', 'brown_lexicon', 'det_noun_number', 'numeral_noun_number',
-           'agreement_0', 'agreement_1', 'agreement_2', 'copula_number', 'there_number', 'reflexive_number', 'a_an',
-           'irregular_past', 'generate_pairs', 'paradigm_pairs', 'read_pairs', 'masked_copies', 'pll', 'sentence_ll',
-           'unigram_scores', 'pass_rate', 'evaluate_step', 'pair_rows', 'applies_to', 'grammar_results', 'curves',
-           'stays_above', 'acquisition', 'plot_grammar', 'agreement', 'write_agreement', 'scoring_note', 'verdict',
-           'redraw']
+__all__ = ['ANALYSIS', 'PRONOUNS', 'REFLEXIVE', 'ADVERBS', 'NUMERALS', 'OBJECT_PRONOUNS', 'PARADIGMS', 'PAIRS_FORMAT',
+           'PLAIN_NAMES', 'REPORT', 'det_noun_number', 'numeral_noun_number', 'agreement_0', 'agreement_1',
+           'agreement_2', 'copula_number', 'there_number', 'reflexive_number', 'a_an', 'irregular_past',
+           'generate_pairs', 'paradigm_pairs', 'read_pairs', 'masked_copies', 'pll', 'sentence_ll', 'unigram_scores',
+           'pass_rate', 'evaluate_step', 'pair_rows', 'applies_to', 'grammar_results', 'curves', 'stays_above',
+           'acquisition', 'plot_grammar', 'agreement', 'write_agreement', 'scoring_note', 'verdict', 'redraw']
 
 # %% ../../nbs/08c_grammar.ipynb #939bee80
 ANALYSIS = "grammar"  # the `analysis` name of this notebook's rows in the results database
-MIN_COUNT = 10  # a form enters the lexicon once Brown tags it so this often
-OBJECT_SHARE = 0.2  # a past form counts as transitive once this share of its uses is followed by an object
-OBJECT_TAGS = ("at", "dt", "dts", "ap", "ppo", "pp$", "cd")  # Brown tags that open an object
-NOT_PAIRED = ("be", "have", "do", "get", "bear", "light")  # auxiliaries, and forms whose participle is a second sense
-
-# %% ../../nbs/08c_grammar.ipynb #9489546c
-@functools.lru_cache(maxsize=2)
-def brown_counts(root=None) -> tuple[Counter, dict[tuple[str, str], Counter]]:
-    ("How often Brown tags each lowercased word with each base tag, and which base tag follows it each time; read once "
-     "per process (about 6 s here; the counts are shared, so read them, never change them).")
-    files, _ = read_brown(download(SOURCES["brown"], root, verbose=False))
-    counts, after = Counter(), defaultdict(Counter)
-    for sents in files.values():
-        for s in sents:
-            tagged = [(w.lower(), t.split("-")[0]) for w, t in s if not re.search(r"-(tl|hl)\b", t)]
-            counts.update(tagged)
-            for a, b in zip(tagged, tagged[1:]): after[a][b[1]] += 1
-    return counts, after
-
-# %% ../../nbs/08c_grammar.ipynb #a100acc3
-@dataclass
-class Lexicon:
-    "The words the paradigms are filled with, each form attested in Brown under its tag."
-    nouns: list[tuple[str, str]]  # (singular, plural)
-    verbs: list[tuple[str, str]]  # (third-person singular, plain present), each taking an object
-    past: list[str]  # past forms that take an object
-    irregular: list[tuple[str, str]]  # (past, participle) of irregular verbs taking an object, the two forms different
-    adjectives: list[str]
-
-# %% ../../nbs/08c_grammar.ipynb #2b3edf57
-def _partner(word: str, tag: str, lemma_pos: str | None = None) -> str | None:
-    "`word`'s form `tag` (of its lemma, `lemma_pos` given), by lemminflect; None where it has none."
-    import lemminflect
-    if lemma_pos:
-        lemma = lemminflect.getLemma(word, lemma_pos)
-        if not lemma or lemma[0] in NOT_PAIRED: return None
-        word = lemma[0]
-    form = lemminflect.getInflection(word, tag)
-    return form[0] if form else None
-
-# %% ../../nbs/08c_grammar.ipynb #081b1604
-def takes_object(after: dict, word: str, tag: str, share: float = OBJECT_SHARE) -> bool:
-    "Whether Brown follows `word` (tagged `tag`) by an object-opening tag in at least `share` of its uses."
-    nxt = after.get((word, tag), Counter())
-    return sum(nxt.values()) > 0 and sum(nxt[t] for t in OBJECT_TAGS) / sum(nxt.values()) >= share
-
-# %% ../../nbs/08c_grammar.ipynb #eb745215
-def brown_lexicon(min_count: int = MIN_COUNT, root=None) -> Lexicon:
-    "The `Lexicon` of Brown's tagged words, each form seen at least `min_count` times under its tag."
-    counts, after = brown_counts(root)
-    seen = lambda w, t: counts[(w, t)] >= min_count and w.isalpha()
-    words = lambda t: sorted(w for (w, tg) in counts if tg == t and seen(w, t))
-    nouns = [(w, p) for w in words("nn") if (p := _partner(w, "NNS")) and p != w and seen(p, "nns")]
-    verbs = [(w, b) for w in words("vbz") if (b := _partner(w, "VB", "VERB")) and _partner(b, "VBZ") == w
-             and seen(b, "vb") and takes_object(after, w, "vbz")]
-    past = [w for w in words("vbd") if takes_object(after, w, "vbd") and _partner(w, "VBD", "VERB") == w]
-    irregular = [(w, n) for w in past if (n := _partner(w, "VBN", "VERB")) and n != w and seen(n, "vbn")]
-    return Lexicon(nouns, verbs, past, irregular, words("jj"))
 
 # %% ../../nbs/08c_grammar.ipynb #e9010903
 PRONOUNS = ("he", "she", "they", "we", "i", "you")
 REFLEXIVE = {"he": "himself", "she": "herself", "it": "itself", "they": "themselves"}
 ADVERBS = ("often", "always", "never", "usually", "also", "still", "sometimes", "really")
-PREPOSITIONS = ("with", "near", "behind", "without")
 NUMERALS = ("two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 # object pronouns opposite in number to a singular (False) or plural (True) subject
 OBJECT_PRONOUNS = {False: ("them", "us"), True: ("him", "her", "me")}

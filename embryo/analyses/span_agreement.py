@@ -8,56 +8,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
 from ..config import atomic_write, CPU_FINETUNE
-from ..text.corpora import detokenize
 from ..text.tokenizer import load_tokenizer
 from ..runs.run import load_checkpoint
-from .downstream import Example, Task
+from .downstream import TASKS, load_task
 from .finetune import max_seq_length, pretrained_body
 from .floors import bow_score, chance_score, ngram_score, pretraining_text
-from .glue import run_task
-from .grammar import Lexicon, PREPOSITIONS, brown_lexicon
+from .glue import run_task, subsample
 from .word_order import resumed, step_scores
 
 # %% auto #0
-__all__ = ['SPAN_SEED', 'DEV_NOUNS', 'TASK', 'span_pair', 'span_split', 'span_floors', 'span_agreement_check']
-
-# %% ../../nbs/08c1_span_agreement.ipynb #6e73c33d
-def span_pair(lex: Lexicon, rng, subjects, plural: bool, attractor_plural: bool, adjective: bool):
-    "(agreeing, disagreeing) word lists: the SUBJECT PREP the (ADJ) ATTRACTOR VERB the OBJECT."
-    pick = lambda xs: xs[int(rng.integers(len(xs)))]
-    (sg, pl), (a_sg, a_pl), (vs, vp) = pick(subjects), pick(lex.nouns), pick(lex.verbs)
-    span = [pick(PREPOSITIONS), "the", *([pick(lex.adjectives)] if adjective else []), a_pl if attractor_plural else a_sg]
-    s, obj = ["the", pl if plural else sg, *span], ["the", pick(lex.nouns)[0]]
-    return (s + [vp] + obj, s + [vs] + obj) if plural else (s + [vs] + obj, s + [vp] + obj)
-
-# %% ../../nbs/08c1_span_agreement.ipynb #18be6ab1
-SPAN_SEED, DEV_NOUNS = 0, 0.25
-
-def span_split(lex: Lexicon, n_train: int = 1000, n_dev: int = 400, seed: int = SPAN_SEED) -> dict[str, list]:
-    "Train and dev `Example`s (sentence, label 1 = agrees), both sentences of a pair in the same split."
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(len(lex.nouns)); k = max(1, round(DEV_NOUNS * len(lex.nouns)))
-    subjects = {"dev": [lex.nouns[i] for i in perm[:k]], "train": [lex.nouns[i] for i in perm[k:]]}
-    out = {}
-    for split, n in (("train", n_train), ("dev", n_dev)):
-        seen, rows, tries = set(), [], 0
-        while len(seen) < n:
-            i, tries = len(seen), tries + 1
-            if tries > 100 * n: raise ValueError(f"the lexicon gives only {len(seen)} distinct {split} sentences, "
-                                                 f"fewer than the {n} asked for: ask for fewer")
-            good, bad = (detokenize(w).capitalize() + "." for w in
-                         span_pair(lex, rng, subjects[split], i % 2 == 1, (i // 2) % 2 == 1, (i // 4) % 2 == 1))
-            if good in seen: continue
-            seen.add(good); rows += [Example(good, None, 1), Example(bad, None, 0)]
-        out[split] = rows
-    return out
+__all__ = ['TASK', 'span_floors', 'span_agreement_check']
 
 # %% ../../nbs/08c1_span_agreement.ipynb #864eaeb6
-TASK = Task("span_agreement", "agreement across a span (generated)", ("0", "1"), False, "accuracy", 1e-5, 32, 20935,
-            1256, 67349)
+TASK = TASKS["span_agreement"]
 
 def span_floors(data: dict, corpus=None) -> dict:
     "Chance, the bag-of-words floor and (given the pretraining text) the bigram model's, in percent."
@@ -69,9 +33,11 @@ def span_floors(data: dict, corpus=None) -> dict:
 
 # %% ../../nbs/08c1_span_agreement.ipynb #4aeec6d8
 def span_agreement_check(run, out_dir, steps, seeds: int = 5, learning_rate: float = CPU_FINETUNE["learning_rate"],
-                         device="cpu", n_train: int = 1000, n_dev: int = 400) -> Path:
-    "Finetune each of `steps` on the span-agreement split `seeds` times, with the floors; span_agreement.json."
-    f, data = Path(out_dir) / "span_agreement.json", span_split(brown_lexicon(), n_train, n_dev)
+                         device="cpu", max_examples: int | None = None) -> Path:
+    ("Finetune each of `steps` on the span-agreement split (all of it, or `max_examples` of each split) `seeds` times, "
+     "with the floors; span_agreement.json.")
+    f = Path(out_dir) / "span_agreement.json"
+    data = {s: subsample(v, max_examples, 0) for s, v in load_task(TASK.name).items()}
     floors = span_floors(data, pretraining_text(run))
     out = dict(task=TASK.name, seeds=seeds, learning_rate=learning_rate, train=len(data["train"]),
                dev=len(data["dev"]), floors=floors, steps={})
