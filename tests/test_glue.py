@@ -172,6 +172,10 @@ def test_builtin_step_is_stored_replaced_and_drawn(fixture_copy, tmp_path):
         [(-1, "accuracy"), (-1, "bow"), (-1, "chance"), (-1, "score"), (-1, "train_loss"), (3, "score")]  # seed 3's score: seed = 3, not in the metric
     st = read_settings(fixture_copy, G.ANALYSIS, step=16, task="polarity")
     assert set(st.name) == set(G.SETTINGS) and st[st.name == "seed"].value.iloc[0] == 3
+    n_train = lambda task: read_settings(fixture_copy, G.ANALYSIS, step=16, task=task).set_index("name").value["train_examples"]
+    assert n_train("polarity") == FAST["max_train_examples"] and n_train("span_agreement") == 1000  # full_tasks: all of it
+    with pytest.raises(T.UnknownTask, match="unknown task"):
+        G.evaluate_step(fixture_copy, 16, full_tasks="span_agreemnt", **FAST)
     assert db[(db.task == "polarity") & (db.metric == "score")].n.tolist() == [64, 64]  # max_dev_examples, the mean and seed 3
     assert db[(db.task == "builtin") & (db.metric == "chance")].value.iloc[0] == pytest.approx(0.5, abs=0.1)
     n_all = len(read_results(fixture_copy, G.ANALYSIS))

@@ -33,19 +33,19 @@ def span_floors(data: dict, corpus=None) -> dict:
 
 # %% ../../nbs/08c1_span_agreement.ipynb #4aeec6d8
 def span_agreement_check(run, out_dir, steps, seeds: int = 5, learning_rate: float = CPU_FINETUNE["learning_rate"],
-                         device="cpu", max_examples: int | None = None) -> Path:
-    ("Finetune each of `steps` on the span-agreement split (all of it, or `max_examples` of each split) `seeds` times, "
-     "with the floors; span_agreement.json.")
-    f = Path(out_dir) / "span_agreement.json"
-    data = {s: subsample(v, max_examples, 0) for s, v in load_task(TASK.name).items()}
-    floors = span_floors(data, pretraining_text(run))
-    out = dict(task=TASK.name, seeds=seeds, learning_rate=learning_rate, train=len(data["train"]),
+                         device="cpu", max_train_examples: int | None = None) -> Path:
+    ("Finetune each of `steps` on the span-agreement split (all of it, or a seeded sample of `max_train_examples`, as "
+     "the downstream sweep's cap draws it) `seeds` times, with the floors; span_agreement.json.")
+    f, data = Path(out_dir) / "span_agreement.json", load_task(TASK.name)
+    first = dict(data, train=subsample(data["train"], max_train_examples, 0))  # each seed draws its own sample
+    floors = span_floors(first, pretraining_text(run))  # on the first seed's
+    out = dict(task=TASK.name, seeds=seeds, learning_rate=learning_rate, train=len(first["train"]),
                dev=len(data["dev"]), floors=floors, steps={})
     out, tok = resumed(f, out), load_tokenizer(run)  # a later call adds its steps
     for s in steps:
         pre = load_checkpoint(run, s, device); body = pretrained_body(pre)
-        per = [100 * run_task(TASK, body, tok, data, max_seq_length(run, pre, TASK), k, None, learning_rate, device,
-                              False)[0]["score"] for k in range(seeds)]
+        per = [100 * run_task(TASK, body, tok, data, max_seq_length(run, pre, TASK), k, max_train_examples,
+                              learning_rate, device, False)[0]["score"] for k in range(seeds)]
         out["steps"][str(s)] = step_scores(per, **floors)
         atomic_write(f, json.dumps(out, indent=1) + "\n")
     return f
