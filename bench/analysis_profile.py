@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from reproduce_time import host, refuse  # noqa: E402
+from common import host, refuse  # noqa: E402
 
 # per analysis: (key, name in the table, module path ending, function name) of the parts reported
 PARTS = {

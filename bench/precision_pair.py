@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from reproduce_time import refuse  # noqa: E402
+from common import refuse  # noqa: E402
 
 SCORES = ("mlm_accuracy", "sop_accuracy", "nsp_accuracy")
 
