@@ -194,7 +194,7 @@ AGGREGATES = {"glue": "GLUE score (mean of {n} GLUE tasks, WNLI excluded)",
 REPORT = [
     dict(file="fig5_glue_score", paper="Embryology Fig. 5a",
          caption="Downstream score over pretraining steps: the GLUE score when GLUE data was given, else the mean of "
-                 "the built-in tasks (sentence polarity, CoNLL-2010 uncertainty; not GLUE), dev split, chance dashed.",
+                 "the built-in tasks the run was scored on (not GLUE; the legend counts them), dev split, chance dashed.",
          finding="The downstream score rises fast early in pretraining and then slowly: a checkpoint from the first "
                  "quarter of pretraining already scores close to the final one (80.23 at 250k vs 81.50 at 1M steps)."),
     dict(file="fig12_glue_tasks", paper="Embryology Fig. 5b / Fig. 12",
