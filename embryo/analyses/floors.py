@@ -20,7 +20,7 @@ from ..text.corpus import read_corpus, corpus_fingerprint
 
 # %% auto #0
 __all__ = ['NGRAM_K', 'NGRAM_TASKS', 'chance_score', 'bow_score', 'corpus_bigrams', 'ngram_features', 'ngram_score',
-           'pretraining_text']
+           'floor_scores', 'pretraining_text']
 
 # %% ../../nbs/04c_floors.ipynb #8c30b7ec
 def chance_score(task: Task, train_labels, gold) -> float:
@@ -90,6 +90,16 @@ def ngram_score(task: Task, train: Sequence[Example], dev: Sequence[Example], co
     out = np.zeros((len(dev), task.num_labels))
     out[:, m.classes_] = m.predict_proba(ngram_features([e.text_a for e in dev], counts, k))
     return metrics(task, out, gold)[task.metric]
+
+# %% ../../nbs/04c_floors.ipynb #2f72c380
+def floor_scores(task: Task, train: Sequence[Example], devs: dict, corpus=None) -> dict[str, float]:
+    "`chance`, `bow` and (for `NGRAM_TASKS`, given `corpus`) `ngram`: each floor's mean over the dev splits `devs`."
+    mean = lambda f: float(np.mean([f(dev) for dev in devs.values()]))
+    out = dict(chance=mean(lambda dev: chance_score(task, [e.label for e in train], [e.label for e in dev])),
+               bow=mean(lambda dev: bow_score(task, train, dev)))
+    if corpus is not None and task.name in NGRAM_TASKS:
+        out["ngram"] = mean(lambda dev: ngram_score(task, train, dev, corpus))
+    return out
 
 # %% ../../nbs/04c_floors.ipynb #25221457
 def pretraining_text(run):

@@ -30,7 +30,7 @@ from .downstream import (BUILTIN_NAME, BUILTIN_TASKS, SCORE_TASKS, SPLIT_SEED, T
                                         schedule, select_tasks)
 from .finetune import (encode_for, finetune, max_seq_length, metrics, predict, predicted_labels,
                                       pretrained_body, sequence_classifier)
-from .floors import NGRAM_TASKS, bow_score, chance_score, ngram_score, pretraining_text
+from .floors import NGRAM_TASKS, floor_scores, pretraining_text
 
 ANALYSIS = "glue"  # the `analysis` name of this notebook's rows in the results database
 DEFAULT_MAX_TRAIN = 500  # training examples per task by default: both built-in tasks finetune in minutes on a CPU
@@ -93,11 +93,7 @@ def run_task(task: Task, body, tok, data: dict, max_len: int, seed: int = 0, max
     m = dict(next(iter(per_dev.values()))) if len(per_dev) == 1 else {
         f"{k}_{s.removeprefix('dev_')}": v for s, d in per_dev.items() for k, v in d.items()}
     m["score"] = float(np.mean([d[task.metric] for d in per_dev.values()]))
-    m["chance"] = float(np.mean([chance_score(task, [e.label for e in train], [e.label for e in data[s]])
-                                 for s in task.dev]))
-    m["bow"] = float(np.mean([bow_score(task, train, data[s]) for s in task.dev]))
-    if corpus is not None and task.name in NGRAM_TASKS:
-        m["ngram"] = float(np.mean([ngram_score(task, train, data[s], corpus) for s in task.dev]))
+    m.update(floor_scores(task, train, data, corpus))
     settings = dict(seed=seed, learning_rate=lr, batch_size=task.batch_size, train_steps=steps, warmup_steps=warmup,
                     train_examples=len(train), max_seq_length=max_len, train_loss=loss,
                     classifier_dropout=task.classifier_dropout, albert_dropout=task.albert_dropout,

@@ -13,7 +13,7 @@ from ..text.tokenizer import load_tokenizer
 from ..runs.run import load_checkpoint
 from .downstream import TASKS, load_task
 from .finetune import max_seq_length, pretrained_body
-from .floors import bow_score, chance_score, ngram_score, pretraining_text
+from .floors import floor_scores, pretraining_text
 from .glue import run_task, subsample
 from .word_order import resumed, step_scores
 
@@ -25,11 +25,7 @@ TASK = TASKS["span_agreement"]
 
 def span_floors(data: dict, corpus=None) -> dict:
     "Chance, the bag-of-words floor and (given the pretraining text) the bigram model's, in percent."
-    y = [e.label for e in data["train"]]
-    out = dict(chance=100 * chance_score(TASK, y, [e.label for e in data["dev"]]),
-               bow=100 * bow_score(TASK, data["train"], data["dev"]))
-    if corpus is not None: out["ngram"] = 100 * ngram_score(TASK, data["train"], data["dev"], corpus)
-    return out
+    return {k: 100 * v for k, v in floor_scores(TASK, data["train"], {"dev": data["dev"]}, corpus).items()}
 
 # %% ../../nbs/08c1_span_agreement.ipynb #4aeec6d8
 def span_agreement_check(run, out_dir, steps, seeds: int = 5, learning_rate: float = CPU_FINETUNE["learning_rate"],
