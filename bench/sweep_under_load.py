@@ -8,8 +8,11 @@ each round: quiet, then beside 1 and 2 neighbours at nice 0; the sweep's share o
 quiet), each neighbour's products a second as a share of one neighbour's quiet speed, over the sweep's time.
 
     python bench/sweep_under_load.py [--run runs/tiny] [--analyses reconstruction attention] [--steps 1000 8000]
-                                     [--policies turns passive] [--conditions quiet n1 n2] [--repeats 1]
-                                     [--out results.json]
+                                     [--policies turns passive] [--shares 0.7] [--conditions quiet n1 n2]
+                                     [--repeats 1] [--out results.json]
+
+`turns` is the sweep's own share of the time beside a lone spinner (`SWEEP_TURN`, notebook 02a7); each `--shares` value
+adds a policy `turns-<share>` that works that share instead (`EMBRYO_TURN`), so shares are compared in one run.
 """
 import argparse
 import json
@@ -49,6 +52,7 @@ def main():
     ap.add_argument("--steps", type=int, nargs="+", help="default: the run's first and last steps")
     ap.add_argument("--conditions", nargs="+", default=["quiet", "n1", "n2"], choices=["quiet", "n1", "n2"])
     ap.add_argument("--policies", nargs="+", default=["turns", "passive"], choices=list(POLICIES))
+    ap.add_argument("--shares", nargs="*", default=[], help="also `turns` at these shares of the time")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", help="also write the rows and their summary to this JSON file")
     a = ap.parse_args()
@@ -63,7 +67,9 @@ def main():
         def job(env):  # its speed: sweeps a second
             wall, t0, t1 = timed_sweep(run, a.analyses, steps, env)
             return dict(seconds=round(wall, 1)), 1 / wall, t0, t1
-        rows = rounds(job, {p: POLICIES[p] for p in a.policies}, a.conditions, a.repeats)
+        policies = {**{p: POLICIES[p] for p in a.policies},
+                    **{f"turns-{s}": {**POLICIES["turns"], "EMBRYO_TURN": s} for s in a.shares}}
+        rows = rounds(job, policies, a.conditions, a.repeats)
     print("\n| policy | condition | round | seconds | share of its quiet speed | each neighbour's share of its quiet "
           "speed |\n|---|---|---|---|---|---|")
     for r in rows: print(f"| {r['policy']} | {r['condition']} | {r['round']} | {r['seconds']} | "

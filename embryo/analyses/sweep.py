@@ -26,7 +26,7 @@ import pandas as pd
 from ..config import clean_stale_temps, temp_tag, check_value
 from ..runs.run import list_steps, find_checkpoint, run_transitions, check_device, CannotDraw, DB_NAME, Run
 from ..runs.lock import sweep_lock, training_holder, holder_text
-from ..runs.cores import Turns
+from ..runs.cores import SWEEP_TURN, Turns
 from ..runs.results import (db_path, connect, log_job, read_log, computed_with, options_digest,
                                  set_computed_with)
 from ..runs.options import canonical_options, options_said, path_option
@@ -492,7 +492,7 @@ def sweep(run: Run, # the run: a folder becomes one at the edge (`open_run`: a r
             inline = mode == "inprocess" and workers <= 1
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 # one job at a time on the CPU takes turns with a lone neighbour that spins (notebook 02a7)
-                turns = Turns(device == "cpu" and workers == 1 and (os.cpu_count() or 1) > 1)
+                turns = Turns(device == "cpu" and workers == 1 and (os.cpu_count() or 1) > 1, turn=SWEEP_TURN)
 
                 def one(job):
                     turns()

@@ -152,7 +152,7 @@ def fact_value(spec: str, figures_root="figures") -> str:
                                                                   f"{figures_root}")
     if file.endswith(".json"):  # a JSON record: no row conditions, the column is its key path (`transitions.0.step`)
         value = json.loads((Path(figures_root) / file).read_text())
-        for k in column.split("."): value = _json_step(value, k)
+        for k in re.findall(r"\[[^\]]*\]|[^.]+", column): value = _json_step(value, k)  # `[k=v]` may hold a dot
         if where or not isinstance(value, (int, float, str)) or (fmt != "s") != isinstance(value, (int, float)):
             raise FactError(f"fact span {spec!r}: {file} has no {'text' if fmt == 's' else 'number'} {column!r}")
         return " ".join(value.splitlines()) if fmt == "s" else format(float(value), fmt)  # a verdict's lines: one run

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['TURN', 'cpu_seconds', 'busy_neighbours', 'threads_of', 'spins', 'pause_for', 'Turns']
+__all__ = ['TURN', 'SWEEP_TURN', 'cpu_seconds', 'busy_neighbours', 'threads_of', 'spins', 'pause_for', 'Turns']
 
 # %% ../../nbs/02a7_cores.ipynb #5dc05aa8
 def cpu_seconds() -> dict[int, tuple[float, int, int]]:
@@ -53,17 +53,19 @@ def spins(before: dict, after: dict, seconds: float, busy: float = 0.1, sleeps: 
     return len(running) >= 2 and all((after[t][1] - before[t][1]) / seconds < sleeps for t in running)
 
 # %% ../../nbs/02a7_cores.ipynb #86ab7262
-TURN = 0.7  # the share of the time the run works beside one busy neighbour that spins (bench/under_load.py)
+TURN = 0.7  # the share of the time training works beside one busy neighbour that spins (bench/under_load.py)
+SWEEP_TURN = 0.6  # the same for a sweep, between its jobs (bench/sweep_under_load.py)
 
-def pause_for(worked: float, neighbours: int, spinning: int) -> float:
+def pause_for(worked: float, neighbours: int, spinning: int, turn: float = TURN) -> float:
     "Seconds to sleep after `worked` seconds of work beside `neighbours` busy processes, `spinning` of them spinning."
-    return worked * (1 - TURN) / TURN if neighbours == 1 and spinning else 0.0
+    return worked * (1 - turn) / turn if neighbours == 1 and spinning else 0.0
 
 # %% ../../nbs/02a7_cores.ipynb #0dd4e0ba
 class Turns:
     "After each training step (`turns()`), pause so that one busy neighbour that spins gets the cores part of the time."
-    def __init__(self, on: bool = True, every: float = 2.0, at_least: float = 0.5):
+    def __init__(self, on: bool = True, every: float = 2.0, at_least: float = 0.5, turn: float = TURN):
         self.on = on and os.environ.get("EMBRYO_TURNS", "1") != "0" and os.path.isdir("/proc/self/task")
+        self.turn = float(os.environ.get("EMBRYO_TURN", turn))  # the benches compare shares through it
         self.every, self.at_least, self.seen, self.spinning, self.paused = every, at_least, set(), set(), 0.0
         self.t, self.cpu, self.threads = time.monotonic(), cpu_seconds() if self.on else {}, {}
 
@@ -73,7 +75,7 @@ class Turns:
         self.seen = busy_neighbours(self.cpu, cpu, seconds, self.at_least)
         threads = {p: threads_of(p) for p in self.seen}
         self.spinning = {p for p in self.seen if p in self.threads and spins(self.threads[p], threads[p], seconds)}
-        if pause := pause_for(seconds, len(self.seen), len(self.spinning)):
+        if pause := pause_for(seconds, len(self.seen), len(self.spinning), self.turn):
             time.sleep(pause); self.paused += pause
             cpu, threads = cpu_seconds(), {p: threads_of(p) for p in self.seen}  # the next window starts after it
         self.t, self.cpu, self.threads = time.monotonic(), cpu, threads
