@@ -7,8 +7,10 @@ import os
 import time
 from pathlib import Path
 
+from ..config import ConfigError
+
 # %% auto #0
-__all__ = ['TURN', 'SWEEP_TURN', 'cpu_seconds', 'busy_neighbours', 'threads_of', 'spins', 'pause_for', 'Turns']
+__all__ = ['TURN', 'SWEEP_TURN', 'cpu_seconds', 'busy_neighbours', 'threads_of', 'spins', 'pause_for', 'turn_share', 'Turns']
 
 # %% ../../nbs/02a7_cores.ipynb #5dc05aa8
 def cpu_seconds() -> dict[int, tuple[float, int, int]]:
@@ -60,12 +62,22 @@ def pause_for(worked: float, neighbours: int, spinning: int, turn: float = TURN)
     "Seconds to sleep after `worked` seconds of work beside `neighbours` busy processes, `spinning` of them spinning."
     return worked * (1 - turn) / turn if neighbours == 1 and spinning else 0.0
 
+# %% ../../nbs/02a7_cores.ipynb #45a5f09f
+def turn_share(default: float = TURN) -> float:
+    "The share of the time to work beside a lone spinner: `EMBRYO_TURN` where set, else `default`."
+    text = os.environ.get("EMBRYO_TURN", "")
+    try: share = float(text) if text else default
+    except ValueError: share = float("nan")
+    if not 0 < share <= 1: raise ConfigError(f"EMBRYO_TURN={text!r}: give the share of the time to work beside a busy "
+                                             "neighbour, above 0 and at most 1 (e.g. 0.7), or unset it")
+    return share
+
 # %% ../../nbs/02a7_cores.ipynb #0dd4e0ba
 class Turns:
     "After each training step (`turns()`), pause so that one busy neighbour that spins gets the cores part of the time."
     def __init__(self, on: bool = True, every: float = 2.0, at_least: float = 0.5, turn: float = TURN):
         self.on = on and os.environ.get("EMBRYO_TURNS", "1") != "0" and os.path.isdir("/proc/self/task")
-        self.turn = float(os.environ.get("EMBRYO_TURN", turn))  # the benches compare shares through it
+        self.turn = turn_share(turn) if self.on else turn
         self.every, self.at_least, self.seen, self.spinning, self.paused = every, at_least, set(), set(), 0.0
         self.t, self.cpu, self.threads = time.monotonic(), cpu_seconds() if self.on else {}, {}
 
