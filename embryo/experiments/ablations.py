@@ -238,6 +238,9 @@ def _ms(x) -> str:
     if not len(x): return ""
     return f"{x.mean():.1f} ± {x.std(ddof=1):.1f}" if len(x) > 1 else f"{x.mean():.1f}"
 
+def _seeds(x) -> str:  # each seed's value, for the intervals (the CSV's `<score>_seeds`; the Markdown leaves them out)
+    x = np.asarray(x, float); return " ".join(f"{v:.3f}" for v in x[~np.isnan(x)])
+
 # %% ../../nbs/09_albert_ablations.ipynb #ab4fb348
 def table_frame(df: pd.DataFrame, table: str, scale: dict) -> pd.DataFrame:
     ("Mean ± std over seeds per configuration, the paper's numbers, and differences from the reference row with "
@@ -256,7 +259,7 @@ def table_frame(df: pd.DataFrame, table: str, scale: dict) -> pd.DataFrame:
                  params_M=round(g["params"].iloc[0] / 1e6, 2), reference=ref_v.name)
         paper = paper_row(table, v, H)
         for s in scores:
-            r[s] = _ms(g[s])
+            r[s], r[f"{s}_seeds"] = _ms(g[s]), _seeds(g[s])
             if s in paper or (s == "downstream_avg" and "avg" in paper):
                 r[f"paper_{s}"] = paper.get(s, paper.get("avg"))
             if v != ref_v:
@@ -279,7 +282,8 @@ TITLES = {"table6": ("table6_sentence_loss", "ALBERT Table 6: sentence-level los
 def write_table(frame: pd.DataFrame, table: str, out_dir, note: str, verdict: str = "") -> list[Path]:
     "`frame` as `<name>.md` (title, note, table, verdict) and `<name>.csv` in `out_dir`."
     name, title = TITLES[table]
-    md = f"# {title}\n\n{note}\n\n" + markdown_table(frame, index=False) + (f"\n{verdict}\n" if verdict else "")
+    shown = frame.drop(columns=[c for c in frame if c.endswith("_seeds")])  # the CSV keeps each seed's value
+    md = f"# {title}\n\n{note}\n\n" + markdown_table(shown, index=False) + (f"\n{verdict}\n" if verdict else "")
     out = Path(out_dir)
     return [atomic_write(out / f"{name}.md", md), atomic_write(out / f"{name}.csv", frame.to_csv(index=False))]
 
@@ -294,7 +298,8 @@ def scale_note(scale: dict, steps: int, root, n_eval: int | None = None) -> str:
             f"over seeds. `paper_*`: ALBERT-base after 125k steps (downstream = the paper's Avg over SQuAD, MNLI, "
             "SST-2, "
             f"RACE). `X_vs_ref`: our difference from the `reference` row [its 95% interval], Welch's p, and whether "
-            f"it is beyond the seed spread (p < 0.05). Our E = H rows stand beside the paper's E = 768 (= H) rows."
+            f"it is beyond the seed spread (p < 0.05); each seed's score is in the CSV (`X_seeds`). Our E = H rows "
+            "stand beside the paper's E = 768 (= H) rows."
             + " Downstream: dev score of the built-in tasks of embryo.analyses.glue (sentence polarity, CoNLL-2010 uncertainty; "
               f"not GLUE) finetuned from each run's last checkpoint with {scale['finetune'] or 'Table 7 settings'}, "
               "when the runs were scored with downstream=True; otherwise no downstream column.")
