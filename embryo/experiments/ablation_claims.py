@@ -34,8 +34,7 @@ def welch_interval(a: tuple, b: tuple, level: float = 0.95) -> tuple[float, floa
     from scipy.stats import t
     (ma, sa, na), (mb, sb, nb) = a, b
     va, vb = sa ** 2 / na, sb ** 2 / nb
-    if va + vb == 0: return ma - mb, ma - mb, ma - mb  # seeds that agree exactly: the difference is the interval
-    if not va + vb > 0: return ma - mb, math.nan, math.nan
+    if not va + vb > 0: return ma - mb, math.nan, math.nan  # one seed, or seeds that agree exactly: no spread to read
     df = (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
     half = t.ppf(0.5 + level / 2, df) * math.sqrt(va + vb)
     return ma - mb, ma - mb - half, ma - mb + half

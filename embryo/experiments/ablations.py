@@ -185,8 +185,8 @@ def compare(a: Sequence[float], ref: Sequence[float], alpha: float = 0.05) -> di
     if len(a) == 0 or len(ref) == 0: return dict(unknown, diff=math.nan, beyond_noise="")
     diff = float(a.mean() - ref.mean())
     if len(a) < 2 or len(ref) < 2: return dict(unknown, diff=diff, beyond_noise="? (1 seed)")
-    if a.std() == 0 and ref.std() == 0: p, (lo, hi) = (0.0 if diff else 1.0), (diff, diff)
-    else: t = ttest_ind(a, ref, equal_var=False); p, (lo, hi) = float(t.pvalue), t.confidence_interval(1 - alpha)
+    if a.std() == 0 and ref.std() == 0: return dict(unknown, diff=diff, beyond_noise="? (no spread)")  # Welch: undefined
+    t = ttest_ind(a, ref, equal_var=False); p, (lo, hi) = float(t.pvalue), t.confidence_interval(1 - alpha)
     return dict(diff=diff, lo=float(lo), hi=float(hi), p=p, beyond_noise="yes" if p < alpha else "no")
 
 # %% ../../nbs/09_albert_ablations.ipynb #1e670312
