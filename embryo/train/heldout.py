@@ -22,8 +22,8 @@ from .batches import Batches, prepare_run
 from ..text.corpora import detokenize, fetch
 
 # %% auto #0
-__all__ = ['HELDOUT_MASK_PROB', 'brown_examples', 'heldout_examples', 'heldout_config', 'evaluate_heldout', 'token_mlm',
-           'training_sample', 'heldout_curve']
+__all__ = ['HELDOUT_MASK_PROB', 'brown_examples', 'heldout_examples', 'heldout_config', 'evaluate_heldout', 'length_rule',
+           'token_mlm', 'training_sample', 'heldout_curve']
 
 # %% ../../nbs/02g_heldout.ipynb #8157d706
 def brown_examples(docs: list, tok, max_seq_length: int, seed: int = 0, sentence_task: str = "sop") -> list[dict]:
@@ -98,6 +98,17 @@ def evaluate_heldout(model, tok, tc: TrainConfig, device, train_ds, batch_size: 
                 baseline_accuracy=base / max(n, 1), baseline_token=tok.pieces[top],
                 sop_accuracy=sop_hits / max(len(examples), 1), nsp_accuracy=nsp_hits / max(len(nsp), 1),
                 nsp_sequences=len(nsp))
+
+# %% ../../nbs/02g_heldout.ipynb #586c2721
+def length_rule(examples) -> dict:
+    ("The accuracy (0-1) on sentence-pair `examples` of the better of 'label 1 iff the first segment is longer' and its "
+     "reverse, which of the two (`first_longer`: 1 or 0), and the share of label 1: a floor no sentence head needs a "
+     "model to reach.")
+    y = np.array([e["sentence_order_label"] for e in examples])
+    first = np.array([e["token_type_ids"].count(0) for e in examples])  # [CLS] a [SEP]
+    longer = (first - 2 > np.array([len(e["token_type_ids"]) for e in examples]) - first - 1).astype(int)
+    acc = float((longer == y).mean())
+    return dict(accuracy=max(acc, 1 - acc), first_longer=int(acc >= 0.5), label_share=float(y.mean()), n=len(y))
 
 # %% ../../nbs/02g_heldout.ipynb #d2a8ecc8
 @torch.no_grad()
