@@ -105,8 +105,9 @@ def length_rule(examples) -> dict:
      "reverse, which of the two (`first_longer`: 1 or 0), and the share of label 1: a floor no sentence head needs a "
      "model to reach.")
     y = np.array([e["sentence_order_label"] for e in examples])
-    first = np.array([e["token_type_ids"].count(0) for e in examples])  # [CLS] a [SEP]
-    longer = (first - 2 > np.array([len(e["token_type_ids"]) for e in examples]) - first - 1).astype(int)
+    a = np.array([e["token_type_ids"].count(0) - 2 for e in examples])  # [CLS] a [SEP]
+    b = np.array([e["token_type_ids"].count(1) - 1 for e in examples])  # b [SEP]
+    longer = (a > b).astype(int)
     acc = float((longer == y).mean())
     return dict(accuracy=max(acc, 1 - acc), first_longer=int(acc >= 0.5), label_share=float(y.mean()), n=len(y))
 
