@@ -32,14 +32,14 @@ from ..runs.records import keep_record, restore_records
 from ..train.batches import run_config
 from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
 from .throughput import training_throughput
-from .ablation_claims import table_claims
+from .ablation_claims import compare, table_claims
 
 # %% auto #0
 __all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT', 'TABLE3_PAIRS',
            'SIGN_ROUNDS', 'Variant', 'get_scale', 'base_embedding', 'table_variants', 'run_configs', 'shared_tokenizer',
-           'pretrain_variant', 'downstream_scores', 'run_scores', 'compare', 'paper_row', 'collect', 'table_frame',
-           'write_table', 'scale_note', 'speed_table', 'default_root', 'run_ablations', 'redraw', 'beyond_spread',
-           'chance_band', 'at_chance', 'table6_claims', 'table3_verdict', 'table_verdict', 'table_verdicts', 'verdict']
+           'pretrain_variant', 'downstream_scores', 'run_scores', 'paper_row', 'collect', 'table_frame', 'write_table',
+           'scale_note', 'speed_table', 'default_root', 'run_ablations', 'redraw', 'beyond_spread', 'chance_band',
+           'at_chance', 'table6_claims', 'table3_verdict', 'table_verdict', 'table_verdicts', 'verdict']
 
 # %% ../../nbs/09_albert_ablations.ipynb #73fad895
 @dataclass(frozen=True)
@@ -175,19 +175,6 @@ def run_scores(run, device: str = "cpu", downstream: bool = False, finetune: dic
         out.update({f"down_{k}": v for k, v in got["scores"].items()},
                    downstream_avg=float(np.mean(list(got["scores"].values()))))
     return out
-
-# %% ../../nbs/09_albert_ablations.ipynb #97166a45
-def compare(a: Sequence[float], ref: Sequence[float], alpha: float = 0.05) -> dict:
-    "Difference of means of `a` and `ref`, its Welch interval (lo, hi), Welch's p, and whether p < alpha (beyond noise)."
-    from scipy.stats import ttest_ind
-    a, ref = (x[~np.isnan(x)] for x in (np.asarray(a, float), np.asarray(ref, float)))  # seeds that finished
-    unknown = dict(lo=math.nan, hi=math.nan, p=math.nan)
-    if len(a) == 0 or len(ref) == 0: return dict(unknown, diff=math.nan, beyond_noise="")
-    diff = float(a.mean() - ref.mean())
-    if len(a) < 2 or len(ref) < 2: return dict(unknown, diff=diff, beyond_noise="? (1 seed)")
-    if a.std() == 0 and ref.std() == 0: return dict(unknown, diff=diff, beyond_noise="? (no spread)")  # Welch: undefined
-    t = ttest_ind(a, ref, equal_var=False); p, (lo, hi) = float(t.pvalue), t.confidence_interval(1 - alpha)
-    return dict(diff=diff, lo=float(lo), hi=float(hi), p=p, beyond_noise="yes" if p < alpha else "no")
 
 # %% ../../nbs/09_albert_ablations.ipynb #1e670312
 PAPER = {
