@@ -541,3 +541,21 @@ def test_bench_analysis_profile_names_what_a_step_spends(tmp_path):
     assert {p: p.stat().st_mtime for p in run.rglob("*") if p.is_file()} == before  # nothing written to the run
     bad = subprocess.run([sys.executable, script, str(run), "--step", "7"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no checkpoint at step 7" in bad.stderr
+
+
+def test_two_inprocess_jobs_resolve_transformers_first(fixture_copy, monkeypatch):
+    """transformers resolves its names lazily, unsafely from two threads at once (a `make reproduce` lost a downstream
+    job to `ImportError: cannot import name 'PreTrainedModel'`): the sweep resolves them before two jobs start."""
+    code = ("import sys, transformers; before = set(sys.modules); "
+            "from embryo.analyses.sweep import preload_transformers; preload_transformers(); after = set(sys.modules); "
+            "names = ('PreTrainedModel', 'AutoModelForMaskedLM', 'AlbertConfig', 'ElectraForPreTraining', 'AutoTokenizer'); "
+            "mods = [getattr(transformers, n).__module__ for n in names]; "
+            "print([m not in before for m in mods], [m in after for m in mods])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == f"{[True] * 5} {[True] * 5}", out  # not imported by `import transformers`; imported by the preload
+    import embryo.analyses.sweep as S
+    calls = []
+    monkeypatch.setattr(S, "preload_transformers", lambda: calls.append(1) or 0)
+    sweep(open_run(fixture_copy), ["knowledge"], steps=[8, 30], mode="inprocess", workers=2, options=QUICK,
+          redraw=False, progress=False)
+    assert calls == [1]

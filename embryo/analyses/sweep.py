@@ -35,8 +35,8 @@ from ..runs.options import canonical_options, options_said, path_option
 __all__ = ['ANALYSES', 'SWEEP_TAG', 'WARM_ENGINE', 'PATH_OPTIONS', 'SweepError', 'nbs_dir', 'available_analyses',
            'analysis_module', 'parse_shard', 'shard_db_name', 'select_steps', 'log_spaced', 'evaluation_steps',
            'applicable', 'Job', 'notebook_path', 'sweep_notebook', 'start_kernel', 'stop_kernel', 'KernelPool',
-           'run_papermill', 'run_inprocess', 'error_text', 'scoped_env', 'worker_threads', 'check_options',
-           'options_text', 'plan', 'say_recomputed', 'summary_table', 'rows_at', 'run_job', 'sweep']
+           'run_papermill', 'run_inprocess', 'error_text', 'scoped_env', 'worker_threads', 'preload_transformers',
+           'check_options', 'options_text', 'plan', 'say_recomputed', 'summary_table', 'rows_at', 'run_job', 'sweep']
 
 # %% ../../nbs/10_sweep.ipynb #5dd8bd0c
 ANALYSES = {  # name -> the notebook that computes one step of it (nbs/<notebook>.ipynb, exported to embryo/<name>.py)
@@ -334,6 +334,19 @@ def worker_threads(workers: int) -> int | None:
     "Threads for each of `workers` jobs run at once (the cores shared out); None for one job, which keeps the process's."
     return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
 
+# %% ../../nbs/10_sweep.ipynb #f92fd750
+def preload_transformers() -> int:
+    "Resolve here every `from transformers... import X` (and `import transformers...`) in embryo's source; returns how many."
+    import importlib, embryo
+    n = 0
+    for f in sorted(Path(embryo.__file__).parent.rglob("*.py")):
+        text = f.read_text()
+        for mod, names in re.findall(r"^\s*from (transformers[\w.]*) import ([\w, ]+)$", text, flags=re.M):
+            m = importlib.import_module(mod)
+            for name in names.split(","): getattr(m, name.split(" as ")[0].strip()); n += 1
+        for mod in re.findall(r"^\s*import (transformers[\w.]*)", text, flags=re.M): importlib.import_module(mod); n += 1
+    return n
+
 # %% ../../nbs/10_sweep.ipynb #34ba10f7
 # options whose value is the path of the user's data: refused up front where it names nothing
 PATH_OPTIONS = {"facts", "treebank", "pairs", "sentences", "glue_dir", "squad_dir", "ontonotes", "train_text",
@@ -490,6 +503,7 @@ def sweep(run: Run, # the run: a folder becomes one at the edge (`open_run`: a r
             # one in-process job at a time runs in this thread: torch ops in a new thread after a training run in
             # this process ran 1.5x slower on their two threads (the LLC: 41 s a step against 27 s in this thread)
             inline = mode == "inprocess" and workers <= 1
+            if mode == "inprocess" and workers > 1: preload_transformers()  # before two threads import from it
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 # one job at a time on the CPU takes turns with a lone neighbour that spins (notebook 02a7)
                 turns = Turns(device == "cpu" and workers == 1 and (os.cpu_count() or 1) > 1, turn=SWEEP_TURN)
