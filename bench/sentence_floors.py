@@ -13,7 +13,7 @@ from pathlib import Path
 
 from embryo.config import atomic_write
 from embryo.text.tokenizer import load_tokenizer
-from embryo.train.heldout import heldout_examples, length_rule
+from embryo.train.heldout import length_floors
 from embryo.runs.run import read_run_config
 
 
@@ -21,9 +21,7 @@ def floors(run, seeds) -> dict:
     "Each seed's length rule on the run's held-out SOP and NSP pairs."
     _, _, tc = read_run_config(run)
     tok = load_tokenizer(run)
-    return {str(s): {task: length_rule(heldout_examples(tok, tc.max_seq_length, seed=s, sentence_task=task)
-                                       [: tc.eval_sequences]) for task in ("sop", "nsp")}
-            for s in seeds}
+    return length_floors(tok, tc.max_seq_length, tc.eval_sequences, seeds)
 
 
 def main(argv=None):

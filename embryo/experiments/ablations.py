@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from ..text.packages import data_dir
-from ..text.tokenizer import cached_tokenizer
+from ..text.tokenizer import cached_tokenizer, load_tokenizer
 from ..config import atomic_write, get_config, get_train_config, ConfigError, SHARING, split_names, CPU_FINETUNE
 from ..model.model import count_parameters
 from ..train import pretrain as P
@@ -30,16 +30,18 @@ from ..runs.run import read_run_config, list_steps, Run
 from ..runs.settings import corpus_file
 from ..runs.records import keep_record, restore_records
 from ..train.batches import run_config
+from ..train.heldout import length_floors
 from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
 from .throughput import training_throughput
 from .ablation_claims import compare, table_claims
 
 # %% auto #0
-__all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT', 'TABLE3_PAIRS',
-           'SIGN_ROUNDS', 'Variant', 'get_scale', 'base_embedding', 'table_variants', 'run_configs', 'shared_tokenizer',
-           'pretrain_variant', 'downstream_scores', 'run_scores', 'paper_row', 'collect', 'table_frame', 'write_table',
-           'scale_note', 'speed_table', 'default_root', 'run_ablations', 'redraw', 'beyond_spread', 'chance_band',
-           'at_chance', 'table6_claims', 'table3_verdict', 'table_verdict', 'table_verdicts', 'verdict']
+__all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'FLOORS', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT',
+           'TABLE3_PAIRS', 'SIGN_ROUNDS', 'Variant', 'get_scale', 'base_embedding', 'table_variants', 'run_configs',
+           'shared_tokenizer', 'pretrain_variant', 'downstream_scores', 'run_scores', 'paper_row', 'sentence_floors',
+           'collect', 'table_frame', 'write_table', 'scale_note', 'speed_table', 'default_root', 'run_ablations',
+           'redraw', 'beyond_spread', 'chance_band', 'at_chance', 'floor_of', 'above_floor', 'table6_claims',
+           'table3_verdict', 'table_verdict', 'table_verdicts', 'verdict']
 
 # %% ../../nbs/09_albert_ablations.ipynb #73fad895
 @dataclass(frozen=True)
@@ -203,6 +205,21 @@ def paper_row(table: str, v: Variant, hidden_size: int) -> dict:
     E = 768 if v.embedding_size == hidden_size else v.embedding_size
     return PAPER[table].get((v.sharing, E), {})
 
+# %% ../../nbs/09_albert_ablations.ipynb #4aa1c85d
+FLOORS = "sentence_floors.json"  # beside ablations.json: `length_floors` (02g) by seed
+
+def sentence_floors(root, scale: dict, seeds) -> dict:
+    ("Each seed's `length_floors` read from `<root>/sentence_floors.json`; seeds it lacks are computed with the root's "
+     "tokenizer where it has one and written back (none is ever trained here).")
+    f = Path(root) / FLOORS
+    got = json.loads(f.read_text()) if f.exists() else {}
+    missing = [s for s in seeds if str(s) not in got]
+    if missing and (Path(root) / "spiece.model").exists():
+        _, _, tc = run_configs(Variant(), scale, 0, 1)
+        got.update(length_floors(load_tokenizer(root), tc.max_seq_length, tc.eval_sequences, missing))
+        atomic_write(f, json.dumps(got, indent=1, sort_keys=True) + "\n")
+    return got
+
 # %% ../../nbs/09_albert_ablations.ipynb #33dd6545
 REFERENCE = {"table6": "sop", "table5": "all", "table4": None}  # table4: the base E within each sharing group
 KEY_SCORES = {"table6": ("mlm", "nsp", "sop"), "table5": ("mlm", "sop"), "table4": ("mlm", "sop")}
@@ -217,6 +234,10 @@ def collect(root, table: str, scale: dict, seeds: Sequence[int] | None = None, d
             if (seeds is not None and seed not in seeds) or not (run / "logs" / "eval.json").exists(): continue
             rows.append(dict(variant=v.name, sharing=v.sharing, E=v.embedding_size, task=v.sentence_task, seed=seed,
                              **run_scores(run, device, downstream, scale["finetune"])))
+    floors = sentence_floors(root, scale, sorted({r["seed"] for r in rows}))
+    for r in rows:  # percent, NaN where no floor is kept for the seed
+        r.update({f"{t}_floor": 100 * floors.get(str(r["seed"]), {}).get(t, {}).get("accuracy", math.nan)
+                  for t in ("sop", "nsp")})
     return pd.DataFrame(rows)
 
 # %% ../../nbs/09_albert_ablations.ipynb #58eb6381
@@ -247,6 +268,7 @@ def table_frame(df: pd.DataFrame, table: str, scale: dict) -> pd.DataFrame:
         paper = paper_row(table, v, H)
         for s in scores:
             r[s], r[f"{s}_seeds"] = _ms(g[s]), _seeds(g[s])
+            if f"{s}_floor" in g and g[f"{s}_floor"].notna().all(): r[f"{s}_floor"] = f"{g[f'{s}_floor'].mean():.1f}"
             if s in paper or (s == "downstream_avg" and "avg" in paper):
                 r[f"paper_{s}"] = paper.get(s, paper.get("avg"))
             if v != ref_v:
@@ -275,7 +297,7 @@ def write_table(frame: pd.DataFrame, table: str, out_dir, note: str, verdict: st
     return [atomic_write(out / f"{name}.md", md), atomic_write(out / f"{name}.csv", frame.to_csv(index=False))]
 
 # %% ../../nbs/09_albert_ablations.ipynb #43f25154
-def scale_note(scale: dict, steps: int, root, n_eval: int | None = None) -> str:
+def scale_note(scale: dict, steps: int, root, n_eval: int | None = None, floors: bool = False) -> str:
     "What a table's numbers are: the scale, the training length, where the runs are."
     mc = get_config(scale["preset"], **scale["model"])
     return (f"Ours: `{scale['name']}` scale (L={mc.num_hidden_layers}, H={mc.hidden_size}, base "
@@ -287,6 +309,9 @@ def scale_note(scale: dict, steps: int, root, n_eval: int | None = None) -> str:
             f"RACE). `X_vs_ref`: our difference from the `reference` row [its 95% interval], Welch's p, and whether "
             f"it is beyond the seed spread (p < 0.05); each seed's score is in the CSV (`X_seeds`). Our E = H rows "
             "stand beside the paper's E = 768 (= H) rows."
+            + (" `X_floor`: the better length rule (the label read from which segment is longer, no model; notebook "
+               "02g) on the same held-out pairs, mean over seeds: a sentence head has learned only above it."
+               if floors else "")
             + " Downstream: dev score of the built-in tasks of embryo.analyses.glue (sentence polarity, CoNLL-2010 uncertainty; "
               f"not GLUE) finetuned from each run's last checkpoint with {scale['finetune'] or 'Table 7 settings'}, "
               "when the runs were scored with downstream=True; otherwise no downstream column.")
@@ -363,6 +388,8 @@ def run_ablations(preset: str | None = None,
     atomic_write(root / "ablations.json", state)
     if records == "default": records = None if preset is None else Path("figures") / "ablations" / preset
     if records: restore_records(records, root); Path(records).mkdir(parents=True, exist_ok=True)
+    if records and (Path(records) / FLOORS).exists() and not (root / FLOORS).exists():  # restored with the records
+        atomic_write(root / FLOORS, (Path(records) / FLOORS).read_text())
     # each row's first seed before any row's second: a sweep stopped half-way has every row
     todo = list(dict.fromkeys((v, s) for s in range(seeds) for t in tables if t != "table3"
                               for v in table_variants(t, scale)))
@@ -371,6 +398,8 @@ def run_ablations(preset: str | None = None,
         run = pretrain_variant(root, v, scale, s, steps, device)
         if records: keep_record(run, records); atomic_write(Path(records) / "ablations.json", state)
         if verbose and not done: print(f"[{i + 1}/{len(todo)}] {v.name} seed {s}: {time.time() - t0:.0f} s", flush=True)
+    if todo: sentence_floors(root, scale, range(seeds))
+    if records and (root / FLOORS).exists(): atomic_write(Path(records) / FLOORS, (root / FLOORS).read_text())
     if "table3" in tables:
         cuda = torch.device(device).type == "cuda"
         sp = speed_table(scale["table3"], batch=8 if cuda else 2, seq=scale["table3_seq"] if cuda else
@@ -409,7 +438,7 @@ def redraw(run, out_dir=None, tables: Sequence[str] | None = None) -> list[Path]
         if len(df):
             frame = table_frame(df, t, scale)
             n = int(df.n_eval.min())  # held-out sequences (and sentence pairs) each run was scored on
-            paths += write_table(frame, t, out_dir, scale_note(scale, steps, root, n),
+            paths += write_table(frame, t, out_dir, scale_note(scale, steps, root, n, floors="sop_floor" in frame),
                                  table_verdict(t, frame, steps, n))
     return paths
 
@@ -457,6 +486,15 @@ def at_chance(cell, seeds: int, n_eval: int = 256) -> bool:
     "Whether a sentence-task accuracy cell (percent) lies within `chance_band` of 50%."
     return abs(_mean(cell) - 50) <= chance_band(seeds, n_eval)
 
+def floor_of(row, task: str) -> float:
+    "The floor row `row`'s `task` accuracy is read against: the higher of chance (50) and its length rule (`X_floor`)."
+    f = pd.to_numeric(row.get(f"{task}_floor", math.nan), errors="coerce")
+    return max(50.0, float(f)) if f == f else 50.0
+
+def above_floor(row, task: str, n_eval: int = 256) -> bool:
+    "Whether row `row`'s `task` accuracy lies above `floor_of` by more than `chance_band` (2 binomial SE)."
+    return _mean(row[task]) - floor_of(row, task) > chance_band(row.seeds, n_eval)
+
 # %% ../../nbs/09_albert_ablations.ipynb #aa4dfadd
 def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
     ("Table 6's two claims read from its frame, each only where the row trained on the task it needs has left chance "
@@ -465,19 +503,19 @@ def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
     if not {"nsp", "sop"} <= set(row): return (f"ALBERT Table 6 after {steps} steps is incomplete: train its NSP and "
                                                "SOP rows first.")
     nsp, sop = row["nsp"], row["sop"]
-    learned = lambda r, t: not at_chance(r[t], r.seeds, n_eval) and _mean(r[t]) > 50
+    learned = lambda r, t: above_floor(r, t, n_eval)
     # the NSP row's SOP against the SOP row's, Welch's test over seeds ("? (1 seed)" with one)
     vs = str(nsp.get("sop_vs_ref", ""))
     claims = {"NSP does not teach sentence order": (learned(nsp, "nsp") and learned(sop, "sop")
                                                     and vs.endswith((" yes", " no")),
-                                                    at_chance(nsp["sop"], nsp.seeds, n_eval) and vs.endswith(" yes")),
+                                                    not above_floor(nsp, "sop", n_eval) and vs.endswith(" yes")),
               "SOP also solves NSP": (learned(sop, "sop"), learned(sop, "nsp"))}
     # rule 5 (`embryo.runs.verdicts.readable`, ours +- 2 binomial SE over seeds x pairs): the task each row is trained on
     # must be learned to half of the paper's rise above chance; a claim the runs would call failed must have its
     # tested score apart from the paper's
     def unread(r, t):
         p, paper, own = _mean(r[t]), PAPER["table6"][r.task][t], t == r.task
-        why = readable(p, 100 * binomial_se(p / 100, max(1, r.seeds) * n_eval), paper, floor=50, inside=not own,
+        why = readable(p, 100 * binomial_se(p / 100, max(1, r.seeds) * n_eval), paper, floor=floor_of(r, t), inside=not own,
                        weak=own)
         return f"the {r.task.upper()}-trained model's {t.upper()}: {why}" if why else None
     own = {"NSP does not teach sentence order": [(nsp, "nsp"), (sop, "sop")], "SOP also solves NSP": [(sop, "sop")]}
@@ -487,9 +525,14 @@ def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
             for k, w in weak.items()}
     scores = (f"the NSP-trained model scores NSP {_mean(nsp['nsp']):.1f} and SOP {_mean(nsp['sop']):.1f} (paper 90.5 "
               f"and 52.0)", f"the SOP-trained model scores SOP {_mean(sop['sop']):.1f} and NSP {_mean(sop['nsp']):.1f} "
-              f"(paper 86.5 and 78.9); chance is 50")
+              f"(paper 86.5 and 78.9); chance is 50, and the length rule scores SOP {floor_of(sop, 'sop'):.1f} and "
+              f"NSP {floor_of(sop, 'nsp'):.1f} on the same pairs (no model)" if "sop_floor" in sop else
+              f"the SOP-trained model scores SOP {_mean(sop['sop']):.1f} and NSP {_mean(sop['nsp']):.1f} (paper 86.5 "
+              "and 78.9); chance is 50")
     spread = f"differences beyond the seed spread: {'; '.join(beyond_spread(frame)) or 'none'}"
-    head = f"ALBERT Table 6 after {steps} steps ({nsp.seeds} seed{'s' * (nsp.seeds != 1)}, {n_eval} held-out pairs each)"
+    seeds = sorted({int(s) for s in frame.seeds})
+    head = (f"ALBERT Table 6 after {steps} steps ({', '.join(map(str, seeds))} seed{'s' * (seeds != [1])} a row, {n_eval} "
+            "held-out pairs each)")
     if all(weak.values()):
         reasons = (x for k, w in weak.items() for x in (f"{k}: not testable, for the reason{'s' * (len(w) > 1)} below", *w))
         return sentences(f"{head} is not testable at this scale", *scores, *reasons, spread)
@@ -499,12 +542,12 @@ def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
               "reproduced" if all(read.values()) and len(read) == 2 else "partly reproduced")
     why = {
         "NSP does not teach sentence order": ", ".join(
-            [f"the NSP-trained model's SOP, {_mean(nsp['sop']):.1f}, is above chance"]
-            * (not at_chance(nsp["sop"], nsp.seeds, n_eval))
+            [f"the NSP-trained model's SOP, {_mean(nsp['sop']):.1f}, is above its floor {floor_of(nsp, 'sop'):.1f}"]
+            * above_floor(nsp, "sop", n_eval)
             + [f"not below the SOP-trained model's beyond the seed spread ({vs})"] * (not vs.endswith(" yes"))
         ),
-        "SOP also solves NSP": f"the SOP-trained model's NSP, {_mean(sop['nsp']):.1f}, is within 2 standard errors of "
-                               "chance",
+        "SOP also solves NSP": f"the SOP-trained model's NSP, {_mean(sop['nsp']):.1f}, is not above its floor "
+                               f"{floor_of(sop, 'nsp'):.1f} by 2 standard errors",
     }
     said = (
         f"{k}: {'holds' if read[k] else f'does not hold ({why[k]})'}"

@@ -23,7 +23,7 @@ from ..text.corpora import detokenize, fetch
 
 # %% auto #0
 __all__ = ['HELDOUT_MASK_PROB', 'brown_examples', 'heldout_examples', 'heldout_config', 'evaluate_heldout', 'length_rule',
-           'token_mlm', 'training_sample', 'heldout_curve']
+           'length_floors', 'token_mlm', 'training_sample', 'heldout_curve']
 
 # %% ../../nbs/02g_heldout.ipynb #8157d706
 def brown_examples(docs: list, tok, max_seq_length: int, seed: int = 0, sentence_task: str = "sop") -> list[dict]:
@@ -110,6 +110,13 @@ def length_rule(examples) -> dict:
     longer = (a > b).astype(int)
     acc = float((longer == y).mean())
     return dict(accuracy=max(acc, 1 - acc), first_longer=int(acc >= 0.5), label_share=float(y.mean()), n=len(y))
+
+# %% ../../nbs/02g_heldout.ipynb #45e37d73
+def length_floors(tok, max_seq_length: int, n: int, seeds) -> dict:
+    ("`length_rule` on the first `n` held-out SOP and NSP pairs of each seed, cut as `evaluate_heldout` cuts them, "
+     "by seed (a string, as JSON keys are) and task.")
+    return {str(s): {t: length_rule(heldout_examples(tok, max_seq_length, seed=s, sentence_task=t)[:n])
+                     for t in ("sop", "nsp")} for s in seeds}
 
 # %% ../../nbs/02g_heldout.ipynb #d2a8ecc8
 @torch.no_grad()
