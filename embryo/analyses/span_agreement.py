@@ -15,7 +15,7 @@ from .downstream import TASKS, load_task
 from .finetune import max_seq_length, pretrained_body
 from .floors import floor_scores, pretraining_text
 from .glue import run_task, subsample
-from .word_order import resumed, step_scores
+from .word_order import resumed, step_digest, step_scores
 
 # %% auto #0
 __all__ = ['TASK', 'span_floors', 'span_agreement_check']
@@ -37,11 +37,11 @@ def span_agreement_check(run, out_dir, steps, seeds: int = 5, learning_rate: flo
     floors = span_floors(first, pretraining_text(run))  # on the first seed's
     out = dict(task=TASK.name, seeds=seeds, learning_rate=learning_rate, train=len(first["train"]),
                dev=len(data["dev"]), floors=floors, steps={})
-    out, tok = resumed(f, out), load_tokenizer(run)  # a later call adds its steps
+    out, tok = resumed(f, out, run), load_tokenizer(run)  # a later call adds its steps
     for s in steps:
         pre = load_checkpoint(run, s, device); body = pretrained_body(pre)
         per = [100 * run_task(TASK, body, tok, data, max_seq_length(run, pre, TASK), k, max_train_examples,
                               learning_rate, device, False)[0]["score"] for k in range(seeds)]
-        out["steps"][str(s)] = step_scores(per, **floors)
+        out["steps"][str(s)] = dict(step_scores(per, **floors), checkpoint=step_digest(run, s))
         atomic_write(f, json.dumps(out, indent=1) + "\n")
     return f

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import atomic_write, CPU_FINETUNE
-from ..runs.run import list_steps
+from ..config import atomic_write, ConfigError, CPU_FINETUNE
+from ..runs.run import find_checkpoint, list_steps
+from ..runs.series_check import weights_digest
 from .downstream import TASKS, load_task
 from .floors import ngram_score, pretraining_text
 from .glue import evaluate_step, subsample
 
 # %% auto #0
-__all__ = ['judged', 'step_scores', 'resumed', 'word_order_check', 'word_order_floors']
+__all__ = ['judged', 'step_scores', 'step_digest', 'resumed', 'word_order_check', 'word_order_floors']
 
 # %% ../../nbs/05b_word_order.ipynb #6edd2299
 def judged(step: dict) -> dict:
@@ -33,12 +34,23 @@ def step_scores(per: list, **floors) -> dict:
     sd = float(np.std(per, ddof=1)) if len(per) > 1 else float("nan")
     return judged(dict(scores=per, mean=float(np.mean(per)), sd=sd, **floors))
 
-def resumed(f, out: dict) -> dict:
-    "The check in file `f` where its settings (all but `steps`) are `out`'s, so that new steps add to it; else `out`."
+def step_digest(run, step: int) -> str | None:
+    "The weights digest of `run`'s checkpoint at `step` (`weights_digest`); None where the run has none there."
+    return weights_digest(find_checkpoint(run, step)) if step in list_steps(run) else None
+
+def resumed(f, out: dict, run) -> dict:
+    ("The check in file `f` where its settings (all but `steps`) are `out`'s and every step it holds came from `run`'s "
+     "weights at that step, so that new steps add to it; `out` where the settings differ; ConfigError where the "
+     "settings match but some step came from other weights, or from a step `run` lacks.")
     try: old = json.loads(Path(f).read_text())
     except (OSError, ValueError): return out
-    same = {k: v for k, v in old.items() if k != "steps"} == {k: v for k, v in out.items() if k != "steps"}
-    return old if same else out
+    if {k: v for k, v in old.items() if k != "steps"} != {k: v for k, v in out.items() if k != "steps"}: return out
+    other = [s for s, v in old["steps"].items() if v.get("checkpoint") is None
+             or v["checkpoint"] != step_digest(run, int(s))]
+    if other: raise ConfigError(f"{f} holds step(s) {', '.join(other)} computed from other weights than {run}'s (another "
+                                "run or copy, or before digests were kept): write to another folder, or delete the "
+                                "file to start it afresh")
+    return old
 
 # %% ../../nbs/05b_word_order.ipynb #28e4d083
 def word_order_check(run, out_dir, seeds: int = 5, learning_rate: float = CPU_FINETUNE["learning_rate"],
@@ -49,7 +61,7 @@ def word_order_check(run, out_dir, seeds: int = 5, learning_rate: float = CPU_FI
     f = Path(out_dir) / "word_order_check.json"
     out = dict(task="word_order", seeds=seeds, learning_rate=learning_rate, train_examples=max_train_examples or "all",
                steps={})
-    out = resumed(f, out)  # add steps
+    out = resumed(f, out, run)  # add steps
     for s in steps:
         df = evaluate_step(run, s, device, tasks="word_order", max_train_examples=max_train_examples,
                            learning_rate=learning_rate,
@@ -57,7 +69,8 @@ def word_order_check(run, out_dir, seeds: int = 5, learning_rate: float = CPU_FI
         per = df[(df.task == "word_order") & (df.metric == "score") & (df.seed >= 0)].value.mul(100).tolist()
         bow = 100 * df[(df.task == "word_order") & (df.metric == "bow")].value.item()
         ng = df[(df.task == "word_order") & (df.metric == "ngram")].value
-        out["steps"][str(s)] = step_scores(per, bow=bow, **({"ngram": 100 * ng.item()} if len(ng) else {}))
+        out["steps"][str(s)] = dict(step_scores(per, bow=bow, **({"ngram": 100 * ng.item()} if len(ng) else {})),
+                                    checkpoint=step_digest(run, s))
         atomic_write(f, json.dumps(out, indent=1) + "\n")  # after each step: a long check keeps what it has
     return f
 

@@ -12,7 +12,7 @@ from .series import as_run
 from .settings import complete_run
 
 # %% auto #0
-__all__ = ['SERIES_CHECK', 'checkpoint_figures', 'series_flags', 'check_series', 'open_run', 'notebook_run']
+__all__ = ['SERIES_CHECK', 'weights_digest', 'checkpoint_figures', 'series_flags', 'check_series', 'open_run', 'notebook_run']
 
 # %% ../../nbs/02a4_series_check.ipynb #25a77e55
 SERIES_CHECK = "series_check.json"  # in the run's logs/: each checkpoint's digest, weight norm and cosine to the first
@@ -25,20 +25,26 @@ def _files_key(folder: Path) -> list:
     return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in _weight_files(folder)]
 
 # %% ../../nbs/02a4_series_check.ipynb #5e33b812
-def checkpoint_figures(folder: Path, first: dict | None) -> tuple[dict, dict]:
-    "A checkpoint's digest, weight norm and cosine to the `first` checkpoint's weights (itself where None); its weights."
+def weights_digest(folder: Path) -> str:
+    "The sha256 of a checkpoint folder's weight files, in order: two checkpoints with the same weights, and only those, share it."
     import hashlib
-    from safetensors.torch import load_file
-    h, sd = hashlib.sha256(), {}
+    h = hashlib.sha256()
     for f in _weight_files(folder):
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""): h.update(block)
+    return h.hexdigest()
+
+def checkpoint_figures(folder: Path, first: dict | None) -> tuple[dict, dict]:
+    "A checkpoint's digest, weight norm and cosine to the `first` checkpoint's weights (itself where None); its weights."
+    from safetensors.torch import load_file
+    sd = {}
+    for f in _weight_files(folder):
         sd.update({k: v.double() for k, v in load_file(f).items() if v.is_floating_point()})
     first = first if first is not None else sd
     keys = sorted(set(sd) & set(first))
     dot = sum(float((sd[k] * first[k]).sum()) for k in keys)
     n, n0 = (sum(float((d[k] ** 2).sum()) for k in keys) ** 0.5 for d in (sd, first))
-    return dict(digest=h.hexdigest(), norm=n, cosine=dot / (n * n0) if n and n0 else float("nan")), sd
+    return dict(digest=weights_digest(folder), norm=n, cosine=dot / (n * n0) if n and n0 else float("nan")), sd
 
 # %% ../../nbs/02a4_series_check.ipynb #8476f08f
 def series_flags(rows: dict[int, dict]) -> list[str]:
