@@ -480,12 +480,17 @@ def test_committed_comparisons_are_what_compare_draws_from_the_bundles(tmp_path,
     assert not mask["BERT (bert-tiny)"]["rises"] and mask["BERT (bert-tiny)"]["floor"] == mask["ALBERT (tiny)"]["floor"]
 
 
-def test_pages_run_two_at_a_time_and_come_back_in_the_order_asked(fixture_copy, tmp_path):
-    "notebook_pages with two workers (as `reproduce` runs them on 2 cores) writes each executed page, in the order asked."
+def test_pages_run_two_at_a_time_and_come_back_in_the_order_asked(fixture_copy, tmp_path, monkeypatch):
+    """notebook_pages with two workers (as `reproduce` runs them on 2 cores) writes each executed page, in the order asked,
+    where a relative folder names it, and leaves this process in its directory (papermill's cwd= moved the whole
+    process: two pages at once left it in nbs/, and a `make reproduce` wrote its pages and report under nbs/figures)."""
     from embryo.publish.pipeline import notebook_pages
     omp = os.environ.get("OMP_NUM_THREADS")
-    got = notebook_pages(fixture_copy, tmp_path / "pages", ["syntax", "attention"], workers=2)
+    monkeypatch.chdir(tmp_path)
+    got = notebook_pages(fixture_copy, "pages", ["syntax", "attention"], workers=2)
+    assert Path.cwd() == tmp_path and not (ROOT / "nbs" / "pages").exists()
     assert [p.name for p in got] == ["08a_syntax.html", "08_attention.html"]
+    assert all(p.parent == tmp_path / "pages" for p in got), got
     for p in got:  # executed: outputs (a figure) in each page, and no cell that raised
         page = p.read_text()
         assert "data:image/png;base64" in page and "Traceback" not in page, p

@@ -133,7 +133,7 @@ def notebook_pages(run, out_dir, analyses=None, options: dict | None = None, dev
     except ImportError:
         print("notebook pages skipped: they need nbconvert, a development requirement (pip install -e '.[dev]')")
         return []
-    run, out_dir = Run.of(run).resolve(), Path(out_dir)
+    run, out_dir = Run.of(run).resolve(), Path(out_dir).resolve()
     step, nbs = list_steps(run)[-1], nbs_dir()
     # where ../figures/ of a notebook's links points from a page
     figs = os.path.relpath(nbs.parent / "figures", out_dir.resolve())
@@ -142,8 +142,10 @@ def notebook_pages(run, out_dir, analyses=None, options: dict | None = None, dev
         src, executed = nbs / f"{ANALYSES[a]}.ipynb", Path(d) / f"{ANALYSES[a]}.ipynb"
         params = dict(run_dir=str(scratch), step=step, device=device, **(options or {}).get(a, {}))
         t0 = time.time()
-        try: pm.execute_notebook(str(src), str(executed), parameters=params, kernel_name="python3", cwd=str(nbs),
-                                 progress_bar=False)
+        # the kernel starts in nbs/ (resources' path), not through papermill's cwd=, which changes the directory of
+        # this whole process: two pages at once left it in nbs/, and the pages and the report went to nbs/figures
+        try: pm.execute_notebook(str(src), str(executed), parameters=params, kernel_name="python3", progress_bar=False,
+                                 resources={"metadata": {"path": str(nbs)}})
         except Exception as e: print(f"{src.name} failed on {run} step {step} ({error_text(e)}): its page "
                                      "shows where")
         nb = nbformat.read(executed, as_version=4)
