@@ -28,20 +28,36 @@ def test_the_committed_reference_has_every_drawn_analysis():
 
 
 def test_the_figures_draw_it_where_the_task_matches(tmp_path, monkeypatch):
-    "Fig. 11 of the committed run gets one reference line per panel; a run probed on other splits gets none."
+    """Fig. 11 gets one reference line per panel where the run was probed on the reference's classes and splits, and none
+    where it was not: the committed run, probed since method 2 only on sentences as long as it trained on (64 pieces),
+    has smaller splits than the reference (all-MiniLM-L6-v2, probed on the full ones)."""
+    import shutil, sqlite3
     import matplotlib.pyplot as plt
     from embryo.analyses import probing
     from embryo.runs.figures import REFERENCE_STYLE
-    df = probing.probing_results(ROOT / "figures" / "run")
-    ref = probing.reference_f1(df)
-    assert set(ref.index) == set(df.task.unique()) and (ref.f1 > 0.7).all(), ref
     drawn = []
     real = plt.Figure.savefig
     def keep(fig, *a, **k):
         drawn.append([l.get_ydata()[0] for ax in fig.axes for l in ax.lines if l.get_linestyle() == REFERENCE_STYLE["ls"]])
         return real(fig, *a, **k)
     monkeypatch.setattr(plt.Figure, "savefig", keep)
-    probing.plot_fig11(ROOT / "figures" / "run", tmp_path)
+    committed = ROOT / "figures" / "run"
+    assert probing.reference_f1(probing.probing_results(committed)).empty  # other splits: no line
+    probing.plot_fig11(committed, tmp_path / "committed")
+    assert drawn and not drawn[0], drawn
+    # the same run, as if probed on the reference's splits: a line in each panel, at the reference's best F1
+    run = shutil.copytree(committed, tmp_path / "run", ignore=shutil.ignore_patterns("checkpoints"))
+    theirs = probing.task_sizes(reference_results("probing"))
+    with sqlite3.connect(run / "results.sqlite") as con:
+        for task, row in theirs.iterrows():
+            for metric, n in row.items():
+                con.execute("UPDATE results SET value = ? WHERE analysis = 'probing' AND task = ? AND metric = ?",
+                            (float(n), task, metric))
+    df = probing.probing_results(run)
+    ref = probing.reference_f1(df)
+    assert set(ref.index) == set(df.task.unique()) and (ref.f1 > 0.7).all(), ref
+    drawn.clear()
+    probing.plot_fig11(run, tmp_path / "matched")
     assert sorted(drawn[0]) == sorted(ref.f1.tolist())
     other = df.copy()
     other.loc[other.metric == "n_test", "value"] = 10  # probed on another test split: not the same task

@@ -85,7 +85,9 @@ def test_table6_is_not_testable_where_the_paper_lies_inside_our_interval():
     v = json.loads((FIG / "report.json").read_text())
     v = next(s["verdict"] for s in v["sections"] if s["file"] == "table6_sentence_loss")
     assert status_of(v) == "not testable" and "not testable at this scale" in v, v
-    assert "52.0" in v and "55.3" in v and "4.4" in v, v
+    # since the rows were rescored on 1,003 pairs and read against the length rule, the committed table's own tasks are
+    # learned too weakly to read (rule 5 against the floor, not 50)
+    assert "the length rule scores SOP" in v and "learned too weakly to read" in v, v
 
 
 def test_fig7_needs_half_steps_apart_beyond_the_grid_spacing():
@@ -99,8 +101,10 @@ def test_fig7_needs_half_steps_apart_beyond_the_grid_spacing():
     v = RC.verdicts(FIG / "run")["fig7_verb_forms"].splitlines()
     mp = next(l for l in v if l.startswith("Mask prediction"))
     assert "reproduced" not in mp and "not testable at this checkpoint spacing" in mp, mp
-    rec = next(l for l in v if l.startswith("Reconstruction"))  # 3rd singular (64, 128] before past participle (500, 1000]
-    assert "is reproduced" in rec and "3rd singular" in rec, rec
+    # reconstruction on the refreshed run: 3rd singular in (16, 128], the other forms in (128, 2000], adjacent evaluated
+    # intervals: not one grid step apart, so no order is read (the old run's (64, 128] against (500, 1000] was)
+    rec = next(l for l in v if l.startswith("Reconstruction"))
+    assert "3rd singular at step 128" in rec and "not testable at this checkpoint spacing" in rec, rec
     # the mature run: every form of reconstruction in (128, 1050]: a tie, not 'not shown'
     m = RC.verdicts(FIG / "mature" / "run")["fig7_verb_forms"].splitlines()[0]
     assert m.startswith("Reconstruction") and "not testable at this checkpoint spacing" in m, m
@@ -144,8 +148,10 @@ def test_h1_order_needs_the_intervals_a_whole_evaluated_step_apart():
         rec = next(l for l in RC.verdict(FIG / run).splitlines() if l.startswith("Reconstruction"))
         assert "not testable at this checkpoint spacing" in rec and "is reproduced" not in rec, rec
         assert status_of(rec) == "not testable", rec
+    # the refreshed run's mask prediction: function words (4000, 4500] against content words (4500, 5000], adjacent
+    # intervals (the old run's (4000, 4500] against (5000, 5500] were a whole step apart, and reproduced)
     mp = next(l for l in RC.verdict(FIG / "run").splitlines() if l.startswith("Mask prediction"))
-    assert "1.0 evaluated steps apart" in mp and "is reproduced" in mp, mp
+    assert "0.0 of an evaluated step apart" in mp and "is reproduced" not in mp, mp
     from embryo.runs.verdicts import Rise, apart, order
     grid = [64, 128, 500, 1000]
     assert order(Rise(252, 85), Rise(700, 277)) == -1  # rule 4 alone: the intervals do not overlap

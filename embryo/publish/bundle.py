@@ -50,7 +50,8 @@ def copy_database(run, out: Path) -> Path:
     finally: tmp.unlink(missing_ok=True)
     return out / DB_NAME
 
-BUNDLED = ("pretrain_config.json", "logs/train.jsonl", "logs/eval.json", "facts.jsonl")  # besides the results database
+# besides the results database; transitions.json with the log it was found in (a bundle kept an older run's otherwise)
+BUNDLED = ("pretrain_config.json", "logs/train.jsonl", "logs/transitions.json", "logs/eval.json", "facts.jsonl")
 
 def bundle_run(run, figures_dir="figures") -> list[Path]:
     ("Copy the run's results database, settings and training log into `figures_dir/run/`, a folder that reads as the "
