@@ -6,6 +6,10 @@ host's CPU. Issue 77 asks for `make reproduce` within 60 minutes on every host, 
 
 `--wall`: the seconds the whole command took, as the shell measured it (install and report included); without it the
 table gives the parts only. Writes <out>.json and <out>.md.
+
+A run stopped and resumed (a session's end, a kill) stretches the spans: the pretraining is also timed from its own log
+(each record's steps at its logged tokens a second) and the analyses by the time some job was running, and where a
+span exceeds those by more than 5 minutes the summary says it was interrupted and reads the busy times instead.
 """
 import argparse
 import json
@@ -23,10 +27,16 @@ def pretraining(run: Path) -> dict:
     if not (first.exists() and end.exists()):
         refuse(f"{run}: no finished training here (needs checkpoints/step_0000000 and logs/eval.json); pass the "
                  "run folder make reproduce trained (runs/tiny)")
-    steps = json.loads((run / "pretrain_config.json").read_text())["train"]["total_steps"]
+    train = json.loads((run / "pretrain_config.json").read_text())["train"]
+    steps, tokens = train["total_steps"], train["batch_size"] * train["max_seq_length"]
     seconds = end.stat().st_mtime - first.stat().st_mtime
+    logged, prev = 0.0, 0  # each record's steps since the last one, at the tokens a second it logged
+    for line in (run / "logs" / "train.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r.get("tokens_per_s"): logged += (r["step"] - prev) * tokens / r["tokens_per_s"]; prev = r["step"]
     return dict(seconds=round(seconds, 1), minutes=round(seconds / 60, 1), steps=steps,
-                steps_per_s=round(steps / seconds, 2))
+                steps_per_s=round(steps / seconds, 2), logged_seconds=round(logged, 1),
+                logged_minutes=round(logged / 60, 1), interrupted=seconds - logged > GAP)
 
 
 def analyses(run: Path) -> dict:
@@ -44,12 +54,27 @@ def analyses(run: Path) -> dict:
             for a, d in sorted(out.items(), key=lambda kv: kv[1]["start"])}
 
 
+GAP = 300  # seconds: a span longer than the busy time by more than this was interrupted
+
+
+def busy_seconds(intervals) -> float:
+    "The length of the union of (start, end) intervals: the time some job was running."
+    total, reach = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > reach: total += b - max(a, reach); reach = b
+    return total
+
+
 def summary(run: Path, wall: float | None) -> dict:
     parts = analyses(run)
     span = max(d["end"] for d in parts.values()) - min(d["start"] for d in parts.values()) if parts else 0.0
+    with sqlite3.connect(run / "results.sqlite") as con:
+        jobs = con.execute("SELECT created_at - seconds, created_at FROM sweep_log WHERE status = 'done'").fetchall()
+    busy = busy_seconds(jobs)
     out = dict(host=host(), run=str(run), pretraining=pretraining(run), analyses=parts,
-               analyses_wall_seconds=round(span, 1), analyses_wall_minutes=round(span / 60, 1), wall_seconds=wall,
-               wall_minutes=round(wall / 60, 1) if wall else None)
+               analyses_wall_seconds=round(span, 1), analyses_wall_minutes=round(span / 60, 1),
+               analyses_busy_seconds=round(busy, 1), analyses_busy_minutes=round(busy / 60, 1),
+               analyses_interrupted=span - busy > GAP, wall_seconds=wall, wall_minutes=round(wall / 60, 1) if wall else None)
     if wall: out["analyses_share"] = round(span / wall, 3)
     return out
 
@@ -58,8 +83,12 @@ def markdown(s: dict) -> str:
     h, p = s["host"], s["pretraining"]
     lines = [f"# Where `make reproduce`'s time went ({s['run']})", "",
              f"Host: {h['cpu']}, {h['cores']} cores, AMX {h['amx']}, avx512_bf16 {h['avx512_bf16']}.", "",
-             f"Pretraining: {p['seconds'] / 60:.1f} min ({p['steps']} steps, {p['steps_per_s']} steps a second).",
-             f"Analyses: {s['analyses_wall_seconds'] / 60:.1f} min from the first job's start to the last one's end.",
+             f"Pretraining: {p['seconds'] / 60:.1f} min ({p['steps']} steps, {p['steps_per_s']} steps a second); "
+             f"{p['logged_minutes']:.1f} min by its log's own speeds"
+             + (" (interrupted: read the log's time)." if p["interrupted"] else "."),
+             f"Analyses: {s['analyses_wall_seconds'] / 60:.1f} min from the first job's start to the last one's end, "
+             f"{s['analyses_busy_minutes']:.1f} min with some job running"
+             + (" (interrupted: read the busy time)." if s["analyses_interrupted"] else "."),
              f"Whole command: {s['wall_seconds'] / 60:.1f} min." if s["wall_seconds"] else "Whole command: not given.",
              "", "| analysis | jobs | wall (min) | summed job time (min) |", "|---|---|---|---|"]
     lines += [f"| {a} | {d['jobs']} | {d['wall_seconds'] / 60:.1f} | {d['job_seconds'] / 60:.1f} |"

@@ -522,6 +522,13 @@ def test_bench_reproduce_time_reads_where_the_time_went(tmp_path):
     assert s["pretraining"]["seconds"] > 0 and list(s["analyses"]) == ["attention"]
     assert s["analyses"]["attention"]["jobs"] == 2 and 0 < s["analyses_share"] < 1
     assert "| attention | 2 |" in (tmp_path / "t.md").read_text()
+    # a run stopped and resumed: the time some job ran, and the pretraining's own logged time, beside the spans
+    assert 0 < s["analyses_busy_seconds"] <= s["analyses_wall_seconds"] + 0.1 and not s["analyses_interrupted"]
+    assert s["pretraining"]["logged_seconds"] > 0
+    sys.path.insert(0, str(ROOT / "bench"))
+    try: from reproduce_time import busy_seconds
+    finally: sys.path.remove(str(ROOT / "bench"))
+    assert busy_seconds([(100, 110), (0, 10), (5, 20)]) == 30  # overlaps counted once, the gap 20-100 not at all
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "reproduce_time.py"), str(tmp_path / "nothing")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no such run folder" in bad.stderr
