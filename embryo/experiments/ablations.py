@@ -534,7 +534,11 @@ def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
     head = (f"ALBERT Table 6 after {steps} steps ({', '.join(map(str, seeds))} seed{'s' * (seeds != [1])} a row, {n_eval} "
             "held-out pairs each)")
     if all(weak.values()):
-        reasons = (x for k, w in weak.items() for x in (f"{k}: not testable, for the reason{'s' * (len(w) > 1)} below", *w))
+        reasons, seen = [], set()  # a reason two claims share is said once
+        for k, w in weak.items():
+            new = [x for x in w if x not in seen]; seen.update(w)
+            where = "below" if len(new) == len(w) else "above" if not new else "above and below"
+            reasons += [f"{k}: not testable, for the reason{'s' * (len(w) > 1)} {where}", *new]
         return sentences(f"{head} is not testable at this scale", *scores, *reasons, spread)
     claims = {k: ((False, v[1]) if weak[k] else v) for k, v in claims.items()}
     read = {k: holds for k, (ok, holds) in claims.items() if ok}
