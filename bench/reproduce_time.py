@@ -39,12 +39,16 @@ def pretraining(run: Path) -> dict:
                 logged_minutes=round(logged / 60, 1), interrupted=seconds - logged > GAP)
 
 
-def analyses(run: Path) -> dict:
-    "Per analysis: its jobs, their summed seconds, and the wall time from its first job's start to its last job's end."
+def done_jobs(run: Path) -> list:
+    "The sweep log's finished jobs: (analysis, seconds, when it ended)."
     db = run / "results.sqlite"
     if not db.exists(): refuse(f"{run}: no results.sqlite; run the sweep (make reproduce does) first")
     with sqlite3.connect(db) as con:
-        rows = con.execute("SELECT analysis, seconds, created_at FROM sweep_log WHERE status = 'done'").fetchall()
+        return con.execute("SELECT analysis, seconds, created_at FROM sweep_log WHERE status = 'done'").fetchall()
+
+
+def analyses(rows) -> dict:
+    "Per analysis of `done_jobs`: its jobs, their summed seconds, and the wall time from its first job's start to its last job's end."
     out = {}
     for a, s, end in rows:
         d = out.setdefault(a, dict(jobs=0, job_seconds=0.0, start=end - s, end=end))
@@ -66,11 +70,10 @@ def busy_seconds(intervals) -> float:
 
 
 def summary(run: Path, wall: float | None) -> dict:
-    parts = analyses(run)
+    rows = done_jobs(run)
+    parts = analyses(rows)
     span = max(d["end"] for d in parts.values()) - min(d["start"] for d in parts.values()) if parts else 0.0
-    with sqlite3.connect(run / "results.sqlite") as con:
-        jobs = con.execute("SELECT created_at - seconds, created_at FROM sweep_log WHERE status = 'done'").fetchall()
-    busy = busy_seconds(jobs)
+    busy = busy_seconds((end - s, end) for _, s, end in rows)
     out = dict(host=host(), run=str(run), pretraining=pretraining(run), analyses=parts,
                analyses_wall_seconds=round(span, 1), analyses_wall_minutes=round(span / 60, 1),
                analyses_busy_seconds=round(busy, 1), analyses_busy_minutes=round(busy / 60, 1),
