@@ -24,8 +24,7 @@ from ..config import atomic_write, get_config, get_train_config, ConfigError, SH
 from ..model.model import count_parameters
 from ..train import pretrain as P
 from ..analyses import glue
-from ..runs.results import markdown_table, binomial_se
-from ..runs.verdicts import readable, sentences
+from ..runs.results import markdown_table
 from ..runs.run import read_run_config, list_steps, Run
 from ..runs.settings import corpus_file
 from ..runs.records import keep_record, restore_records
@@ -33,14 +32,14 @@ from ..train.batches import run_config
 from ..train.heldout import length_floors
 from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
 from .throughput import training_throughput
-from .ablation_claims import compare, table_claims
+from .ablation_claims import (PAPER, above_floor, at_chance, beyond_spread, cell_stats, chance_band,
+                                                 compare, floor_of, table6_claims, table_claims)
 
 # %% auto #0
-__all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'PAPER', 'FLOORS', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT',
-           'TABLE3_PAIRS', 'SIGN_ROUNDS', 'Variant', 'get_scale', 'base_embedding', 'table_variants', 'run_configs',
-           'shared_tokenizer', 'pretrain_variant', 'downstream_scores', 'run_scores', 'paper_row', 'sentence_floors',
-           'collect', 'table_frame', 'write_table', 'scale_note', 'speed_table', 'default_root', 'run_ablations',
-           'redraw', 'beyond_spread', 'chance_band', 'at_chance', 'floor_of', 'above_floor', 'table6_claims',
+__all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'FLOORS', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT', 'TABLE3_PAIRS',
+           'SIGN_ROUNDS', 'Variant', 'get_scale', 'base_embedding', 'table_variants', 'run_configs', 'shared_tokenizer',
+           'pretrain_variant', 'downstream_scores', 'run_scores', 'paper_row', 'sentence_floors', 'collect',
+           'table_frame', 'write_table', 'scale_note', 'speed_table', 'default_root', 'run_ablations', 'redraw',
            'table3_verdict', 'table_verdict', 'table_verdicts', 'verdict']
 
 # %% ../../nbs/09_albert_ablations.ipynb #73fad895
@@ -177,25 +176,6 @@ def run_scores(run, device: str = "cpu", downstream: bool = False, finetune: dic
         out.update({f"down_{k}": v for k, v in got["scores"].items()},
                    downstream_avg=float(np.mean(list(got["scores"].values()))))
     return out
-
-# %% ../../nbs/09_albert_ablations.ipynb #1e670312
-PAPER = {
-    "table6": {"none": dict(mlm=54.9, nsp=52.4, sop=53.3, avg=79.0),
-               "nsp": dict(mlm=54.5, nsp=90.5, sop=52.0, avg=79.2),
-               "sop": dict(mlm=54.0, nsp=78.9, sop=86.5, avg=80.1)},
-    "table5": {(s, e): dict(params=p, avg=a) for e, rows in ((768, ((31, 79.8), (83, 81.6), (57, 79.5), (108, 82.3))),
-                                                               (128, ((12, 80.1), (64, 81.7), (38, 80.2), (89, 81.6))))
-               for s, (p, a) in zip(SHARING, rows)},
-    "table4": {**{("none", e): dict(params=p, avg=a) for e, p, a in ((64, 87, 81.3), (128, 89, 81.7), (256, 93, 81.8),
-                                                                     (768, 108, 82.3))},
-               **{("all", e): dict(params=p, avg=a) for e, p, a in ((64, 10, 79.0), (128, 12, 80.1), (256, 16, 79.6),
-                                                                    (768, 31, 79.8))}},
-    "table3": {"bert-base": dict(params=108, avg=82.1, speedup=17.7),
-               "bert-large": dict(params=334, avg=85.1, speedup=3.8),
-               "bert-xlarge": dict(params=1270, avg=76.7, speedup=1.0), "base": dict(params=12, avg=80.1, speedup=21.1),
-               "large": dict(params=18, avg=82.4, speedup=6.5), "xlarge": dict(params=59, avg=85.5, speedup=2.4),
-               "xxlarge": dict(params=233, avg=88.7, speedup=1.2)},
-}
 
 # %% ../../nbs/09_albert_ablations.ipynb #82891914
 def paper_row(table: str, v: Variant, hidden_size: int) -> dict:
@@ -465,104 +445,6 @@ REPORT = [
                  "TPUs)."),
 ]
 
-# %% ../../nbs/09_albert_ablations.ipynb #81227947
-def _mean(cell) -> float:
-    "The mean of a 'm ± sd' (or 'm') table cell; NaN for an empty one."
-    try: return float(str(cell).split("±")[0])
-    except ValueError: return math.nan
-
-def beyond_spread(frame: pd.DataFrame) -> list[str]:
-    ("Each '<config> <score>: <difference>' of a table frame whose difference from its reference row is beyond the "
-     "seed spread.")
-    return [f"{r.config} {s}: {r[f'{s}_vs_ref']}" for _, r in frame.iterrows() for s in ("mlm", "nsp", "sop",
-                                                                                         "downstream_avg")
-            if f"{s}_vs_ref" in frame and str(r[f"{s}_vs_ref"]).endswith(" yes")]
-
-def chance_band(seeds: int, n_eval: int = 256) -> float:
-    "2 binomial standard errors (percent) of a 50% accuracy over `seeds` x `n_eval` sequences."
-    return 2 * 100 * math.sqrt(0.25 / (max(1, seeds) * n_eval))
-
-def at_chance(cell, seeds: int, n_eval: int = 256) -> bool:
-    "Whether a sentence-task accuracy cell (percent) lies within `chance_band` of 50%."
-    return abs(_mean(cell) - 50) <= chance_band(seeds, n_eval)
-
-def floor_of(row, task: str) -> float:
-    "The floor row `row`'s `task` accuracy is read against: the higher of chance (50) and its length rule (`X_floor`)."
-    f = pd.to_numeric(row.get(f"{task}_floor", math.nan), errors="coerce")
-    return max(50.0, float(f)) if f == f else 50.0
-
-def above_floor(row, task: str, n_eval: int = 256) -> bool:
-    "Whether row `row`'s `task` accuracy lies above `floor_of` by more than `chance_band` (2 binomial SE)."
-    return _mean(row[task]) - floor_of(row, task) > chance_band(row.seeds, n_eval)
-
-# %% ../../nbs/09_albert_ablations.ipynb #aa4dfadd
-def table6_claims(frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
-    ("Table 6's two claims read from its frame, each only where the row trained on the task it needs has left chance "
-     "and its numbers can be set beside the paper's (rule 5 of 03b, `embryo.runs.verdicts.readable`).")
-    row = {r.task: r for _, r in frame.iterrows()}
-    if not {"nsp", "sop"} <= set(row): return (f"ALBERT Table 6 after {steps} steps is incomplete: train its NSP and "
-                                               "SOP rows first.")
-    nsp, sop = row["nsp"], row["sop"]
-    learned = lambda r, t: above_floor(r, t, n_eval)
-    # the NSP row's SOP against the SOP row's, Welch's test over seeds ("? (1 seed)" with one)
-    vs = str(nsp.get("sop_vs_ref", ""))
-    claims = {"NSP does not teach sentence order": (learned(nsp, "nsp") and learned(sop, "sop")
-                                                    and vs.endswith((" yes", " no")),
-                                                    not above_floor(nsp, "sop", n_eval) and vs.endswith(" yes")),
-              "SOP also solves NSP": (learned(sop, "sop"), learned(sop, "nsp"))}
-    # rule 5 (`embryo.runs.verdicts.readable`, ours +- 2 binomial SE over seeds x pairs): the task each row is trained on
-    # must be learned to half of the paper's rise above chance; a claim the runs would call failed must have its
-    # tested score apart from the paper's
-    def unread(r, t):
-        p, paper, own = _mean(r[t]), PAPER["table6"][r.task][t], t == r.task
-        why = readable(p, 100 * binomial_se(p / 100, max(1, r.seeds) * n_eval), paper, floor=floor_of(r, t), inside=not own,
-                       weak=own)
-        return f"the {r.task.upper()}-trained model's {t.upper()}: {why}" if why else None
-    own = {"NSP does not teach sentence order": [(nsp, "nsp"), (sop, "sop")], "SOP also solves NSP": [(sop, "sop")]}
-    tested = {"NSP does not teach sentence order": (nsp, "sop"), "SOP also solves NSP": (sop, "nsp")}
-    weak = {k: [w for r, t in v if (w := unread(r, t))] for k, v in own.items()}
-    weak = {k: w + [x for x in [unread(*tested[k])] if x and claims[k][0] and not claims[k][1]]
-            for k, w in weak.items()}
-    scores = (f"the NSP-trained model scores NSP {_mean(nsp['nsp']):.1f} and SOP {_mean(nsp['sop']):.1f} (paper 90.5 "
-              f"and 52.0)", f"the SOP-trained model scores SOP {_mean(sop['sop']):.1f} and NSP {_mean(sop['nsp']):.1f} "
-              f"(paper 86.5 and 78.9); chance is 50, and the length rule scores SOP {floor_of(sop, 'sop'):.1f} and "
-              f"NSP {floor_of(sop, 'nsp'):.1f} on the same pairs (no model)" if "sop_floor" in sop else
-              f"the SOP-trained model scores SOP {_mean(sop['sop']):.1f} and NSP {_mean(sop['nsp']):.1f} (paper 86.5 "
-              "and 78.9); chance is 50")
-    spread = f"differences beyond the seed spread: {'; '.join(beyond_spread(frame)) or 'none'}"
-    seeds = sorted({int(s) for s in frame.seeds})
-    head = (f"ALBERT Table 6 after {steps} steps ({', '.join(map(str, seeds))} seed{'s' * (seeds != [1])} a row, {n_eval} "
-            "held-out pairs each)")
-    if all(weak.values()):
-        reasons, seen = [], set()  # a reason two claims share is said once
-        for k, w in weak.items():
-            new = [x for x in w if x not in seen]; seen.update(w)
-            where = "below" if len(new) == len(w) else "above" if not new else "above and below"
-            reasons += [f"{k}: not testable, for the reason{'s' * (len(w) > 1)} {where}", *new]
-        return sentences(f"{head} is not testable at this scale", *scores, *reasons, spread)
-    claims = {k: ((False, v[1]) if weak[k] else v) for k, v in claims.items()}
-    read = {k: holds for k, (ok, holds) in claims.items() if ok}
-    status = ("is not testable" if not read else "not reproduced" if not any(read.values()) else
-              "reproduced" if all(read.values()) and len(read) == 2 else "partly reproduced")
-    why = {
-        "NSP does not teach sentence order": ", ".join(
-            [f"the NSP-trained model's SOP, {_mean(nsp['sop']):.1f}, is above its floor {floor_of(nsp, 'sop'):.1f}"]
-            * above_floor(nsp, "sop", n_eval)
-            + [f"not below the SOP-trained model's beyond the seed spread ({vs})"] * (not vs.endswith(" yes"))
-        ),
-        "SOP also solves NSP": f"the SOP-trained model's NSP, {_mean(sop['nsp']):.1f}, is not above its floor "
-                               f"{floor_of(sop, 'nsp'):.1f} by 2 standard errors",
-    }
-    said = (
-        f"{k}: {'holds' if read[k] else f'does not hold ({why[k]})'}"
-        if k in read
-        else f"{k}: cannot be read beside the paper ({'; '.join(weak[k])})" if weak[k]
-        else f"{k}: cannot be read (a row trained on the task it needs sits at chance, or one seed gives no spread)"
-        for k in claims
-    )
-    return sentences(head, *scores[:1], scores[1] + f", 2 binomial standard errors "
-                     f"{chance_band(nsp.seeds, n_eval):.1f}", *said, spread, f"Table 6 {status} on these runs")
-
 # %% ../../nbs/09_albert_ablations.ipynb #98606d6e
 TABLE3_PAIRS = (("base", "bert-base"), ("large", "bert-large"), ("xlarge", "bert-xlarge"))  # ALBERT beside its BERT
 SIGN_ROUNDS = 5  # a claim holds when every round agrees: with 5 rounds a chance agreement has p = 1/32 (one-sided)
@@ -599,7 +481,7 @@ def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256
     tasks = [t for t in ("nsp", "sop") if t in frame]
     chance = {t: [at_chance(c, s, n_eval) for c, s in zip(frame[t], frame.seeds)] for t in tasks}
     beyond = beyond_spread(frame)
-    nums = "; ".join(f"{t.upper()} " + ", ".join(f"{c}: {_mean(v):.1f}" for c, v in zip(frame.config, frame[t]))
+    nums = "; ".join(f"{t.upper()} " + ", ".join(f"{c}: {cell_stats(v)[0]:.1f}" for c, v in zip(frame.config, frame[t]))
                      for t in tasks)
     if table == "table6" and not all(all(v) for v in chance.values()): return table6_claims(frame, steps, n_eval)
     if all(all(v) for v in chance.values()):
