@@ -210,8 +210,12 @@ def test_h3_judges_where_the_curve_ends_not_its_best_step(monkeypatch):
     assert status_of(peak) == "not testable" and "not above its floor" in peak, peak
     late = fake([55.0, 56.0, 60.0, 62.0, 70.0])  # 90% of 70 - 59.3 above the floor: only at the last step
     assert "by step 8,000" in late and status_of(late) == "not reproduced", late
-    early = fake([55.0, 69.5, 70.0, 70.0, 70.5])
-    assert "by step 1,000" in early and status_of(early) == "reproduced", early
+    # issue 75: early only where the share at half the run holds 90% of the gain even at its interval's low end; one
+    # finetuning seed counts as a standard error of 1 point at each step, so an 11-point gain cannot place it
+    unsure = fake([55.0, 69.5, 70.0, 70.0, 70.5])
+    assert "by step 1,000" in unsure and "it has 96%" in unsure and status_of(unsure) == "not testable", unsure
+    early = fake([55.0, 94.5, 95.0, 95.0, 95.0])
+    assert "by step 1,000" in early and "(92-108%" in early and status_of(early) == "reproduced", early
 
 
 def test_fig4_emergence_is_half_the_rise_above_an_even_spread_to_the_end():

@@ -23,7 +23,7 @@ from ..runs.run import load_checkpoint, find_checkpoint, resolve_step, Run
 from ..runs.series import series_lacks
 from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_results, markdown_table, score_rows
-from ..runs.verdicts import half_rise, sentences
+from ..runs.verdicts import Z, half_rise, sentences
 from ..runs.options import revised  # how its numbers are computed (notebook 03a1)
 # the tasks and their data (04a), finetuning and metrics (04b), the floors (04c)
 from .downstream import (BUILTIN_NAME, BUILTIN_TASKS, SCORE_TASKS, SPLIT_SEED, TASKS, Task, load_task,
@@ -45,8 +45,8 @@ from ..text.tokenizer import load_tokenizer
 # %% auto #0
 __all__ = ['ANALYSIS', 'DEFAULT_MAX_TRAIN', 'FULL_TASKS', 'SPAN_TASK_ADDED', 'SETTINGS', 'AGGREGATES', 'REPORT', 'subsample',
            'example_scores', 'run_task', 'evaluate_step', 'applies_to', 'seed_rows', 'scores_table', 'seed_scores',
-           'honest_range', 'plot_fig5', 'plot_fig12', 'write_table', 'redraw', 'clears_floor', 'task_floors',
-           'task_verdict', 'h3_line', 'verdict']
+           'honest_range', 'plot_fig5', 'plot_fig12', 'clears_floor', 'task_floors', 'gain_share', 'task_verdict',
+           'h3_line', 'gain_table', 'write_table', 'redraw', 'verdict']
 
 # %% ../../nbs/05_glue.ipynb #ceabfaa8
 # the settings table's names
@@ -306,25 +306,6 @@ def plot_fig12(run, out_dir=None) -> list[Path]:
     fig.tight_layout()
     return save_figure(fig, out_dir or run / "figures", "fig12_glue_tasks")
 
-# %% ../../nbs/05_glue.ipynb #a6063aa6
-def write_table(run, out_dir=None) -> list[Path]:
-    "The scores table (x100) as Markdown and CSV."
-    run = Run.of(run); out = Path(out_dir or run / "figures"); t = scores_table(run)
-    names = {c: (TASKS[c].title + ("" if TASKS[c].glue else " (not GLUE)")) if c in TASKS else
-             {"glue": "GLUE score", "builtin": "built-in mean"}[c] for c in t.columns}
-    md = [f"# Fig. 5 in numbers: dev scores (x100) per pretraining step ({run.name})", "",
-          "Metrics: " + ", ".join(f"{names[c]} {TASKS[c].metric}" for c in t.columns if c in TASKS) + ". "
-          "Chance (a constant prediction): " + ", ".join(f"{names[c]} {v:.1f}" for c, v in _floor(run).items()
-                                                        if c in names) + ".", "",
-          markdown_table(t.rename(columns=names).round(1), digits=4)]
-    return [atomic_write(out / "table_glue_scores.md", "\n".join(md)),
-            atomic_write(out / "table_glue_scores.csv", t.round(2).to_csv())]
-
-# %% ../../nbs/05_glue.ipynb #36a7719b
-def redraw(run, out_dir=None) -> list[Path]:
-    "Fig. 5a, Fig. 5b/12 and the scores table of the run from every step in its database."
-    return plot_fig5(run, out_dir) + plot_fig12(run, out_dir) + write_table(run, out_dir)
-
 # %% ../../nbs/05_glue.ipynb #75596f48
 def clears_floor(seeds: pd.DataFrame, s: pd.Series, floor: float, min_margin: float = 2.0) -> bool:
     ("Whether the last step of `s` (mean scores x100) lies above `floor` by more than 2 seed standard deviations (or "
@@ -343,10 +324,24 @@ def task_floors(run) -> pd.DataFrame:
     f.loc[f.bow.isna() | (f.index.isin(NGRAM_TASKS) & f.ngram.isna()), "floor"] = np.nan
     return f
 
-# %% ../../nbs/05_glue.ipynb #66524dc4
-def task_verdict(name: str, s: pd.Series, seeds: pd.DataFrame, floors: pd.Series) -> tuple[str, bool | None]:
+# %% ../../nbs/05_glue.ipynb #bc854107
+def gain_share(s: pd.Series, seeds: pd.DataFrame, floor: float, step, min_margin: float = 2.0) -> tuple[float, float, float]:
+    ("The share of the final gain above max(`floor`, first score) that the mean scores `s` have at `step`, and its "
+     "interval of `Z` standard errors over the finetuning `seeds` (step x seed): (share, low, high).")
+    def mean_se(k):
+        per = seeds.loc[k].dropna() if k in seeds.index else pd.Series(dtype=float)
+        return s.loc[k], (per.std(ddof=1) / math.sqrt(len(per)) if len(per) > 1 else min_margin / Z)
+    (m, se), (end, se_end), (first, se_first) = mean_se(step), mean_se(s.index[-1]), mean_se(s.index[0])
+    base, se_base = (first, se_first) if first > floor else (floor, 0.0)
+    gain = end - base; share = (m - base) / gain
+    if step == s.index[-1] or (step == s.index[0] and first > floor): return float(share), float(share), float(share)
+    half = Z * math.sqrt(se ** 2 + (share * se_end) ** 2 + ((1 - share) * se_base) ** 2) / abs(gain)
+    return float(share), float(share - half), float(share + half)
+
+# %% ../../nbs/05_glue.ipynb #45736c20
+def task_verdict(name: str, s: pd.Series, seeds: pd.DataFrame, floors: pd.Series) -> tuple[str, str | None]:
     ("One task's line from its mean scores `s` (by step), its seeds (step x seed) and its `task_floors` row; with it, "
-     "whether 90% of its gain above the floor comes by half the run (None: not above the floor, or too few steps).")
+     "'early', 'late' or 'unclear': whether 90% of its gain above the floor is there at half the run (`gain_share`).")
     first, last = s.index[0], s.index[-1]
     n = int(seeds.loc[last].notna().sum()) if last in seeds.index else 1
     named = [f"{w} {floors[k]:.1f}" for k, w in (("bow", "bag-of-words"), ("ngram", "bigram model"))
@@ -357,30 +352,72 @@ def task_verdict(name: str, s: pd.Series, seeds: pd.DataFrame, floors: pd.Series
         return (head + ": a floor it should have is not in these results (they are older than it: rerun the sweep "
                 "with --force), so it is not judged"), None
     if not clears_floor(seeds, s, floors.floor): return head + ": not above its floor by more than its seeds' spread", None
-    rise = half_rise(s.index, s.values, floors.floor, share=0.9)
-    if len(s) < 3 or not np.isfinite(rise.step):
+    most, rise = (half_rise(s.index, s.values, floors.floor, share=q) for q in (0.5, 0.9))
+    mid = [k for k in s.index if first < k <= 0.5 * last]
+    if len(s) < 3 or not np.isfinite(rise.step) or not mid:
         return head + ": above its floor, but too few steps, or no rise above step 0, to say when", None
-    return (head + f": above its floor; 90% of its gain above it by step {int(rise.step):,}, "
-            f"{100 * rise.step / last:.0f}% of the run", bool(rise.step <= 0.5 * last))
+    share, lo, hi = gain_share(s, seeds, floors.floor, mid[-1])
+    at = lambda r: f"step {int(r.step):,}, {100 * r.step / last:.0f}% of the run"
+    line = (head + f": above its floor; at step {mid[-1]:,} (the last evaluated by half the run) it has {100 * share:.0f}% "
+            f"of its final gain above the higher of its floor and step {first:,} ({100 * lo:.0f}-{100 * hi:.0f}%, "
+            f"{Z:g} standard errors over its seeds); most of it by {at(most)}, 90% of its gain above it by {at(rise)}")
+    return line, "early" if lo >= 0.9 else "late" if hi < 0.9 else "unclear"
 
-# %% ../../nbs/05_glue.ipynb #d282c1ac
-def h3_line(early: dict[str, bool | None]) -> str:
-    "H3 from the tasks' `task_verdict` answers (task name -> True, False or None)."
-    judged = {k: v for k, v in early.items() if v is not None}
-    if not judged:
-        return ("No task ends above its own floor by more than its finetuning seeds' spread with a rise over the steps "
-                "to time, so whether most downstream ability comes early (section 5) is not testable on this run.")
-    soon, later = [k for k, v in judged.items() if v], [k for k, v in judged.items() if not v]
-    if not soon:
-        return (f"On {', '.join(later)} 90% of the gain above the floor comes after half the run, later than the "
-                "paper's finding that most downstream ability comes early (section 5).")
-    said = (f"On {', '.join(soon)} 90% of the gain above the floor comes by half the run"
-            + (f", on {', '.join(later)} after it" if later else ""))
-    rest = len(early) - len(judged)
-    if later or rest:
-        return (said + (f"; {rest} of {len(early)} tasks do not clear their floors" if rest else "")
-                + ": H3 partly reproduced (section 5).")  # tasks below their floors say nothing of when
+
+# %% ../../nbs/05_glue.ipynb #51487b73
+def h3_line(early: dict[str, str | None]) -> str:
+    "H3 from the tasks' `task_verdict` answers (task name -> 'early', 'late', 'unclear' or None)."
+    said = lambda state: [k for k, v in early.items() if v == state]
+    soon, later, unclear, rest = said("early"), said("late"), said("unclear"), said(None)
+    parts = ([f"on {', '.join(soon)} 90% of the gain above the floor is there by half the run"] if soon else []) + (
+        [f"on {', '.join(later)} less than 90% is, even at the high end of the seeds' interval"] if later else []) + (
+        [f"on {', '.join(unclear)} the seeds' interval at half the run spans 90% of the gain"] if unclear else [])
+    below = f"; {len(rest)} of {len(early)} tasks do not clear their floors or cannot be timed" if rest else ""
+    if not soon and not later:
+        return ((parts[0][0].upper() + parts[0][1:] + below + ", so " if parts else "No task ends above its own floor "
+                 "by more than its finetuning seeds' spread with a rise over the steps to time, so ")
+                + "whether most downstream ability comes early (section 5) is not testable on this run.")
+    said = "; ".join(parts); said = said[0].upper() + said[1:]
+    if not soon: return said + below + ": later than the paper's finding that most downstream ability comes early (section 5)."
+    if later or unclear or rest: return said + below + ": H3 partly reproduced (section 5)."  # the others say nothing of when
     return said + ", as the paper finds most downstream ability early (section 5)."
+
+
+# %% ../../nbs/05_glue.ipynb #825ab2c8
+def gain_table(run) -> pd.DataFrame:
+    ("Per step (rows) and task that ends above its floor with a rise (columns): the share (%) of its final gain above "
+     "the higher of its floor and its first step (`gain_share`), with its interval, as text.")
+    t, floors, cols = scores_table(run), task_floors(run), {}
+    for k in (k for k in t.columns if k in TASKS and k in floors.index and np.isfinite(floors.floor.get(k, np.nan))):
+        s, seeds, floor = t[k].dropna(), seed_scores(run, k), floors.floor[k]
+        if len(s) < 2 or not clears_floor(seeds, s, floor) or s.iloc[-1] <= max(floor, s.iloc[0]): continue
+        cols[TASKS[k].title] = {step: "{:.0f} ({:.0f} to {:.0f})".format(*(100 * x for x in gain_share(s, seeds, floor, step)))
+                                for step in s.index}
+    return pd.DataFrame(cols).rename_axis("step")
+
+# %% ../../nbs/05_glue.ipynb #a6063aa6
+def write_table(run, out_dir=None) -> list[Path]:
+    "The scores table (x100) as Markdown and CSV."
+    run = Run.of(run); out = Path(out_dir or run / "figures"); t = scores_table(run)
+    names = {c: (TASKS[c].title + ("" if TASKS[c].glue else " (not GLUE)")) if c in TASKS else
+             {"glue": "GLUE score", "builtin": "built-in mean"}[c] for c in t.columns}
+    md = [f"# Fig. 5 in numbers: dev scores (x100) per pretraining step ({run.name})", "",
+          "Metrics: " + ", ".join(f"{names[c]} {TASKS[c].metric}" for c in t.columns if c in TASKS) + ". "
+          "Chance (a constant prediction): " + ", ".join(f"{names[c]} {v:.1f}" for c, v in _floor(run).items()
+                                                        if c in names) + ".", "",
+          markdown_table(t.rename(columns=names).round(1), digits=4)]
+    if len(shares := gain_table(run)):
+        md += ["## Share of the final gain by step", "", "Each task that ends above its floor: the share (%) of its "
+               "last step's gain above the higher of its floor and its first step that each step already has, with an "
+               f"interval of {Z:g} standard errors over its finetuning seeds (the H3 line reads it at half the run).", "",
+               markdown_table(shares)]
+    return [atomic_write(out / "table_glue_scores.md", "\n".join(md)),
+            atomic_write(out / "table_glue_scores.csv", t.round(2).to_csv())]
+
+# %% ../../nbs/05_glue.ipynb #36a7719b
+def redraw(run, out_dir=None) -> list[Path]:
+    "Fig. 5a, Fig. 5b/12 and the scores table of the run from every step in its database."
+    return plot_fig5(run, out_dir) + plot_fig12(run, out_dir) + write_table(run, out_dir)
 
 # %% ../../nbs/05_glue.ipynb #2d0a44be
 def verdict(run) -> str:
