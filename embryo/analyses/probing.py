@@ -17,15 +17,15 @@ import pandas as pd
 from ..text.tokenizer import load_tokenizer
 from ..config import atomic_write
 from ..runs.run import find_checkpoint, load_checkpoint, train_log, resolve_step, Run
-from ..runs.settings import TRAINED_LENGTH_ONLY, longest_input
+from ..runs.settings import TRAINED_LENGTH_ONLY, longest_input, trained_length
 from ..runs.series import series_lacks
 from ..runs.figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
                             step_axis)
-from ..runs.results import write_results, read_results, reference_results, markdown_table, score_rows, binomial_se
+from ..runs.results import write_results, read_results, reference_databases, reference_results, markdown_table, score_rows, binomial_se
 from ..runs.verdicts import Z, half_rise, learned, plateau, in_plain_words  # the rules every verdict follows (notebook 03b)
 from .probe_tasks import (BUILTIN_TASKS, ONTONOTES_TASKS, SPLITS, TASKS, ProbeTask, builtin_tasks,
                                          ontonotes_tasks, select_tasks)
-from .span_features import task_features
+from .span_features import kept_targets, task_features
 from .probes import control_labels, micro_f1, train_probes, word_identity_f1
 from ..runs.options import older_method_note, revised  # how its numbers are computed (notebook 03a1)
 
@@ -94,6 +94,7 @@ def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlit
                   max_train: int = 3000, max_dev: int = 500, max_test: int = 1000, # targets per split and task at most
                   seed: int = 0,
                   cache: bool = True, # keep span vectors in <run>/cache/probing
+                  splits_of=None, # a run folder: probe only the targets its tokenizer keeps at its trained length
                   write: bool = True, # write the rows to the run's results database
                   **train_kw # passed to train_probes (lr, batch_size, max_epochs, patience)
                  ) -> pd.DataFrame:
@@ -114,6 +115,9 @@ def evaluate_step(run, # a run folder (checkpoints/, spiece.model, results.sqlit
     for n in empty: print(f"probing: {n} skipped: the data has no {n} targets")
     built = {n: t for n, t in built.items() if len(t)}
     feats = task_features(model, tok, built, device, run if cache else None, step, max_len=longest_input(run, model))
+    if splits_of is not None:  # the other run's splits: the targets both tokenizers keep at their lengths
+        other = kept_targets(load_tokenizer(splits_of), built, trained_length(splits_of))
+        feats = {n: (x, k & other[n]) for n, (x, k) in feats.items()}
     rows, scores = [], []
     for n, t in built.items():
         r, s = probe_task(t, *feats[n], lays, seed, **train_kw)
@@ -192,15 +196,16 @@ def floors(df: pd.DataFrame) -> pd.Series:
 def reference_f1(df: pd.DataFrame) -> pd.DataFrame:
     ("The trained reference's best layer and its F1 per task, for tasks probed on it with the classes and splits of "
      "`df`.")
-    r = reference_results(ANALYSIS)
-    if r.empty or df.empty: return pd.DataFrame(columns=["layer", "f1"])
-    mine, theirs = task_sizes(df), task_sizes(r)
-    alike = lambda t: (
-        mine.n_classes[t] == theirs.n_classes[t] and ((mine.loc[t] - theirs.loc[t]).abs() <= 0.05 * theirs.loc[t]).all()
-    )
-    same = [t for t in theirs.index if t in mine.index and alike(t)]
-    f = r[(r.metric == "f1") & r.task.isin(same)]
-    return f.loc[f.groupby("task").value.idxmax()].set_index("task")[["layer", "value"]].rename(columns={"value": "f1"})
+    got = []
+    for db in reference_databases() if len(df) else []:  # its own splits first, then those of runs it was probed on
+        r = read_results(db, ANALYSIS)
+        if r.empty: continue
+        mine, theirs, done = task_sizes(df), task_sizes(r), {t for f in got for t in f.index}
+        alike = lambda t: (mine.n_classes[t] == theirs.n_classes[t]
+                           and ((mine.loc[t] - theirs.loc[t]).abs() <= 0.05 * theirs.loc[t]).all())
+        f = r[(r.metric == "f1") & r.task.isin([t for t in theirs.index if t in mine.index and t not in done and alike(t)])]
+        got.append(f.loc[f.groupby("task").value.idxmax()].set_index("task")[["layer", "value"]])
+    return (pd.concat(got) if got else pd.DataFrame(columns=["layer", "value"])).rename(columns={"value": "f1"})
 
 # %% ../../nbs/07_probing.ipynb #e2c6ae12
 def _layer_panel(ax, df, task, title, n_layers, control=False, run=None, ref=None):

@@ -20,7 +20,7 @@ from ..runs.run import find_checkpoint, encoder_states, max_length, Run
 from .probe_tasks import ProbeTask
 
 # %% auto #0
-__all__ = ['token_spans', 'span_means', 'weights_id', 'cache_file', 'task_features']
+__all__ = ['token_spans', 'span_means', 'weights_id', 'cache_file', 'task_features', 'kept_targets']
 
 # %% ../../nbs/06c_span_features.ipynb #44d05b83
 def _text_key(words: Sequence[str]) -> str: return hashlib.sha1("\x1f".join(words).encode()).hexdigest()[:16]
@@ -148,3 +148,15 @@ def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run=Non
         else: x, k = feats[a], kept[a]
         out[name] = (x, k)
     return out
+
+# %% ../../nbs/06c_span_features.ipynb #b7e8f70e
+def kept_targets(tok, tasks: dict[str, ProbeTask], max_len: int) -> dict[str, np.ndarray]:
+    ("Per task: which targets `task_features` keeps for the tokenizer `tok` at inputs of at most `max_len` pieces "
+     "(special tokens included): the sentence fits and every span's edges align.")
+    fits = {}
+    def ok(words, s, e):
+        tk = _text_key(words)
+        if tk not in fits: fits[tk] = len(token_spans(tok, words, [])[0]) + tok.n_added <= max_len
+        return fits[tk] and token_spans(tok, words, [(s, e)])[1][0] is not None
+    return {name: np.array([ok(t.texts[x], s, e) and (s2 < 0 or ok(t.texts[x], s2, e2))
+                            for x, (s, e, s2, e2) in zip(t.text_ids, t.spans)], dtype=bool) for name, t in tasks.items()}

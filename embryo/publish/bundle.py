@@ -31,7 +31,7 @@ from .prose import checkout_figures, sync_notebooks, sync_findings, sync_prose, 
 # %% auto #0
 __all__ = ['BUNDLED', 'SHIP_BUDGET', 'SHIPPED_FILES', 'REFERENCE_ANALYSES', 'copy_database', 'bundle_run', 'shipped_steps',
            'ship_checkpoints', 'publish_report', 'renew_table_verdicts', 'bundle_dirs', 'bundle_name', 'refresh_bundle',
-           'same_numbers', 'verdict_texts', 'refresh_comparisons', 'build_reference']
+           'same_numbers', 'verdict_texts', 'refresh_comparisons', 'splits_label', 'build_reference']
 
 # %% ../../nbs/10e_bundle.ipynb #958d1f2e
 def copy_database(run, out: Path) -> Path:
@@ -231,14 +231,29 @@ def refresh_comparisons(figures_root="figures") -> list[Path]:
             changed += _copy_text(Path(tmp) / "out", seeds)
     return changed
 
+# %% ../../nbs/10e_bundle.ipynb #7f059f2b
+def splits_label(run) -> str:
+    ("What chooses a run's probing targets, as a folder name: its tokenizer's digest and its trained length "
+     "(runs alike in both share the reference's probes on their splits).")
+    from embryo.text.tokenizer import load_tokenizer
+    from embryo.runs.settings import trained_length
+    return f"{load_tokenizer(run).sha256[:12]}-len{trained_length(run)}"
+
 # %% ../../nbs/10e_bundle.ipynb #01025f52
 REFERENCE_ANALYSES = ("probing", "attention", "syntax")  # the analyses whose figures draw the trained reference
 
-def build_reference(runs="runs", out=None, options: dict | None = None) -> Path:
-    "Measure the trained reference with `REFERENCE_ANALYSES` in `runs/<name>` and copy its database to `out`."
+def build_reference(runs="runs", out=None, options: dict | None = None, splits_of=()) -> Path:
+    ("Measure the trained reference with `REFERENCE_ANALYSES` in `runs/<name>` and copy its database to `out`; and its "
+     "probes on the targets each run of `splits_of` keeps, into `out/splits/<label>` (`splits_label`).")
     from embryo.runs.series import REFERENCE, reference_run
     from embryo.runs.results import REFERENCE_DIR
+    out = Path(out) if out else REFERENCE_DIR / REFERENCE["name"]
+    for other in splits_of:  # first: a run that cannot give its splits fails before the long measurement
+        label, o = splits_label(other), dict((options or {}).get("probing", {}), splits_of=str(other))
+        run = reference_run(Path(runs) / f"{REFERENCE['name']}-splits-{label}")
+        sweep(open_run(run), ["probing"], mode="inprocess", options={"probing": o}, progress=False)
+        copy_database(run, out / "splits" / label)
     run = reference_run(Path(runs) / REFERENCE["name"])
     sweep(open_run(run), list(REFERENCE_ANALYSES), mode="inprocess", options=options or {}, progress=False)
-    return copy_database(run, Path(out) if out else REFERENCE_DIR / REFERENCE["name"])
+    return copy_database(run, out)
 

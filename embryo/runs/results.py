@@ -25,8 +25,8 @@ __all__ = ['COLUMNS', 'SETTING_COLUMNS', 'SAMPLE_COLUMNS', 'SCORE_COLUMNS', 'SCH
            'unpack', 'migrate', 'use_wal', 'ResultsMissing', 'ResultsDamaged', 'ResultsLocked', 'connect',
            'text_digest', 'encode_scores', 'decode_scores', 'binomial_se', 'score_rows', 'read_scores', 'read_examples',
            'write_results', 'read_results', 'read_settings', 'read_samples', 'done_steps', 'reference_results',
-           'describe_results', 'write_transitions', 'log_job', 'read_log', 'options_digest', 'set_computed_with',
-           'computed_with', 'merge_results', 'markdown_table']
+           'reference_databases', 'describe_results', 'write_transitions', 'log_job', 'read_log', 'options_digest',
+           'set_computed_with', 'computed_with', 'merge_results', 'markdown_table']
 
 # %% ../../nbs/03a_results.ipynb #9a644065
 COLUMNS = ("analysis", "step", "task", "layer", "head", "seed", "metric", "value", "n", "created_at")
@@ -370,6 +370,12 @@ REFERENCE_DIR = Path(embryo.__file__).resolve().parents[1] / "figures" / "refere
 def reference_results(analysis: str, **where) -> pd.DataFrame:
     "The rows of `analysis` measured on the trained reference (`REFERENCE`, notebook 02a3); none where it was not."
     return read_results(REFERENCE_DIR / REFERENCE["name"], analysis, **where)
+
+def reference_databases() -> list[Path]:
+    ("The trained reference's result folders: its own, then its probes on the targets a run keeps "
+     "(`splits/<label>/`, notebook 07's `splits_of`).")
+    root = REFERENCE_DIR / REFERENCE["name"]
+    return [root] + sorted(f.parent for f in root.glob("splits/*/results.sqlite"))
 
 
 # %% ../../nbs/03a_results.ipynb #46439825

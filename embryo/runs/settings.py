@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..config import TrainConfig, atomic_write
+from ..config import ConfigError, TrainConfig, atomic_write
 from .layout import run_config_file, migrate_run_config
 from .run import checkpoint_dir, list_steps, max_length, read_config, read_run_config
 from ..text import data as D
@@ -15,8 +15,8 @@ from ..text.corpus import CorpusError, DATASET_EXT
 from ..text.tokenizer import HF_TOKENIZER_FILES, hf_tokenizer_files
 
 # %% auto #0
-__all__ = ['TRAINED_LENGTH_ONLY', 'CORPUS_FORMS', 'checkpoint_steps', 'saved_steps', 'read_length', 'longest_input',
-           'corpus_file', 'write_tokenizer_files', 'complete_run']
+__all__ = ['TRAINED_LENGTH_ONLY', 'CORPUS_FORMS', 'checkpoint_steps', 'saved_steps', 'read_length', 'trained_length',
+           'longest_input', 'corpus_file', 'write_tokenizer_files', 'complete_run']
 
 # %% ../../nbs/02a2_settings.ipynb #b8a32ef1
 def checkpoint_steps(tc: TrainConfig) -> list[int]:
@@ -45,6 +45,14 @@ def read_length(run, model, cap: int = 128) -> int:
     try: trained = read_run_config(run).train.max_seq_length
     except FileNotFoundError: trained = max_length(model)  # a series without our settings
     return min(cap, trained)
+
+# %% ../../nbs/02a2_settings.ipynb #83d163b3
+def trained_length(run) -> int:
+    "The longest input (special tokens included) a run of ours trained on, from its settings; a `ConfigError` without."
+    try: return read_run_config(run).train.max_seq_length
+    except FileNotFoundError:
+        raise ConfigError(f"{run} has no pretraining settings (pretrain_config.json): its trained length is unknown; "
+                          "give a run folder made by embryo pretrain") from None
 
 # %% ../../nbs/02a2_settings.ipynb #90dbd827
 # what changed in each analysis whose method 2 stopped reading past the trained length (notebook 03a1's `revised`)
