@@ -14,11 +14,17 @@ from ..runs.run import load_checkpoint
 from .downstream import TASKS, load_task
 from .finetune import max_seq_length, pretrained_body
 from .floors import floor_scores, pretraining_text
-from .glue import run_task, subsample
+import numpy as np
+import pandas as pd
+
+from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
+from ..runs.results import markdown_table
+from ..runs.verdicts import sentences
+from .glue import gain_share, h3_line, run_task, subsample, task_verdict
 from .word_order import resumed, step_digest, step_scores
 
 # %% auto #0
-__all__ = ['TASK', 'span_floors', 'span_agreement_check']
+__all__ = ['TASK', 'span_floors', 'span_agreement_check', 'check_curve', 'check_verdict', 'plot_check', 'write_check']
 
 # %% ../../nbs/08c1_span_agreement.ipynb #864eaeb6
 TASK = TASKS["span_agreement"]
@@ -45,3 +51,55 @@ def span_agreement_check(run, out_dir, steps, seeds: int = 5, learning_rate: flo
         out["steps"][str(s)] = dict(step_scores(per, **floors), checkpoint=step_digest(run, s))
         atomic_write(f, json.dumps(out, indent=1) + "\n")
     return f
+
+# %% ../../nbs/08c1_span_agreement.ipynb #86773e9f
+def check_curve(f) -> tuple[pd.Series, pd.DataFrame, pd.Series]:
+    ("A check file's mean score per step (x100), its seeds' scores (step x seed) and its floors (`chance`, `bow`, "
+     "`ngram`, and `floor`, the higher of the last two), steps in order.")
+    d = json.loads(Path(f).read_text())
+    steps = sorted(d["steps"], key=int)
+    seeds = pd.DataFrame([d["steps"][s]["scores"] for s in steps], index=pd.Index([int(s) for s in steps], name="step"))
+    floors = pd.Series({k: float(d["floors"][k]) for k in ("chance", "bow", "ngram")})
+    return seeds.mean(axis=1), seeds, pd.concat([floors, pd.Series({"floor": max(floors.bow, floors.ngram)})])
+
+# %% ../../nbs/08c1_span_agreement.ipynb #34c06b98
+def check_verdict(f, name: str = "agreement across a span at full strength") -> str:
+    "H3 on a check file's curve: its `task_verdict` line and what it says of H3 (`h3_line`)."
+    s, seeds, floors = check_curve(f)
+    line, early = task_verdict(name, s, seeds, floors)
+    return sentences(line, h3_line({name: early}))
+
+# %% ../../nbs/08c1_span_agreement.ipynb #0faf6fe5
+def plot_check(f, run=None, out_dir=None, name: str = "fig5_span_agreement_full"):
+    "Fig. 5b for the span-agreement task at full strength: each seed, the mean, the floors; PNG and SVG."
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    s, seeds, floors = check_curve(f)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for k in seeds.columns:
+        ax.plot(seeds.index, seeds[k], "_", color="tab:blue", ms=9, mew=1.5, label="each finetuning seed" if k == 0 else None)
+    plot_steps(ax, s.index, s.values, run, color="tab:blue", label=f"mean over {seeds.shape[1]} seeds")
+    for key, ls, c, what in (("bow", ":", "tab:orange", "bag-of-words"), ("ngram", ":", "tab:green", "bigram model of "
+                             "the pretraining text"), ("chance", "--", "grey", "chance")):
+        ax.axhline(floors[key], color=c, ls=ls, lw=1.5, label=f"{what}: {floors[key]:.1f}")
+    if 0 in s.index: ax.axhline(s.loc[0], color="grey", ls="-.", lw=0.8, label=f"step 0, random weights: {s.loc[0]:.1f}")
+    step_axis(ax, s.index, run=run); ax.set_ylabel("accuracy on the dev split (%)"); ax.grid(alpha=0.3)
+    legend_below(ax, fontsize=7, ncol=2)
+    ax.set_title("Fig. 5b: agreement across a span, whole training split, over pretraining", fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, out_dir or Path(f).parent, name)
+
+# %% ../../nbs/08c1_span_agreement.ipynb #e03330ba
+def write_check(f, run=None, out_dir=None) -> list[Path]:
+    "The check's figure (`plot_check`) and table_span_agreement.md: per step its seeds, mean, sd, share of the gain; the verdict."
+    s, seeds, floors = check_curve(f); out = Path(out_dir or Path(f).parent)
+    share = lambda k: "{:.0f} ({:.0f} to {:.0f})".format(*(100 * x for x in gain_share(s, seeds, floors.floor, k)))
+    rises = s.iloc[-1] > max(floors.floor, s.iloc[0])  # a share of a gain there is
+    t = pd.DataFrame({"mean": s.round(1), "sd": seeds.std(axis=1, ddof=1).round(1),
+                      "seeds": [", ".join(f"{v:.1f}" for v in r) for r in seeds.values],
+                      **({"share of the final gain, % (2 SE)": [share(k) for k in s.index]} if rises else {})})
+    md = ["# Fig. 5b in numbers: agreement across a span, whole training split, per pretraining step", "",
+          f"Dev accuracy (%) of {seeds.shape[1]} finetuning seeds a step. Floors: chance {floors.chance:.1f}, bag-of-words "
+          f"{floors.bow:.1f}, a bigram model of the pretraining text {floors.ngram:.1f}.", "", markdown_table(t), "",
+          "**Verdict.** " + check_verdict(f)]
+    return plot_check(f, run, out) + [atomic_write(out / "table_span_agreement.md", "\n".join(md) + "\n")]
