@@ -148,13 +148,23 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
 # %% ../../nbs/10a_compare.ipynb #4f896028
 def task_trends(run, total_steps: int) -> dict[str, dict | None]:
     ("Per downstream task of a run (by its title): `trend` of its mean score against its own floor (`task_floors`: "
-     "bag-of-words, and the bigram model for word order); None where the run's results lack that floor.")
-    from embryo.analyses.glue import TASKS, task_floors
+     "bag-of-words, and the bigram model for word order), None where the run's results lack that floor; where it rises, "
+     "`early` as notebook 05 reads it: the share of its gain at half the run with its seeds' interval (`gain_share`: "
+     "True, False, or None where the interval spans 90%).")
+    from embryo.analyses.glue import TASKS, gain_share, seed_scores, task_floors
     from embryo.runs.results import read_results
-    df, fl = read_results(run, "glue"), task_floors(run)
+    df, fl, out = read_results(run, "glue"), task_floors(run), {}
     s = df[(df.metric == "score") & (df.seed == -1) & df.task.isin(list(TASKS))]
-    return {TASKS[k].title: None if np.isnan(fl.floor.get(k, np.nan)) else
-            trend(g.groupby("step").value.mean(), total_steps, fl.floor[k] / 100) for k, g in s.groupby("task")}
+    for k, g in s.groupby("task"):
+        if np.isnan(fl.floor.get(k, np.nan)): out[TASKS[k].title] = None; continue
+        mean = g.groupby("step").value.mean().sort_index()
+        t = trend(mean, total_steps, fl.floor[k] / 100)
+        mid = [x for x in mean.index if mean.index[0] < x <= total_steps / 2]
+        if t["rises"] and mid:
+            share, lo, hi = gain_share(100 * mean, seed_scores(run, k), fl.floor[k], mid[-1])
+            t.update(share_half=(share, lo, hi), early=True if lo >= 0.9 else False if hi < 0.9 else None)
+        out[TASKS[k].title] = t
+    return out
 
 # %% ../../nbs/10a_compare.ipynb #aea4cb83
 def downstream_verdict(tasks: dict[str, dict[str, dict | None]]) -> str:
@@ -164,12 +174,14 @@ def downstream_verdict(tasks: dict[str, dict[str, dict | None]]) -> str:
     for t in sorted({t for per in tasks.values() for t in per}):
         got = {r: per[t] for r, per in tasks.items() if t in per}
         kinds = {"rising early": [r for r, v in got.items() if v and v["rises"] and v["early"]],
-                 "rising late": [r for r, v in got.items() if v and v["rises"] and not v["early"]],
+                 "rising late": [r for r, v in got.items() if v and v["rises"] and v["early"] is False],
+                 "rising, its seeds too spread to say when": [r for r, v in got.items()
+                                                              if v and v["rises"] and v["early"] is None],
                  f"not {RISE} above it at the end": [r for r, v in got.items() if v and not v["rises"]],
                  "no floor stored (results older than it)": [r for r, v in got.items() if v is None]}
         said.append(f"{t}: " + "; ".join(f"{k}, {', '.join(rs)}" for k, rs in kinds.items() if rs))
         verdicts[t] = ("generalises" if len(kinds["rising early"]) == len(got) else
-                       "rises" if kinds["rising early"] or kinds["rising late"] else "flat")
+                       "rises" if any(v and v["rises"] for v in got.values()) else "flat")
     up = [t for t, v in verdicts.items() if v != "flat"]
     head = ("no run rises above any downstream task's own floor, so whether the trend generalises cannot be read from "
             "these runs" if not up else
