@@ -55,12 +55,13 @@ def span_agreement_check(run, out_dir, steps, seeds: int = 5, learning_rate: flo
 # %% ../../nbs/08c1_span_agreement.ipynb #86773e9f
 def check_curve(f) -> tuple[pd.Series, pd.DataFrame, pd.Series]:
     ("A check file's mean score per step (x100), its seeds' scores (step x seed) and its floors (`chance`, `bow`, "
-     "`ngram`, and `floor`, the higher of the last two), steps in order.")
+     "`ngram`, NaN where the file has none, and `floor`, the higher of the last two), steps in order.")
     d = json.loads(Path(f).read_text())
     steps = sorted(d["steps"], key=int)
     seeds = pd.DataFrame([d["steps"][s]["scores"] for s in steps], index=pd.Index([int(s) for s in steps], name="step"))
-    floors = pd.Series({k: float(d["floors"][k]) for k in ("chance", "bow", "ngram")})
-    return seeds.mean(axis=1), seeds, pd.concat([floors, pd.Series({"floor": max(floors.bow, floors.ngram)})])
+    fl = d.get("floors") or d["steps"][steps[-1]]  # 05b's word-order file keeps its floors with each step
+    floors = pd.Series({k: float(fl.get(k, np.nan)) for k in ("chance", "bow", "ngram")})
+    return seeds.mean(axis=1), seeds, pd.concat([floors, pd.Series({"floor": np.nanmax([floors.bow, floors.ngram])})])
 
 # %% ../../nbs/08c1_span_agreement.ipynb #34c06b98
 def check_verdict(f, name: str = "agreement across a span at full strength") -> str:
@@ -82,7 +83,7 @@ def plot_check(f, run=None, out_dir=None, name: str = "fig5_span_agreement_full"
     plot_steps(ax, s.index, s.values, run, color="tab:blue", label=f"mean over {seeds.shape[1]} seeds")
     for key, ls, c, what in (("bow", ":", "tab:orange", "bag-of-words"), ("ngram", ":", "tab:green", "bigram model of "
                              "the pretraining text"), ("chance", "--", "grey", "chance")):
-        ax.axhline(floors[key], color=c, ls=ls, lw=1.5, label=f"{what}: {floors[key]:.1f}")
+        if np.isfinite(floors[key]): ax.axhline(floors[key], color=c, ls=ls, lw=1.5, label=f"{what}: {floors[key]:.1f}")
     if 0 in s.index: ax.axhline(s.loc[0], color="grey", ls="-.", lw=0.8, label=f"step 0, random weights: {s.loc[0]:.1f}")
     step_axis(ax, s.index, run=run)  # the loss drop marked; then linear: these steps are spread evenly, not by decades
     ax.set_xscale("linear"); ax.set_xlim(-0.03 * s.index[-1], 1.03 * s.index[-1])
@@ -103,7 +104,9 @@ def write_check(f, run=None, out_dir=None) -> list[Path]:
                       "seeds": [", ".join(f"{v:.1f}" for v in r) for r in seeds.values],
                       **({"share of the final gain, % (2 SE)": [share(k) for k in s.index]} if rises else {})})
     md = ["# Fig. 5b in numbers: agreement across a span, whole training split, per pretraining step", "",
-          f"Dev accuracy (%) of {seeds.shape[1]} finetuning seeds a step. Floors: chance {floors.chance:.1f}, bag-of-words "
-          f"{floors.bow:.1f}, a bigram model of the pretraining text {floors.ngram:.1f}.", "", markdown_table(t), "",
+          f"Dev accuracy (%) of {seeds.shape[1]} finetuning seeds a step. Floors: " + ", ".join(
+              f"{w} {floors[k]:.1f}" for k, w in (("chance", "chance"), ("bow", "bag-of-words"),
+                                                  ("ngram", "a bigram model of the pretraining text"))
+              if np.isfinite(floors[k])) + ".", "", markdown_table(t), "",
           "**Verdict.** " + check_verdict(f)]
     return plot_check(f, run, out) + [atomic_write(out / "table_span_agreement.md", "\n".join(md) + "\n")]
