@@ -45,8 +45,8 @@ from ..text.tokenizer import load_tokenizer
 # %% auto #0
 __all__ = ['ANALYSIS', 'DEFAULT_MAX_TRAIN', 'FULL_TASKS', 'SPAN_TASK_ADDED', 'SETTINGS', 'AGGREGATES', 'REPORT', 'subsample',
            'example_scores', 'run_task', 'evaluate_step', 'applies_to', 'seed_rows', 'scores_table', 'seed_scores',
-           'honest_range', 'plot_fig5', 'plot_fig12', 'clears_floor', 'task_floors', 'gain_share', 'task_verdict',
-           'h3_line', 'gain_table', 'write_table', 'redraw', 'verdict']
+           'honest_range', 'plot_fig5', 'plot_fig12', 'clears_floor', 'task_floors', 'gain_share', 'half_run_share',
+           'share_texts', 'task_verdict', 'h3_line', 'gain_table', 'write_table', 'redraw', 'verdict']
 
 # %% ../../nbs/05_glue.ipynb #ceabfaa8
 # the settings table's names
@@ -338,6 +338,20 @@ def gain_share(s: pd.Series, seeds: pd.DataFrame, floor: float, step, min_margin
     half = Z * math.sqrt(se ** 2 + (share * se_end) ** 2 + ((1 - share) * se_base) ** 2) / abs(gain)
     return float(share), float(share - half), float(share + half)
 
+# %% ../../nbs/05_glue.ipynb #d812b207
+def half_run_share(s: pd.Series, seeds: pd.DataFrame, floor: float, total=None):
+    ("(step, share, low, high, 'early' / 'late' / 'unclear') of `gain_share` at the last evaluated step after the first "
+     "and by half of `total` steps (default: the last evaluated); None where no step lies there.")
+    mid = [k for k in s.index if s.index[0] < k <= 0.5 * (s.index[-1] if total is None else total)]
+    if not mid: return None
+    share, lo, hi = gain_share(s, seeds, floor, mid[-1])
+    return mid[-1], share, lo, hi, "early" if lo >= 0.9 else "late" if hi < 0.9 else "unclear"
+
+def share_texts(s: pd.Series, seeds: pd.DataFrame, floor: float) -> list[str] | None:
+    "The share of the final gain at each step of `s`, '71 (56 to 87)' (%); None where the last step holds no gain."
+    if s.iloc[-1] <= max(floor, s.iloc[0]): return None
+    return ["{:.0f} ({:.0f} to {:.0f})".format(*(100 * x for x in gain_share(s, seeds, floor, k))) for k in s.index]
+
 # %% ../../nbs/05_glue.ipynb #45736c20
 def task_verdict(name: str, s: pd.Series, seeds: pd.DataFrame, floors: pd.Series) -> tuple[str, str | None]:
     ("One task's line from its mean scores `s` (by step), its seeds (step x seed) and its `task_floors` row; with it, "
@@ -353,15 +367,15 @@ def task_verdict(name: str, s: pd.Series, seeds: pd.DataFrame, floors: pd.Series
                 "with --force), so it is not judged"), None
     if not clears_floor(seeds, s, floors.floor): return head + ": not above its floor by more than its seeds' spread", None
     most, rise = (half_rise(s.index, s.values, floors.floor, share=q) for q in (0.5, 0.9))
-    mid = [k for k in s.index if first < k <= 0.5 * last]
-    if len(s) < 3 or not np.isfinite(rise.step) or not mid:
+    half = half_run_share(s, seeds, floors.floor)
+    if len(s) < 3 or not np.isfinite(rise.step) or half is None:
         return head + ": above its floor, but too few steps, or no rise above step 0, to say when", None
-    share, lo, hi = gain_share(s, seeds, floors.floor, mid[-1])
+    step, share, lo, hi, when = half
     at = lambda r: f"step {int(r.step):,}, {100 * r.step / last:.0f}% of the run"
-    line = (head + f": above its floor; at step {mid[-1]:,} (the last evaluated by half the run) it has {100 * share:.0f}% "
+    line = (head + f": above its floor; at step {step:,} (the last evaluated by half the run) it has {100 * share:.0f}% "
             f"of its final gain above the higher of its floor and step {first:,} ({100 * lo:.0f}-{100 * hi:.0f}%, "
             f"{Z:g} standard errors over its seeds); most of it by {at(most)}, 90% of its gain above it by {at(rise)}")
-    return line, "early" if lo >= 0.9 else "late" if hi < 0.9 else "unclear"
+    return line, when
 
 
 # %% ../../nbs/05_glue.ipynb #51487b73
@@ -390,9 +404,8 @@ def gain_table(run) -> pd.DataFrame:
     t, floors, cols = scores_table(run), task_floors(run), {}
     for k in (k for k in t.columns if k in TASKS and k in floors.index and np.isfinite(floors.floor.get(k, np.nan))):
         s, seeds, floor = t[k].dropna(), seed_scores(run, k), floors.floor[k]
-        if len(s) < 2 or not clears_floor(seeds, s, floor) or s.iloc[-1] <= max(floor, s.iloc[0]): continue
-        cols[TASKS[k].title] = {step: "{:.0f} ({:.0f} to {:.0f})".format(*(100 * x for x in gain_share(s, seeds, floor, step)))
-                                for step in s.index}
+        if len(s) >= 2 and clears_floor(seeds, s, floor) and (texts := share_texts(s, seeds, floor)):
+            cols[TASKS[k].title] = dict(zip(s.index, texts))
     return pd.DataFrame(cols).rename_axis("step")
 
 # %% ../../nbs/05_glue.ipynb #a6063aa6

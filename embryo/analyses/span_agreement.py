@@ -8,19 +8,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from ..config import atomic_write, CPU_FINETUNE
 from ..text.tokenizer import load_tokenizer
 from ..runs.run import load_checkpoint
 from .downstream import TASKS, load_task
 from .finetune import max_seq_length, pretrained_body
 from .floors import floor_scores, pretraining_text
-import numpy as np
-import pandas as pd
-
 from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
 from ..runs.results import markdown_table
 from ..runs.verdicts import sentences
-from .glue import gain_share, h3_line, run_task, subsample, task_verdict
+from .glue import h3_line, run_task, share_texts, subsample, task_verdict
 from .word_order import resumed, step_digest, step_scores
 
 # %% auto #0
@@ -98,11 +98,10 @@ def plot_check(f, run=None, out_dir=None, name: str = "fig5_span_agreement_full"
 def write_check(f, run=None, out_dir=None) -> list[Path]:
     "The check's figure (`plot_check`) and table_span_agreement.md: per step its seeds, mean, sd, share of the gain; the verdict."
     s, seeds, floors = check_curve(f); out = Path(out_dir or Path(f).parent)
-    share = lambda k: "{:.0f} ({:.0f} to {:.0f})".format(*(100 * x for x in gain_share(s, seeds, floors.floor, k)))
-    rises = s.iloc[-1] > max(floors.floor, s.iloc[0])  # a share of a gain there is
+    shares = share_texts(s, seeds, floors.floor)  # None where there is no gain to share
     t = pd.DataFrame({"mean": s.round(1), "sd": seeds.std(axis=1, ddof=1).round(1),
                       "seeds": [", ".join(f"{v:.1f}" for v in r) for r in seeds.values],
-                      **({"share of the final gain, % (2 SE)": [share(k) for k in s.index]} if rises else {})})
+                      **({"share of the final gain, % (2 SE)": shares} if shares else {})})
     md = ["# Fig. 5b in numbers: agreement across a span, whole training split, per pretraining step", "",
           f"Dev accuracy (%) of {seeds.shape[1]} finetuning seeds a step. Floors: " + ", ".join(
               f"{w} {floors[k]:.1f}" for k, w in (("chance", "chance"), ("bow", "bag-of-words"),

@@ -149,9 +149,9 @@ def side_by_side_verdict(analysis: str, trends: dict[str, dict]) -> str:
 def task_trends(run, total_steps: int) -> dict[str, dict | None]:
     ("Per downstream task of a run (by its title): `trend` of its mean score against its own floor (`task_floors`: "
      "bag-of-words, and the bigram model for word order), None where the run's results lack that floor; where it rises, "
-     "`early` as notebook 05 reads it: the share of its gain at half the run with its seeds' interval (`gain_share`: "
+     "`early` as notebook 05 reads it: the share of its gain at half the run with its seeds' interval (`half_run_share`: "
      "True, False, or None where the interval spans 90%).")
-    from embryo.analyses.glue import TASKS, gain_share, seed_scores, task_floors
+    from embryo.analyses.glue import TASKS, half_run_share, seed_scores, task_floors
     from embryo.runs.results import read_results
     df, fl, out = read_results(run, "glue"), task_floors(run), {}
     s = df[(df.metric == "score") & (df.seed == -1) & df.task.isin(list(TASKS))]
@@ -159,10 +159,8 @@ def task_trends(run, total_steps: int) -> dict[str, dict | None]:
         if np.isnan(fl.floor.get(k, np.nan)): out[TASKS[k].title] = None; continue
         mean = g.groupby("step").value.mean().sort_index()
         t = trend(mean, total_steps, fl.floor[k] / 100)
-        mid = [x for x in mean.index if mean.index[0] < x <= total_steps / 2]
-        if t["rises"] and mid:
-            share, lo, hi = gain_share(100 * mean, seed_scores(run, k), fl.floor[k], mid[-1])
-            t.update(share_half=(share, lo, hi), early=True if lo >= 0.9 else False if hi < 0.9 else None)
+        if t["rises"] and (half := half_run_share(100 * mean, seed_scores(run, k), fl.floor[k], total_steps)):
+            t.update(share_half=half[1:4], early={"early": True, "late": False}.get(half[4]))
         out[TASKS[k].title] = t
     return out
 
