@@ -43,18 +43,25 @@ def _hidden_states(model, ids, att) -> torch.Tensor:
     hs, _ = encoder_states(model, ids, att)
     return torch.stack([h.float() for h in hs])
 
+# %% ../../nbs/06c_span_features.ipynb #58d3dc22
+def _encode(tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple[int, int, int]], max_length: int):
+    ("Each text's pieces and its spans' piece ranges (`token_spans`), the spans of each text, the texts that fit "
+     "`max_length` pieces (special tokens included), and which spans are read: their text fits and their edges align.")
+    by_text = {}
+    for k, (t, s, e) in enumerate(spans): by_text.setdefault(t, []).append(k)
+    enc = {t: token_spans(tok, texts[t], [spans[k][1:] for k in ks]) for t, ks in by_text.items()}
+    fits, kept = [t for t in enc if len(enc[t][0]) + tok.n_added <= max_length], np.zeros(len(spans), dtype=bool)
+    for t in fits: kept[by_text[t]] = [ts is not None for ts in enc[t][1]]
+    return by_text, enc, fits, kept
+
 # %% ../../nbs/06c_span_features.ipynb #dcc47e53
 @torch.no_grad()
 def span_means(model, tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple[int, int, int]], device="cpu",
                batch_tokens: int = 8192, max_length: int = 512) -> tuple[np.ndarray, np.ndarray]:
     ("Mean hidden state over each (text, start word, end word) span at every layer: (n, L+1, H) float16, and a kept "
      "mask.")
-    by_text = {}
-    for k, (t, s, e) in enumerate(spans): by_text.setdefault(t, []).append(k)
-    enc = {t: token_spans(tok, texts[t], [spans[k][1:] for k in ks]) for t, ks in by_text.items()}
-    order = sorted((t for t in enc if len(enc[t][0]) + tok.n_added <= max_length), key=lambda t: -len(enc[t][0]))
-    out, kept = None, np.zeros(len(spans), dtype=bool)
-    i = 0
+    by_text, enc, fits, kept = _encode(tok, texts, spans, max_length)
+    order, out, i = sorted(fits, key=lambda t: -len(enc[t][0])), None, 0
     while i < len(order):
         n = max(1, batch_tokens // (len(enc[order[i]][0]) + tok.n_added))
         batch, i = order[i:i + n], i + n
@@ -65,7 +72,7 @@ def span_means(model, tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple
             x = enc[t][0]
             ids[r, :len(x) + tok.n_added] = torch.tensor(tok.wrap(x)); att[r, :len(x) + tok.n_added] = 1
             for k, ts in zip(by_text[t], enc[t][1]):
-                if ts is None: continue
+                if not kept[k]: continue
                 # after [CLS]
                 rows.append(r); starts.append(ts[0] + tok.prefix); ends.append(ts[1] + tok.prefix); where.append(k)
         h = _hidden_states(model, ids.to(device), att.to(device)).cpu()  # (L+1, B, T, H)
@@ -74,7 +81,7 @@ def span_means(model, tok, texts: Sequence[Sequence[str]], spans: Sequence[tuple
         cs = torch.cat([torch.zeros_like(h[:, :, :1]), h.cumsum(2)], 2)  # prefix sums: a span mean is two lookups
         r_, s_, e_ = (torch.tensor(x, dtype=torch.long) for x in (rows, starts, ends))
         m = (cs[:, r_, e_] - cs[:, r_, s_]) / (e_ - s_).float()[None, :, None]  # (L+1, n, H)
-        out[where] = m.transpose(0, 1).numpy().astype(np.float16); kept[where] = True
+        out[where] = m.transpose(0, 1).numpy().astype(np.float16)
     if out is None: out = np.zeros((len(spans), 1, 1), dtype=np.float16)
     return out, kept
 
@@ -101,12 +108,10 @@ def _load_cache(f: Path, wid: str) -> tuple[dict, np.ndarray | None, np.ndarray 
         return {k: i for i, k in enumerate(z["keys"].tolist())}, z["feats"], z["kept"]
     except (OSError, KeyError, ValueError, zipfile.BadZipFile): return {}, None, None  # a damaged cache is rebuilt
 
-# %% ../../nbs/06c_span_features.ipynb #187e7159
-def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run=None, step=None,
-                  batch_tokens: int = 8192,
-                  max_len: int | None = None, # the longest input, special tokens included; None: the position table
-                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    "Per task: (n, L+1, D) float16 features of its targets (two spans concatenated) and the mask of targets kept."
+# %% ../../nbs/06c_span_features.ipynb #161dbc43
+def _index(tasks: dict[str, ProbeTask]) -> tuple[list, list, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    ("The distinct texts, the distinct spans (text, start, end, key), and per task each target's first and second "
+     "span (-1: none).")
     texts, tindex, spans, sindex = [], {}, [], {}
     def span_id(words, s, e):
         tk = _text_key(words)
@@ -119,6 +124,19 @@ def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run=Non
         a = [span_id(t.texts[x], s, e) for x, (s, e) in zip(t.text_ids, t.spans[:, :2])]
         b = [span_id(t.texts[x], s, e) if s >= 0 else -1 for x, (s, e) in zip(t.text_ids, t.spans[:, 2:])]
         ref[name] = (np.array(a, dtype=np.int64), np.array(b, dtype=np.int64))
+    return texts, spans, ref
+
+def _targets_kept(kept: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    "Which targets are kept: their first span, and (pair tasks) their second, kept."
+    return kept[a] & kept[np.maximum(b, 0)] if (b >= 0).any() else kept[a]
+
+# %% ../../nbs/06c_span_features.ipynb #187e7159
+def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run=None, step=None,
+                  batch_tokens: int = 8192,
+                  max_len: int | None = None, # the longest input, special tokens included; None: the position table
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    "Per task: (n, L+1, D) float16 features of its targets (two spans concatenated) and the mask of targets kept."
+    texts, spans, ref = _index(tasks)
     keys = [k for *_, k in spans]
     cached, cfeats, ckept, wid, f = {}, None, None, None, None
     max_len = max_len or max_length(model)  # RoBERTa's position table holds two fewer inputs than its size
@@ -141,22 +159,13 @@ def task_features(model, tok, tasks: dict[str, ProbeTask], device="cpu", run=Non
                      kept=np.concatenate([ckept, kept[todo]]) if ckept is not None else kept[todo],
                      keys=np.array(allk), weights_id=np.array(wid))
             atomic_write(f, buf.getvalue())
-    out = {}
-    for name, (a, b) in ref.items():
-        if (b >= 0).any():
-            x = np.concatenate([feats[a], feats[np.maximum(b, 0)]], axis=-1); k = kept[a] & kept[np.maximum(b, 0)]
-        else: x, k = feats[a], kept[a]
-        out[name] = (x, k)
-    return out
+    return {name: (np.concatenate([feats[a], feats[np.maximum(b, 0)]], axis=-1) if (b >= 0).any() else feats[a],
+                   _targets_kept(kept, a, b)) for name, (a, b) in ref.items()}
 
 # %% ../../nbs/06c_span_features.ipynb #b7e8f70e
 def kept_targets(tok, tasks: dict[str, ProbeTask], max_len: int) -> dict[str, np.ndarray]:
     ("Per task: which targets `task_features` keeps for the tokenizer `tok` at inputs of at most `max_len` pieces "
      "(special tokens included): the sentence fits and every span's edges align.")
-    fits = {}
-    def ok(words, s, e):
-        tk = _text_key(words)
-        if tk not in fits: fits[tk] = len(token_spans(tok, words, [])[0]) + tok.n_added <= max_len
-        return fits[tk] and token_spans(tok, words, [(s, e)])[1][0] is not None
-    return {name: np.array([ok(t.texts[x], s, e) and (s2 < 0 or ok(t.texts[x], s2, e2))
-                            for x, (s, e, s2, e2) in zip(t.text_ids, t.spans)], dtype=bool) for name, t in tasks.items()}
+    texts, spans, ref = _index(tasks)
+    kept = _encode(tok, texts, [sp[:3] for sp in spans], max_len)[3]
+    return {name: _targets_kept(kept, a, b) for name, (a, b) in ref.items()}
