@@ -311,13 +311,15 @@ def test_each_task_is_judged_against_its_own_floors_not_a_mean(tmp_path, root):
         return G.verdict(run)
     v = with_ngram(0.651)  # the bigram model's score at full strength (figures/mature/word_order_check.json)
     assert "floors bag-of-words 50.0, bigram model 65.1): not above its floor" in v and "not testable" in v, v
-    v = with_ngram(0.52)  # a floor it clears: when its gain comes is read, and H3 from it alone
+    v = with_ngram(0.52)  # 9.1 points above it, less than 3 seed standard deviations (3 x 3.1): within the seeds' spread
+    assert "bigram model 52.0): not above its floor" in v and G.gain_table(run).empty, v
+    v = with_ngram(0.515)  # a floor it clears: when its gain comes is read, and H3 from it alone
     assert "Word order (held-out Brown)" in v and "90% of its gain above it by step 3,000, 38% of the run" in v, v
     # issue 75: the share at half the run with its seeds' interval; 92% at step 3,000, but two seeds at 61.2/59.6 and
-    # 58.9/63.3 put it anywhere from 44% to 140%: H3 is not read from a 90% step the seeds cannot place
-    assert "at step 3,000 (the last evaluated by half the run) it has 92% of its final gain" in v and "(44-140%" in v, v
+    # 58.9/63.3 put it anywhere from 47% to 138%: H3 is not read from a 90% step the seeds cannot place
+    assert "at step 3,000 (the last evaluated by half the run) it has 92% of its final gain" in v and "(47-138%" in v, v
     assert "spans 90% of the gain" in v and "not testable on this run" in v, v
-    assert G.gain_table(run).loc[3000].iloc[0] == "92 (44 to 140)"
+    assert G.gain_table(run).loc[3000].iloc[0] == "92 (47 to 138)"
 
 
 def test_word_order_task_defeats_bag_of_words_by_construction():

@@ -43,10 +43,11 @@ SPAN_TASK_ADDED = ("method 2 also scores agreement across a span (a built-in tas
 from ..text.tokenizer import load_tokenizer
 
 # %% auto #0
-__all__ = ['ANALYSIS', 'DEFAULT_MAX_TRAIN', 'FULL_TASKS', 'SPAN_TASK_ADDED', 'SETTINGS', 'AGGREGATES', 'REPORT', 'subsample',
-           'example_scores', 'run_task', 'evaluate_step', 'applies_to', 'seed_rows', 'scores_table', 'seed_scores',
-           'honest_range', 'plot_fig5', 'plot_fig12', 'clears_floor', 'task_floors', 'gain_share', 'half_run_share',
-           'share_texts', 'task_verdict', 'h3_line', 'gain_table', 'write_table', 'redraw', 'verdict']
+__all__ = ['ANALYSIS', 'DEFAULT_MAX_TRAIN', 'FULL_TASKS', 'SPAN_TASK_ADDED', 'SETTINGS', 'AGGREGATES', 'REPORT', 'SPREAD',
+           'subsample', 'example_scores', 'run_task', 'evaluate_step', 'applies_to', 'seed_rows', 'scores_table',
+           'seed_scores', 'honest_range', 'plot_fig5', 'plot_fig12', 'beyond_spread', 'clears_floor', 'task_floors',
+           'gain_share', 'half_run_share', 'share_texts', 'task_verdict', 'h3_line', 'gain_table', 'write_table',
+           'redraw', 'verdict']
 
 # %% ../../nbs/05_glue.ipynb #ceabfaa8
 # the settings table's names
@@ -307,13 +308,18 @@ def plot_fig12(run, out_dir=None) -> list[Path]:
     return save_figure(fig, out_dir or run / "figures", "fig12_glue_tasks")
 
 # %% ../../nbs/05_glue.ipynb #75596f48
+SPREAD = 3  # a finetuned score clears its floor by more than this many standard deviations of its seeds
+
+def beyond_spread(mean: float, sd: float, floor: float, min_margin: float = 2.0) -> bool:
+    "Whether `mean` lies above `floor` by more than `SPREAD` seed standard deviations `sd` (`min_margin` where `sd` is NaN)."
+    return bool(mean - floor > (SPREAD * sd if np.isfinite(sd) else min_margin))
+
 def clears_floor(seeds: pd.DataFrame, s: pd.Series, floor: float, min_margin: float = 2.0) -> bool:
-    ("Whether the last step of `s` (mean scores x100) lies above `floor` by more than 2 seed standard deviations (or "
-     "`min_margin`): rule 1, where it ends, not its best step.")
+    ("Whether the last step of `s` (mean scores x100) lies `beyond_spread` of `floor`: rule 1, where it ends, not its "
+     "best step.")
     last = s.index[-1]
     per = seeds.loc[last].dropna() if last in seeds.index else pd.Series(dtype=float)
-    sd = per.std(ddof=1) if len(per) > 1 else np.nan
-    return bool(s.iloc[-1] - floor > (2 * sd if np.isfinite(sd) else min_margin))
+    return beyond_spread(s.iloc[-1], per.std(ddof=1) if len(per) > 1 else np.nan, floor, min_margin)
 
 # %% ../../nbs/05_glue.ipynb #98d809f7
 def task_floors(run) -> pd.DataFrame:

@@ -16,7 +16,7 @@ from ..runs.run import find_checkpoint, list_steps
 from ..runs.series_check import weights_digest
 from .downstream import TASKS, load_task
 from .floors import ngram_score, pretraining_text
-from .glue import evaluate_step, subsample
+from .glue import beyond_spread, evaluate_step, SPREAD, subsample
 
 # %% auto #0
 __all__ = ['judged', 'step_scores', 'step_digest', 'resumed', 'word_order_check', 'word_order_floors']
@@ -24,9 +24,9 @@ __all__ = ['judged', 'step_scores', 'step_digest', 'resumed', 'word_order_check'
 # %% ../../nbs/05b_word_order.ipynb #6edd2299
 def judged(step: dict) -> dict:
     ("A word-order check's step with its `floor` (the higher of the bag-of-words and n-gram floors it has) and "
-     "whether its mean `clears` it by more than 3 finetuning-seed standard deviations.")
+     "whether its mean `clears` it by more than its finetuning seeds' spread (`beyond_spread`).")
     floor = max(step["bow"], step.get("ngram", -math.inf))
-    return dict(step, floor=floor, clears=bool(step["mean"] - floor > 3 * step["sd"]))
+    return dict(step, floor=floor, clears=beyond_spread(step["mean"], step["sd"], floor))
 
 # %% ../../nbs/05b_word_order.ipynb #767fdae6
 def step_scores(per: list, **floors) -> dict:
