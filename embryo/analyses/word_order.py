@@ -16,7 +16,7 @@ from ..runs.run import find_checkpoint, list_steps
 from ..runs.series_check import weights_digest
 from .downstream import TASKS, load_task
 from .floors import ngram_score, pretraining_text
-from .glue import beyond_spread, evaluate_step, SPREAD, subsample
+from .glue import beyond_spread, evaluate_step, subsample
 
 # %% auto #0
 __all__ = ['judged', 'step_scores', 'step_digest', 'resumed', 'word_order_check', 'word_order_floors']
