@@ -234,7 +234,8 @@ def bundle_fits(run, out) -> list[Path]:
     wc = word_curves(run); f = run_fits_file(out, curves_key(wc))
     for old in Path(out).glob(f"{ANALYSIS}_fits-*.parquet"):
         if old != f: old.unlink()
-    if not f.is_file(): _write_fits(f, word_fits(wc, run))
+    src = run_fits_file(run, curves_key(wc))  # the run's own bundle's: its bytes, not pandas' rewrite of them
+    if not f.is_file(): atomic_write(f, src.read_bytes()) if src.is_file() else _write_fits(f, word_fits(wc, run))
     return [f]
 
 # %% ../../nbs/08d_aoa.ipynb #d295b19a
