@@ -150,7 +150,7 @@ def task_trends(run, total_steps: int) -> dict[str, dict | None]:
     ("Per downstream task of a run (by its title): `trend` of its mean score against its own floor (`task_floors`: "
      "bag-of-words, and the bigram model for word order), None where the run's results lack that floor; where it rises, "
      "`early` as notebook 05 reads it: the share of its gain at half the run with its seeds' interval (`half_run_share`: "
-     "True, False, or None where the interval spans 90%).")
+     "True, False, or None where the interval spans 90% or no step is evaluated by half the run).")
     from embryo.analyses.glue import TASKS, half_run_share, seed_scores, task_floors
     from embryo.runs.results import read_results
     df, fl, out = read_results(run, "glue"), task_floors(run), {}
@@ -159,8 +159,9 @@ def task_trends(run, total_steps: int) -> dict[str, dict | None]:
         if np.isnan(fl.floor.get(k, np.nan)): out[TASKS[k].title] = None; continue
         mean = g.groupby("step").value.mean().sort_index()
         t = trend(mean, total_steps, fl.floor[k] / 100)
-        if t["rises"] and (half := half_run_share(100 * mean, seed_scores(run, k), fl.floor[k], total_steps)):
-            t.update(share_half=half[1:4], early={"early": True, "late": False}.get(half[4]))
+        if t["rises"]:  # `early` is notebook 05's reading only, never `trend`'s 90%-step one
+            half = half_run_share(100 * mean, seed_scores(run, k), fl.floor[k], total_steps)
+            t.update(share_half=half and half[1:4], early=half and {"early": True, "late": False}.get(half[4]))
         out[TASKS[k].title] = t
     return out
 
@@ -173,8 +174,10 @@ def downstream_verdict(tasks: dict[str, dict[str, dict | None]]) -> str:
         got = {r: per[t] for r, per in tasks.items() if t in per}
         kinds = {"rising early": [r for r, v in got.items() if v and v["rises"] and v["early"]],
                  "rising late": [r for r, v in got.items() if v and v["rises"] and v["early"] is False],
-                 "rising, its seeds too spread to say when": [r for r, v in got.items()
-                                                              if v and v["rises"] and v["early"] is None],
+                 "rising, its seeds too spread to say when": [r for r, v in got.items() if v and v["rises"] and
+                                                              v["early"] is None and v.get("share_half", ()) is not None],
+                 "rising, no step evaluated by half the run to say when": [
+                     r for r, v in got.items() if v and v["rises"] and v["early"] is None and v.get("share_half", ()) is None],
                  f"not {RISE} above it at the end": [r for r, v in got.items() if v and not v["rises"]],
                  "no floor stored (results older than it)": [r for r, v in got.items() if v is None]}
         said.append(f"{t}: " + "; ".join(f"{k}, {', '.join(rs)}" for k, rs in kinds.items() if rs))
