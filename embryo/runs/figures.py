@@ -20,12 +20,15 @@ __all__ = ['STEP_LABEL', 'TRANSITION_LABEL', 'TRANSITION_STYLE', 'TRANSITION_GID
 
 # %% ../../nbs/02b_figures.ipynb #270bb749
 def save_figure(fig, out_dir, name: str) -> list[Path]:
-    "Save `fig` as `name`.png and `name`.svg in `out_dir`, each through a temporary file and a rename; then close it."
+    ("Save `fig` as `name`.png and `name`.svg in `out_dir`, each through a temporary file and a rename, the same bytes "
+     "for the same figure; then close it.")
     import io as _io
-    import matplotlib.pyplot as plt
+    import matplotlib as mpl, matplotlib.pyplot as plt
     paths = []
     for ext in ("png", "svg"):
-        buf = _io.BytesIO(); fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight")
+        buf = _io.BytesIO()
+        with mpl.rc_context({"svg.hashsalt": name}):  # not random: the SVG's ids come from its content
+            fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight", metadata={"Date": None})
         paths.append(atomic_write(Path(out_dir) / f"{name}.{ext}", buf.getvalue()))
     plt.close(fig)  # every figure is drawn to be saved; a sweep redraws many, and open figures hold their memory
     return paths
