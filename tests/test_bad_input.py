@@ -433,6 +433,28 @@ def _foreign_db(tmp):
     return run
 
 
+def _seed_runs(tmp, **other):
+    "Two swept copies of the fixture run, the second trained (as its settings say) with seed 1 and `other`."
+    a, b = (Path(shutil.copytree(fixture_run(), tmp / n, ignore=shutil.ignore_patterns("figures", "notebooks", ".lock")))
+            for n in ("run", "run-seed1"))
+    cfg = json.loads((b / RUN_CONFIG).read_text()); cfg["train"].update(seed=1, **other)
+    (b / RUN_CONFIG).write_text(json.dumps(cfg))
+    return a, b
+
+
+def case_seeds_of_two_recipes(tmp):
+    a, b = _seed_runs(tmp, batch_size=64)
+    return dict(input="seeds of two recipes", args=["seeds", "--run", str(a), "--run", str(b), "--figures", str(tmp / "s")],
+                names="are two recipes, not two seeds of one: they differ in train.batch_size", error="SweepError", run=tmp / "s",
+                inprocess=True)
+
+
+def case_seeds_of_one_run_twice(tmp):
+    a, _ = _seed_runs(tmp)
+    return dict(input="seeds of one run given twice", args=["seeds", "--run", str(a), "--run", f"{a}/../run", "--figures",
+                str(tmp / "s")], names="a run is given twice", error="SweepError", run=tmp / "s", inprocess=True)
+
+
 def case_foreign_results_database_sweep(tmp):
     run = _foreign_db(tmp)
     return dict(input="results.sqlite of another program (sweep)", args=["sweep", "--run", str(run), "--analyses", "attention",
@@ -486,6 +508,7 @@ def case_read_only_disk_pretrain(tmp):
 
 MORE += [case_foreign_results_database_sweep, case_foreign_results_database_report, case_logs_is_a_file,
          case_read_only_disk_report, case_read_only_disk_sweep, case_read_only_disk_pretrain]
+MORE += [case_seeds_of_two_recipes, case_seeds_of_one_run_twice]
 CASES += MORE
 
 

@@ -19,9 +19,10 @@ from ..runs.verdicts import Z, plateau  # rule 3 of notebook 03b: a plateau is a
 from ..runs.run import Run
 
 # %% auto #0
-__all__ = ['SEED_RESAMPLES', 'ROUNDING', 'PLATEAU_STEPS', 'SEED_PANELS', 'BEST_LAYER', 'SEED_MEAN', 'EXAMPLE_PARTS',
-           'seed_run_dirs', 'seed_bootstrap', 'stratum_weights', 'multibootstrap', 'band_stats', 'band_verdict',
-           'plot_band', 'seed_bands', 'side_parts', 'stored_scores', 'example_matrix', 'curve_band', 'seed_panels']
+__all__ = ['SEED_RESAMPLES', 'ROUNDING', 'PLATEAU_STEPS', 'RECIPE_ASIDE', 'SEED_PANELS', 'BEST_LAYER', 'SEED_MEAN',
+           'EXAMPLE_PARTS', 'seed_run_dirs', 'seed_bootstrap', 'stratum_weights', 'multibootstrap', 'band_stats',
+           'band_verdict', 'plot_band', 'same_recipe', 'seed_bands', 'side_parts', 'stored_scores', 'example_matrix',
+           'curve_band', 'seed_panels']
 
 # %% ../../nbs/10b_seeds.ipynb #6f471e8b
 SEED_RESAMPLES = 2000  # bootstrap resamples of the seeds
@@ -125,6 +126,32 @@ def plot_band(steps, curves, b: dict, seeds, run, what: str, title: str, level: 
     legend_below(ax, fontsize=7, ncol=2, below=0.55); ax.set_title(title, fontsize=10)
     return fig
 
+# %% ../../nbs/10b_seeds.ipynb #9cd59973
+# how a run is logged, checkpointed and compiled: not what it learns, so seeds of one recipe may differ in them
+RECIPE_ASIDE = ("seed", "log_every", "resume_every", "checkpoint_every", "checkpoint_pow2_until", "compile")
+
+def same_recipe(runs) -> dict:
+    ("Each run's seed, once the runs are shown to be one recipe (preset, model and training settings alike but "
+     "`RECIPE_ASIDE`), each folder once and each seed once; else a SweepError saying what differs.")
+    from dataclasses import asdict
+    from embryo.runs.run import read_run_config
+    if len({Path(r).resolve() for r in runs}) < len(runs): raise SweepError("a run is given twice; name each once")
+    def recipe(r):
+        c = read_run_config(r); train = {k: v for k, v in asdict(c.train).items() if k not in RECIPE_ASIDE}
+        return dict(preset=c.preset, **{f"model.{k}": v for k, v in asdict(c.model).items()},
+                    **{f"train.{k}": v for k, v in train.items()}), c.train.seed
+    (first, seed0), *rest = [recipe(r) for r in runs]
+    for r, (other, _) in zip(runs[1:], rest):
+        if diff := [f"{k} ({first.get(k)!r} against {other.get(k)!r})" for k in first | other if first.get(k) != other.get(k)]:
+            raise SweepError(f"{runs[0]} and {r} are two recipes, not two seeds of one: they differ in "
+                             f"{', '.join(diff[:3])}{f' and {len(diff) - 3} more' if len(diff) > 3 else ''}; give runs "
+                             "trained alike but for their seed (embryo reproduce --seeds 3 trains them)")
+    seeds = {Path(r): s for r, (_, s) in zip(runs, [(first, seed0), *rest])}
+    if len(set(seeds.values())) < len(seeds):
+        raise SweepError(f"two runs share a seed ({', '.join(f'{r}: {s}' for r, s in seeds.items())}): one "
+                         "draw given twice is no band; give runs of different seeds")
+    return seeds
+
 # %% ../../nbs/10b_seeds.ipynb #d909ad63
 def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, level: float = 0.95) -> list[Path]:
     """Per analysis, each seed's curve, the mean and a bootstrap band over seeds, with verdicts stating their intervals;
@@ -136,8 +163,8 @@ def seed_bands(runs, out_dir="figures/seeds", resamples: int = SEED_RESAMPLES, l
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("seed bands need two seeds or more (embryo reproduce --seeds 3, or --run "
                                        "runs/tiny --run runs/tiny-seed1 ...)")
-    train = {swept_run(r): read_run_config(r).train for r in runs}
-    seed, total = {r: tc.seed for r, tc in train.items()}, train[runs[0]].total_steps
+    for r in runs: swept_run(r)
+    seed, total = same_recipe(runs), read_run_config(runs[0]).train.total_steps
     out, paths, report = Path(out_dir), [], {}
     md = ["# Seeds and confidence", "",
           f"{len(runs)} runs of one recipe that differ in their seed "
