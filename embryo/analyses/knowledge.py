@@ -27,7 +27,7 @@ from ..runs.series import series_lacks
 from ..runs.figures import legend_entries, plot_steps, save_figure, step_axis, STEP_LABEL
 from ..runs.results import (
     binomial_se, write_results, read_results, read_samples, read_scores, read_examples, score_rows)
-from ..runs.verdicts import Z, learned, sentences  # the rules every verdict follows (notebook 03b)
+from ..runs.verdicts import Z, learned, sentences, z_over  # the rules every verdict follows (notebook 03b)
 from ..text.facts import TABLE8, RELATION_LABELS, Relation, select_relations, load_facts, render, single_token_id
 
 # %% auto #0
@@ -462,7 +462,8 @@ def verdict(run) -> str:
     fl = constant_floor(run).floor.reindex(p.columns)
     last, mean = p.index.max(), p.mean(axis=1)
     se = lambda r, s: math.sqrt(max(p[r][s] * (1 - p[r][s]), 1e-12) / n[r][s])  # binomial standard error
-    above = [r for r in p.columns if any(p[r][s] - fl[r] > 2 * se(r, s) for s in p.index if pd.notna(p[r][s]))]
+    zk = z_over(len(p))  # at some one of the steps: the best step is lifted by the noise of all of them
+    above = [r for r in p.columns if any(p[r][s] - fl[r] > zk * se(r, s) for s in p.index if pd.notna(p[r][s]))]
     s = [f"At step {last} the model's top prediction is right for {mean[last]:.1%} of the cloze queries (mean over "
          f"{p.loc[last].notna().sum()} relations; {c.mean(axis=1)[last]:.1%} within the common vocabulary)"]
     if fl.isna().all():  # a database from before each query's answer was stored: no floor to hold the curves against
@@ -471,15 +472,21 @@ def verdict(run) -> str:
                          "sweep the run again to store them")
     s[0] += f", against {fl.mean():.1%} for always giving each relation's most frequent answer (the floor)"
     if not above:
-        return sentences(*s, f"no relation clears its floor by two standard errors at any of the {len(p)} steps "
-                         "evaluated, so whether knowledge is learned and forgotten (the paper's section 6) is not "
-                         "testable on this run")
-    early = [r for r in above if forgotten(p[r], n[r], fl[r])]
+        over = [((p[r][t] - fl[r]) / se(r, t), r, t) for r in p.columns for t in p.index if p[r][t] > fl[r]]
+        z, r, t = max(over) if over else (None, None, None)
+        closest = (f"the closest, {r}, scores {p[r][t]:.1%} of {int(n[r][t])} queries at step {t:,} against its floor "
+                   f"{fl[r]:.1%}, {z:.1f} standard errors" if over else "none scores above its floor at any step")
+        return sentences(*s, f"no relation clears its floor at any of the {len(p)} steps evaluated by {zk:.1f} standard "
+                         f"errors ({Z:g}, raised for {len(p)} steps so that noise alone clears it at some step no more "
+                         f"often than at one; {closest}), so whether knowledge is learned and forgotten (the paper's "
+                         "section 6) is not testable on this run")
+    early = [r for r in above if forgotten(p[r], n[r], fl[r], z=zk)]
     kept = [r for r in p.columns if pd.notna(p[r][last]) and learned(p[r][last], se(r, last), fl[r])]
     return sentences(
-        *s, f"{len(above)} of {p.shape[1]} relations ({', '.join(above)}) clear their floor at some step, "
-        f"{len(kept)} at the last step ({', '.join(kept) or 'none'})",
+        *s, f"{len(above)} of {p.shape[1]} relations ({', '.join(above)}) clear their floor at some step by {zk:.1f} "
+        f"standard errors ({Z:g}, raised for the {len(p)} steps evaluated), {len(kept)} by {Z:g} at the last step "
+        f"({', '.join(kept) or 'none'})",
         f"{len(early)} of them ({', '.join(early) or 'none'}) stand clearly lower at the last step than at an earlier "
-        "peak learned above its floor (by at least 5 points and two standard errors of the difference)",
+        f"peak learned above its floor (by at least 5 points and {zk:.1f} standard errors of the difference)",
         "that is the paper's observation (section 6) that knowledge is forgotten and the final checkpoint is not always "
         "the most knowledgeable" if early else "")

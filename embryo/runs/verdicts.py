@@ -11,7 +11,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 # %% auto #0
-__all__ = ['Z', 'learned', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'apart', 'order', 'readable', 'sentences',
+__all__ = ['Z', 'learned', 'z_over', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'apart', 'order', 'readable', 'sentences',
            'in_plain_words']
 
 # %% ../../nbs/03b_verdicts.ipynb #0142343c
@@ -27,6 +27,14 @@ def learned(end_value: float, end_se: float, floor=None, z: float = Z) -> bool:
      "errors (floor 0 where none is stored).")
     se = float(end_se) if end_se is not None and np.isfinite(end_se) else 0.0
     return bool(np.isfinite(end_value) and end_value - z * se > _floor(floor))
+
+# %% ../../nbs/03b_verdicts.ipynb #e6af678d
+def z_over(k: int, z: float = Z) -> float:
+    ("The margin in standard errors that a curve must clear at some one of `k` evaluated steps for noise alone to clear "
+     "it no more often than `z` at one step (Bonferroni).")
+    from statistics import NormalDist
+    N = NormalDist()
+    return N.inv_cdf(1 - (1 - N.cdf(z)) / max(int(k), 1))
 
 # %% ../../nbs/03b_verdicts.ipynb #d95ee2d1
 class Rise(NamedTuple):
