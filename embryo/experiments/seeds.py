@@ -140,13 +140,13 @@ def same_recipe(runs) -> dict:
         c = read_run_config(r); train = {k: v for k, v in asdict(c.train).items() if k not in RECIPE_ASIDE}
         return dict(preset=c.preset, **{f"model.{k}": v for k, v in asdict(c.model).items()},
                     **{f"train.{k}": v for k, v in train.items()}), c.train.seed
-    (first, seed0), *rest = [recipe(r) for r in runs]
-    for r, (other, _) in zip(runs[1:], rest):
+    got = [recipe(r) for r in runs]; first = got[0][0]
+    for r, (other, _) in zip(runs[1:], got[1:]):
         if diff := [f"{k} ({first.get(k)!r} against {other.get(k)!r})" for k in first | other if first.get(k) != other.get(k)]:
             raise SweepError(f"{runs[0]} and {r} are two recipes, not two seeds of one: they differ in "
                              f"{', '.join(diff[:3])}{f' and {len(diff) - 3} more' if len(diff) > 3 else ''}; give runs "
                              "trained alike but for their seed (embryo reproduce --seeds 3 trains them)")
-    seeds = {Path(r): s for r, (_, s) in zip(runs, [(first, seed0), *rest])}
+    seeds = {Path(r): s for r, (_, s) in zip(runs, got)}
     if len(set(seeds.values())) < len(seeds):
         raise SweepError(f"two runs share a seed ({', '.join(f'{r}: {s}' for r, s in seeds.items())}): one "
                          "draw given twice is no band; give runs of different seeds")
