@@ -231,10 +231,10 @@ def word_fits(wc: pd.DataFrame, run=None) -> pd.DataFrame:
 # %% ../../nbs/08d_aoa.ipynb #d1f3b7c5
 def bundle_fits(run, out) -> list[Path]:
     "Write the fits of `run`'s curves into its bundle folder `out`, in place of those of other curves."
-    wc = word_curves(run); f = run_fits_file(out, curves_key(wc))
+    wc = word_curves(run); key = curves_key(wc); f = run_fits_file(out, key)
     for old in Path(out).glob(f"{ANALYSIS}_fits-*.parquet"):
         if old != f: old.unlink()
-    src = run_fits_file(run, curves_key(wc))  # the run's own bundle's: its bytes, not pandas' rewrite of them
+    src = run_fits_file(run, key)  # the run's own bundle's: its bytes, not pandas' rewrite of them
     if not f.is_file(): atomic_write(f, src.read_bytes()) if src.is_file() else _write_fits(f, word_fits(wc, run))
     return [f]
 
