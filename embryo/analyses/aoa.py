@@ -195,7 +195,7 @@ def word_frequencies(run) -> Counter:
 
 # %% ../../nbs/08d_aoa.ipynb #b7d2e9f4
 FITS_FORMAT = 1  # bump when fit_word changes, so that fits kept on disk are fitted again
-_FITS: dict = {}  # curves' key -> their fits, for this process (a few sets at most)
+_FITS: dict = {}  # (curves' key, the bundle file read or None) -> their fits, for this process (a few sets)
 
 def curves_key(wc: pd.DataFrame) -> str:
     "The hash of a set of curves (steps x words): their steps, words and values."
@@ -217,16 +217,17 @@ def word_fits(wc: pd.DataFrame, run=None) -> pd.DataFrame:
     ("`fit_word` of each word's curve in `wc` (steps x words), indexed by word; fitted once per set of curves, or read "
      "from `run`'s bundle.")
     import scipy
-    key = curves_key(wc)
-    if key not in _FITS:
+    key = curves_key(wc); own = run_fits_file(run, key) if run else None
+    slot = (key, str(own) if own and own.is_file() else None)  # a bundle's own fits first, whatever was fitted here
+    if slot not in _FITS:
         if len(_FITS) >= 8: _FITS.pop(next(iter(_FITS)))
         kept = data_dir() / ANALYSIS / f"fits-{FITS_FORMAT}-scipy{scipy.__version__}-{key[:24]}.parquet"
-        found = [f for f in (run_fits_file(run, key) if run else None, kept) if f is not None and f.is_file()]
-        if found: _FITS[key] = pd.read_parquet(found[0])
+        found = [f for f in (own, kept) if f is not None and f.is_file()]
+        if found: _FITS[slot] = pd.read_parquet(found[0])
         else:
             rows = [dict(word=w, **fit_word(wc.index.to_numpy(), wc[w].to_numpy())) for w in wc.columns]
-            _FITS[key] = df = pd.DataFrame(rows).set_index("word"); _write_fits(kept, df)
-    return _FITS[key].copy()  # a copy: a caller that adds columns leaves the kept fits as they are
+            _FITS[slot] = df = pd.DataFrame(rows).set_index("word"); _write_fits(kept, df)
+    return _FITS[slot].copy()  # a copy: a caller that adds columns leaves the kept fits as they are
 
 # %% ../../nbs/08d_aoa.ipynb #d1f3b7c5
 def bundle_fits(run, out) -> list[Path]:
