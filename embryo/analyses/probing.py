@@ -22,7 +22,7 @@ from ..runs.series import series_lacks
 from ..runs.figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
                             step_axis)
 from ..runs.results import write_results, read_results, reference_databases, reference_results, markdown_table, score_rows, binomial_se
-from ..runs.verdicts import Z, half_rise, learned, plateau, in_plain_words  # the rules every verdict follows (notebook 03b)
+from ..runs.verdicts import Z, PLATEAU_SHARE, half_rise, learned, plateau, plateau_words, in_plain_words  # rules of 03b
 from .probe_tasks import (BUILTIN_TASKS, ONTONOTES_TASKS, SPLITS, TASKS, ProbeTask, builtin_tasks,
                                          ontonotes_tasks, select_tasks)
 from .span_features import kept_targets, task_features
@@ -334,7 +334,7 @@ def plot_fig11(run, out_dir=None) -> list[Path]:
 PLAIN_NAMES = {"pos_brown": "Brown POS", "pos_silver": "spaCy POS", "const_silver": "spaCy phrase labels",
                "dep_silver": "spaCy dependency labels", "ner_silver": "spaCy named entities"}  # `in_plain_words`
 
-PLATEAU_STEPS = 3  # a plateau: the last 3 evaluated steps within 2 combined standard errors (rule 3 of notebook 03b)
+PLATEAU_STEPS = 3  # a plateau is read from the last 3 evaluated steps (rule 3 of notebook 03b)
 
 def _curve_ses(df: pd.DataFrame, task: str, layer: int, y: pd.Series) -> np.ndarray:
     "The binomial standard error of each value of `y` (F1 of `task` at `layer` per step) on its step's test targets."
@@ -345,13 +345,12 @@ def _curve_ses(df: pd.DataFrame, task: str, layer: int, y: pd.Series) -> np.ndar
 def _plateau_text(y: pd.Series, ses: np.ndarray) -> tuple[bool | None, str]:
     "Rule 3 on a curve: whether it plateaus, and the words that say so with its last steps."
     if np.isnan(ses).any(): return None, "no sample sizes stored, so its plateau is not tested"
+    if len(y) < PLATEAU_STEPS:
+        return None, f"fewer than {PLATEAU_STEPS} evaluated steps, so its plateau is not testable"
     flat = plateau(y.values, ses, PLATEAU_STEPS)
-    if flat is None: return None, f"fewer than {PLATEAU_STEPS} evaluated steps, so its plateau is not testable"
     at = ", ".join(f"{v:.2f}" for v in y.values[-PLATEAU_STEPS:])
     steps = ", ".join(str(int(s)) for s in y.index[-PLATEAU_STEPS:])
-    return flat, (f"its last {PLATEAU_STEPS} evaluated steps ({steps}: {at}) "
-                  + ("lie within 2 standard errors of each other, a plateau" if flat else
-                     "differ by more than 2 standard errors, no plateau"))
+    return flat, f"its last {PLATEAU_STEPS} evaluated steps ({steps}: {at}): {plateau_words(flat)}"
 
 def verdict(run) -> str:
     ("One sentence on this run's probes, computed from the database, testing the paper's 'fast rise, then plateau' "
@@ -375,14 +374,19 @@ def verdict(run) -> str:
     if early:
         frac = np.mean([h / last for _, h in early])
         still = [t for t, f in flats.items() if f is False]
-        fast = frac <= 0.25
-        said = ("not reproduced" if not fast else "not testable" if any(f is None for f in flats.values())
-                else "partly reproduced (a fast rise, but no plateau)" if still else "reproduced")
+        unshown = [t for t, f in flats.items() if f is None]
+        fast, k = frac <= 0.25, PLATEAU_STEPS
+        said = ("not reproduced" if not fast else "partly reproduced (a fast rise, but no plateau)" if still
+                else "partly reproduced (a fast rise; no plateau shown)" if unshown else "reproduced")
         s += [f"The tasks learned gain half of their rise above the floor by step "
               f"{', '.join(f'{h} ({t})' for t, h in early)}, on average {frac:.0%} of the way through the run",
-              f"{len(still)} of {len(flats)} ({', '.join(still)}) still move{'s' * (len(still) == 1)} beyond 2 "
-              f"standard errors over their last {PLATEAU_STEPS} evaluated steps" if still else
-              f"All {len(flats)} stay within 2 standard errors over their last {PLATEAU_STEPS} evaluated steps",
+              *([f"{len(still)} of {len(flats)} ({', '.join(still)}) still move{'s' * (len(still) == 1)} beyond 2 "
+                 f"standard errors over their last {k} evaluated steps"] if still else []),
+              *([f"{len(unshown)} of {len(flats)} ({', '.join(unshown)}) {'is' if len(unshown) == 1 else 'are'} not "
+                 f"shown to stay within {PLATEAU_SHARE:.0%} of {'its' if len(unshown) == 1 else 'their'} range over "
+                 f"the last {k} evaluated steps (too few steps or too wide errors)"] if unshown else []),
+              *([] if still or unshown else [f"All {len(flats)} stay within {PLATEAU_SHARE:.0%} of their range, 2 "
+                                             f"standard errors included, over their last {k} evaluated steps"]),
               f"The paper's 'fast rise in early steps, then a plateau' (section 4) is {said} on this run"]
     elif low: s += ["No task's probe ends above its word-identity floor by 2 standard errors with a rise to read, so "
                     "the paper's 'fast rise, then plateau' is not testable on this run"]

@@ -15,7 +15,7 @@ import pandas as pd
 from ..config import atomic_write
 from ..analyses.sweep import SweepError, available_analyses
 from .compare import EARLY, RISE, SIDE_BY_SIDE, gain_and_step90, swept_run
-from ..runs.verdicts import Z, plateau  # rule 3 of notebook 03b: a plateau is a test
+from ..runs.verdicts import Z, plateau, plateau_words  # rule 3 of notebook 03b: a plateau is shown, not assumed
 from ..runs.run import Run
 
 # %% auto #0
@@ -106,10 +106,9 @@ def band_verdict(b: dict, steps, curves, level: float) -> str:
             + f". It rises (gains at least {RISE}) in {b['share_rising']:.0%} of the resamples, and within the first "
             f"{EARLY:.0%} of training in {b['share_early']:.0%}. Seed to seed at the last step: "
             f"{curves[:, -1].min():.3f} to {curves[:, -1].max():.3f}."
-            + ("" if flat is None else
-               f" Over its last {k} steps ({', '.join(f'{int(s):,}' for s in steps[-k:])}) the mean "
-               + (f"stays within {Z:g} standard errors (from its band): a plateau." if flat else
-                  f"moves by more than {Z:g} standard errors (from its band): no plateau.")))
+            + ("" if len(steps) < k else
+               f" Over its last {k} steps ({', '.join(f'{int(s):,}' for s in steps[-k:])}), its standard errors read "
+               f"from the band, the mean has {plateau_words(flat)}."))
 
 # %% ../../nbs/10b_seeds.ipynb #5f5ca711
 def plot_band(steps, curves, b: dict, seeds, run, what: str, title: str, level: float):

@@ -11,8 +11,8 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 # %% auto #0
-__all__ = ['Z', 'learned', 'z_over', 'Rise', 'half_rise', 'plateau', 'mean_rise', 'apart', 'order', 'readable', 'sentences',
-           'in_plain_words']
+__all__ = ['Z', 'PLATEAU_SHARE', 'learned', 'z_over', 'Rise', 'half_rise', 'plateau', 'plateau_words', 'mean_rise', 'apart',
+           'order', 'readable', 'sentences', 'in_plain_words']
 
 # %% ../../nbs/03b_verdicts.ipynb #0142343c
 Z = 2.0  # standard errors that separate a value from its floor, or two values from each other
@@ -54,14 +54,28 @@ def half_rise(steps: Sequence, values: Sequence, floor=None, end_se: float = 0.0
     i = int(np.argmax(v - base >= (v[-1] - base) * share))
     return Rise(float(s[i]), float(s[i - 1] if i else s[i]))
 
-# %% ../../nbs/03b_verdicts.ipynb #16ab2685
-def plateau(values: Sequence, ses: Sequence, k: int = 3, z: float = Z) -> bool | None:
-    ("Whether the last `k` finite values lie within `z` combined standard errors of each other (None: fewer than "
-     "`k`).")
+# %% ../../nbs/03b_verdicts.ipynb #0a784c72
+PLATEAU_SHARE = 0.1  # a plateau's last steps may move, errors included, by at most this share of the curve's range
+
+def plateau(values: Sequence, ses: Sequence, k: int = 3, z: float = Z, share: float = PLATEAU_SHARE) -> bool | None:
+    ("True where the last `k` finite values are shown to stay within `share` of the curve's range (each pair's "
+     "difference plus `z` combined standard errors), False where two differ by more than `z` combined standard "
+     "errors, None where neither is shown (or fewer than `k` values, or a flat curve).")
     v, e = np.asarray(values, dtype=float), np.asarray(ses, dtype=float)
-    keep = np.isfinite(v); v, e = v[keep][-k:], np.nan_to_num(e[keep][-k:])
+    keep = np.isfinite(v); v, e = v[keep], np.nan_to_num(e[keep])
     if len(v) < k: return None
-    return bool(all(abs(v[i] - v[j]) <= z * math.hypot(e[i], e[j]) for i in range(k) for j in range(i + 1, k)))
+    span, v, e = v.max() - v.min(), v[-k:], e[-k:]
+    pairs = [(abs(v[i] - v[j]), z * math.hypot(e[i], e[j])) for i in range(k) for j in range(i + 1, k)]
+    if any(d > m for d, m in pairs): return False
+    return True if span > 0 and all(d + m <= share * span for d, m in pairs) else None
+
+# %% ../../nbs/03b_verdicts.ipynb #96d2ef66
+def plateau_words(flat: bool | None, z: float = Z, share: float = PLATEAU_SHARE) -> str:
+    "What `plateau`'s answer `flat` says about a curve's last steps, in the words every verdict uses."
+    if flat: return f"a plateau (each change, {z:g} standard errors included, within {share:.0%} of the curve's range)"
+    if flat is False: return f"no plateau (a change beyond {z:g} standard errors)"
+    return (f"no plateau shown (no change beyond {z:g} standard errors, but too few steps or too wide errors to bound "
+            f"one within {share:.0%} of the curve's range)")
 
 # %% ../../nbs/03b_verdicts.ipynb #2c299b16
 def mean_rise(rises: Sequence[Rise]) -> Rise:
