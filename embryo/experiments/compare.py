@@ -21,7 +21,7 @@ from ..runs.verdicts import half_rise, learned  # rules 1 and 2 of notebook 03b:
 # %% auto #0
 __all__ = ['SIDE_BY_SIDE', 'RISE', 'EARLY', 'FLOORS', 'FAMILIES', 'gain_and_step90', 'trend', 'side_by_side_verdict',
            'task_trends', 'downstream_verdict', 'model_family', 'swept_run', 'run_length', 'shared_floors',
-           'compare_runs']
+           'named_once', 'compare_runs']
 
 # %% ../../nbs/10a_compare.ipynb #9b8bd093
 def _best_layer_mean(df):
@@ -247,6 +247,14 @@ def shared_floors(floors: dict, names: dict) -> dict:
         out[r] = (floors[donor], names[donor]) if donor is not None else (f, None)
     return out
 
+# %% ../../nbs/10a_compare.ipynb #6f09a075
+def named_once(runs: Sequence, what: str) -> None:
+    "Refuse (SweepError, naming it) a run of `runs` given twice, by one path or two (`what`: the command)."
+    seen = set()
+    for r in runs:
+        if (k := Path(r).resolve()) in seen: raise SweepError(f"{what}: a run is given twice ({r}); name each run once")
+        seen.add(k)
+
 # %% ../../nbs/10a_compare.ipynb #d83ae451
 def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     ("One figure per analysis with a curve per run (Figs. 9, 11, 13c, 14 side by side), `compare.md` with the "
@@ -259,8 +267,7 @@ def compare_runs(runs: Sequence, out_dir="figures/compare") -> list[Path]:
     runs = [Path(r) for r in runs]
     if len(runs) < 2: raise SweepError("compare needs two runs or more (e.g. --run runs/tiny --run runs/bert-tiny "
                                        "--run runs/electra-tiny)")
-    if twice := next((r for i, r in enumerate(runs) if r.resolve() in [q.resolve() for q in runs[:i]]), None):
-        raise SweepError(f"compare: {twice} is given twice; name each run once")
+    named_once(runs, "compare")
     for r in runs: swept_run(r)
     # a bundle by its preset; runs that would share a name are told apart by their folders
     names = dict(zip(runs, run_labels(runs, lambda r: f"{model_family(r)} "

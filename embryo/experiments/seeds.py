@@ -14,7 +14,8 @@ import pandas as pd
 
 from ..config import atomic_write
 from ..analyses.sweep import SweepError, available_analyses
-from .compare import EARLY, RISE, SIDE_BY_SIDE, gain_and_step90, swept_run
+from .compare import EARLY, RISE, SIDE_BY_SIDE, gain_and_step90, named_once, swept_run
+from ..train.batches import differences  # settings compared (notebook 02e)
 from ..runs.verdicts import Z, plateau, plateau_words  # rule 3 of notebook 03b: a plateau is shown, not assumed
 from ..runs.run import Run
 
@@ -134,14 +135,13 @@ def same_recipe(runs) -> dict:
      "`RECIPE_ASIDE`), each folder once and each seed once; else a SweepError saying what differs.")
     from dataclasses import asdict
     from embryo.runs.run import read_run_config
-    if len({Path(r).resolve() for r in runs}) < len(runs): raise SweepError("a run is given twice; name each once")
+    named_once(runs, "seeds")
     def recipe(r):
         c = read_run_config(r); train = {k: v for k, v in asdict(c.train).items() if k not in RECIPE_ASIDE}
-        return dict(preset=c.preset, **{f"model.{k}": v for k, v in asdict(c.model).items()},
-                    **{f"train.{k}": v for k, v in train.items()}), c.train.seed
+        return dict(preset=c.preset, model=asdict(c.model), train=train), c.train.seed
     got = [recipe(r) for r in runs]; first = got[0][0]
     for r, (other, _) in zip(runs[1:], got[1:]):
-        if diff := [f"{k} ({first.get(k)!r} against {other.get(k)!r})" for k in first | other if first.get(k) != other.get(k)]:
+        if diff := [f"{k} ({a!r} against {b!r})" for k, a, b in differences(first, other)]:
             raise SweepError(f"{runs[0]} and {r} are two recipes, not two seeds of one: they differ in "
                              f"{', '.join(diff[:3])}{f' and {len(diff) - 3} more' if len(diff) > 3 else ''}; give runs "
                              "trained alike but for their seed (embryo reproduce --seeds 3 trains them)")

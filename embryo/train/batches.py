@@ -27,7 +27,8 @@ from ..text.packages import data_dir
 from ..text.tokenizer import cached_tokenizer, load_tokenizer, tokenizer_cache
 
 # %% auto #0
-__all__ = ['FIXED_SETTINGS', 'prediction_cap', 'Batches', 'run_config', 'run_corpus', 'say', 'prepare_run', 'examples_of']
+__all__ = ['FIXED_SETTINGS', 'prediction_cap', 'Batches', 'differences', 'run_config', 'run_corpus', 'say', 'prepare_run',
+           'examples_of']
 
 # %% ../../nbs/02e_batches.ipynb #12e9a506
 def prediction_cap(tc: TrainConfig) -> int:
@@ -78,12 +79,13 @@ class Batches:
         return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
 # %% ../../nbs/02e_batches.ipynb #ee2b7ff8
-def _diff(old: dict, new: dict, prefix="") -> list[str]:
+def differences(a: dict, b: dict, prefix: str = "") -> list[tuple[str, object, object]]:
+    "Where two settings (nested dicts) differ: each setting's dotted name, its value in `a` and in `b`, in name order."
     out = []
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k), new.get(k)
-        if isinstance(a, dict) and isinstance(b, dict): out += _diff(a, b, f"{prefix}{k}.")
-        elif a != b: out.append(f"{prefix}{k}: {a!r} in the run, {b!r} now")
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict): out += differences(x, y, f"{prefix}{k}.")
+        elif x != y: out.append((f"{prefix}{k}", x, y))
     return out
 
 # %% ../../nbs/02e_batches.ipynb #417d2ca0
@@ -117,7 +119,7 @@ def run_config(run, preset: str, mc: ModelConfig, tc: TrainConfig, override: boo
     old = read_config(f)
     old.get("train", {}).setdefault("precision", "auto")  # runs made before the setting existed: bf16 on a GPU, as auto
     history = old.pop("history", [])
-    diff = _diff(old, cfg)
+    diff = [f"{k}: {a!r} in the run, {b!r} now" for k, a, b in differences(old, cfg)]
     if not diff: return dict(cfg, history=history) if history else cfg
     if not _progress(run):  # nothing trained with the old settings: take the new ones
         print(f"{run} has no checkpoint yet, so it is reconfigured ({'; '.join(diff)})", flush=True)
