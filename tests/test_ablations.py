@@ -83,6 +83,23 @@ def test_kept_records_let_a_fresh_clone_train_nothing(ablation_root, tmp_path):
         A.run_ablations(None, steps=4, seeds=2, root=fresh, tables=["table6"], figures_dir=tmp_path / "t2", records=kept)
 
 
+def test_a_draw_with_more_seeds_is_read_as_a_second_look(ablation_root, tmp_path):
+    """The records keep the seeds a row at which the tables were drawn; a third seed makes each difference whose rows
+    grew a second look, its interval and test at 97.5% (notebook 08g)."""
+    kept, root = tmp_path / "kept", tmp_path / "root"
+    shutil.copytree(ablation_root, root)  # the module's runs stay as they are
+    A.run_ablations(None, steps=3, seeds=2, root=root, tables=["table6"], figures_dir=tmp_path / "t2", records=kept)
+    assert json.loads((kept / "ablations.json").read_text())["looks"] == [2]
+    A.run_ablations(None, steps=3, seeds=3, root=root, tables=["table6"], figures_dir=tmp_path / "t3", records=kept)
+    assert json.loads((kept / "ablations.json").read_text())["looks"] == [2, 3]
+    assert "drawn before at 2 seeds a row" in (tmp_path / "t3" / "table6_sentence_loss.md").read_text()
+    vs = pd.read_csv(tmp_path / "t3" / "table6_sentence_loss.csv").mlm_vs_ref.dropna().tolist()
+    assert len(vs) == 2 and all(", look 2)" in v for v in vs), vs  # the none and nsp rows against the sop row
+    before = pd.read_csv(tmp_path / "t2" / "table6_sentence_loss.csv").mlm_vs_ref.dropna().tolist()
+    assert not any("look" in v for v in before), before  # the first draw: one look
+    assert A._state(root)["looks"] == [2, 3]
+
+
 def test_errors_name_the_choices(tmp_path):
     with pytest.raises(ValueError, match="the tables are: table6, table5, table4, table3"):
         A.run_ablations(None, root=tmp_path, tables=["table7"])

@@ -33,7 +33,7 @@ from ..train.heldout import length_floors
 from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
 from .throughput import training_throughput
 from .ablation_claims import (PAPER, above_floor, at_chance, beyond_spread, cell_stats, chance_band,
-                                                 compare, floor_of, table6_claims, table_claims)
+                                                 compare, floor_of, level_of, looks_of, table6_claims, table_claims)
 
 # %% auto #0
 __all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'FLOORS', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT', 'TABLE3_PAIRS',
@@ -230,9 +230,9 @@ def _seeds(x) -> str:  # each seed's value, for the intervals (the CSV's `<score
     x = np.asarray(x, float); return " ".join(f"{v:.3f}" for v in x[~np.isnan(x)])
 
 # %% ../../nbs/09_albert_ablations.ipynb #ab4fb348
-def table_frame(df: pd.DataFrame, table: str, scale: dict) -> pd.DataFrame:
+def table_frame(df: pd.DataFrame, table: str, scale: dict, looks: Sequence[int] = ()) -> pd.DataFrame:
     ("Mean ± std over seeds per configuration, the paper's numbers, and differences from the reference row with "
-     "p-values.")
+     "p-values (at `level_of` each difference's look, `looks_of`).")
     H = get_config(scale["preset"], **scale["model"]).hidden_size
     E0 = base_embedding(scale)
     scores = [*KEY_SCORES[table], *(["downstream_avg"] if "downstream_avg" in df else [])]
@@ -252,9 +252,11 @@ def table_frame(df: pd.DataFrame, table: str, scale: dict) -> pd.DataFrame:
             if s in paper or (s == "downstream_avg" and "avg" in paper):
                 r[f"paper_{s}"] = paper.get(s, paper.get("avg"))
             if v != ref_v:
-                c = compare(g[s], ref[s])
+                k = looks_of(g[s].notna().sum(), ref[s].notna().sum(), looks)
+                c = compare(g[s], ref[s], 1 - level_of(k))
                 ci = f" [{c['lo']:+.1f}, {c['hi']:+.1f}]" if c["lo"] == c["lo"] else ""  # NaN with one seed
-                r[f"{s}_vs_ref"] = (f"{c['diff']:+.1f}{ci} (p={c['p']:.2f}) {c['beyond_noise']}"
+                look = f", look {k}" if k > 1 else ""
+                r[f"{s}_vs_ref"] = (f"{c['diff']:+.1f}{ci} (p={c['p']:.2f}{look}) {c['beyond_noise']}"
                                     if c["diff"] == c["diff"] else "")
         if "params" in paper: r["paper_params_M"] = paper["params"]
         if "avg" in paper: r["paper_downstream_avg"] = paper["avg"]
@@ -277,7 +279,8 @@ def write_table(frame: pd.DataFrame, table: str, out_dir, note: str, verdict: st
     return [atomic_write(out / f"{name}.md", md), atomic_write(out / f"{name}.csv", frame.to_csv(index=False))]
 
 # %% ../../nbs/09_albert_ablations.ipynb #43f25154
-def scale_note(scale: dict, steps: int, root, n_eval: int | None = None, floors: bool = False) -> str:
+def scale_note(scale: dict, steps: int, root, n_eval: int | None = None, floors: bool = False,
+               looks: Sequence[int] = ()) -> str:
     "What a table's numbers are: the scale, the training length, where the runs are."
     mc = get_config(scale["preset"], **scale["model"])
     return (f"Ours: `{scale['name']}` scale (L={mc.num_hidden_layers}, H={mc.hidden_size}, base "
@@ -289,6 +292,9 @@ def scale_note(scale: dict, steps: int, root, n_eval: int | None = None, floors:
             f"RACE). `X_vs_ref`: our difference from the `reference` row [its 95% interval], Welch's p, and whether "
             f"it is beyond the seed spread (p < 0.05); each seed's score is in the CSV (`X_seeds`). Our E = H rows "
             "stand beside the paper's E = 768 (= H) rows."
+            + (f" Verdicts were drawn before at {', '.join(map(str, sorted(looks)))} seeds a row: a difference whose rows "
+               "have gained seeds since is read at its k-th look, its interval at 1 - 0.05/k and beyond the seed "
+               "spread only at p < 0.05/k (`, look k` in `X_vs_ref`)." if looks else "")
             + (" `X_floor`: the better length rule (the label read from which segment is longer, no model; notebook "
                "02g) on the same held-out pairs, mean over seeds: a sentence head has learned only above it."
                if floors else "")
@@ -364,9 +370,13 @@ def run_ablations(preset: str | None = None,
                                  f"{', '.join(TABLES + ('table3',))}")
     # only after the names are checked
     root = Path(root or default_root(preset)); root.mkdir(parents=True, exist_ok=True)
-    state = json.dumps(dict(preset=preset, steps=steps, seeds=seeds), indent=2) + "\n"
-    atomic_write(root / "ablations.json", state)
     if records == "default": records = None if preset is None else Path("figures") / "ablations" / preset
+    # the seeds a row at which these runs' verdicts were drawn before (a later draw with more seeds reads wider)
+    seen = sorted({n for st in (_state(root), _state(records) if records else {})
+                   if (st.get("preset"), st.get("steps")) == (preset, steps) for n in st.get("looks", [])})
+    state = json.dumps(dict(preset=preset, steps=steps, seeds=seeds, **({"looks": seen} if seen else {})),
+                       indent=2) + "\n"
+    atomic_write(root / "ablations.json", state)
     if records: restore_records(records, root); Path(records).mkdir(parents=True, exist_ok=True)
     if records and (Path(records) / FLOORS).exists() and not (root / FLOORS).exists():  # restored with the records
         atomic_write(root / FLOORS, (Path(records) / FLOORS).read_text())
@@ -389,7 +399,9 @@ def run_ablations(preset: str | None = None,
                      json.dumps(dict(attrs=sp.attrs, rows=sp.to_dict("records")), indent=2) + "\n")
     if downstream:
         for v, s in todo: run_scores(v.run_dir(root, s), device, downstream=True, finetune=scale["finetune"])
-    return redraw(root, figures_dir, tables=tables)
+    paths = redraw(root, figures_dir, tables=tables)
+    if records: atomic_write(Path(records) / "ablations.json", (root / "ablations.json").read_text())  # its looks
+    return paths
 
 # %% ../../nbs/09_albert_ablations.ipynb #69590595
 def redraw(run, out_dir=None, tables: Sequence[str] | None = None) -> list[Path]:
@@ -398,7 +410,7 @@ def redraw(run, out_dir=None, tables: Sequence[str] | None = None) -> list[Path]
     root = Run.of(run); st = _state(root)
     if not st: raise FileNotFoundError(f"{root / 'ablations.json'} does not exist: run "
                                        f"`run_ablations(root={str(root)!r})` first")
-    scale, steps = get_scale(st["preset"]), st["steps"]
+    scale, steps, looks = get_scale(st["preset"]), st["steps"], st.get("looks", [])  # seeds at earlier draws
     out_dir = Path(out_dir or root / "figures")
     paths = []
     for t in tables or TABLES + ("table3",):
@@ -416,10 +428,12 @@ def redraw(run, out_dir=None, tables: Sequence[str] | None = None) -> list[Path]
             continue
         df = collect(root, t, scale, seeds=range(st["seeds"]))
         if len(df):
-            frame = table_frame(df, t, scale)
+            frame = table_frame(df, t, scale, looks)
             n = int(df.n_eval.min())  # held-out sequences (and sentence pairs) each run was scored on
-            paths += write_table(frame, t, out_dir, scale_note(scale, steps, root, n, floors="sop_floor" in frame),
-                                 table_verdict(t, frame, steps, n))
+            paths += write_table(frame, t, out_dir, scale_note(scale, steps, root, n, "sop_floor" in frame, looks),
+                                 table_verdict(t, frame, steps, n, looks))
+    if st["seeds"] >= 2 and st["seeds"] not in looks:  # this draw is a look: a later one with more seeds reads wider
+        atomic_write(root / "ablations.json", json.dumps(dict(st, looks=sorted({*looks, st["seeds"]})), indent=2) + "\n")
     return paths
 
 # %% ../../nbs/09_albert_ablations.ipynb #a3ed7ecc
@@ -476,8 +490,8 @@ def table3_verdict(frame: pd.DataFrame) -> str:
             "optimiser step over fewer parameters (the forward-backward columns leave the step out).")
 
 # %% ../../nbs/09_albert_ablations.ipynb #5ce2c2c5
-def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256) -> str:
-    "The verdict of Table 4, 5 or 6 from its frame (`table_frame`, or the CSV it wrote)."
+def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256, looks: Sequence[int] = ()) -> str:
+    "The verdict of Table 4, 5 or 6 from its frame (`table_frame`, or the CSV it wrote; `looks`: earlier draws' seeds)."
     tasks = [t for t in ("nsp", "sop") if t in frame]
     chance = {t: [at_chance(c, s, n_eval) for c, s in zip(frame[t], frame.seeds)] for t in tasks}
     beyond = beyond_spread(frame)
@@ -492,7 +506,7 @@ def table_verdict(table: str, frame: pd.DataFrame, steps: int, n_eval: int = 256
                    f"seed spread: {'; '.join(beyond)}." if beyond else
                    "and no row differs from its reference beyond the seed spread, so what the table compares cannot be "
                    "read from these runs (the paper's rows differ after 125,000 steps)."))
-    return table_claims(TITLES[table][1].split(':')[0], table, frame, steps)  # Tables 4, 5 (ablation_claims)
+    return table_claims(TITLES[table][1].split(':')[0], table, frame, steps, looks=looks)  # Tables 4, 5 (08g)
 
 # %% ../../nbs/09_albert_ablations.ipynb #4ce2406d
 def table_verdicts(out_dir) -> dict[str, str]:
@@ -504,9 +518,10 @@ def table_verdicts(out_dir) -> dict[str, str]:
     for t in TABLES:
         name = TITLES[t][0]; csv, md = Path(out_dir) / f"{name}.csv", Path(out_dir) / f"{name}.md"
         if not csv.exists() or not md.exists(): continue
-        steps, n = (re.search(rx, md.read_text()) for rx in (r"(\d+) pretraining steps per run", r"\((\d+) sequences, "
-                                                                                                  "or sentence pairs"))
-        out[name] = table_verdict(t, pd.read_csv(csv), int(steps[1]) if steps else 0, int(n[1]) if n else 256)
+        steps, n, seen = (re.search(rx, md.read_text()) for rx in (
+            r"(\d+) pretraining steps per run", r"\((\d+) sequences, or sentence pairs", r"drawn before at ([\d, ]+) seeds"))
+        out[name] = table_verdict(t, pd.read_csv(csv), int(steps[1]) if steps else 0, int(n[1]) if n else 256,
+                                  [int(x) for x in seen[1].split(",")] if seen else [])
     return out
 
 # %% ../../nbs/09_albert_ablations.ipynb #7b3d7821
