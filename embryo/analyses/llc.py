@@ -23,13 +23,14 @@ from ..runs.series import series_lacks
 from ..runs.settings import read_length
 from ..runs.figures import figure_dir, fill_steps, legend_below, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import markdown_table, read_results, read_scores, read_settings, score_rows, write_results
+from ..runs.verdicts import z_over  # a margin raised for many chances (notebook 03b)
 
 # %% auto #0
 __all__ = ['ANALYSIS', 'TASK', 'NEXT', 'SEQ_LEN', 'BATCH_SIZE', 'N_BATCHES', 'MASK_PROB', 'LR', 'NBETA', 'GAMMA', 'CHAINS',
            'DRAWS', 'CALIBRATION_LRS', 'CALIBRATION_NBETAS', 'METRICS', 'Z', 'STAGE_STYLE', 'HEADS_STYLE', 'REPORT',
            'mlm_batches', 'mlm_loss', 'next_batches', 'next_loss', 'sgld_chain', 'mala_acceptance', 'llc_summary',
            'estimate_llc', 'calibration', 'evaluate_step', 'calibration_rows', 'read_calibration', 'applies_to',
-           'llc_curve', 'critical_points', 'diagonal_emergence', 'plot_llc', 'plot_calibration',
+           'llc_curve', 'prominence_floor', 'critical_points', 'diagonal_emergence', 'plot_llc', 'plot_calibration',
            'step_size_sensitivity', 'verdict', 'redraw']
 
 # %% ../../nbs/08e_llc.ipynb #ceb23a3e
@@ -217,13 +218,19 @@ def llc_curve(run) -> pd.DataFrame:
     c = c.loc[c.index.intersection(same[same].index)]
     return c.assign(se=c.llc_sd / np.sqrt(c.chains)).rename_axis("step")
 
-# %% ../../nbs/08e_llc.ipynb #9a434f5a
-Z = 2.0  # a critical point's prominence, in median standard errors of the estimates
+# %% ../../nbs/08e_llc.ipynb #92fe612f
+Z = 2.0  # a critical point's prominence over its noise, before the margin is raised for the pairs of steps
+
+def prominence_floor(se, z: float = Z) -> float:
+    ("The prominence a critical point must exceed: `z` standard errors of a difference of two estimates (`se`: each "
+     "step's), raised for every pair of the curve's steps (`z_over`).")
+    se = np.asarray(se, float); k = int(np.isfinite(se).sum())
+    return z_over(k * (k - 1) // 2, z) * math.sqrt(2) * float(np.nanmedian(se)) if k else math.nan
 
 def critical_points(curve: pd.DataFrame, z: float = Z) -> pd.DataFrame:
-    "The stage boundaries: steps where the LLC peaks or bottoms out by more than `z` median standard errors."
+    "The stage boundaries: steps where the LLC peaks or bottoms out by more than `prominence_floor`."
     from scipy.signal import find_peaks
-    c = curve[curve.llc.notna()]; y = c.llc.to_numpy(); floor = z * float(np.nanmedian(c.se)) if len(c) else np.nan
+    c = curve[curve.llc.notna()]; y = c.llc.to_numpy(); floor = prominence_floor(c.se, z)
     out = []
     for kind, sign in (("peak", 1), ("trough", -1)):
         at, props = find_peaks(sign * y, prominence=floor if np.isfinite(floor) and floor > 0 else 1e-12)
@@ -330,8 +337,9 @@ def verdict(run, curve: pd.DataFrame | None = None) -> str:
                        f"{near(r.step)})" for r in cp.itertuples()) or "no critical point beyond the noise"
     return (f"The LLC estimate goes from {first.llc:.1f} +- {first.se:.1f} at step {int(c.index[0]):,} to "
             f"{last.llc:.1f} +- {last.se:.1f} at step {int(c.index[-1]):,} (standard errors over chains), "
-            f"peaking at {c.llc.max():.1f} (step {int(c.llc.idxmax()):,}). Stage boundaries (critical points beyond "
-            f"{Z:g} median standard errors): "
+            f"peaking at {c.llc.max():.1f} (step {int(c.llc.idxmax()):,}). Stage boundaries (critical points whose "
+            f"prominence exceeds {prominence_floor(c.se):.1f}: {Z:g} standard errors of a difference of two estimates, "
+            f"raised for the {len(c) * (len(c) - 1) // 2} pairs of {len(c)} steps): "
             f"{stages}. Diagonal heads emerge at step "
             f"{'(no attention results)' if not np.isfinite(heads) else f'{heads:,.0f}'}. " + diag)
 
