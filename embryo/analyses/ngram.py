@@ -25,6 +25,7 @@ from ..runs.settings import TRAINED_LENGTH_ONLY, corpus_file, longest_input, rea
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, legend_entries, plot_steps, save_figure, step_axis
 from ..runs.results import markdown_table, read_results, read_scores, score_rows, write_results
+from ..runs.verdicts import z_over  # a margin raised for many chances (notebook 03b)
 from ..runs.options import older_method_note, revised  # how its numbers are computed (notebook 03a1)
 
 # %% auto #0
@@ -277,8 +278,9 @@ def closest_steps(run, resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
                          high=int(q(lows, 97.5, "higher")), leaves_at=float(leave_steps(S.mean(1), steps)[0]),
                          leaves_low=q(leaves, 2.5, "lower"), leaves_high=q(leaves, 97.5, "higher"),
                          kl_closest=float(S[best].mean()), kl_first=float(S[0].mean()), first_step=int(steps[0]),
-                         last_step=int(steps[-1]),
-                         approached=bool(d.mean() > 2 * d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else False))
+                         last_step=int(steps[-1]), later=len(steps) - 1,
+                         approached=bool(d.mean() > z_over(len(steps) - 1) * d.std(ddof=1) / np.sqrt(len(d)))
+                         if len(d) > 1 else False))
     return pd.DataFrame(rows).set_index("order")
 
 # %% ../../nbs/08b_ngram.ipynb #cc6ea26c
@@ -347,8 +349,10 @@ def verdict(run, cs: pd.DataFrame | None = None) -> str:
      "(`cs`: `closest_steps`' table, when already computed).")
     cs = closest_steps(run) if cs is None else cs
     step = lambda v: "never" if not np.isfinite(v) else f"{v:,.0f}"
+    margin = lambda r: (f"{z_over(r.later):.1f} SE (2, raised for {r.later:.0f} later steps)" if "later" in r.index
+                        else "2 SE")
     said = "; ".join(f"{o} {r.closest_step:,} ({r.low:,} to {r.high:,}; KL {r.kl_closest:.2f} from {r.kl_first:.2f}"
-                     + (", never below its first-step value by 2 SE" if not r.approached else "")
+                     + (f", never below its first-step value by {margin(r)}" if not r.approached else "")
                      + (", still falling at the last step" if r.closest_step == r.last_step else
                         ", not left by the last step" if not np.isfinite(r.leaves_at) else
                         f", left at {step(r.leaves_at)} ({step(r.leaves_low)} to {step(r.leaves_high)})") + ")"
@@ -380,10 +384,10 @@ def redraw(run, out_dir=None) -> list[Path]:
     "The n-gram figure and the closest-step table, from every step in the run's database."
     out_dir = figure_dir(run, out_dir)
     paths = save_figure(plot_ngram(run), out_dir, "fig_ngram_phases")
-    t = closest_steps(run)
-    paths.append(atomic_write(out_dir / "table_ngram_phases.csv", t.to_csv()))
+    t = closest_steps(run); shown = t.drop(columns="later")  # the margin's step count: in the verdict, not the table
+    paths.append(atomic_write(out_dir / "table_ngram_phases.csv", shown.to_csv()))
     paths.append(atomic_write(out_dir / "table_ngram_phases.md",
                               "# n-gram phases: where the predictions come closest to each estimate "
-                              f"({Run.of(run).name})\n\n" + markdown_table(t) + "\n" + verdict(run, t)
+                              f"({Run.of(run).name})\n\n" + markdown_table(shown) + "\n" + verdict(run, t)
                               + older_method_note(run, ANALYSIS, evaluate_step) + "\n"))
     return paths
