@@ -33,7 +33,8 @@ from ..train.heldout import length_floors
 from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
 from .throughput import training_throughput
 from .ablation_claims import (PAPER, above_floor, at_chance, beyond_spread, cell_stats, chance_band,
-                                                 compare, floor_of, level_of, looks_of, table6_claims, table_claims)
+                                                 bound, compare, floor_of, level_of, looks_of, table6_claims,
+                                                 table_claims)
 
 # %% auto #0
 __all__ = ['SCALES', 'TABLES', 'DOWNSTREAM_TASKS', 'FLOORS', 'REFERENCE', 'KEY_SCORES', 'TITLES', 'REPORT', 'TABLE3_PAIRS',
@@ -254,7 +255,7 @@ def table_frame(df: pd.DataFrame, table: str, scale: dict, looks: Sequence[int] 
             if v != ref_v:
                 k = looks_of(g[s].notna().sum(), ref[s].notna().sum(), looks)
                 c = compare(g[s], ref[s], 1 - level_of(k))
-                ci = f" [{c['lo']:+.1f}, {c['hi']:+.1f}]" if c["lo"] == c["lo"] else ""  # NaN with one seed
+                ci = f" [{bound(c['lo'])}, {bound(c['hi'])}]" if c["lo"] == c["lo"] else ""  # NaN with one seed
                 look = f", look {k}" if k > 1 else ""
                 r[f"{s}_vs_ref"] = (f"{c['diff']:+.1f}{ci} (p={c['p']:.2f}{look}) {c['beyond_noise']}"
                                     if c["diff"] == c["diff"] else "")
