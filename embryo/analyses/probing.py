@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..text.tokenizer import load_tokenizer
 from ..config import atomic_write
-from ..runs.run import find_checkpoint, load_checkpoint, train_log, resolve_step, Run
+from ..runs.run import find_checkpoint, load_checkpoint, run_transitions, train_log, resolve_step, Run
 from ..runs.settings import TRAINED_LENGTH_ONLY, longest_input, trained_length
 from ..runs.series import series_lacks
 from ..runs.figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
@@ -33,8 +33,8 @@ from ..runs.options import older_method_note, revised  # how its numbers are com
 # %% auto #0
 __all__ = ['ANALYSIS', 'METRICS', 'REPORT', 'PLAIN_NAMES', 'PLATEAU_STEPS', 'probe_task', 'evaluate_step', 'applies_to',
            'probing_results', 'task_sizes', 'layer_curves', 'layer_colour', 'floors', 'reference_f1', 'plot_fig2b',
-           'plot_fig3', 'plot_fig10', 'plot_fig11', 'verdict', 'best_layer_gain', 'layer_verdict', 'verdicts',
-           'selectivity_table', 'redraw']
+           'plot_fig3', 'plot_fig10', 'plot_fig11', 'transition_end', 'verdict', 'best_layer_gain', 'layer_verdict',
+           'verdicts', 'selectivity_table', 'redraw']
 
 # %% ../../nbs/07_probing.ipynb #4fbd71f6
 ANALYSIS = "probing"  # the `analysis` name of this notebook's rows in the results database
@@ -343,21 +343,29 @@ def _curve_ses(df: pd.DataFrame, task: str, layer: int, y: pd.Series) -> np.ndar
     n = d.groupby("step").n.max().reindex(y.index) if "n" in d else pd.Series(np.nan, index=y.index)
     return np.array([binomial_se(p, k) if np.isfinite(k) and k > 0 else np.nan for p, k in zip(y.values, n.values)])
 
-def _plateau_text(y: pd.Series, ses: np.ndarray) -> tuple[bool | None, str]:
-    "Rule 3 on a curve: whether it plateaus, and the words that say so with its last steps."
+def transition_end(run) -> int | None:
+    "The step the loss's last transition ends at (a plateau is read after it); None where the run logs no training."
+    t = run_transitions(run); return int(t[-1]["end_step"]) if t else None
+
+def _plateau_text(y: pd.Series, ses: np.ndarray, end: int | None = None) -> tuple[bool | None, str]:
+    ("Rule 3 on a curve: whether it plateaus over its steps after the loss's transition ends at `end` (None: its last "
+     "`PLATEAU_STEPS`), and the words that say so with those steps.")
     if np.isnan(ses).any(): return None, "no sample sizes stored, so its plateau is not tested"
-    if len(y) < PLATEAU_STEPS:
-        return None, f"fewer than {PLATEAU_STEPS} evaluated steps, so its plateau is not testable"
-    flat = plateau(y.values, ses, PLATEAU_STEPS)
-    at = ", ".join(f"{v:.2f}" for v in y.values[-PLATEAU_STEPS:])
-    steps = ", ".join(str(int(s)) for s in y.index[-PLATEAU_STEPS:])
-    return flat, f"its last {PLATEAU_STEPS} evaluated steps ({steps}: {at}): {plateau_words(flat)}"
+    k = PLATEAU_STEPS if end is None else int((y.index > end).sum())
+    where = (f"its last {k} evaluated steps" if end is None else
+             f"its {k} evaluated step{'s' * (k != 1)} after the loss's transition ends (step {end})")
+    if k < PLATEAU_STEPS or len(y) < k:
+        return None, f"{where} are fewer than {PLATEAU_STEPS}, too few to read a plateau from"
+    flat = plateau(y.values, ses, k)
+    at = ", ".join(f"{v:.2f}" for v in y.values[-k:])
+    steps = ", ".join(str(int(s)) for s in y.index[-k:])
+    return flat, f"{where} ({steps}: {at}): {plateau_words(flat, k)}"
 
 def verdict(run) -> str:
     ("One sentence on this run's probes, computed from the database, testing the paper's 'fast rise, then plateau' "
      "by the rules of notebook 03b.")
     df = probing_results(run)
-    L = _n_layers(df); last = int(df.step.max())
+    L = _n_layers(df); last = int(df.step.max()); end = transition_end(run)
     parts, early, low, flats, fl = [], [], [], {}, floors(df)
     for t in _task_order(df.task.unique()):
         c = layer_curves(df, t)
@@ -369,37 +377,39 @@ def verdict(run) -> str:
         # rule 1: learned only where the last step clears the floor; rule 2: the rise measured above the floor
         r = half_rise(y.index, y.values, fl.get(t), ses[-1])
         if not learned(y.iloc[-1], ses[-1], fl.get(t)) or not np.isfinite(r.step): low.append(t); continue
-        if len(y) >= 3: early.append((t, int(r.step))); flats[t] = _plateau_text(y, ses)[0]
+        if len(y) >= 3: early.append((t, int(r.step))); flats[t] = _plateau_text(y, ses, end)[0]
     s = [f"At step {last} the probes on layer {L} are scored by test micro-F1 against their word-identity floor",
          *parts]
     if early:
         frac = np.mean([h / last for _, h in early])
         still = [t for t, f in flats.items() if f is False]
         unshown = [t for t, f in flats.items() if f is None]
-        fast, k = frac <= 0.25, PLATEAU_STEPS
+        fast = frac <= 0.25
+        window = (f"their last {PLATEAU_STEPS} evaluated steps" if end is None else
+                  f"their evaluated steps after the loss's transition ends (step {end})")
         said = ("not reproduced" if not fast else "partly reproduced (a fast rise, but no plateau)" if still
                 else "partly reproduced (a fast rise; no plateau shown)" if unshown else "reproduced")
         s += [f"The tasks learned gain half of their rise above the floor by step "
               f"{', '.join(f'{h} ({t})' for t, h in early)}, on average {frac:.0%} of the way through the run",
-              *([f"{len(still)} of {len(flats)} ({', '.join(still)}) still move{'s' * (len(still) == 1)} beyond 2 "
-                 f"standard errors over their last {k} evaluated steps"] if still else []),
+              *([f"{len(still)} of {len(flats)} ({', '.join(still)}) still move{'s' * (len(still) == 1)} beyond "
+                 f"their noise over {window}"] if still else []),
               *([f"{len(unshown)} of {len(flats)} ({', '.join(unshown)}) {'is' if len(unshown) == 1 else 'are'} not "
                  f"shown to stay within {PLATEAU_SHARE:.0%} of {'its' if len(unshown) == 1 else 'their'} range over "
-                 f"the last {k} evaluated steps (too few steps or too wide errors)"] if unshown else []),
+                 f"{window} (too few steps or too wide errors)"] if unshown else []),
               *([] if still or unshown else [f"All {len(flats)} stay within {PLATEAU_SHARE:.0%} of their range, 2 "
-                                             f"standard errors included, over their last {k} evaluated steps"]),
+                                             f"standard errors included, over {window}"]),
               f"The paper's 'fast rise in early steps, then a plateau' (section 4) is {said} on this run"]
     elif low: s += ["No task's probe ends above its word-identity floor by 2 standard errors with a rise to read, so "
                     "the paper's 'fast rise, then plateau' is not testable on this run"]
     else: s += ["Evaluate at least three steps to test the paper's 'fast rise, then plateau'"]
     if low and early: s += [f"Left out, as not above their floor by 2 standard errors at the last step: {', '.join(low)}"]
-    said = in_plain_words("\n".join(s + [best_layer_gain(df, _task_order(df.task.unique())[0])]), PLAIN_NAMES)
+    said = in_plain_words("\n".join(s + [best_layer_gain(df, _task_order(df.task.unique())[0], end)]), PLAIN_NAMES)
     return " ".join(said.splitlines())  # one claim: its sentences on one line
 
 # %% ../../nbs/07_probing.ipynb #93b39172
-def best_layer_gain(df: pd.DataFrame, task: str) -> str:
+def best_layer_gain(df: pd.DataFrame, task: str, end: int | None = None) -> str:
     ("One sentence: the layer whose F1 gains most from the first to the last step on `task`, the step it has 90% of "
-     "that gain, and whether it plateaus (rule 3).")
+     "that gain, and whether it plateaus after the loss's transition ends at `end` (rule 3; None: its last steps).")
     c = layer_curves(df, task)
     if len(c) < 2: return f"Only step {c.index[0]} is probed on {task}: no gain to measure."
     gain = c.iloc[-1] - c.iloc[0]
@@ -410,7 +420,7 @@ def best_layer_gain(df: pd.DataFrame, task: str) -> str:
          f"{y.index[-1]} ({g.iloc[-1]:+.2f})")
     if at90 is None: return s + ", no gain."
     return s + (f". It has 90% of that gain by step {at90} ({at90 / y.index[-1]:.0%} of the run), and "
-                + _plateau_text(y, _curve_ses(df, task, layer, y))[1] + ".")
+                + _plateau_text(y, _curve_ses(df, task, layer, y), end)[1] + ".")
 
 # %% ../../nbs/07_probing.ipynb #6e50e1d8
 def layer_verdict(run) -> str:

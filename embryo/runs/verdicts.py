@@ -59,21 +59,23 @@ PLATEAU_SHARE = 0.1  # a plateau's last steps may move, errors included, by at m
 
 def plateau(values: Sequence, ses: Sequence, k: int = 3, z: float = Z, share: float = PLATEAU_SHARE) -> bool | None:
     ("True where the last `k` finite values are shown to stay within `share` of the curve's range (each pair's "
-     "difference plus `z` combined standard errors), False where two differ by more than `z` combined standard "
-     "errors, None where neither is shown (or fewer than `k` values, or a flat curve).")
+     "difference plus `z` combined standard errors), False where two differ by more than `z` raised for the pairs "
+     "(`z_over`), None where neither is shown (or fewer than `k` values, or a flat curve).")
     v, e = np.asarray(values, dtype=float), np.asarray(ses, dtype=float)
     keep = np.isfinite(v); v, e = v[keep], np.nan_to_num(e[keep])
     if len(v) < k: return None
     span, v, e = v.max() - v.min(), v[-k:], e[-k:]
-    pairs = [(abs(v[i] - v[j]), z * math.hypot(e[i], e[j])) for i in range(k) for j in range(i + 1, k)]
-    if any(d > m for d, m in pairs): return False
-    return True if span > 0 and all(d + m <= share * span for d, m in pairs) else None
+    pairs = [(abs(v[i] - v[j]), math.hypot(e[i], e[j])) for i in range(k) for j in range(i + 1, k)]
+    if any(d > z_over(len(pairs), z) * s for d, s in pairs): return False  # the largest of many changes: raised
+    return True if span > 0 and all(d + z * s <= share * span for d, s in pairs) else None
 
 # %% ../../nbs/03b_verdicts.ipynb #96d2ef66
-def plateau_words(flat: bool | None, z: float = Z, share: float = PLATEAU_SHARE) -> str:
-    "What `plateau`'s answer `flat` says about a curve's last steps, in the words every verdict uses."
+def plateau_words(flat: bool | None, k: int = 3, z: float = Z, share: float = PLATEAU_SHARE) -> str:
+    "What `plateau`'s answer `flat` on `k` steps says about a curve's last steps, in the words every verdict uses."
     if flat: return f"a plateau (each change, {z:g} standard errors included, within {share:.0%} of the curve's range)"
-    if flat is False: return f"no plateau (a change beyond {z:g} standard errors)"
+    pairs = k * (k - 1) // 2
+    if flat is False: return (f"no plateau (a change beyond {z_over(pairs, z):.1f} standard errors: {z:g}, raised for "
+                              f"its {pairs} pairs of steps)")
     return (f"no plateau shown (no change beyond {z:g} standard errors, but too few steps or too wide errors to bound "
             f"one within {share:.0%} of the curve's range)")
 
