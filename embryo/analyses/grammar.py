@@ -289,10 +289,10 @@ def acquisition(run, key: str | None = None, resamples: int = 1000, seed: int = 
         steps, S = s.step.to_numpy(), np.stack(s.scores.to_numpy())  # (steps, pairs)
         W = rng.multinomial(S.shape[1], np.full(S.shape[1], 1 / S.shape[1]), size=resamples) / S.shape[1]
         A = np.stack([W @ ((S[k] > 0) + 0.5 * (S[k] == 0)) for k in range(len(steps))], 1)  # (resamples, steps)
-        floor = max(0.5, floors.get(task, 0.5), pass_rate(S[0]))
+        fixed = max(0.5, floors.get(task, 0.5)); floor = max(fixed, pass_rate(S[0]))
         rises = A[:, -1] > floor
         r = np.where(rises, stays_above(A, floor + (A[:, -1] - floor) / 2, steps), np.inf)  # each resample's midpoint
-        got = bool(np.percentile(A[:, -1], 2.5) > floor)
+        got = bool(np.percentile(A[:, -1], 2.5) > fixed and np.percentile(A[:, -1] - A[:, 0], 2.5) > 0)  # paired
         q = lambda p, how: float(np.percentile(r, p, method=how)) if got else np.nan  # an evaluated step (inf: never)
         rows.append(dict(paradigm=task, floor=floor, first=pass_rate(S[0]), last=pass_rate(S[-1]),
                          best=max(map(pass_rate, S)), acquired=got,
@@ -379,7 +379,8 @@ def verdict(run, acq: pd.DataFrame | None = None) -> str:
     got = acq[acq.acquired].sort_values(["acquired_at", "high"])
     at = lambda v: f"{v:,.0f}" if np.isfinite(v) else "never"
     lines = [f"{len(got)} of {len(acq)} paradigms are acquired: at the last step each is above its floor (the highest "
-             f"of chance, the unigram baseline and the untrained model) beyond the 95% interval over resampled pairs",
+             f"of chance, the unigram baseline and the untrained model) beyond the 95% interval over resampled pairs "
+             "(against the untrained model, of the paired difference)",
              "They follow in the order of the step at the middle of their rise; two are in order only where their 95% "
              "intervals do not overlap" if len(got) > 1 else ""]
     lines += [f"{t} at step {at(r.acquired_at)} (interval {at(r.low)} to {at(r.high)}), {r.last:.0%} at the last step "
