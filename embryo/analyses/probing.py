@@ -351,7 +351,7 @@ def _plateau_text(y: pd.Series, ses: np.ndarray, end: int | None = None) -> tupl
     ("Rule 3 on a curve: whether it plateaus over its steps after the loss's transition ends at `end` (None: its last "
      "`PLATEAU_STEPS`), and the words that say so with those steps.")
     if np.isnan(ses).any(): return None, "no sample sizes stored, so its plateau is not tested"
-    k = PLATEAU_STEPS if end is None else int((y.index > end).sum())
+    k = min(PLATEAU_STEPS, len(y)) if end is None else int((y.index > end).sum())
     where = (f"its last {k} evaluated steps" if end is None else
              f"its {k} evaluated step{'s' * (k != 1)} after the loss's transition ends (step {end})")
     if k < PLATEAU_STEPS or len(y) < k:
