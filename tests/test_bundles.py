@@ -74,6 +74,22 @@ def test_the_check_sees_a_stale_verdict(tmp_path):
         test_committed_verdicts_are_what_todays_code_says(b, tmp_path)
 
 
+def test_each_findings_status_is_the_one_its_verdict_states():
+    """A verdict that states one status ('... is not reproduced on this run') is filed under it in the findings: the
+    status is read from the verdict's words, and a clause about a sub-reading (a plateau 'not testable' on too few
+    steps) must not decide it (it did, for a draft of rule 3's window)."""
+    import re
+    from embryo.publish.report import status_of
+    said = re.compile(r"(?:is|are) (reproduced|partly reproduced|not reproduced|not testable)\b[^.]*? on (?:this run|these runs)")
+    seen = 0
+    for f in sorted(FIG.glob(f"**/{REPORT_JSON}")):
+        for s in json.loads(f.read_text())["sections"]:
+            if len(states := set(said.findall(s.get("verdict") or ""))) == 1:
+                seen += 1; want = {"partly reproduced": "partly"}.get(*states, *states)
+                assert status_of(s["verdict"]).startswith(want), (f.parent, s["file"], status_of(s["verdict"]), want)
+    assert seen >= 50, seen
+
+
 def test_comparisons_and_seed_bands_are_what_todays_code_says(tmp_path, monkeypatch):
     """figures/compare*/ and figures/seeds/ re-derived from the committed bundles: their Markdown the same, their
     JSON's verdicts the same (`refresh_comparisons` on a copy of their text)."""
