@@ -413,9 +413,10 @@ def test_a_run_at_its_floor_does_not_rise_side_by_side():
 def test_evaluation_steps_keep_the_plateau_exit_dense_when_a_final_decay_drops_too(tmp_path, monkeypatch):
     "The mature run's log has two drops, the plateau exit (2,700-7,450) and the final decay (21,150-32,000, open)."
     import embryo.analyses.sweep as S
+    import embryo.runs.run as R
     steps = [0, 1, 2, 4, 8, 16, 32, 64, 128, *range(200, 10001, 100), *range(10500, 32001, 500)]
     for s in steps: (tmp_path / "checkpoints" / f"step_{s:07d}").mkdir(parents=True); (tmp_path / "checkpoints" / f"step_{s:07d}" / "model.safetensors").touch()
-    monkeypatch.setattr(S, "run_transitions", lambda run: [dict(start_step=2700, end_step=7450), dict(start_step=21150, end_step=32000)])
+    monkeypatch.setattr(R, "run_transitions", lambda run: [dict(start_step=2700, end_step=7450), dict(start_step=21150, end_step=32000)])
     got = S.evaluation_steps(tmp_path, 4, 12)
     window = [s for s in got if 2700 < s <= 7500]  # 2,700: the plateau's last checkpoint (the drop starts there)
     assert 2700 in got and len(window) == 12 and window[-1] == 7500, got

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..text.tokenizer import load_tokenizer
-from ..runs.run import load_checkpoint, resolve_step, run_transitions, Run
+from ..runs.run import first_transition, load_checkpoint, resolve_step, Run
 from ..config import atomic_write
 from ..runs.figures import legend_below, plot_steps, save_figure, step_axis
 from ..runs.results import write_results, read_scores, read_examples, score_rows, binomial_se, markdown_table
@@ -192,7 +192,7 @@ def plot_fact_categories(run, out_dir=None) -> list[Path]:
     "Fig. 6's categories counted per fact and exposure group, and P@1 against the steps since the last exposure."
     import matplotlib.pyplot as plt
     ft = fact_table(run); cat = categories(ft)
-    since = min((t["start_step"] for t in run_transitions(run)), default=1)  # before the loss drop no fact is known
+    since = (first_transition(run) or {}).get("start_step", 1)  # before the loss drop no fact is known
     tab = pd.crosstab(cat.exposures, cat.category, normalize="index").reindex(columns=list(CATEGORIES), fill_value=0)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     bottom = np.zeros(len(tab))

@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from ..text.sentences import sentence_text, tagged_sentences
-from ..runs.run import Run, CannotDraw, masked_lm_at, run_transitions
+from ..runs.run import Run, CannotDraw, masked_lm_at, first_transition
 from ..runs.series import series_lacks
 from ..runs.figures import figure_dir, plot_steps, save_figure, step_axis
 from ..runs.results import read_results, read_samples, read_scores, score_rows, write_results
@@ -198,9 +198,9 @@ def formation(run, curve: pd.Series, floor: float, least: float) -> Formation:
     if v.empty or v.iloc[-1] - floor < least: return Formation(np.nan, np.nan, "")
     k = int(np.argmax(v.to_numpy() >= floor + (v.iloc[-1] - floor) / 2))  # the first step at half the rise or more
     step, lo = float(v.index[k]), float(v.index[max(k - 1, 0)])
-    tr = run_transitions(run)
-    if not tr: return Formation(step, lo, "")
-    t = min(tr, key=lambda x: x["start_step"]); a, b = t["start_step"], t["end_step"]
+    t = first_transition(run)
+    if not t: return Formation(step, lo, "")
+    a, b = t["start_step"], t["end_step"]
     span = f"the first loss transition (steps {a:,} to {b:,})"
     where = (f"before {span}" if step < a else f"after {span}" if lo >= b else f"inside {span}" if lo >= a and step <= b
              else f"on a grid too coarse to place it against {span}")  # (lo, step] crosses an edge of it

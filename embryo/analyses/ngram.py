@@ -349,8 +349,7 @@ def verdict(run, cs: pd.DataFrame | None = None) -> str:
      "(`cs`: `closest_steps`' table, when already computed).")
     cs = closest_steps(run) if cs is None else cs
     step = lambda v: "never" if not np.isfinite(v) else f"{v:,.0f}"
-    margin = lambda r: (f"{z_over(r.later):.1f} SE (2, raised for {r.later:.0f} later steps)" if "later" in r.index
-                        else "2 SE")
+    margin = lambda r: f"{z_over(r.later):.1f} SE (2, raised for {r.later:.0f} later steps)"
     said = "; ".join(f"{o} {r.closest_step:,} ({r.low:,} to {r.high:,}; KL {r.kl_closest:.2f} from {r.kl_first:.2f}"
                      + (f", never below its first-step value by {margin(r)}" if not r.approached else "")
                      + (", still falling at the last step" if r.closest_step == r.last_step else

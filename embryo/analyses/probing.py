@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..text.tokenizer import load_tokenizer
 from ..config import atomic_write
-from ..runs.run import find_checkpoint, load_checkpoint, run_transitions, train_log, resolve_step, Run
+from ..runs.run import find_checkpoint, load_checkpoint, first_transition, train_log, resolve_step, Run
 from ..runs.settings import TRAINED_LENGTH_ONLY, longest_input, trained_length
 from ..runs.series import series_lacks
 from ..runs.figures import (REFERENCE_STYLE, legend_below, legend_entries, plot_steps, reference_label, save_figure,
@@ -344,8 +344,9 @@ def _curve_ses(df: pd.DataFrame, task: str, layer: int, y: pd.Series) -> np.ndar
     return np.array([binomial_se(p, k) if np.isfinite(k) and k > 0 else np.nan for p, k in zip(y.values, n.values)])
 
 def transition_end(run) -> int | None:
-    "The step the loss's last transition ends at (a plateau is read after it); None where the run logs no training."
-    t = run_transitions(run); return int(t[-1]["end_step"]) if t else None
+    ("The step the loss's first transition ends at (a plateau is read after it, where the sweep puts its `after` "
+     "steps); None where none is found.")
+    t = first_transition(run); return int(t["end_step"]) if t else None
 
 def _plateau_text(y: pd.Series, ses: np.ndarray, end: int | None = None) -> tuple[bool | None, str]:
     ("Rule 3 on a curve: whether it plateaus over its steps after the loss's transition ends at `end` (None: its last "
@@ -354,7 +355,7 @@ def _plateau_text(y: pd.Series, ses: np.ndarray, end: int | None = None) -> tupl
     k = min(PLATEAU_STEPS, len(y)) if end is None else int((y.index > end).sum())
     where = (f"its last {k} evaluated steps" if end is None else
              f"its {k} evaluated step{'s' * (k != 1)} after the loss's transition ends (step {end})")
-    if k < PLATEAU_STEPS or len(y) < k:
+    if k < PLATEAU_STEPS:
         return None, f"{where} are fewer than {PLATEAU_STEPS}, too few to read a plateau from"
     flat = plateau(y.values, ses, k)
     at = ", ".join(f"{v:.2f}" for v in y.values[-k:])

@@ -24,7 +24,7 @@ from typing import Sequence
 import pandas as pd
 
 from ..config import clean_stale_temps, temp_tag, check_value
-from ..runs.run import list_steps, find_checkpoint, run_transitions, check_device, CannotDraw, DB_NAME, Run
+from ..runs.run import list_steps, find_checkpoint, first_transition, run_transitions, check_device, CannotDraw, DB_NAME, Run
 from ..runs.lock import sweep_lock, training_holder, holder_text
 from ..runs.cores import SWEEP_TURN, Turns
 from ..runs.results import (db_path, connect, log_job, read_log, computed_with, options_digest,
@@ -127,10 +127,8 @@ def evaluation_steps(run, early: int, dense: int = 12, after: int | None = None)
     ("`early` log-spaced checkpoints before the loss leaves its plateau, its last one, `dense` evenly spaced ones "
      "through the drop, and after it `after` evenly spaced ones through the last (None: `early` log-spaced ones).")
     steps = list_steps(run)
-    found = run_transitions(run) if steps else []
-    if not found: return log_spaced(steps, early + dense)
-    # leaving the plateau; a later drop (a final decay) is not the window
-    first = min(found, key=lambda t: t["start_step"])
+    first = first_transition(run) if steps else None  # leaving the plateau: the window
+    if not first: return log_spaced(steps, early + dense)
     start, stop = first["start_step"], first["end_step"]
     end = max([s for s in steps if s <= start] or steps[:1])  # the plateau's last checkpoint
     stop = min([s for s in steps if s >= stop] or steps[-1:])  # the first checkpoint after the drop

@@ -33,7 +33,7 @@ from ..train.heldout import length_floors
 from ..train.fixtures import FIXTURE, corpus_slice, fixture_run
 from .throughput import training_throughput
 from .ablation_claims import (PAPER, above_floor, at_chance, beyond_spread, cell_stats, chance_band,
-                                                 bound, compare, floor_of, level_of, looks_of, table6_claims,
+                                                 LEVEL, bound, compare, floor_of, level_of, looks_of, table6_claims,
                                                  table_claims)
 
 # %% auto #0
@@ -294,8 +294,8 @@ def scale_note(scale: dict, steps: int, root, n_eval: int | None = None, floors:
             f"it is beyond the seed spread (p < 0.05); each seed's score is in the CSV (`X_seeds`). Our E = H rows "
             "stand beside the paper's E = 768 (= H) rows."
             + (f" Verdicts were drawn before at {', '.join(map(str, sorted(looks)))} seeds a row: a difference whose rows "
-               "have gained seeds since is read at its k-th look, its interval at 1 - 0.05/k and beyond the seed "
-               "spread only at p < 0.05/k (`, look k` in `X_vs_ref`)." if looks else "")
+               f"have gained seeds since is read at its k-th look, its interval at 1 - {1 - LEVEL:.2g}/k and beyond the "
+               f"seed spread only at p < {1 - LEVEL:.2g}/k (`, look k` in `X_vs_ref`)." if looks else "")
             + (" `X_floor`: the better length rule (the label read from which segment is longer, no model; notebook "
                "02g) on the same held-out pairs, mean over seeds: a sentence head has learned only above it."
                if floors else "")

@@ -17,7 +17,7 @@ from ..runs.layout import run_config_file
 from ..text.tokenizer import HF_TOKENIZER_FILES
 from ..model.model import load_safetensors, write_safetensors
 from ..runs.run import (
-    checkpoint_dir, find_checkpoint, replace_dir, list_steps, run_transitions, MODEL_CARD, DB_NAME, Run, is_bundle)
+    checkpoint_dir, find_checkpoint, replace_dir, list_steps, first_transition, MODEL_CARD, DB_NAME, Run, is_bundle)
 from ..runs.series_check import check_series, open_run
 from ..train.cards import model_card
 from ..runs.results import connect, db_path, done_steps
@@ -78,10 +78,10 @@ def shipped_steps(run, budget: int = SHIP_BUDGET) -> list[int]:
     steps = list_steps(run)
     if not steps: return []
     near = lambda s: min(steps, key=lambda x: (abs(x - s), x))
-    t = run_transitions(run)[:1]
+    t = first_transition(run)
     out, used = [], 0
     for s in dict.fromkeys([steps[-1],
-                            *([near(t[0]["step"]), near(t[0]["start_step"])] if t else [near(steps[-1] // 2)])]):
+                            *([near(t["step"]), near(t["start_step"])] if t else [near(steps[-1] // 2)])]):
         # 32 -> 16 bits
         used += sum(f.stat().st_size for f in find_checkpoint(run, s).rglob("model.safetensors")) // 2
         if used > budget: break

@@ -25,10 +25,10 @@ __all__ = ['MODEL_CARD', 'TRANSITIONS_FILE', 'TRANSITIONS_METHOD', 'MLM_HEADS', 
            'BUNDLE_REPORT', 'RUN_BUNDLE', 'STAND_IN_MARK', 'CheckpointNotFound', 'checkpoint_dir', 'list_steps',
            'find_checkpoint', 'load_checkpoint', 'check_device', 'replace_dir', 'save_checkpoint', 'resolve_step',
            'masked_lm_at', 'read_config', 'RunSettings', 'read_run_config', 'sentence_name', 'log_records', 'train_log',
-           'transitions', 'loss_pace', 'run_transitions', 'SeriesError', 'CannotDraw', 'refuse_remote_code',
-           'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'check_filled', 'check_weights',
-           'check_vocabulary', 'encoder_states', 'max_length', 'Run', 'is_bundle', 'scratch_dir', 'is_stand_in',
-           'scratch_run', 'writable_run', 'run_model_type', 'run_sentence_task']
+           'transitions', 'loss_pace', 'run_transitions', 'first_transition', 'SeriesError', 'CannotDraw',
+           'refuse_remote_code', 'checkpoint_kind', 'HFEncoder', 'HFMaskedLM', 'load_hf_model', 'check_filled',
+           'check_weights', 'check_vocabulary', 'encoder_states', 'max_length', 'Run', 'is_bundle', 'scratch_dir',
+           'is_stand_in', 'scratch_run', 'writable_run', 'run_model_type', 'run_sentence_task']
 
 # %% ../../nbs/02a_run.ipynb #ce0a38bd
 class CheckpointNotFound(LookupError):
@@ -302,6 +302,11 @@ def run_transitions(run, key: str = "mlm_loss") -> list[dict]:
                                          transitions=found), indent=1) + "\n")
     except OSError: pass  # a run folder we may not write to: the transitions are still drawn
     return found
+
+def first_transition(run) -> dict | None:
+    ("The run's first transition: where its loss leaves the plateau (a later drop, such as a final decay, is not it); "
+     "None where none is found or the run logs no training.")
+    return min(run_transitions(run), key=lambda t: t["start_step"], default=None)
 
 # %% ../../nbs/02a_run.ipynb #e412286d
 class SeriesError(ValueError):

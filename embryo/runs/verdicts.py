@@ -66,7 +66,8 @@ def plateau(values: Sequence, ses: Sequence, k: int = 3, z: float = Z, share: fl
     if len(v) < k: return None
     span, v, e = v.max() - v.min(), v[-k:], e[-k:]
     pairs = [(abs(v[i] - v[j]), math.hypot(e[i], e[j])) for i in range(k) for j in range(i + 1, k)]
-    if any(d > z_over(len(pairs), z) * s for d, s in pairs): return False  # the largest of many changes: raised
+    moved = z_over(len(pairs), z)  # the largest of many changes: the margin raised for their number
+    if any(d > moved * s for d, s in pairs): return False
     return True if span > 0 and all(d + z * s <= share * span for d, s in pairs) else None
 
 # %% ../../nbs/03b_verdicts.ipynb #96d2ef66
